@@ -1,0 +1,102 @@
+// Package cpu is the cpu device's backend: one kernel per op type,
+// registered by the op's Go type, generic over float32 and float64 (dtype
+// dispatch is written once, in dispatch below).
+package cpu
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Kernel runs one node: in and out are views of the node's buffers; ws is
+// its workspace (len from the registered WorkspaceFunc, else empty).
+type Kernel func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error
+
+// WorkspaceFunc reports the scratch bytes a node's kernel needs.
+type WorkspaceFunc func(n *trace.Node) int64
+
+var (
+	kernels    = map[reflect.Type]Kernel{}
+	workspaces = map[reflect.Type]WorkspaceFunc{}
+)
+
+// Register installs the kernel for ops of type O (a pointer type).
+func Register[O trace.Op](k Kernel) {
+	var o O
+	kernels[reflect.TypeOf(o)] = k
+}
+
+// RegisterWorkspace installs the workspace size function for ops of type O.
+func RegisterWorkspace[O trace.Op](f WorkspaceFunc) {
+	var o O
+	workspaces[reflect.TypeOf(o)] = f
+}
+
+// Run executes node n.
+func Run(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	k, ok := kernels[reflect.TypeOf(n.Op)]
+	if !ok {
+		return fmt.Errorf("cpu: no kernel for op %s (%T)", n.Op.Name(), n.Op)
+	}
+	return k(n, in, out, ws)
+}
+
+// Workspace is the scratch bytes node n needs on the cpu device. The meta
+// device uses it too, so both plan the same bytes.
+func Workspace(n *trace.Node) int64 {
+	if n.Kind != trace.KindOp {
+		return 0
+	}
+	if f, ok := workspaces[reflect.TypeOf(n.Op)]; ok {
+		return f(n)
+	}
+	return 0
+}
+
+// HasKernel reports whether ops like o can run on the cpu.
+func HasKernel(o trace.Op) bool {
+	_, ok := kernels[reflect.TypeOf(o)]
+	return ok
+}
+
+// Float is the set of element types kernels compute in.
+type Float interface{ ~float32 | ~float64 }
+
+// slice views t's data as []T.
+func slice[T Float](t *tensor.Tensor) []T {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return any(t.F32()).([]T)
+	default:
+		return any(t.F64()).([]T)
+	}
+}
+
+// dispatch runs f32 or f64 by dt; other dtypes are an error naming the op.
+func dispatch(n *trace.Node, dt tensor.DType, f32 func() error, f64 func() error) error {
+	switch dt {
+	case tensor.Float32:
+		return f32()
+	case tensor.Float64:
+		return f64()
+	}
+	return fmt.Errorf("cpu: %s does not support %v yet", n.Label(), dt)
+}
+
+// Floats registers a kernel written once, generically, for float32 and float64
+// (dispatch on the dtype of the first output, or first input if none).
+func Floats[O trace.Op](k32 Kernel, k64 Kernel) {
+	Register[O](func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+		dt := tensor.Invalid
+		if len(out) > 0 {
+			dt = out[0].DType
+		} else if len(in) > 0 {
+			dt = in[len(in)-1].DType
+		}
+		return dispatch(n, dt, func() error { return k32(n, in, out, ws) }, func() error { return k64(n, in, out, ws) })
+	})
+}

@@ -1,0 +1,399 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+func init() {
+	Floats[*op.Binary](binaryKernel[float32], binaryKernel[float64])
+	Floats[*op.Compare](compareKernel[float32], compareKernel[float64])
+	Floats[*op.Unary](unaryKernel[float32], unaryKernel[float64])
+	Floats[*op.UnaryBackward](unaryBackwardKernel[float32], unaryBackwardKernel[float64])
+	Register[*op.Fill](fillKernel)
+	Register[*op.Cast](castKernel)
+}
+
+// bstrides returns in's strides aligned to out's rank, 0 on broadcast axes.
+func bstrides(in, out tensor.Shape) []int {
+	st := make([]int, len(out))
+	acc := 1
+	for i := len(in) - 1; i >= 0; i-- {
+		j := len(out) - len(in) + i
+		if in[i] != 1 {
+			st[j] = acc
+		}
+		acc *= in[i]
+	}
+	return st
+}
+
+// forBroadcast2 calls f(oi, ai, bi) for each output element with the offsets
+// of the two broadcast inputs, innermost axis in a tight loop.
+func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
+	n := out.NumElements()
+	if n == 0 {
+		return
+	}
+	if a.Equal(out) && b.Equal(out) {
+		f(0, 0, 0, n, 1, 1)
+		return
+	}
+	sa, sb := bstrides(a, out), bstrides(b, out)
+	r := len(out)
+	if r == 0 {
+		f(0, 0, 0, 1, 0, 0)
+		return
+	}
+	inner := out[r-1]
+	idx := make([]int, r)
+	for o := 0; o < n; o += inner {
+		ia, ib := 0, 0
+		for d := 0; d < r-1; d++ {
+			ia += idx[d] * sa[d]
+			ib += idx[d] * sb[d]
+		}
+		f(o, ia, ib, inner, sa[r-1], sb[r-1])
+		for d := r - 2; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < out[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+}
+
+func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	k := n.Op.(*op.Binary).Kind
+	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
+		yy := y[o : o+cnt]
+		switch k {
+		case op.AddKind:
+			if sa == 1 && sb == 1 {
+				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
+				for i := range yy {
+					yy[i] = aa[i] + bb[i]
+				}
+				return
+			}
+			for i := range yy {
+				yy[i] = a[ia+i*sa] + b[ib+i*sb]
+			}
+		case op.SubKind:
+			for i := range yy {
+				yy[i] = a[ia+i*sa] - b[ib+i*sb]
+			}
+		case op.MulKind:
+			if sa == 1 && sb == 1 {
+				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
+				for i := range yy {
+					yy[i] = aa[i] * bb[i]
+				}
+				return
+			}
+			for i := range yy {
+				yy[i] = a[ia+i*sa] * b[ib+i*sb]
+			}
+		case op.DivKind:
+			for i := range yy {
+				yy[i] = a[ia+i*sa] / b[ib+i*sb]
+			}
+		case op.MaxKind:
+			for i := range yy {
+				x, z := a[ia+i*sa], b[ib+i*sb]
+				if x != x || x > z {
+					yy[i] = x
+				} else {
+					yy[i] = z
+				}
+			}
+		case op.MinKind:
+			for i := range yy {
+				x, z := a[ia+i*sa], b[ib+i*sb]
+				if x != x || x < z {
+					yy[i] = x
+				} else {
+					yy[i] = z
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func compareKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	k := n.Op.(*op.Compare).Kind
+	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
+		for i := 0; i < cnt; i++ {
+			x, z := a[ia+i*sa], b[ib+i*sb]
+			switch {
+			case x == z:
+				y[o+i] = 0.5
+			case (k == op.MaxKind) == (x > z):
+				y[o+i] = 1
+			default:
+				y[o+i] = 0
+			}
+		}
+	})
+	return nil
+}
+
+func sigmoid(x float64) float64 {
+	if x >= 0 {
+		return 1 / (1 + math.Exp(-x))
+	}
+	e := math.Exp(x)
+	return e / (1 + e)
+}
+
+const sqrt2overPi = 0.7978845608028654
+
+func unaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.Unary)
+	x, y := slice[T](in[0]), slice[T](out[0])
+	c := T(o.C)
+	switch o.Kind {
+	case op.NegKind:
+		for i, v := range x {
+			y[i] = -v
+		}
+	case op.ReLUKind:
+		for i, v := range x {
+			if v > 0 || v != v {
+				y[i] = v
+			} else {
+				y[i] = 0
+			}
+		}
+	case op.ScaleKind:
+		for i, v := range x {
+			y[i] = v * c
+		}
+	case op.AddConstKind:
+		for i, v := range x {
+			y[i] = v + c
+		}
+	case op.SquareKind:
+		for i, v := range x {
+			y[i] = v * v
+		}
+	case op.LeakyReLUKind:
+		for i, v := range x {
+			if v > 0 {
+				y[i] = v
+			} else {
+				y[i] = v * c
+			}
+		}
+	case op.AbsKind:
+		for i, v := range x {
+			if v < 0 {
+				y[i] = -v
+			} else {
+				y[i] = v
+			}
+		}
+	case op.SignKind:
+		for i, v := range x {
+			switch {
+			case v > 0:
+				y[i] = 1
+			case v < 0:
+				y[i] = -1
+			default:
+				y[i] = 0
+			}
+		}
+	case op.ReciprocalKind:
+		for i, v := range x {
+			y[i] = 1 / v
+		}
+	default:
+		f := unaryFunc(o.Kind, o.C)
+		for i, v := range x {
+			y[i] = T(f(float64(v)))
+		}
+	}
+	return nil
+}
+
+func unaryFunc(k op.UnaryKind, c float64) func(float64) float64 {
+	switch k {
+	case op.ExpKind:
+		return math.Exp
+	case op.LogKind:
+		return math.Log
+	case op.SqrtKind:
+		return math.Sqrt
+	case op.RsqrtKind:
+		return func(v float64) float64 { return 1 / math.Sqrt(v) }
+	case op.TanhKind:
+		return math.Tanh
+	case op.SigmoidKind:
+		return sigmoid
+	case op.PowKind:
+		return func(v float64) float64 { return math.Pow(v, c) }
+	case op.SiLUKind:
+		return func(v float64) float64 { return v * sigmoid(v) }
+	case op.GELUKind:
+		return func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }
+	case op.GELUTanhKind:
+		return func(v float64) float64 { return 0.5 * v * (1 + math.Tanh(sqrt2overPi*(v+0.044715*v*v*v))) }
+	case op.SinKind:
+		return math.Sin
+	case op.CosKind:
+		return math.Cos
+	}
+	panic("cpu: unhandled unary kind")
+}
+
+func unaryBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.UnaryBackward)
+	g, s, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	switch o.Kind {
+	case op.ReLUKind: // s is the output
+		for i, v := range s {
+			if v > 0 {
+				y[i] = g[i]
+			} else {
+				y[i] = 0
+			}
+		}
+	case op.TanhKind: // s is the output
+		for i, v := range s {
+			y[i] = g[i] * (1 - v*v)
+		}
+	case op.SigmoidKind: // s is the output
+		for i, v := range s {
+			y[i] = g[i] * v * (1 - v)
+		}
+	case op.LeakyReLUKind: // s is the input
+		c := T(o.C)
+		for i, v := range s {
+			if v > 0 {
+				y[i] = g[i]
+			} else {
+				y[i] = g[i] * c
+			}
+		}
+	case op.SiLUKind:
+		for i, v := range s {
+			sg := sigmoid(float64(v))
+			y[i] = T(float64(g[i]) * sg * (1 + float64(v)*(1-sg)))
+		}
+	case op.GELUKind:
+		for i, v := range s {
+			x := float64(v)
+			cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
+			pdf := math.Exp(-0.5*x*x) / math.Sqrt(2*math.Pi)
+			y[i] = T(float64(g[i]) * (cdf + x*pdf))
+		}
+	case op.GELUTanhKind:
+		for i, v := range s {
+			x := float64(v)
+			inner := sqrt2overPi * (x + 0.044715*x*x*x)
+			t := math.Tanh(inner)
+			d := sqrt2overPi * (1 + 3*0.044715*x*x)
+			y[i] = T(float64(g[i]) * (0.5*(1+t) + 0.5*x*(1-t*t)*d))
+		}
+	default:
+		panic("cpu: unhandled unary backward kind")
+	}
+	return nil
+}
+
+func fillKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	v := n.Op.(*op.Fill).Value
+	t := out[0]
+	switch t.DType {
+	case tensor.Float32:
+		s := t.F32()
+		for i := range s {
+			s[i] = float32(v)
+		}
+	case tensor.Float64:
+		s := t.F64()
+		for i := range s {
+			s[i] = v
+		}
+	case tensor.Int64:
+		s := t.I64()
+		for i := range s {
+			s[i] = int64(v)
+		}
+	default:
+		c := tensor.FromFloat64(t.Shape, constSlice(t.Shape.NumElements(), v)).Convert(t.DType)
+		copy(t.Data, c.Data)
+	}
+	return nil
+}
+
+func constSlice(n int, v float64) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
+func castKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	src, dst := in[0], out[0]
+	switch {
+	case src.DType == tensor.Float32 && dst.DType == tensor.BFloat16:
+		d := dst.U16()
+		for i, v := range src.F32() {
+			d[i] = tensor.Float32ToBFloat16(v)
+		}
+	case src.DType == tensor.Float32 && dst.DType == tensor.Float16:
+		d := dst.U16()
+		for i, v := range src.F32() {
+			d[i] = tensor.Float32ToFloat16(v)
+		}
+	case src.DType == tensor.BFloat16 && dst.DType == tensor.Float32:
+		d := dst.F32()
+		for i, v := range src.U16() {
+			d[i] = tensor.BFloat16ToFloat32(v)
+		}
+	case src.DType == tensor.Float16 && dst.DType == tensor.Float32:
+		d := dst.F32()
+		for i, v := range src.U16() {
+			d[i] = tensor.Float16ToFloat32(v)
+		}
+	default:
+		copy(dst.Data, src.Convert(dst.DType).Data)
+	}
+	return nil
+}
+
+func init() { Register[*op.Accumulate](accumulateKernel) }
+
+func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	dst, src := in[0], in[1]
+	if !n.Op.(*op.Accumulate).Add {
+		copy(dst.Data, src.Data)
+		return nil
+	}
+	switch dst.DType {
+	case tensor.Float32:
+		d, s := dst.F32(), src.F32()
+		for i := range d {
+			d[i] += s[i]
+		}
+	case tensor.Float64:
+		d, s := dst.F64(), src.F64()
+		for i := range d {
+			d[i] += s[i]
+		}
+	default:
+		return fmt.Errorf("cpu: %s: accumulation into %v is not supported", n.Label(), dst.DType)
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package cpu
+
+import (
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+func init() {
+	Floats[*op.MatMul](matmulKernel[float32], matmulKernel[float64])
+}
+
+// gemmFunc is C = op(A) op(B) (beta 0), row-major.
+func gemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	switch a := any(a).(type) {
+	case []float32:
+		sgemm(transA, transB, m, n, k, a, lda, any(b).([]float32), ldb, any(c).([]float32), ldc)
+	case []float64:
+		dgemm(transA, transB, m, n, k, a, lda, any(b).([]float64), ldb, any(c).([]float64), ldc)
+	}
+}
+
+func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.MatMul)
+	as, bs := in[0].Shape, in[1].Shape
+	batch, m, k, nn, err := o.Dims(as, bs)
+	if err != nil {
+		return err
+	}
+	a, b, c := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	lda, ldb := as[len(as)-1], bs[len(bs)-1]
+	aBatch := bstrides(as[:len(as)-2], batch)
+	bBatch := bstrides(bs[:len(bs)-2], batch)
+	aMat, bMat := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
+	for bi, ao := range offsets(batch, aBatch) {
+		bo := offsets(batch, bBatch)[bi]
+		gemm(o.TransA, o.TransB, m, nn, k, a[ao*aMat:], lda, b[bo*bMat:], ldb, c[bi*m*nn:], nn)
+	}
+	return nil
+}
+
+// naiveGemm is the reference product, used for float64 and until the fast
+// float32 kernel is wired in.
+func naiveGemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		for j := range row {
+			row[j] = 0
+		}
+		for p := 0; p < k; p++ {
+			var av T
+			if transA {
+				av = a[p*lda+i]
+			} else {
+				av = a[i*lda+p]
+			}
+			if transB {
+				for j := range row {
+					row[j] += av * b[j*ldb+p]
+				}
+			} else {
+				br := b[p*ldb : p*ldb+n]
+				for j := range row {
+					row[j] += av * br[j]
+				}
+			}
+		}
+	}
+}
+
+func sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	naiveGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+func dgemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	naiveGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+}

@@ -1,0 +1,195 @@
+package cpu
+
+import (
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+func init() {
+	Floats[*op.Reduce](reduceKernel[float32], reduceKernel[float64])
+	Floats[*op.AmaxBackward](amaxBackwardKernel[float32], amaxBackwardKernel[float64])
+	Register[*op.Expand](expandKernel)
+	Register[*op.Permute](permuteKernel)
+}
+
+// reduceLayout splits an input shape into kept and reduced axes and returns,
+// for each, the input strides; it lets every reduction be written as
+// "for each kept position, combine the reduced positions".
+type reduceLayout struct {
+	keptShape, redShape     tensor.Shape
+	keptStrides, redStrides []int
+}
+
+func newReduceLayout(s tensor.Shape, reduced []bool) reduceLayout {
+	st := s.Strides()
+	var l reduceLayout
+	for i, d := range s {
+		if reduced[i] {
+			l.redShape = append(l.redShape, d)
+			l.redStrides = append(l.redStrides, st[i])
+		} else {
+			l.keptShape = append(l.keptShape, d)
+			l.keptStrides = append(l.keptStrides, st[i])
+		}
+	}
+	return l
+}
+
+// offsets enumerates the input offsets of a (shape, strides) index space.
+func offsets(shape tensor.Shape, strides []int) []int {
+	n := shape.NumElements()
+	out := make([]int, n)
+	idx := make([]int, len(shape))
+	for k := 0; k < n; k++ {
+		o := 0
+		for d := range idx {
+			o += idx[d] * strides[d]
+		}
+		out[k] = o
+		for d := len(idx) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < shape[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	return out
+}
+
+func reducedAxes(o *op.Reduce, rank int) []bool {
+	r := make([]bool, rank)
+	if len(o.Axes) == 0 {
+		for i := range r {
+			r[i] = true
+		}
+	}
+	for _, a := range o.Axes {
+		r[a] = true
+	}
+	return r
+}
+
+func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.Reduce)
+	x, y := slice[T](in[0]), slice[T](out[0])
+	l := newReduceLayout(in[0].Shape, reducedAxes(o, len(in[0].Shape)))
+	kept := offsets(l.keptShape, l.keptStrides)
+	red := offsets(l.redShape, l.redStrides)
+	cnt := float64(len(red))
+	// Contiguous trailing reduction (softmax-like rows, global sums) is the
+	// common case: walk memory in order.
+	contiguous := len(red) > 0 && red[len(red)-1] == len(red)-1
+	for k, base := range kept {
+		switch o.Kind {
+		case op.SumKind, op.MeanKind:
+			var s float64
+			if contiguous {
+				for _, v := range x[base : base+len(red)] {
+					s += float64(v)
+				}
+			} else {
+				for _, r := range red {
+					s += float64(x[base+r])
+				}
+			}
+			if o.Kind == op.MeanKind {
+				s /= cnt
+			}
+			y[k] = T(s)
+		case op.AmaxKind:
+			m := x[base+red[0]]
+			for _, r := range red[1:] {
+				v := x[base+r]
+				if v > m || v != v {
+					m = v
+				}
+			}
+			y[k] = m
+		}
+	}
+	if len(red) == 0 {
+		for k := range kept {
+			y[k] = 0
+		}
+	}
+	return nil
+}
+
+func amaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.AmaxBackward)
+	gy, x, ym, gx := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](out[0])
+	l := newReduceLayout(in[1].Shape, reducedAxes(&op.Reduce{Axes: o.Axes}, len(in[1].Shape)))
+	kept := offsets(l.keptShape, l.keptStrides)
+	red := offsets(l.redShape, l.redStrides)
+	for k, base := range kept {
+		ties := 0
+		for _, r := range red {
+			if x[base+r] == ym[k] {
+				ties++
+			}
+		}
+		for _, r := range red {
+			if x[base+r] == ym[k] {
+				gx[base+r] = gy[k] / T(ties)
+			} else {
+				gx[base+r] = 0
+			}
+		}
+	}
+	return nil
+}
+
+// gatherStrided copies src (viewed through strides aligned to out's shape)
+// into dst contiguously, for any element size.
+func gatherStrided(dst, src []byte, esize int, shape tensor.Shape, strides []int) {
+	n := shape.NumElements()
+	if n == 0 {
+		return
+	}
+	r := len(shape)
+	if r == 0 {
+		copy(dst[:esize], src[:esize])
+		return
+	}
+	inner, is := shape[r-1], strides[r-1]
+	idx := make([]int, r)
+	for o := 0; o < n; o += inner {
+		base := 0
+		for d := 0; d < r-1; d++ {
+			base += idx[d] * strides[d]
+		}
+		if is == 1 {
+			copy(dst[o*esize:(o+inner)*esize], src[base*esize:(base+inner)*esize])
+		} else {
+			for i := 0; i < inner; i++ {
+				s := (base + i*is) * esize
+				copy(dst[(o+i)*esize:(o+i+1)*esize], src[s:s+esize])
+			}
+		}
+		for d := r - 2; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < shape[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+}
+
+func expandKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	gatherStrided(out[0].Data, in[0].Data, in[0].DType.Size(), out[0].Shape, bstrides(in[0].Shape, out[0].Shape))
+	return nil
+}
+
+func permuteKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	perm := n.Op.(*op.Permute).Perm
+	st := in[0].Shape.Strides()
+	ps := make([]int, len(perm))
+	for i, p := range perm {
+		ps[i] = st[p]
+	}
+	gatherStrided(out[0].Data, in[0].Data, in[0].DType.Size(), out[0].Shape, ps)
+	return nil
+}

@@ -1,0 +1,108 @@
+// Package device is where bytes come from. A Device pairs an allocator with a
+// memory source: the cpu device maps segments from the OS outside the Go
+// heap, so that releasing them really returns memory; the meta device runs
+// the same allocator on sizes alone, so planning and dry runs report the same
+// byte counts without touching memory.
+package device
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Device is a place tensors live.
+type Device struct {
+	Kind  string // "cpu" or "meta"
+	Alloc *Allocator
+}
+
+// HasData reports whether the device holds real bytes (false for meta).
+func (d *Device) HasData() bool { return d.Kind != "meta" }
+
+func (d *Device) String() string {
+	if c := d.Alloc.Capacity(); c > 0 {
+		return fmt.Sprintf("%s:mem=%s", d.Kind, FormatBytes(c))
+	}
+	return d.Kind
+}
+
+// New parses a device spec: "cpu", "meta", "cpu:mem=2GiB".
+func New(spec string) (*Device, error) {
+	kind, opts, _ := strings.Cut(spec, ":")
+	var capacity int64
+	if opts != "" {
+		for _, kv := range strings.Split(opts, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k != "mem" {
+				return nil, fmt.Errorf("device %q: unknown option %q (valid: mem=SIZE)", spec, kv)
+			}
+			n, err := ParseBytes(v)
+			if err != nil {
+				return nil, fmt.Errorf("device %q: %w", spec, err)
+			}
+			capacity = n
+		}
+	}
+	switch kind {
+	case "cpu", "":
+		return &Device{Kind: "cpu", Alloc: NewAllocator(mmapSource{}, capacity)}, nil
+	case "meta":
+		return &Device{Kind: "meta", Alloc: NewAllocator(metaSource{}, capacity)}, nil
+	case "cuda":
+		return nil, fmt.Errorf("device %q: the cuda device is planned but not built yet (valid: cpu, meta)", spec)
+	}
+	return nil, fmt.Errorf("unknown device %q (valid: cpu, meta, cpu:mem=SIZE)", spec)
+}
+
+// CPU returns an unlimited cpu device.
+func CPU() *Device { d, _ := New("cpu"); return d }
+
+// Meta returns an unlimited meta device.
+func Meta() *Device { d, _ := New("meta"); return d }
+
+var units = []struct {
+	suffix string
+	mult   int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}}
+
+// ParseBytes parses sizes like "2GiB", "512MiB", "1.5G" (binary for K/M/G),
+// "3GB" (decimal) or a plain byte count.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) && len(t) > len(u.suffix) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("invalid size %q (examples: 2GiB, 512MiB, 1500000000)", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// FormatBytes prints a byte count in binary units: "1.50 GiB", "512 B".
+func FormatBytes(n int64) string {
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	var s string
+	switch {
+	case n >= 1<<30:
+		s = fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		s = fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		s = fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
+	default:
+		s = fmt.Sprintf("%d B", n)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}

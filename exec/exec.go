@@ -1,0 +1,267 @@
+// Package exec runs a planned graph on a device: every buffer of the step is
+// a view into one arena at the offset the plan chose, and the allocator
+// counts each one as it comes alive and dies, so the measured peak equals the
+// planned peak.
+package exec
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/headroom-ml/headroom/cpu"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/plan"
+	"github.com/headroom-ml/headroom/schedule"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// States gives the executor the persistent tensors (parameters, gradients,
+// running statistics) that a graph's state nodes name.
+type States interface {
+	State(name string) (*tensor.Tensor, bool)
+}
+
+// StateMap is a States backed by a map.
+type StateMap map[string]*tensor.Tensor
+
+// State implements States.
+func (m StateMap) State(name string) (*tensor.Tensor, bool) { t, ok := m[name]; return t, ok }
+
+// Program is a compiled step: a graph, its schedule and its memory plan.
+type Program struct {
+	Graph  *trace.Graph
+	Plan   *plan.Plan
+	Device *device.Device
+}
+
+// Compile schedules and plans g for dev.
+func Compile(g *trace.Graph, dev *device.Device) (*Program, error) {
+	order := schedule.Order(g)
+	for _, n := range order {
+		if n.Kind == trace.KindOp && !cpu.HasKernel(n.Op) {
+			if _, alias := n.Op.(trace.Aliaser); !alias {
+				return nil, fmt.Errorf("exec: %s: op %s has no cpu kernel", n.Label(), n.Op.Name())
+			}
+		}
+	}
+	p, err := plan.Make(g, order, cpu.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	return &Program{Graph: g, Plan: p, Device: dev}, nil
+}
+
+// Arena is the reusable memory a program's buffers live in. Programs for
+// different input shapes share one arena, grown to the largest plan.
+type Arena struct {
+	dev   *device.Device
+	block *device.Block
+}
+
+// NewArena returns an empty arena on dev.
+func NewArena(dev *device.Device) *Arena { return &Arena{dev: dev} }
+
+// Ensure makes the arena at least size bytes.
+func (a *Arena) Ensure(size int64) error {
+	if a.block != nil && a.block.Size >= size {
+		return nil
+	}
+	if a.block != nil {
+		a.dev.Alloc.Release(a.block)
+		a.block = nil
+	}
+	b, err := a.dev.Alloc.Reserve(size, device.Tag{Category: device.Activation, Op: "arena"})
+	if err != nil {
+		return err
+	}
+	a.block = b
+	return nil
+}
+
+// Size is the arena's reserved size.
+func (a *Arena) Size() int64 {
+	if a.block == nil {
+		return 0
+	}
+	return a.block.Size
+}
+
+// Release returns the arena's memory to the OS.
+func (a *Arena) Release() {
+	if a.block != nil {
+		a.dev.Alloc.Release(a.block)
+		a.block = nil
+	}
+}
+
+// NodeError is a failure while running one node.
+type NodeError struct {
+	Node *trace.Node
+	Err  error
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Node.Label(), e.Err) }
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Options tune one run.
+type Options struct {
+	// Observe, when set, is called after each node with its step index and
+	// how long it took (for profiles and timelines).
+	Observe func(step int, n *trace.Node, d time.Duration)
+}
+
+func category(c string) device.Category {
+	cat, err := device.ParseCategory(c)
+	if err != nil {
+		return device.Temporary
+	}
+	return cat
+}
+
+// Run executes one step. Inputs are matched to input nodes by name and must
+// have their declared dtype and shape. It returns the graph's outputs as host
+// tensors (nil data on the meta device).
+func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs map[string]*tensor.Tensor, opts *Options) (map[string]*tensor.Tensor, error) {
+	hasData := p.Device.HasData()
+	if err := arena.Ensure(p.Plan.ArenaBytes); err != nil {
+		return nil, err
+	}
+	var mem []byte
+	if hasData && arena.block != nil {
+		mem = arena.block.Data
+	}
+	views := map[*trace.Tensor]*tensor.Tensor{}
+	bufView := func(b *plan.Buffer, m trace.Meta) *tensor.Tensor {
+		t := &tensor.Tensor{DType: m.DType, Shape: m.Shape}
+		if hasData {
+			t.Data = mem[b.Offset : b.Offset+m.Bytes() : b.Offset+b.Size]
+		}
+		return t
+	}
+	view := func(t *trace.Tensor) (*tensor.Tensor, error) {
+		if v, ok := views[t]; ok {
+			return v, nil
+		}
+		r := plan.Root(t)
+		var v *tensor.Tensor
+		if r.Node.Kind == trace.KindState {
+			s, ok := states.State(r.Node.Name)
+			if !ok {
+				return nil, fmt.Errorf("exec: state %q is not bound", r.Node.Name)
+			}
+			if s.DType != r.Meta.DType || !s.Shape.Equal(r.Meta.Shape) {
+				return nil, fmt.Errorf("exec: state %q is %v%v, the graph expects %v", r.Node.Name, s.DType, s.Shape, r.Meta)
+			}
+			v = &tensor.Tensor{DType: t.Meta.DType, Shape: t.Meta.Shape, Data: s.Data}
+		} else {
+			b, ok := p.Plan.Of[t]
+			if !ok {
+				return nil, fmt.Errorf("exec: no buffer planned for %v", t)
+			}
+			v = bufView(b, t.Meta)
+		}
+		views[t] = v
+		return v, nil
+	}
+	alloc := p.Device.Alloc
+	track := func(b *plan.Buffer) { alloc.Track(b.Size, b.Bytes, category(b.Category)) }
+	untrack := func(b *plan.Buffer) { alloc.Untrack(b.Size, b.Bytes, category(b.Category)) }
+	births := make([][]*plan.Buffer, len(p.Plan.Order))
+	deaths := make([][]*plan.Buffer, len(p.Plan.Order))
+	for _, b := range p.Plan.Buffers {
+		births[b.Start] = append(births[b.Start], b)
+		deaths[b.End] = append(deaths[b.End], b)
+	}
+	// Untrack whatever is still live if we leave early, so statistics stay
+	// true after an error.
+	live := map[*plan.Buffer]bool{}
+	defer func() {
+		for b := range live {
+			untrack(b)
+		}
+	}()
+
+	for i, n := range p.Plan.Order {
+		if i%64 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		for _, b := range births[i] {
+			track(b)
+			live[b] = true
+		}
+		switch n.Kind {
+		case trace.KindInput:
+			src, ok := inputs[n.Name]
+			out := n.Outputs[0]
+			if !ok {
+				return nil, fmt.Errorf("exec: input %q not given", n.Name)
+			}
+			if src.DType != out.Meta.DType || !src.Shape.Equal(out.Meta.Shape) {
+				return nil, fmt.Errorf("exec: input %q is %v%v, the graph was traced for %v", n.Name, src.DType, src.Shape, out.Meta)
+			}
+			if b, ok := p.Plan.Of[out]; ok && hasData {
+				copy(bufView(b, out.Meta).Data, src.Data)
+			}
+		case trace.KindConst:
+			if b, ok := p.Plan.Of[n.Outputs[0]]; ok && hasData {
+				copy(bufView(b, n.Outputs[0].Meta).Data, n.Const.Data)
+			}
+		case trace.KindOp:
+			if _, alias := n.Op.(trace.Aliaser); alias || !hasData {
+				break
+			}
+			ins := make([]*tensor.Tensor, len(n.Inputs))
+			for j, t := range n.Inputs {
+				v, err := view(t)
+				if err != nil {
+					return nil, &NodeError{n, err}
+				}
+				ins[j] = v
+			}
+			outs := make([]*tensor.Tensor, len(n.Outputs))
+			for j, t := range n.Outputs {
+				v, err := view(t)
+				if err != nil {
+					return nil, &NodeError{n, err}
+				}
+				outs[j] = v
+			}
+			var ws []byte
+			if b := p.Plan.Workspace[i]; b != nil {
+				ws = mem[b.Offset : b.Offset+b.Bytes]
+			}
+			start := time.Now()
+			if err := cpu.Run(n, ins, outs, ws); err != nil {
+				return nil, &NodeError{n, err}
+			}
+			if opts != nil && opts.Observe != nil {
+				opts.Observe(i, n, time.Since(start))
+			}
+		}
+		if i < len(p.Plan.Order)-1 {
+			for _, b := range deaths[i] {
+				untrack(b)
+				delete(live, b)
+			}
+		}
+	}
+	results := map[string]*tensor.Tensor{}
+	for k, t := range p.Graph.Outputs {
+		res := tensor.New(t.Meta.DType, t.Meta.Shape)
+		if hasData {
+			v, err := view(t)
+			if err != nil {
+				return nil, err
+			}
+			copy(res.Data, v.Data)
+		} else {
+			res.Data = nil
+		}
+		results[p.Graph.OutputNames[k]] = res
+	}
+	return results, nil
+}

@@ -1,0 +1,3 @@
+module github.com/headroom-ml/headroom
+
+go 1.26

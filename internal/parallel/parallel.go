@@ -1,0 +1,148 @@
+// Package parallel provides a fixed pool of persistent worker goroutines that
+// CPU kernels share to split loops across threads.
+//
+// The pool has Threads() workers in total: the goroutine calling For takes part
+// in the work, so at most Threads()-1 pool goroutines are woken. Goroutines are
+// started once (lazily, on first use or when SetThreads grows the pool) and are
+// reused by every later call; no goroutine is created per call.
+//
+// The default thread count is runtime.GOMAXPROCS(0), overridden by the
+// environment variable HEADROOM_NUM_THREADS (a positive integer) at start-up,
+// and by SetThreads at any time.
+package parallel
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// EnvThreads is the environment variable read at start-up for the default
+// number of threads.
+const EnvThreads = "HEADROOM_NUM_THREADS"
+
+var (
+	threads atomic.Int64 // configured thread count, >= 1
+
+	// poolMu is held by the one For call that currently owns the workers. A
+	// For that cannot take it (a nested call from inside a worker, or a
+	// concurrent call from another goroutine) runs its loop inline on the
+	// calling goroutine instead of waiting, so nesting never deadlocks.
+	poolMu  sync.Mutex
+	workers []chan *job // guarded by poolMu
+	cur     job         // the job being run; guarded by poolMu
+)
+
+func init() {
+	n := runtime.GOMAXPROCS(0)
+	if s := os.Getenv(EnvThreads); s != "" {
+		if v, err := strconv.Atoi(s); err == nil && v > 0 {
+			n = v
+		}
+	}
+	threads.Store(int64(n))
+}
+
+// SetThreads sets the number of threads loops are split across (the caller
+// plus n-1 pool workers). n < 1 restores the default, runtime.GOMAXPROCS(0).
+// It returns the previous setting.
+func SetThreads(n int) int {
+	if n < 1 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	return int(threads.Swap(int64(n)))
+}
+
+// Threads reports the number of threads loops are split across.
+func Threads() int { return int(threads.Load()) }
+
+type job struct {
+	fn      func(lo, hi int)
+	n       int
+	chunk   int
+	nchunks int64
+	next    atomic.Int64
+	wg      sync.WaitGroup
+	pmu     sync.Mutex
+	panicV  any
+}
+
+// run takes chunks until none are left.
+func (j *job) run() {
+	defer func() {
+		if r := recover(); r != nil {
+			j.pmu.Lock()
+			if j.panicV == nil {
+				j.panicV = r
+			}
+			j.pmu.Unlock()
+			j.next.Store(j.nchunks) // stop handing out work
+		}
+	}()
+	for {
+		c := j.next.Add(1) - 1
+		if c >= j.nchunks {
+			return
+		}
+		lo := int(c) * j.chunk
+		j.fn(lo, min(lo+j.chunk, j.n))
+	}
+}
+
+func worker(ch chan *job) {
+	for j := range ch {
+		j.run()
+		j.wg.Done()
+	}
+}
+
+// For calls fn over disjoint ranges [lo, hi) that together cover [0, n), in
+// parallel on the worker pool, and returns when all calls have returned.
+// Ranges hold at least grain indices (except possibly the last); ranges are
+// handed out dynamically, so uneven work balances. fn must be safe to call
+// concurrently on different ranges. A For called while the pool is busy
+// (from inside fn, or from another goroutine) runs serially on the calling
+// goroutine. A panic in fn is re-raised in the caller after all workers have
+// stopped.
+func For(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	t := Threads()
+	if t <= 1 || n <= grain || !poolMu.TryLock() {
+		fn(0, n)
+		return
+	}
+	defer poolMu.Unlock()
+
+	// At most 8 ranges per thread for large n: enough to balance, few enough
+	// that handing them out costs nothing.
+	chunk := max(grain, (n+8*t-1)/(8*t))
+	nchunks := (n + chunk - 1) / chunk
+	nw := min(t-1, nchunks-1)
+	for len(workers) < nw {
+		ch := make(chan *job, 1)
+		workers = append(workers, ch)
+		go worker(ch)
+	}
+
+	j := &cur
+	j.fn, j.n, j.chunk, j.nchunks, j.panicV = fn, n, chunk, int64(nchunks), nil
+	j.next.Store(0)
+	j.wg.Add(nw)
+	for i := 0; i < nw; i++ {
+		workers[i] <- j
+	}
+	j.run()
+	j.wg.Wait()
+	j.fn = nil
+	if p := j.panicV; p != nil {
+		j.panicV = nil
+		panic(p)
+	}
+}

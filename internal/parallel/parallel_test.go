@@ -1,0 +1,80 @@
+package parallel
+
+import (
+	"sync/atomic"
+	"testing"
+)
+
+func TestForCoversRange(t *testing.T) {
+	defer SetThreads(SetThreads(4))
+	for _, n := range []int{0, 1, 2, 7, 100, 1000, 12345} {
+		for _, grain := range []int{0, 1, 3, 64, 5000} {
+			hits := make([]int32, n)
+			For(n, grain, func(lo, hi int) {
+				if lo >= hi {
+					t.Errorf("empty range %d..%d", lo, hi)
+				}
+				for i := lo; i < hi; i++ {
+					atomic.AddInt32(&hits[i], 1)
+				}
+			})
+			for i, h := range hits {
+				if h != 1 {
+					t.Fatalf("n=%d grain=%d: index %d visited %d times", n, grain, i, h)
+				}
+			}
+		}
+	}
+}
+
+func TestForNested(t *testing.T) {
+	defer SetThreads(SetThreads(3))
+	var total atomic.Int64
+	For(10, 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			For(100, 1, func(lo, hi int) { total.Add(int64(hi - lo)) })
+		}
+	})
+	if total.Load() != 1000 {
+		t.Fatalf("total %d, want 1000", total.Load())
+	}
+}
+
+func TestForPanic(t *testing.T) {
+	defer SetThreads(SetThreads(4))
+	defer func() {
+		if r := recover(); r != "boom" {
+			t.Fatalf("recovered %v, want boom", r)
+		}
+		// The pool must still work afterwards.
+		var c atomic.Int64
+		For(100, 1, func(lo, hi int) { c.Add(int64(hi - lo)) })
+		if c.Load() != 100 {
+			t.Fatalf("pool broken after panic")
+		}
+	}()
+	For(100, 1, func(lo, hi int) {
+		if lo <= 50 && 50 < hi {
+			panic("boom")
+		}
+	})
+}
+
+func TestSetThreads(t *testing.T) {
+	old := SetThreads(5)
+	defer SetThreads(old)
+	if Threads() != 5 {
+		t.Fatalf("Threads()=%d", Threads())
+	}
+	SetThreads(0)
+	if Threads() < 1 {
+		t.Fatalf("default threads %d", Threads())
+	}
+}
+
+func BenchmarkForOverhead(b *testing.B) {
+	var sink atomic.Int64
+	for b.Loop() {
+		For(Threads(), 1, func(lo, hi int) { sink.Add(1) })
+	}
+}

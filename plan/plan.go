@@ -1,0 +1,217 @@
+// Package plan turns a scheduled graph into a memory plan: the lifetime of
+// every buffer, its offset in one arena per step, and the exact peak. The
+// peak is known here, before anything runs; the executor's measured peak
+// must equal it.
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Align is the granularity of every buffer, PyTorch's allocator rounding
+// (512 bytes), so that planned bytes and allocator statistics agree.
+const Align = 512
+
+// Round rounds a request up to the allocation granularity (at least Align).
+func Round(n int64) int64 {
+	if n <= 0 {
+		return Align
+	}
+	return (n + Align - 1) / Align * Align
+}
+
+// Category of a planned buffer.
+const (
+	Activation = "activation"
+	Input      = "input"
+	Workspace  = "workspace"
+	Constant   = "constant"
+)
+
+// Buffer is one allocation inside the step's arena.
+type Buffer struct {
+	ID       int
+	Value    *trace.Tensor // nil for workspaces
+	Node     *trace.Node   // producer (or the node a workspace serves)
+	Bytes    int64         // requested bytes
+	Size     int64         // rounded size in the arena
+	Offset   int64
+	Start    int // first step the buffer is live (its producer's step)
+	End      int // last step it is read
+	Category string
+}
+
+// Plan is the memory plan of one step.
+type Plan struct {
+	Order   []*trace.Node
+	Step    map[*trace.Node]int // node -> position in Order
+	Buffers []*Buffer
+	// Of maps every value to the buffer holding it; aliases (reshape) map to
+	// their source's buffer. State values are absent: they live outside.
+	Of map[*trace.Tensor]*Buffer
+	// Workspace[i] is the scratch buffer of step i, or nil.
+	Workspace  []*Buffer
+	ArenaBytes int64 // size of the arena (max offset+size)
+	PeakBytes  int64 // max over steps of the sum of live buffer sizes
+	PeakStep   int
+	// LiveAt[i] is the sum of live buffer sizes during step i.
+	LiveAt []int64
+}
+
+// WorkspaceFunc reports the scratch bytes a node's kernel needs (0 if none).
+type WorkspaceFunc func(n *trace.Node) int64
+
+// Root follows aliases (reshapes) back to the value that owns the bytes.
+func Root(t *trace.Tensor) *trace.Tensor {
+	for t.Node.Kind == trace.KindOp {
+		a, ok := t.Node.Op.(trace.Aliaser)
+		if !ok {
+			break
+		}
+		t = t.Node.Inputs[a.AliasOf()]
+	}
+	return t
+}
+
+// Make plans order (from schedule.Order). Graph outputs stay live to the end.
+func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) {
+	p := &Plan{Order: order, Step: map[*trace.Node]int{}, Of: map[*trace.Tensor]*Buffer{}, Workspace: make([]*Buffer, len(order))}
+	for i, n := range order {
+		p.Step[n] = i
+	}
+	last := len(order) - 1
+	// Create buffers for values that own bytes.
+	for i, n := range order {
+		for _, out := range n.Outputs {
+			if Root(out) != out || n.Kind == trace.KindState {
+				continue
+			}
+			cat := Activation
+			switch n.Kind {
+			case trace.KindInput:
+				cat = Input
+			case trace.KindConst:
+				cat = Constant
+			}
+			b := &Buffer{ID: len(p.Buffers), Value: out, Node: n, Bytes: out.Meta.Bytes(), Size: Round(out.Meta.Bytes()), Start: i, End: i, Category: cat}
+			if n.Kind != trace.KindOp {
+				// Inputs and constants are staged before the first op runs.
+				b.Start = 0
+			}
+			p.Buffers = append(p.Buffers, b)
+			p.Of[out] = b
+		}
+		if ws != nil && n.Kind == trace.KindOp {
+			if w := ws(n); w > 0 {
+				b := &Buffer{ID: len(p.Buffers), Node: n, Bytes: w, Size: Round(w), Start: i, End: i, Category: Workspace}
+				p.Buffers = append(p.Buffers, b)
+				p.Workspace[i] = b
+			}
+		}
+	}
+	// Extend lifetimes to the last reader, through aliases.
+	for i, n := range order {
+		for _, in := range n.Inputs {
+			r := Root(in)
+			if b, ok := p.Of[r]; ok {
+				b.End = max(b.End, i)
+				p.Of[in] = b
+			}
+		}
+		for _, out := range n.Outputs {
+			if b, ok := p.Of[Root(out)]; ok {
+				p.Of[out] = b
+			}
+		}
+	}
+	for _, t := range g.Outputs {
+		b, ok := p.Of[Root(t)]
+		if !ok {
+			continue // an output that is a state needs no arena bytes
+		}
+		b.End = last
+		p.Of[t] = b
+	}
+	for _, b := range p.Buffers {
+		if b.End < b.Start {
+			return nil, fmt.Errorf("plan: buffer %d of %s ends before it starts", b.ID, b.Node.Label())
+		}
+	}
+	p.assignOffsets()
+	p.LiveAt = make([]int64, len(order))
+	for _, b := range p.Buffers {
+		for s := b.Start; s <= b.End; s++ {
+			p.LiveAt[s] += b.Size
+		}
+	}
+	for s, v := range p.LiveAt {
+		if v > p.PeakBytes {
+			p.PeakBytes, p.PeakStep = v, s
+		}
+	}
+	return p, nil
+}
+
+// assignOffsets places buffers greedily by size (largest first), each at the
+// lowest offset that does not overlap a placed buffer whose lifetime overlaps.
+func (p *Plan) assignOffsets() {
+	bufs := append([]*Buffer(nil), p.Buffers...)
+	sort.SliceStable(bufs, func(i, j int) bool {
+		if bufs[i].Size != bufs[j].Size {
+			return bufs[i].Size > bufs[j].Size
+		}
+		return bufs[i].Start < bufs[j].Start
+	})
+	var placed []*Buffer
+	for _, b := range bufs {
+		var conflicts []*Buffer
+		for _, o := range placed {
+			if o.Start <= b.End && b.Start <= o.End {
+				conflicts = append(conflicts, o)
+			}
+		}
+		sort.Slice(conflicts, func(i, j int) bool { return conflicts[i].Offset < conflicts[j].Offset })
+		off := int64(0)
+		best := int64(-1)
+		bestGap := int64(-1)
+		for _, o := range conflicts {
+			if o.Offset >= off+b.Size {
+				// A gap before o fits; prefer the tightest gap (best fit).
+				gap := o.Offset - off
+				if bestGap < 0 || gap < bestGap {
+					best, bestGap = off, gap
+				}
+			}
+			off = max(off, o.Offset+o.Size)
+		}
+		if best < 0 {
+			best = off
+		}
+		b.Offset = best
+		p.ArenaBytes = max(p.ArenaBytes, b.Offset+b.Size)
+		placed = append(placed, b)
+	}
+}
+
+// Overhead is the arena's packing overhead: arena size over the peak of live
+// bytes, minus one (0.03 means the arena is 3% larger than strictly needed).
+func (p *Plan) Overhead() float64 {
+	if p.PeakBytes == 0 {
+		return 0
+	}
+	return float64(p.ArenaBytes)/float64(p.PeakBytes) - 1
+}
+
+// ByCategory sums the sizes of the buffers live at step s by category.
+func (p *Plan) ByCategory(s int) map[string]int64 {
+	m := map[string]int64{}
+	for _, b := range p.Buffers {
+		if b.Start <= s && s <= b.End {
+			m[b.Category] += b.Size
+		}
+	}
+	return m
+}

@@ -1,0 +1,103 @@
+package tensor
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Shape is a list of dimension sizes, outermost first. A scalar has an empty
+// shape.
+type Shape []int
+
+// NumElements is the product of the dimensions (1 for a scalar).
+func (s Shape) NumElements() int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// Rank is the number of dimensions.
+func (s Shape) Rank() int { return len(s) }
+
+// Equal reports whether two shapes are identical.
+func (s Shape) Equal(o Shape) bool {
+	if len(s) != len(o) {
+		return false
+	}
+	for i := range s {
+		if s[i] != o[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Clone returns a copy that does not share memory with s.
+func (s Shape) Clone() Shape { return append(Shape(nil), s...) }
+
+// String formats like PyTorch's torch.Size: [2, 3, 4].
+func (s Shape) String() string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, d := range s {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(d))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// Strides returns contiguous (row-major) strides in elements.
+func (s Shape) Strides() []int {
+	st := make([]int, len(s))
+	acc := 1
+	for i := len(s) - 1; i >= 0; i-- {
+		st[i] = acc
+		acc *= s[i]
+	}
+	return st
+}
+
+// Axis resolves a possibly negative axis, as PyTorch's dim arguments.
+func (s Shape) Axis(a int) (int, error) {
+	r := len(s)
+	if a < 0 {
+		a += r
+	}
+	if a < 0 || a >= r && !(r == 0 && a == 0) {
+		return 0, fmt.Errorf("dimension out of range (expected to be in range of [%d, %d], but got %d)", -r, r-1, a)
+	}
+	return a, nil
+}
+
+// Broadcast returns the shape two operands broadcast to under NumPy/PyTorch
+// rules: align trailing dimensions; each pair must be equal or contain a 1.
+func Broadcast(a, b Shape) (Shape, error) {
+	n := max(len(a), len(b))
+	out := make(Shape, n)
+	for i := 0; i < n; i++ {
+		da, db := 1, 1
+		if j := len(a) - n + i; j >= 0 {
+			da = a[j]
+		}
+		if j := len(b) - n + i; j >= 0 {
+			db = b[j]
+		}
+		switch {
+		case da == db:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		case db == 1:
+			out[i] = da
+		default:
+			return nil, fmt.Errorf("shapes %v and %v are not broadcastable (dimension %d: %d vs %d)", a, b, i, da, db)
+		}
+	}
+	return out, nil
+}
