@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	blas "github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -10,7 +11,7 @@ func init() {
 	Floats[*op.MatMul](matmulKernel[float32], matmulKernel[float64])
 }
 
-// gemmFunc is C = op(A) op(B) (beta 0), row-major.
+// gemm computes C = op(A) op(B) (overwriting C), row-major.
 func gemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
 	switch a := any(a).(type) {
 	case []float32:
@@ -39,39 +40,10 @@ func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 	return nil
 }
 
-// naiveGemm is the reference product, used for float64 and until the fast
-// float32 kernel is wired in.
-func naiveGemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
-	for i := 0; i < m; i++ {
-		row := c[i*ldc : i*ldc+n]
-		for j := range row {
-			row[j] = 0
-		}
-		for p := 0; p < k; p++ {
-			var av T
-			if transA {
-				av = a[p*lda+i]
-			} else {
-				av = a[i*lda+p]
-			}
-			if transB {
-				for j := range row {
-					row[j] += av * b[j*ldb+p]
-				}
-			} else {
-				br := b[p*ldb : p*ldb+n]
-				for j := range row {
-					row[j] += av * br[j]
-				}
-			}
-		}
-	}
-}
-
 func sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	naiveGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	blas.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
 }
 
 func dgemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
-	naiveGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	blas.Dgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
 }

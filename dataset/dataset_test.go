@@ -309,6 +309,22 @@ func TestLocate(t *testing.T) {
 			t.Error("Open: want error")
 		}
 	})
+	t.Run("no system dir", func(t *testing.T) {
+		fsys, source, full, err := locate("", filepath.Join(t.TempDir(), "absent"))
+		if err != nil || source != Embedded || full {
+			t.Fatalf("locate = %q, %v, %v; want the embedded subset", source, full, err)
+		}
+		if _, err := Load(fsys, source, Test); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("system dir incomplete", func(t *testing.T) {
+		dir := t.TempDir()
+		_, _, _, err := locate("", dir)
+		if err == nil || !strings.Contains(err.Error(), dir) || strings.Contains(err.Error(), EnvDir) {
+			t.Errorf("err = %v, want one naming %s and not $%s", err, dir, EnvDir)
+		}
+	})
 	t.Run("default", func(t *testing.T) {
 		t.Setenv(EnvDir, "")
 		_, source, full, err := Locate()

@@ -51,18 +51,23 @@ func Subset() fs.FS {
 // lacks some of the files is an error, not a reason to fall back quietly to
 // a thirtieth of the data.
 func Locate() (fsys fs.FS, source string, full bool, err error) {
-	dir := os.Getenv(EnvDir)
-	fromEnv := dir != ""
-	if !fromEnv {
-		if _, err := os.Stat(SystemDir); err != nil {
+	return locate(os.Getenv(EnvDir), SystemDir)
+}
+
+// locate is Locate with its inputs explicit, so that tests can take every
+// branch whatever is installed on the machine.
+func locate(envDir, systemDir string) (fsys fs.FS, source string, full bool, err error) {
+	dir := envDir
+	if dir == "" {
+		if _, err := os.Stat(systemDir); err != nil {
 			return Subset(), Embedded, false, nil
 		}
-		dir = SystemDir
+		dir = systemDir
 	}
 	fsys = os.DirFS(dir)
-	for _, prefix := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
-		if _, err := find(fsys, dir, prefix); err != nil {
-			if fromEnv {
+	for _, base := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
+		if _, err := find(fsys, dir, base); err != nil {
+			if envDir != "" {
 				err = fmt.Errorf("%w (from $%s)", err, EnvDir)
 			}
 			return nil, "", false, err

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // header builds an IDX header for type code t and the given dims.
@@ -319,3 +320,53 @@ func TestTypeString(t *testing.T) {
 		}
 	}
 }
+
+// Data larger than the first read buffer grows it step by step when the size
+// is not known in advance; the result must be the same.
+func TestDecodeLargeStream(t *testing.T) {
+	data := make([]byte, 3<<20+5)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	in := cat(header(0x08, uint32(len(data))), data)
+	for name, r := range map[string]io.Reader{
+		"stream": streamOnly{bytes.NewReader(in)},
+		"gzip":   bytes.NewReader(gz(t, in)),
+	} {
+		f, err := Decode(r, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(f.Data, data) {
+			t.Errorf("%s: data differs", name)
+		}
+	}
+}
+
+// An I/O failure is reported as such (wrapped, with the file and offset),
+// not as a truncation.
+func TestDecodeIOError(t *testing.T) {
+	boom := errors.New("disk on fire")
+	valid := cat(header(0x08, 4), []byte{1, 2, 3, 4})
+	for _, cut := range []int{2, 6, 10} { // in the magic, the dims, the data
+		for _, stream := range []bool{false, true} {
+			var r io.Reader = io.MultiReader(bytes.NewReader(valid[:cut]), iotest.ErrReader(boom))
+			if !stream {
+				r = &lenReader{r, len(valid)}
+			}
+			_, err := Decode(r, "flaky")
+			var fe *FormatError
+			if !errors.Is(err, boom) || !errors.As(err, &fe) || fe.File != "flaky" || fe.Offset != int64(cut) || strings.Contains(err.Error(), "truncated") {
+				t.Errorf("cut %d stream %v: err = %v, want wrapped I/O error at offset %d", cut, stream, err, cut)
+			}
+		}
+	}
+}
+
+// lenReader claims a size, as a file would, to take Decode's known-size path.
+type lenReader struct {
+	io.Reader
+	n int
+}
+
+func (l *lenReader) Len() int { return l.n }

@@ -118,7 +118,7 @@ func (o *Adam) Step(params []Param) error {
 	b2, omb2 := float32(c.Beta2), float32(1-c.Beta2)
 	eps := float32(c.Eps)
 	wd := float32(c.WeightDecay)
-	decay := float32(1 - c.LR*c.WeightDecay)
+	decay := float32(1 - float64(c.LR*c.WeightDecay)) // float64(): Python does not fuse
 	for _, p := range params {
 		if p.Grad == nil {
 			continue

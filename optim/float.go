@@ -9,29 +9,27 @@ import (
 // fma32 is a*b+c rounded once to float32, as the fused multiply-add that
 // PyTorch's AVX2 CPU kernels use for add(x, y, alpha=a) and friends.
 //
-// a*b is exact in float64, so only the sum rounds there; rounding it to odd
-// (rather than to nearest) before the final rounding to float32 makes the
-// double rounding harmless, so the result equals a true fmaf.
+// a*b is exact in float64, so only the sum s rounds there. Rounding s to
+// nearest and then to float32 could round twice the wrong way (when s lands
+// on a float32 tie the exact sum was not on); rounding s to odd instead
+// makes the final rounding exact. The body is kept within the inlining
+// budget: this is the inner loop of every update.
 func fma32(a, b, c float32) float32 {
 	p := float64(a) * float64(b)
 	s := p + float64(c)
-	// TwoSum: e is the exact rounding error of s.
-	bv := s - p
-	e := (p - (s - bv)) + (float64(c) - bv)
-	// A NaN or infinite e means infinite inputs; leave s alone then.
-	if e != 0 && !math.IsNaN(e) && !math.IsInf(e, 0) {
-		if u := math.Float64bits(s); u&1 == 0 {
-			// s is even and inexact: move to the odd neighbour on the side
-			// of the exact value, which is round-to-odd.
-			if (e > 0) == (s > 0) {
-				u++
-			} else {
-				u--
-			}
-			s = math.Float64frombits(u)
-		}
+	// TwoSum: e is the exact rounding error of s. It is NaN, and fails
+	// both comparisons below, only for infinite inputs; it cannot be
+	// infinite, since a product of float32s cannot overflow float64.
+	t := s - p
+	e := (p - (s - t)) + (float64(c) - t)
+	u := math.Float64bits(s)
+	if e > 0 || e < 0 {
+		// Inexact: truncate toward zero, which is one ulp down in
+		// magnitude when e points toward zero (their signs differ), and
+		// set the last bit. That is rounding to odd.
+		u = (u - (math.Float64bits(e)^u)>>63) | 1
 	}
-	return float32(s)
+	return float32(math.Float64frombits(u))
 }
 
 // powInt is b**n correctly rounded (barring exact ties), computed in
@@ -39,6 +37,9 @@ func fma32(a, b, c float32) float32 {
 // corrections as beta**step in Python floats; math.Pow is off by an ulp in
 // about half of such cases, glibc's pow (Python's) in a few near-ties only.
 func powInt(b float64, n int64) float64 {
+	if n < 0 {
+		return 1 / powInt(b, -n)
+	}
 	rh, rl := 1.0, 0.0
 	xh, xl := b, 0.0
 	for n > 0 {
@@ -53,6 +54,9 @@ func powInt(b float64, n int64) float64 {
 
 func ddMul(ah, al, bh, bl float64) (float64, float64) {
 	p := ah * bh
+	if math.IsInf(p, 0) {
+		return p, 0 // the error terms would be NaN
+	}
 	e := math.FMA(ah, bh, -p) + (ah*bl + al*bh)
 	s := p + e
 	return s, e - (s - p)

@@ -50,8 +50,9 @@ type Optimizer interface {
 	State() map[string]map[string][]float32
 }
 
-// AllocFunc returns n zeroed float32s for state buffer buffer (for example
-// "exp_avg") of parameter param. The engine supplies one that places state
+// AllocFunc returns n float32s for state buffer buffer (for example
+// "exp_avg") of parameter param. They need not be zeroed (a caching
+// allocator hands back used blocks); the optimizer clears them. The engine supplies one that places state
 // in device memory under the category "optimizer state", and its error (an
 // out-of-memory, say) comes back from Step; nil means make.
 type AllocFunc func(param, buffer string, n int) ([]float32, error)
@@ -109,5 +110,17 @@ func alloc(f AllocFunc, param, buffer string, n int) ([]float32, error) {
 	if len(b) != n {
 		return nil, fmt.Errorf("optim: allocating %s of %q: got %d elements, want %d", buffer, param, len(b), n)
 	}
+	// State starts at zero, as PyTorch's zeros_like; reused device memory
+	// would otherwise seed the moments with garbage.
+	clear(b)
 	return b, nil
 }
+
+var (
+	_ Optimizer = (*SGD)(nil)
+	_ Optimizer = (*Adam)(nil)
+	_ chainable = (*StepLR)(nil)
+	_ chainable = (*LinearLR)(nil)
+	_ chainable = (*CosineAnnealingLR)(nil)
+	_ Scheduler = (*SequentialLR)(nil)
+)

@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/headroom-ml/headroom/tensor"
@@ -272,7 +274,12 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		if !ok {
 			return ferr("", at(dec.InputOffset()), ErrHeader, "header object key is not a string")
 		}
-		entryOff := at(dec.InputOffset())
+		// Point errors about this entry at its value, past the ':'.
+		valOff := dec.InputOffset()
+		for valOff < int64(len(hdr)) && bytes.IndexByte([]byte(" \t\r\n:"), hdr[valOff]) >= 0 {
+			valOff++
+		}
+		entryOff := at(valOff)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return syntax(err)
@@ -313,13 +320,13 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 	// nothing after the last one. Overlaps would let two tensors alias and
 	// gaps usually mean offsets were computed wrongly by the writer.
 	slices.SortStableFunc(f.infos, func(a, b TensorInfo) int {
-		if a.Begin != b.Begin {
-			return cmpInt64(a.Begin, b.Begin)
+		if c := cmp.Compare(a.Begin, b.Begin); c != 0 {
+			return c
 		}
-		if a.End != b.End {
-			return cmpInt64(a.End, b.End)
+		if c := cmp.Compare(a.End, b.End); c != 0 {
+			return c
 		}
-		return cmpString(a.Name, b.Name)
+		return strings.Compare(a.Name, b.Name)
 	})
 	var end int64
 	prev := ""
@@ -337,26 +344,6 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		return ferr("", f.DataOffset+end, ErrOffsets, "data bytes [%d, %d) after the last tensor belong to no tensor", end, bufLen)
 	}
 	return nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func parseMetadata(raw json.RawMessage) (map[string]string, error) {
@@ -439,8 +426,8 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 			continue
 		}
 		hi, lo := bits.Mul64(elems, d)
-		if hi != 0 || lo > math.MaxInt64 {
-			return bad(ErrShape, "shape %s has more than 2^63 elements", clip(rawShape))
+		if hi != 0 || lo > math.MaxInt {
+			return bad(ErrShape, "shape %s has more elements than fit in an int", clip(rawShape))
 		}
 		elems = lo
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/headroom-ml/headroom/tensor"
@@ -75,7 +76,10 @@ func Write(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]s
 	if err != nil {
 		return err
 	}
-	return writeTo(w, hdr, order)
+	if err := writeTo(w, hdr, order); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	return nil
 }
 
 func writeTo(w io.Writer, hdr []byte, order []*tensor.Tensor) error {
@@ -122,8 +126,8 @@ func prepare(file string, tensors map[string]*tensor.Tensor, metadata map[string
 				return nil, nil, bad(name, ErrShape, "shape %v has a negative dimension", t.Shape)
 			}
 			hi, lo := bits.Mul64(elems, uint64(d))
-			if hi != 0 || lo > math.MaxInt64 {
-				return nil, nil, bad(name, ErrShape, "shape %v has more than 2^63 elements", t.Shape)
+			if hi != 0 || lo > math.MaxInt {
+				return nil, nil, bad(name, ErrShape, "shape %v has more elements than fit in an int", t.Shape)
 			}
 			elems = lo
 		}
@@ -144,7 +148,7 @@ func prepare(file string, tensors map[string]*tensor.Tensor, metadata map[string
 		if ra != rb {
 			return rb - ra // descending alignment
 		}
-		return cmpString(a, b)
+		return strings.Compare(a, b)
 	})
 
 	keys := make([]string, 0, len(metadata))

@@ -3,11 +3,14 @@ package tensor
 import "math"
 
 // Float32ToBFloat16 converts with round-to-nearest-even, as PyTorch does.
-// NaNs stay NaN (quiet) instead of rounding into infinity.
+// Every NaN becomes the canonical quiet NaN 0x7fc0, as in c10::BFloat16's
+// scalar conversion: rounding would turn NaNs with a small payload into
+// infinity. (PyTorch's vectorized CPU kernel writes 0xffff instead and CUDA
+// 0x7fff; only NaN-ness is common to all three.)
 func Float32ToBFloat16(f float32) uint16 {
 	b := math.Float32bits(f)
 	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x40
+		return 0x7fc0
 	}
 	// Add 0x7fff plus the lowest kept bit: ties go to even.
 	b += 0x7fff + (b>>16)&1
@@ -62,14 +65,18 @@ func Float32ToFloat16(f float32) uint16 {
 	return sign | uint16(h)
 }
 
-// Float16ToFloat32 is exact.
+// Float16ToFloat32 is exact. NaNs keep their sign and payload and come out
+// quiet (signalling NaNs get the quiet bit), as PyTorch's conversions and
+// the x86 F16C instruction do.
 func Float16ToFloat32(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
 	exp := uint32(h>>10) & 0x1f
 	man := uint32(h & 0x3ff)
 	switch {
+	case exp == 0x1f && man != 0:
+		return math.Float32frombits(sign | 0x7fc00000 | man<<13)
 	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+		return math.Float32frombits(sign | 0x7f800000)
 	case exp == 0:
 		if man == 0 {
 			return math.Float32frombits(sign)

@@ -63,16 +63,18 @@ func (s Shape) Strides() []int {
 	return st
 }
 
-// Axis resolves a possibly negative axis, as PyTorch's dim arguments.
+// Axis resolves a possibly negative axis, as PyTorch's dim arguments. A
+// scalar accepts -1 and 0 (PyTorch wraps scalars as if they had one axis).
 func (s Shape) Axis(a int) (int, error) {
-	r := len(s)
-	if a < 0 {
-		a += r
+	r := max(len(s), 1)
+	b := a
+	if b < 0 {
+		b += r
 	}
-	if a < 0 || a >= r && !(r == 0 && a == 0) {
+	if b < 0 || b >= r {
 		return 0, fmt.Errorf("dimension out of range (expected to be in range of [%d, %d], but got %d)", -r, r-1, a)
 	}
-	return a, nil
+	return b, nil
 }
 
 // Broadcast returns the shape two operands broadcast to under NumPy/PyTorch

@@ -1,6 +1,10 @@
 package parallel
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -76,5 +80,21 @@ func BenchmarkForOverhead(b *testing.B) {
 	var sink atomic.Int64
 	for b.Loop() {
 		For(Threads(), 1, func(lo, hi int) { sink.Add(1) })
+	}
+}
+
+func TestEnvThreads(t *testing.T) {
+	if os.Getenv("HEADROOM_PARALLEL_CHILD") == "1" {
+		fmt.Printf("threads=%d\n", Threads())
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvThreads$")
+	cmd.Env = append(os.Environ(), "HEADROOM_PARALLEL_CHILD=1", EnvThreads+"=7")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "threads=7\n") {
+		t.Fatalf("child output %q, want threads=7", out)
 	}
 }

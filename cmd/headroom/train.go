@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/headroom-ml/headroom/dataset"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/safetensors"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+type trainFlags struct {
+	model     string
+	epochs    int
+	batch     int
+	lr        float64
+	optimizer string
+	device    string
+	threads   int
+	seed      int64
+	save      string
+	data      string
+	limit     int
+}
+
+func cmdTrain(ctx context.Context, args []string) error {
+	var f trainFlags
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: headroom train [flags]
+
+Trains a model on Fashion-MNIST and reports test accuracy. The data comes from
+$HEADROOM_FASHION_MNIST, else /usr/share/datasets/fashion-mnist (Debian package
+dataset-fashion-mnist), else the 2000/500-image subset built into the binary.
+Before the first step it prints the memory plan of a step.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.model, "model", "cnn", "model: cnn (2 conv layers) or mlp (784-256-10)")
+	fs.IntVar(&f.epochs, "epochs", 1, "number of passes over the training set")
+	fs.IntVar(&f.batch, "batch-size", 64, "samples per step (the last batch of an epoch may be shorter)")
+	fs.Float64Var(&f.lr, "lr", 1e-3, "learning rate")
+	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam, adamw or sgd (momentum 0.9)")
+	fs.StringVar(&f.device, "device", "cpu", "device: cpu, cpu:mem=SIZE (a capacity, e.g. 512MiB) or meta (plan only)")
+	fs.IntVar(&f.threads, "threads", 0, "worker threads for kernels (default $HEADROOM_NUM_THREADS or all cores)")
+	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
+	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
+	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above)")
+	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("train: unexpected argument %q", fs.Arg(0))
+	}
+	if f.batch <= 0 || f.epochs <= 0 {
+		return fmt.Errorf("train: --batch-size and --epochs must be positive")
+	}
+	if f.threads > 0 {
+		parallel.SetThreads(f.threads)
+	}
+	return trainFashion(ctx, f, os.Stdout, os.Stderr)
+}
+
+func buildFashionModel(name string, s *nn.Store) (train.Model, error) {
+	switch name {
+	case "cnn":
+		return zoo.NewFashionCNN(s.Root()), nil
+	case "mlp":
+		return zoo.NewMLP(s.Root(), 784, 256, 10), nil
+	}
+	return nil, fmt.Errorf("unknown model %q (valid: cnn, mlp)", name)
+}
+
+func newOptimizer(name string, lr float64) (optim.Optimizer, error) {
+	switch name {
+	case "adam":
+		c := optim.AdamDefaults()
+		c.LR = lr
+		return optim.NewAdam(c)
+	case "adamw":
+		c := optim.AdamWDefaults()
+		c.LR = lr
+		return optim.NewAdamW(c)
+	case "sgd":
+		return optim.NewSGD(optim.SGDConfig{LR: lr, Momentum: 0.9})
+	}
+	return nil, fmt.Errorf("unknown optimizer %q (valid: adam, adamw, sgd)", name)
+}
+
+func crossEntropy(out, y *trace.Tensor) *trace.Tensor {
+	return op.CrossEntropy(out, y, op.DefaultCrossEntropyOpts())
+}
+
+func loadFashion(dir string) (trainSet, testSet *dataset.Dataset, source string, err error) {
+	if dir == "" {
+		return dataset.Open()
+	}
+	if trainSet, err = dataset.FashionMNIST(dir, dataset.Train); err != nil {
+		return nil, nil, "", err
+	}
+	if testSet, err = dataset.FashionMNIST(dir, dataset.Test); err != nil {
+		return nil, nil, "", err
+	}
+	return trainSet, testSet, dir, nil
+}
+
+func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
+	trainSet, testSet, source, err := loadFashion(f.data)
+	if err != nil {
+		return err
+	}
+	n := trainSet.Len()
+	if f.limit > 0 && f.limit < n {
+		n = f.limit
+	}
+	fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", source, n, testSet.Len())
+	dev, err := device.New(f.device)
+	if err != nil {
+		return err
+	}
+	store := nn.NewStore()
+	model, err := buildFashionModel(f.model, store)
+	if err != nil {
+		return err
+	}
+	if err := store.Materialize(dev, f.seed); err != nil {
+		return err
+	}
+	defer store.Release()
+	opt, err := newOptimizer(f.optimizer, f.lr)
+	if err != nil {
+		return err
+	}
+	tr, err := train.New(dev, store, model, crossEntropy, opt)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; device %v; %d threads\n",
+		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, dev, parallel.Threads())
+
+	xMeta := trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{f.batch, 1, dataset.Rows, dataset.Cols}}
+	yMeta := trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{f.batch}}
+	mp, err := tr.Plan(xMeta, yMeta)
+	if err != nil {
+		return err
+	}
+	mp.Print(out)
+
+	save := func(why string) {
+		if f.save == "" {
+			return
+		}
+		if err := safetensors.WriteFile(f.save, store.StateDict(), map[string]string{"format": "pt", "model": f.model}); err != nil {
+			fmt.Fprintf(log, "headroom: saving %s: %v\n", f.save, err)
+			return
+		}
+		fmt.Fprintf(out, "saved weights to %s (%s)\n", f.save, why)
+	}
+
+	sampler := dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}
+	steps := sampler.NumBatches()
+	for epoch := 0; epoch < f.epochs; epoch++ {
+		start := time.Now()
+		var sum float64
+		var count int
+		step := 0
+		for idx := range sampler.Epoch(epoch) {
+			if err := ctx.Err(); err != nil {
+				save("interrupted")
+				return fmt.Errorf("interrupted in epoch %d at step %d/%d", epoch+1, step, steps)
+			}
+			x, y, err := trainSet.Tensors(idx, dataset.TrainMean, dataset.TrainStd)
+			if err != nil {
+				return err
+			}
+			loss, err := tr.Step(ctx, x, y)
+			if err != nil {
+				var nf *train.NonFiniteError
+				if errors.As(err, &nf) {
+					return fmt.Errorf("epoch %d step %d: %w", epoch+1, step+1, err)
+				}
+				return err
+			}
+			sum += loss * float64(len(idx))
+			count += len(idx)
+			step++
+			if step%50 == 0 || step == steps {
+				el := time.Since(start)
+				eta := time.Duration(float64(el) / float64(step) * float64(steps-step))
+				fmt.Fprintf(log, "\repoch %d  step %4d/%d  loss %.4f  %6.0f img/s  eta %v   ", epoch+1, step, steps, sum/float64(count), float64(count)/el.Seconds(), eta.Round(time.Second))
+			}
+		}
+		fmt.Fprintln(log)
+		trainPeak := dev.Alloc.Stats().AllocatedBytes.Peak
+		acc, err := accuracy(ctx, tr, testSet, 500)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "epoch %d: train loss %.4f, test accuracy %.2f%% (%d images), %.1fs, training peak allocated %s\n",
+			epoch+1, sum/float64(count), 100*acc, testSet.Len(), time.Since(start).Seconds(), device.FormatBytes(trainPeak))
+		dev.Alloc.ResetPeak()
+	}
+	save("end of training")
+	return nil
+}
+
+func accuracy(ctx context.Context, tr *train.Trainer, ds *dataset.Dataset, batch int) (float64, error) {
+	correct := 0
+	idx := make([]int, 0, batch)
+	for start := 0; start < ds.Len(); start += batch {
+		idx = idx[:0]
+		for i := start; i < min(start+batch, ds.Len()); i++ {
+			idx = append(idx, i)
+		}
+		x, y, err := ds.Tensors(idx, dataset.TrainMean, dataset.TrainStd)
+		if err != nil {
+			return 0, err
+		}
+		logits, err := tr.Predict(ctx, x)
+		if err != nil {
+			return 0, err
+		}
+		if logits.Data == nil {
+			return 0, nil // meta device: nothing to score
+		}
+		l := logits.F32()
+		c := logits.Shape[1]
+		for i, want := range y.I64() {
+			best := 0
+			for j := 1; j < c; j++ {
+				if l[i*c+j] > l[i*c+best] {
+					best = j
+				}
+			}
+			if int64(best) == want {
+				correct++
+			}
+		}
+	}
+	return float64(correct) / float64(ds.Len()), nil
+}

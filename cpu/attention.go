@@ -1,0 +1,242 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+func init() {
+	Floats[*op.AttentionOp](attentionKernel[float32], attentionKernel[float64])
+	Floats[*op.AttentionBackward](attentionBackwardKernel[float32], attentionBackwardKernel[float64])
+	RegisterWorkspace[*op.AttentionOp](attentionWorkspace)
+	RegisterWorkspace[*op.AttentionBackward](attentionBackwardWorkspace)
+}
+
+const (
+	// attnRowBlock is how many query rows are processed together: the
+	// score block is attnRowBlock x S, never T x S.
+	attnRowBlock = 64
+	// attnSlots is the number of work slots, each with its own scratch, that
+	// run in parallel. It is a constant so that the workspace is a function
+	// of the shapes alone (the meta device plans the same bytes).
+	attnSlots = 16
+)
+
+// attnGeom is the geometry of one attention node.
+type attnGeom struct {
+	bh, t, s, d, dv int
+	br, nrb         int // rows per block, row blocks per head
+}
+
+func newAttnGeom(q, k, v tensor.Shape) (attnGeom, error) {
+	batch, t, s, d, dv, err := op.AttentionDims(q, k, v)
+	if err != nil {
+		return attnGeom{}, err
+	}
+	g := attnGeom{bh: batch.NumElements(), t: t, s: s, d: d, dv: dv, br: max(1, min(attnRowBlock, t))}
+	g.nrb = (t + g.br - 1) / g.br
+	return g, nil
+}
+
+// Forward: one unit per (head, row block); a slot holds one score block.
+func (g attnGeom) fwdUnits() int     { return g.bh * g.nrb }
+func (g attnGeom) fwdSlots() int     { return min(g.fwdUnits(), attnSlots) }
+func (g attnGeom) fwdSlotElems() int { return g.br * g.s }
+
+// Backward: one unit per head (its row blocks accumulate into dk and dv); a
+// slot holds P and dS blocks and the dk, dv partial products.
+func (g attnGeom) bwdSlots() int     { return min(g.bh, attnSlots) }
+func (g attnGeom) bwdSlotElems() int { return 2*g.br*g.s + g.s*(g.d+g.dv) }
+
+func attentionWorkspace(n *trace.Node) int64 {
+	in := n.Inputs
+	g, err := newAttnGeom(in[0].Shape(), in[1].Shape(), in[2].Shape())
+	if err != nil {
+		return 0
+	}
+	return int64(g.fwdSlots()) * int64(g.fwdSlotElems()) * int64(in[0].DType().Size())
+}
+
+func attentionBackwardWorkspace(n *trace.Node) int64 {
+	in := n.Inputs
+	g, err := newAttnGeom(in[1].Shape(), in[2].Shape(), in[3].Shape())
+	if err != nil {
+		return 0
+	}
+	return int64(g.bwdSlots()) * int64(g.bwdSlotElems()) * int64(in[1].DType().Size())
+}
+
+// attnScratch views the workspace as n elements of T.
+func attnScratch[T Float](ws []byte, n int) ([]T, error) {
+	var z T
+	if need := n * int(unsafe.Sizeof(z)); len(ws) < need {
+		return nil, fmt.Errorf("workspace of %d bytes, need %d", len(ws), need)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&ws[0])), n), nil
+}
+
+// attnForSlots runs units 0..units-1 over slots in parallel; slot s runs
+// units s, s+slots, ... so that each slot's scratch has one user at a time
+// and causal heads' uneven row blocks interleave.
+func attnForSlots(slots, units int, f func(slot, unit int)) {
+	parallel.For(slots, 1, func(lo, hi int) {
+		for s := lo; s < hi; s++ {
+			for u := s; u < units; u += slots {
+				f(s, u)
+			}
+		}
+	})
+}
+
+// attnCols is the number of key columns row block [i0, i1) reads: all of
+// them, or with a causal mask those up to the last row's diagonal.
+func (g attnGeom) attnCols(causal bool, i1 int) int {
+	if causal {
+		return min(g.s, i1)
+	}
+	return g.s
+}
+
+func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.AttentionOp)
+	g, err := newAttnGeom(in[0].Shape, in[1].Shape, in[2].Shape)
+	if err != nil {
+		return err
+	}
+	if g.t == 0 || g.bh == 0 {
+		return nil
+	}
+	q, k, v := slice[T](in[0]), slice[T](in[1]), slice[T](in[2])
+	y, lse := slice[T](out[0]), slice[T](out[1])
+	per := g.fwdSlotElems()
+	scratch, err := attnScratch[T](ws, g.fwdSlots()*per)
+	if err != nil {
+		return err
+	}
+	scale := o.Scale
+	attnForSlots(g.fwdSlots(), g.fwdUnits(), func(slot, u int) {
+		b, rb := u/g.nrb, u%g.nrb
+		i0 := rb * g.br
+		i1 := min(g.t, i0+g.br)
+		rows := i1 - i0
+		cols := g.attnCols(o.Causal, i1)
+		qb := q[(b*g.t+i0)*g.d:]
+		kb, vb := k[b*g.s*g.d:], v[b*g.s*g.dv:]
+		sc := scratch[slot*per : slot*per+rows*cols]
+		gemm(false, true, rows, cols, g.d, qb, g.d, kb, g.d, sc, cols)
+		for r := 0; r < rows; r++ {
+			row := sc[r*cols : (r+1)*cols]
+			lim := cols
+			if o.Causal {
+				lim = min(cols, i0+r+1)
+			}
+			m := math.Inf(-1)
+			for _, x := range row[:lim] {
+				if f := float64(x) * scale; f > m {
+					m = f
+				}
+			}
+			var sum float64
+			for j, x := range row[:lim] {
+				e := math.Exp(float64(x)*scale - m)
+				row[j] = T(e)
+				sum += e
+			}
+			inv := 1 / sum
+			for j := range row[:lim] {
+				row[j] = T(float64(row[j]) * inv)
+			}
+			clear(row[lim:])
+			lse[b*g.t+i0+r] = T(m + math.Log(sum))
+		}
+		gemm(false, false, rows, g.dv, cols, sc, cols, vb, g.dv, y[(b*g.t+i0)*g.dv:], g.dv)
+	})
+	return nil
+}
+
+func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.AttentionBackward)
+	g, err := newAttnGeom(in[1].Shape, in[2].Shape, in[3].Shape)
+	if err != nil {
+		return err
+	}
+	if g.bh == 0 {
+		return nil
+	}
+	gy, q, k, v := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](in[3])
+	y, lse := slice[T](in[4]), slice[T](in[5])
+	dq, dk, dv := slice[T](out[0]), slice[T](out[1]), slice[T](out[2])
+	per := g.bwdSlotElems()
+	scratch, err := attnScratch[T](ws, g.bwdSlots()*per)
+	if err != nil {
+		return err
+	}
+	scale := o.Scale
+	attnForSlots(g.bwdSlots(), g.bh, func(slot, b int) {
+		sl := scratch[slot*per : (slot+1)*per]
+		pBuf, dsBuf := sl[:g.br*g.s], sl[g.br*g.s:2*g.br*g.s]
+		tmpK := sl[2*g.br*g.s : 2*g.br*g.s+g.s*g.d]
+		tmpV := sl[2*g.br*g.s+g.s*g.d:]
+		qh, kh, vh := q[b*g.t*g.d:], k[b*g.s*g.d:], v[b*g.s*g.dv:]
+		dqh := dq[b*g.t*g.d : (b+1)*g.t*g.d]
+		dkh, dvh := dk[b*g.s*g.d:(b+1)*g.s*g.d], dv[b*g.s*g.dv:(b+1)*g.s*g.dv]
+		clear(dkh)
+		clear(dvh)
+		for i0 := 0; i0 < g.t; i0 += g.br {
+			i1 := min(g.t, i0+g.br)
+			rows := i1 - i0
+			cols := g.attnCols(o.Causal, i1)
+			p, ds := pBuf[:rows*cols], dsBuf[:rows*cols]
+			gyb := gy[(b*g.t+i0)*g.dv:]
+			// P = exp(q k^T * scale - lse), recomputed.
+			gemm(false, true, rows, cols, g.d, qh[i0*g.d:], g.d, kh, g.d, p, cols)
+			// dP = dO v^T.
+			gemm(false, true, rows, cols, g.dv, gyb, g.dv, vh, g.dv, ds, cols)
+			for r := 0; r < rows; r++ {
+				i := i0 + r
+				lim := cols
+				if o.Causal {
+					lim = min(cols, i+1)
+				}
+				l := float64(lse[b*g.t+i])
+				// D_i = rowsum(dO * O).
+				var di float64
+				gr, yr := gyb[r*g.dv:(r+1)*g.dv], y[(b*g.t+i)*g.dv:(b*g.t+i+1)*g.dv]
+				for c, x := range gr {
+					di += float64(x) * float64(yr[c])
+				}
+				pr, dr := p[r*cols:(r+1)*cols], ds[r*cols:(r+1)*cols]
+				for j := 0; j < lim; j++ {
+					pj := math.Exp(float64(pr[j])*scale - l)
+					pr[j] = T(pj)
+					// dS, with the scale of the scores folded in.
+					dr[j] = T(pj * (float64(dr[j]) - di) * scale)
+				}
+				clear(pr[lim:])
+				clear(dr[lim:])
+			}
+			// dv += P^T dO.
+			gemm(true, false, cols, g.dv, rows, p, cols, gyb, g.dv, tmpV, g.dv)
+			for j, x := range tmpV[:cols*g.dv] {
+				dvh[j] += x
+			}
+			// dq = dS k (rows of this block only).
+			gemm(false, false, rows, g.d, cols, ds, cols, kh, g.d, dqh[i0*g.d:], g.d)
+			// dk += dS^T q.
+			gemm(true, false, cols, g.d, rows, ds, cols, qh[i0*g.d:], g.d, tmpK, g.d)
+			for j, x := range tmpK[:cols*g.d] {
+				dkh[j] += x
+			}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,264 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+func init() {
+	Floats[*op.CrossEntropyOp](crossEntropyKernel[float32], crossEntropyKernel[float64])
+	Floats[*op.CrossEntropyBackward](crossEntropyBackwardKernel[float32], crossEntropyBackwardKernel[float64])
+	Floats[*op.PointwiseLoss](pointwiseLossKernel[float32], pointwiseLossKernel[float64])
+	Floats[*op.PointwiseLossBackward](pointwiseLossBackwardKernel[float32], pointwiseLossBackwardKernel[float64])
+}
+
+// lossBlock is the number of elements summed per partial sum. Reductions add
+// fixed blocks in parallel and then the partials in order, so the result does
+// not depend on the thread count.
+const lossBlock = 1024
+
+// lossSum returns the sum over [0, n) of f's block sums, in float64.
+func lossSum(n int, f func(lo, hi int) float64) float64 {
+	nb := (n + lossBlock - 1) / lossBlock
+	if nb <= 1 {
+		return f(0, n)
+	}
+	partial := make([]float64, nb) // one float per block, not per element
+	parallel.For(nb, 1, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			partial[b] = f(b*lossBlock, min((b+1)*lossBlock, n))
+		}
+	})
+	var s float64
+	for _, v := range partial {
+		s += v
+	}
+	return s
+}
+
+// ceLayout is logits [N, C, d...] (or [C]) seen as outer x C x inner; a
+// position (one target) is (o, j), numbered o*inner+j.
+func ceLayout(s tensor.Shape) (outer, classes, inner int) {
+	if len(s) == 1 {
+		return 1, s[0], 1
+	}
+	return softmaxLayout(s, 1)
+}
+
+// ceCheckTargets reports the first target outside [0, C) that is not the
+// ignore index.
+func ceCheckTargets(t []int64, classes int, ignore int64) error {
+	for _, v := range t {
+		if v != ignore && (v < 0 || v >= int64(classes)) {
+			return fmt.Errorf("target %d is out of bounds: expected a class index in [0, %d) for %d classes, or ignore_index %d", v, classes, classes, ignore)
+		}
+	}
+	return nil
+}
+
+func crossEntropyKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.CrossEntropyOp)
+	x, tgt := slice[T](in[0]), in[1].I64()
+	loss, lseOut := slice[T](out[0]), slice[T](out[1])
+	outer, classes, inner := ceLayout(in[0].Shape)
+	if err := ceCheckTargets(tgt, classes, o.IgnoreIndex); err != nil {
+		return err
+	}
+	npos := outer * inner
+	ls := o.LabelSmoothing
+	// posLoss computes position p's logsumexp (stored) and returns its loss.
+	posLoss := func(p int) float64 {
+		ob, j := p/inner, p%inner
+		base := ob*classes*inner + j
+		var lse, sumx float64
+		if classes > 0 {
+			m := math.Inf(-1)
+			for c := 0; c < classes; c++ {
+				v := float64(x[base+c*inner])
+				sumx += v
+				if v > m {
+					m = v
+				}
+			}
+			var s float64
+			for c := 0; c < classes; c++ {
+				s += math.Exp(float64(x[base+c*inner]) - m)
+			}
+			lse = m + math.Log(s)
+		} else {
+			lse = math.Inf(-1)
+		}
+		lseOut[p] = T(lse)
+		t := tgt[p]
+		if t == o.IgnoreIndex {
+			return 0
+		}
+		l := lse - float64(x[base+int(t)*inner])
+		if ls != 0 {
+			smooth := float64(classes)*lse - sumx
+			l = (1-ls)*l + ls/float64(classes)*smooth
+		}
+		return l
+	}
+	if o.Reduction == op.ReductionNone {
+		parallel.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				loss[p] = T(posLoss(p))
+			}
+		})
+		return nil
+	}
+	total := lossSum(npos, func(lo, hi int) float64 {
+		var s float64
+		for p := lo; p < hi; p++ {
+			s += posLoss(p)
+		}
+		return s
+	})
+	if o.Reduction == op.ReductionMean {
+		total /= float64(ceCount(tgt, o.IgnoreIndex)) // 0/0 = NaN when all are ignored, as PyTorch
+	}
+	loss[0] = T(total)
+	return nil
+}
+
+// ceCount is the number of targets that are not ignored.
+func ceCount(t []int64, ignore int64) int {
+	c := 0
+	for _, v := range t {
+		if v != ignore {
+			c++
+		}
+	}
+	return c
+}
+
+func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.CrossEntropyBackward)
+	gy, x, tgt, lse, gx := slice[T](in[0]), slice[T](in[1]), in[2].I64(), slice[T](in[3]), slice[T](out[0])
+	outer, classes, inner := ceLayout(in[1].Shape)
+	if err := ceCheckTargets(tgt, classes, o.IgnoreIndex); err != nil {
+		return err
+	}
+	npos := outer * inner
+	ls := o.LabelSmoothing
+	off := ls / float64(classes)
+	var scale float64
+	switch o.Reduction {
+	case op.ReductionMean:
+		// Ignored positions get no gradient, so a zero count never divides.
+		scale = float64(gy[0]) / float64(max(1, ceCount(tgt, o.IgnoreIndex)))
+	case op.ReductionSum:
+		scale = float64(gy[0])
+	}
+	parallel.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
+		for p := lo; p < hi; p++ {
+			ob, j := p/inner, p%inner
+			base := ob*classes*inner + j
+			t := tgt[p]
+			if t == o.IgnoreIndex {
+				for c := 0; c < classes; c++ {
+					gx[base+c*inner] = 0
+				}
+				continue
+			}
+			w := scale
+			if o.Reduction == op.ReductionNone {
+				w = float64(gy[p])
+			}
+			l := float64(lse[p])
+			for c := 0; c < classes; c++ {
+				gx[base+c*inner] = T(w * (math.Exp(float64(x[base+c*inner])-l) - off))
+			}
+			ti := base + int(t)*inner
+			gx[ti] = T(w * (math.Exp(float64(x[ti])-l) - off - (1 - ls)))
+		}
+	})
+	return nil
+}
+
+func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.PointwiseLoss)
+	x, t, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	cnt := len(x)
+	if o.Reduction == op.ReductionNone {
+		parallel.For(cnt, 16384, func(lo, hi int) {
+			xs, ts, ys := x[lo:hi], t[lo:hi], y[lo:hi]
+			if o.Kind == op.MSEKind {
+				for i, v := range xs {
+					d := v - ts[i]
+					ys[i] = d * d
+				}
+			} else {
+				for i, v := range xs {
+					d := v - ts[i]
+					if d < 0 {
+						d = -d
+					}
+					ys[i] = d
+				}
+			}
+		})
+		return nil
+	}
+	total := lossSum(cnt, func(lo, hi int) float64 {
+		var s float64
+		xs, ts := x[lo:hi], t[lo:hi]
+		if o.Kind == op.MSEKind {
+			for i, v := range xs {
+				d := float64(v) - float64(ts[i])
+				s += d * d
+			}
+		} else {
+			for i, v := range xs {
+				s += math.Abs(float64(v) - float64(ts[i]))
+			}
+		}
+		return s
+	})
+	if o.Reduction == op.ReductionMean {
+		total /= float64(cnt) // NaN for an empty input, as PyTorch
+	}
+	y[0] = T(total)
+	return nil
+}
+
+func pointwiseLossBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.PointwiseLossBackward)
+	gy, x, t, gx := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](out[0])
+	cnt := len(x)
+	var w T
+	switch o.Reduction {
+	case op.ReductionMean:
+		w = T(float64(gy[0]) / float64(max(1, cnt)))
+	case op.ReductionSum:
+		w = gy[0]
+	}
+	parallel.For(cnt, 16384, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			wi := w
+			if o.Reduction == op.ReductionNone {
+				wi = gy[i]
+			}
+			d := x[i] - t[i]
+			if o.Kind == op.MSEKind {
+				gx[i] = 2 * d * wi
+				continue
+			}
+			switch {
+			case d > 0:
+				gx[i] = wi
+			case d < 0:
+				gx[i] = -wi
+			default:
+				gx[i] = 0
+			}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,526 @@
+package cpu
+
+import (
+	"math"
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Normalization kernels. Statistics and reductions accumulate in float64
+// (PyTorch's CPU accumulation type for float32 batch norm), whatever T is;
+// every loop walks contiguous runs of memory: a channel's H*W plane, a row,
+// a group's block.
+
+func init() {
+	Floats[*op.BatchNormOp](batchNormKernel[float32], batchNormKernel[float64])
+	RegisterWorkspace[*op.BatchNormOp](func(n *trace.Node) int64 { return 16 * int64(n.Inputs[0].Dim(1)) })
+	Floats[*op.BatchNormBackward](batchNormBackwardKernel[float32], batchNormBackwardKernel[float64])
+	RegisterWorkspace[*op.BatchNormBackward](func(n *trace.Node) int64 { return 16 * int64(n.Inputs[1].Dim(1)) })
+	Floats[*op.RunningStatsUpdate](runningStatsKernel[float32], runningStatsKernel[float64])
+	Register[*op.Increment](incrementKernel)
+
+	Floats[*op.LayerNormOp](layerNormKernel[float32], layerNormKernel[float64])
+	Floats[*op.LayerNormBackward](layerNormBackwardKernel[float32], layerNormBackwardKernel[float64])
+	RegisterWorkspace[*op.LayerNormBackward](func(n *trace.Node) int64 {
+		o := n.Op.(*op.LayerNormBackward)
+		if !o.HasWeight && !o.HasBias {
+			return 0
+		}
+		_, m := normRows(n.Inputs[1].Shape(), o.Dims)
+		return 16 * int64(m)
+	})
+
+	Floats[*op.GroupNormOp](groupNormKernel[float32], groupNormKernel[float64])
+	Floats[*op.GroupNormBackward](groupNormBackwardKernel[float32], groupNormBackwardKernel[float64])
+	RegisterWorkspace[*op.GroupNormBackward](func(n *trace.Node) int64 {
+		s := n.Inputs[1].Shape()
+		return 16 * int64(s[0]) * int64(s[1])
+	})
+}
+
+// normScratch views the first n float64s of a kernel's workspace (allocating
+// only if the caller passed none, as a direct cpu.Run might).
+func normScratch(ws []byte, n int) []float64 {
+	if n == 0 {
+		return nil
+	}
+	if len(ws) < 8*n || uintptr(unsafe.Pointer(&ws[0]))%8 != 0 {
+		return make([]float64, n)
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&ws[0])), n)
+}
+
+// normGrain is a parallel.For grain for items of the given cost in elements:
+// enough items per range to amortize handing it out.
+func normGrain(work int) int { return max(1, 32768/max(1, work)) }
+
+// normNCS splits a [N, C, *] shape into N, C and the spatial size.
+func normNCS(s tensor.Shape) (n, c, sp int) {
+	sp = 1
+	for _, d := range s[2:] {
+		sp *= d
+	}
+	return s[0], s[1], sp
+}
+
+// normRows splits a shape into rows and the size of its last dims
+// dimensions.
+func normRows(s tensor.Shape, dims int) (rows, m int) {
+	k := len(s) - dims
+	return s[:k].NumElements(), s[k:].NumElements()
+}
+
+// normAffine returns the optional weight and bias inputs starting at input
+// k, and the index of the next input.
+func normAffine[T Float](in []*tensor.Tensor, k int, hasWeight, hasBias bool) (w, b []T, next int) {
+	if hasWeight {
+		w = slice[T](in[k])
+		k++
+	}
+	if hasBias {
+		b = slice[T](in[k])
+		k++
+	}
+	return w, b, k
+}
+
+// normGradOutputs returns gx and the optional gweight and gbias outputs.
+func normGradOutputs[T Float](out []*tensor.Tensor, hasWeight, hasBias bool) (gx, gw, gb []T) {
+	gx = slice[T](out[0])
+	k := 1
+	if hasWeight {
+		gw = slice[T](out[k])
+		k++
+	}
+	if hasBias {
+		gb = slice[T](out[k])
+	}
+	return gx, gw, gb
+}
+
+// ---------------------------------------------------------------- batch norm
+
+func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.BatchNormOp)
+	N, C, S := normNCS(in[0].Shape)
+	x, y := slice[T](in[0]), slice[T](out[0])
+	meanOut, invOut := slice[T](out[1]), slice[T](out[2])
+	w, b, k := normAffine[T](in, 1, o.HasWeight, o.HasBias)
+	acc := normScratch(ws, 2*C)
+	mean, inv := acc[:C], acc[C:]
+	grain := normGrain(N * S)
+	if !o.Training {
+		rm, rv := slice[T](in[k]), slice[T](in[k+1])
+		for c := 0; c < C; c++ {
+			meanOut[c] = rm[c]
+			invOut[c] = T(1 / math.Sqrt(float64(rv[c])+o.Eps))
+			mean[c], inv[c] = float64(meanOut[c]), float64(invOut[c])
+		}
+	} else {
+		cnt := float64(N * S)
+		parallel.For(C, grain, func(c0, c1 int) {
+			for c := c0; c < c1; c++ {
+				mean[c], inv[c] = 0, 0
+			}
+			for i := 0; i < N; i++ {
+				for c := c0; c < c1; c++ {
+					off := (i*C + c) * S
+					var s float64
+					for _, v := range x[off : off+S] {
+						s += float64(v)
+					}
+					mean[c] += s
+				}
+			}
+			for c := c0; c < c1; c++ {
+				mean[c] /= cnt
+			}
+			for i := 0; i < N; i++ {
+				for c := c0; c < c1; c++ {
+					off := (i*C + c) * S
+					m := mean[c]
+					var s float64
+					for _, v := range x[off : off+S] {
+						d := float64(v) - m
+						s += d * d
+					}
+					inv[c] += s
+				}
+			}
+			for c := c0; c < c1; c++ {
+				// Normalize with the saved (rounded) statistics, as PyTorch
+				// does, so forward and backward see the same values.
+				meanOut[c] = T(mean[c])
+				invOut[c] = T(1 / math.Sqrt(inv[c]/cnt+o.Eps))
+				mean[c], inv[c] = float64(meanOut[c]), float64(invOut[c])
+			}
+		})
+	}
+	parallel.For(C, grain, func(c0, c1 int) {
+		for i := 0; i < N; i++ {
+			for c := c0; c < c1; c++ {
+				scale, shift, m := inv[c], 0.0, mean[c]
+				if w != nil {
+					scale *= float64(w[c])
+				}
+				if b != nil {
+					shift = float64(b[c])
+				}
+				off := (i*C + c) * S
+				ys := y[off : off+S]
+				for j, v := range x[off : off+S] {
+					ys[j] = T((float64(v)-m)*scale + shift)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.BatchNormBackward)
+	N, C, S := normNCS(in[1].Shape)
+	gy, x := slice[T](in[0]), slice[T](in[1])
+	meanT, invT := slice[T](in[2]), slice[T](in[3])
+	var w []T
+	if o.HasWeight {
+		w = slice[T](in[4])
+	}
+	gx, gw, gb := normGradOutputs[T](out, o.HasWeight, o.HasBias)
+	acc := normScratch(ws, 2*C)
+	sg, sgx := acc[:C], acc[C:] // per channel: sum(gy), sum(gy*(x-mean))
+	cnt := float64(N * S)
+	needSums := o.Training || gw != nil || gb != nil
+	parallel.For(C, normGrain(N*S), func(c0, c1 int) {
+		if needSums {
+			for c := c0; c < c1; c++ {
+				sg[c], sgx[c] = 0, 0
+			}
+			for i := 0; i < N; i++ {
+				for c := c0; c < c1; c++ {
+					off := (i*C + c) * S
+					m := float64(meanT[c])
+					gs := gy[off : off+S]
+					var a, d float64
+					for j, v := range x[off : off+S] {
+						g := float64(gs[j])
+						a += g
+						d += g * (float64(v) - m)
+					}
+					sg[c] += a
+					sgx[c] += d
+				}
+			}
+			for c := c0; c < c1; c++ {
+				if gw != nil {
+					gw[c] = T(sgx[c] * float64(invT[c]))
+				}
+				if gb != nil {
+					gb[c] = T(sg[c])
+				}
+			}
+		}
+		for i := 0; i < N; i++ {
+			for c := c0; c < c1; c++ {
+				off := (i*C + c) * S
+				inv, m := float64(invT[c]), float64(meanT[c])
+				scale := inv
+				if w != nil {
+					scale *= float64(w[c])
+				}
+				gs, gxs := gy[off:off+S], gx[off:off+S]
+				if !o.Training {
+					for j, g := range gs {
+						gxs[j] = T(float64(g) * scale)
+					}
+					continue
+				}
+				// gx = w*invstd*(gy - mean(gy) - xhat*mean(gy*xhat))
+				gmean := sg[c] / cnt
+				k := sgx[c] * inv * inv / cnt
+				xs := x[off : off+S]
+				for j, g := range gs {
+					gxs[j] = T((float64(g) - gmean - (float64(xs[j])-m)*k) * scale)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func runningStatsKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.RunningStatsUpdate)
+	run, batch := slice[T](in[0]), slice[T](in[1])
+	mom := o.Momentum
+	bessel := 1.0
+	if o.Count > 1 {
+		bessel = float64(o.Count) / float64(o.Count-1)
+	}
+	for c, s := range batch {
+		v := float64(s)
+		if o.Var {
+			// batch holds invstd = 1/sqrt(var+eps).
+			v = max(0, 1/(v*v)-o.Eps) * bessel
+		}
+		run[c] = T((1-mom)*float64(run[c]) + mom*v)
+	}
+	return nil
+}
+
+func incrementKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	c := in[0].I64()
+	for i := range c {
+		c[i]++
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- layer norm
+
+func layerNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.LayerNormOp)
+	R, M := normRows(in[0].Shape, o.Dims)
+	x, y := slice[T](in[0]), slice[T](out[0])
+	meanOut, rstdOut := slice[T](out[1]), slice[T](out[2])
+	w, b, _ := normAffine[T](in, 1, o.HasWeight, o.HasBias)
+	cnt := float64(M)
+	parallel.For(R, normGrain(M), func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			xs, ys := x[r*M:(r+1)*M], y[r*M:(r+1)*M]
+			var s float64
+			for _, v := range xs {
+				s += float64(v)
+			}
+			mean := s / cnt
+			var q float64
+			for _, v := range xs {
+				d := float64(v) - mean
+				q += d * d
+			}
+			meanOut[r] = T(mean)
+			rstdOut[r] = T(1 / math.Sqrt(q/cnt+o.Eps))
+			m, rs := float64(meanOut[r]), float64(rstdOut[r])
+			switch {
+			case w != nil && b != nil:
+				for j, v := range xs {
+					ys[j] = T((float64(v)-m)*rs*float64(w[j]) + float64(b[j]))
+				}
+			case w != nil:
+				for j, v := range xs {
+					ys[j] = T((float64(v) - m) * rs * float64(w[j]))
+				}
+			case b != nil:
+				for j, v := range xs {
+					ys[j] = T((float64(v)-m)*rs + float64(b[j]))
+				}
+			default:
+				for j, v := range xs {
+					ys[j] = T((float64(v) - m) * rs)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.LayerNormBackward)
+	R, M := normRows(in[1].Shape, o.Dims)
+	gy, x := slice[T](in[0]), slice[T](in[1])
+	meanT, rstdT := slice[T](in[2]), slice[T](in[3])
+	var w []T
+	if o.HasWeight {
+		w = slice[T](in[4])
+	}
+	gx, gw, gb := normGradOutputs[T](out, o.HasWeight, o.HasBias)
+	cnt := float64(M)
+	// gx = rstd*(g - mean(g) - xhat*mean(g*xhat)) with g = gy*w.
+	parallel.For(R, normGrain(M), func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			xs, gs, gxs := x[r*M:(r+1)*M], gy[r*M:(r+1)*M], gx[r*M:(r+1)*M]
+			m, rs := float64(meanT[r]), float64(rstdT[r])
+			var a, d float64
+			if w != nil {
+				for j, v := range xs {
+					g := float64(gs[j]) * float64(w[j])
+					a += g
+					d += g * (float64(v) - m)
+				}
+			} else {
+				for j, v := range xs {
+					g := float64(gs[j])
+					a += g
+					d += g * (float64(v) - m)
+				}
+			}
+			ca, cb := a/cnt, d*rs*rs/cnt
+			if w != nil {
+				for j, v := range xs {
+					gxs[j] = T(rs * (float64(gs[j])*float64(w[j]) - ca - (float64(v)-m)*cb))
+				}
+			} else {
+				for j, v := range xs {
+					gxs[j] = T(rs * (float64(gs[j]) - ca - (float64(v)-m)*cb))
+				}
+			}
+		}
+	})
+	if gw == nil && gb == nil {
+		return nil
+	}
+	acc := normScratch(ws, 2*M)
+	aw, ab := acc[:M], acc[M:]
+	parallel.For(M, normGrain(R), func(j0, j1 int) {
+		for j := j0; j < j1; j++ {
+			aw[j], ab[j] = 0, 0
+		}
+		for r := 0; r < R; r++ {
+			m, rs := float64(meanT[r]), float64(rstdT[r])
+			xs, gs := x[r*M+j0:r*M+j1], gy[r*M+j0:r*M+j1]
+			sw, sb := aw[j0:j1], ab[j0:j1]
+			for j, v := range xs {
+				g := float64(gs[j])
+				sw[j] += g * (float64(v) - m) * rs
+				sb[j] += g
+			}
+		}
+		for j := j0; j < j1; j++ {
+			if gw != nil {
+				gw[j] = T(aw[j])
+			}
+			if gb != nil {
+				gb[j] = T(ab[j])
+			}
+		}
+	})
+	return nil
+}
+
+// ---------------------------------------------------------------- group norm
+
+func groupNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.GroupNormOp)
+	N, C, S := normNCS(in[0].Shape)
+	G := o.Groups
+	cg := C / G
+	B := cg * S // a group's block: contiguous
+	x, y := slice[T](in[0]), slice[T](out[0])
+	meanOut, rstdOut := slice[T](out[1]), slice[T](out[2])
+	w, b, _ := normAffine[T](in, 1, o.HasWeight, o.HasBias)
+	cnt := float64(B)
+	parallel.For(N*G, normGrain(B), func(q0, q1 int) {
+		for q := q0; q < q1; q++ {
+			xs := x[q*B : (q+1)*B]
+			var s float64
+			for _, v := range xs {
+				s += float64(v)
+			}
+			mean := s / cnt
+			var sq float64
+			for _, v := range xs {
+				d := float64(v) - mean
+				sq += d * d
+			}
+			meanOut[q] = T(mean)
+			rstdOut[q] = T(1 / math.Sqrt(sq/cnt+o.Eps))
+			m, rs := float64(meanOut[q]), float64(rstdOut[q])
+			g := q % G
+			for cc := 0; cc < cg; cc++ {
+				c := g*cg + cc
+				scale, shift := rs, 0.0
+				if w != nil {
+					scale *= float64(w[c])
+				}
+				if b != nil {
+					shift = float64(b[c])
+				}
+				off := q*B + cc*S
+				ys := y[off : off+S]
+				for j, v := range x[off : off+S] {
+					ys[j] = T((float64(v)-m)*scale + shift)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func groupNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.GroupNormBackward)
+	N, C, S := normNCS(in[1].Shape)
+	G := o.Groups
+	cg := C / G
+	B := cg * S
+	gy, x := slice[T](in[0]), slice[T](in[1])
+	meanT, rstdT := slice[T](in[2]), slice[T](in[3])
+	var w []T
+	if o.HasWeight {
+		w = slice[T](in[4])
+	}
+	gx, gw, gb := normGradOutputs[T](out, o.HasWeight, o.HasBias)
+	acc := normScratch(ws, 2*N*C)
+	db, ds := acc[:N*C], acc[N*C:] // per (n, c): sum(gy), sum(gy*(x-mean))
+	parallel.For(N*C, normGrain(S), func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			q := p/C*G + p%C/cg
+			m := float64(meanT[q])
+			gs := gy[p*S : (p+1)*S]
+			var a, d float64
+			for j, v := range x[p*S : (p+1)*S] {
+				g := float64(gs[j])
+				a += g
+				d += g * (float64(v) - m)
+			}
+			db[p], ds[p] = a, d
+		}
+	})
+	for c := 0; c < C; c++ {
+		var sw, sb float64
+		for i := 0; i < N; i++ {
+			sw += ds[i*C+c] * float64(rstdT[i*G+c/cg])
+			sb += db[i*C+c]
+		}
+		if gw != nil {
+			gw[c] = T(sw)
+		}
+		if gb != nil {
+			gb[c] = T(sb)
+		}
+	}
+	cnt := float64(B)
+	parallel.For(N*G, normGrain(B), func(q0, q1 int) {
+		for q := q0; q < q1; q++ {
+			i, g := q/G, q%G
+			m, rs := float64(meanT[q]), float64(rstdT[q])
+			// Sums over the block of gy*w and gy*w*(x-mean).
+			var a, d float64
+			for cc := 0; cc < cg; cc++ {
+				c := g*cg + cc
+				wc := 1.0
+				if w != nil {
+					wc = float64(w[c])
+				}
+				a += wc * db[i*C+c]
+				d += wc * ds[i*C+c]
+			}
+			ca, cb := a/cnt, d*rs*rs/cnt
+			for cc := 0; cc < cg; cc++ {
+				c := g*cg + cc
+				wc := 1.0
+				if w != nil {
+					wc = float64(w[c])
+				}
+				off := q*B + cc*S
+				gs, gxs := gy[off:off+S], gx[off:off+S]
+				for j, v := range x[off : off+S] {
+					gxs[j] = T(rs * (float64(gs[j])*wc - ca - (float64(v)-m)*cb))
+				}
+			}
+		}
+	})
+	return nil
+}

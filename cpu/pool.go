@@ -1,0 +1,277 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Pooling kernels follow PyTorch's CPU kernels (MaxPoolKernel.cpp,
+// AvgPoolKernel.cpp, AdaptiveAvgPoolKernel.cpp) loop for loop, so that
+// window bounds, tie-breaking, divisors and summation order are the same.
+// Every (n, c) plane is independent; planes are split across threads.
+
+func init() {
+	Floats[*op.MaxPool2dOp](maxPoolKernel[float32], maxPoolKernel[float64])
+	Floats[*op.MaxPool2dBackward](maxPoolBackwardKernel[float32], maxPoolBackwardKernel[float64])
+	Floats[*op.AvgPool2dOp](avgPoolKernel[float32], avgPoolKernel[float64])
+	Floats[*op.AvgPool2dBackward](avgPoolBackwardKernel[float32], avgPoolBackwardKernel[float64])
+	Floats[*op.AdaptiveAvgPool2dOp](adaptivePoolKernel[float32], adaptivePoolKernel[float64])
+	Floats[*op.AdaptiveAvgPool2dBackward](adaptivePoolBackwardKernel[float32], adaptivePoolBackwardKernel[float64])
+}
+
+// poolPlanes runs f over planes [lo, hi) of n planes in parallel, each plane
+// costing about work element operations.
+func poolPlanes(n, work int, f func(lo, hi int)) {
+	parallel.For(n, max(1, 16384/max(1, work)), f)
+}
+
+func maxPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	g, err := n.Op.(*op.MaxPool2dOp).Geom(in[0].Shape)
+	if err != nil {
+		return err
+	}
+	x, y, idx := slice[T](in[0]), slice[T](out[0]), out[1].I64()
+	inPlane, outPlane := g.H*g.W, g.OH*g.OW
+	negInf := T(math.Inf(-1))
+	poolPlanes(g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			xp := x[p*inPlane : (p+1)*inPlane]
+			yp := y[p*outPlane : (p+1)*outPlane]
+			ip := idx[p*outPlane : (p+1)*outPlane]
+			for oh := 0; oh < g.OH; oh++ {
+				ih0 := oh*g.SH - g.PH
+				ih1 := min(ih0+(g.KH-1)*g.DH+1, g.H)
+				for ih0 < 0 {
+					ih0 += g.DH
+				}
+				for ow := 0; ow < g.OW; ow++ {
+					iw0 := ow*g.SW - g.PW
+					iw1 := min(iw0+(g.KW-1)*g.DW+1, g.W)
+					for iw0 < 0 {
+						iw0 += g.DW
+					}
+					best, at := negInf, ih0*g.W+iw0
+					for ih := ih0; ih < ih1; ih += g.DH {
+						row := xp[ih*g.W:]
+						for iw := iw0; iw < iw1; iw += g.DW {
+							if v := row[iw]; v > best || v != v {
+								best, at = v, ih*g.W+iw
+							}
+						}
+					}
+					yp[oh*g.OW+ow] = best
+					ip[oh*g.OW+ow] = int64(at)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func maxPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	gy, idx, gx := slice[T](in[0]), in[1].I64(), slice[T](out[0])
+	s := out[0].Shape
+	planes, inPlane := s[0]*s[1], s[2]*s[3]
+	outPlane := in[0].Shape[2] * in[0].Shape[3]
+	var bad atomic.Int64
+	bad.Store(-1)
+	poolPlanes(planes, outPlane, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			gxp := gx[p*inPlane : (p+1)*inPlane]
+			clear(gxp)
+			ip := idx[p*outPlane : (p+1)*outPlane]
+			for o, v := range gy[p*outPlane : (p+1)*outPlane] {
+				i := ip[o]
+				if i < 0 || i >= int64(inPlane) {
+					bad.Store(i)
+					continue
+				}
+				gxp[i] += v
+			}
+		}
+	})
+	if i := bad.Load(); i != -1 {
+		return fmt.Errorf("max_pool2d index %d out of range for an input plane of %d elements", i, inPlane)
+	}
+	return nil
+}
+
+// avgWindow is PyTorch's avg_pool2d window for output (oh, ow): the
+// in-bounds rows [ih0, ih1), columns [iw0, iw1), and the divisor.
+func avgWindow(g op.PoolGeom, o op.PoolOpts, oh, ow int) (ih0, ih1, iw0, iw1, div int) {
+	ih0, iw0 = oh*g.SH-g.PH, ow*g.SW-g.PW
+	ih1, iw1 = min(ih0+g.KH, g.H+g.PH), min(iw0+g.KW, g.W+g.PW)
+	poolSize := (ih1 - ih0) * (iw1 - iw0)
+	ih0, iw0 = max(ih0, 0), max(iw0, 0)
+	ih1, iw1 = min(ih1, g.H), min(iw1, g.W)
+	switch {
+	case o.DivisorOverride > 0:
+		div = o.DivisorOverride
+	case o.ExcludePad:
+		div = (ih1 - ih0) * (iw1 - iw0)
+	default:
+		div = poolSize
+	}
+	return
+}
+
+func avgPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.AvgPool2dOp)
+	g, err := o.Geom(in[0].Shape)
+	if err != nil {
+		return err
+	}
+	x, y := slice[T](in[0]), slice[T](out[0])
+	inPlane, outPlane := g.H*g.W, g.OH*g.OW
+	poolPlanes(g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			xp := x[p*inPlane : (p+1)*inPlane]
+			yp := y[p*outPlane : (p+1)*outPlane]
+			for oh := 0; oh < g.OH; oh++ {
+				for ow := 0; ow < g.OW; ow++ {
+					ih0, ih1, iw0, iw1, div := avgWindow(g, o.Opts, oh, ow)
+					if ih0 >= ih1 || iw0 >= iw1 {
+						yp[oh*g.OW+ow] = 0
+						continue
+					}
+					var sum T
+					for ih := ih0; ih < ih1; ih++ {
+						for _, v := range xp[ih*g.W+iw0 : ih*g.W+iw1] {
+							sum += v
+						}
+					}
+					yp[oh*g.OW+ow] = sum / T(div)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func avgPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.AvgPool2dBackward)
+	g, err := o.Geom()
+	if err != nil {
+		return err
+	}
+	gy, gx := slice[T](in[0]), slice[T](out[0])
+	inPlane, outPlane := g.H*g.W, g.OH*g.OW
+	poolPlanes(g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			gxp := gx[p*inPlane : (p+1)*inPlane]
+			gyp := gy[p*outPlane : (p+1)*outPlane]
+			clear(gxp)
+			for oh := 0; oh < g.OH; oh++ {
+				for ow := 0; ow < g.OW; ow++ {
+					ih0, ih1, iw0, iw1, div := avgWindow(g, o.Opts, oh, ow)
+					if ih0 >= ih1 || iw0 >= iw1 {
+						continue
+					}
+					d := gyp[oh*g.OW+ow] / T(div)
+					for ih := ih0; ih < ih1; ih++ {
+						row := gxp[ih*g.W+iw0 : ih*g.W+iw1]
+						for i := range row {
+							row[i] += d
+						}
+					}
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// adaptiveBin is PyTorch's adaptive pooling bin of output i of out along an
+// axis of in: [floor(i*in/out), ceil((i+1)*in/out)).
+func adaptiveBin(i, out, in int) (lo, hi int) {
+	lo = (i/out)*in + (i%out)*in/out
+	hi = 1 + ((i+1)*in-1)/out
+	return lo, hi
+}
+
+func adaptivePoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	x, y := slice[T](in[0]), slice[T](out[0])
+	s, ys := in[0].Shape, out[0].Shape
+	H, W, OH, OW := s[2], s[3], ys[2], ys[3]
+	inPlane, outPlane := H*W, OH*OW
+	if outPlane == 1 {
+		// PyTorch computes a 1x1 adaptive pooling as a mean over H and W.
+		poolPlanes(s[0]*s[1], inPlane, func(p0, p1 int) {
+			for p := p0; p < p1; p++ {
+				var sum float64
+				for _, v := range x[p*inPlane : (p+1)*inPlane] {
+					sum += float64(v)
+				}
+				y[p] = T(sum) / T(inPlane)
+			}
+		})
+		return nil
+	}
+	poolPlanes(s[0]*s[1], inPlane+outPlane, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			xp := x[p*inPlane : (p+1)*inPlane]
+			yp := y[p*outPlane : (p+1)*outPlane]
+			for oh := 0; oh < OH; oh++ {
+				ih0, ih1 := adaptiveBin(oh, OH, H)
+				for ow := 0; ow < OW; ow++ {
+					iw0, iw1 := adaptiveBin(ow, OW, W)
+					var sum T
+					for ih := ih0; ih < ih1; ih++ {
+						for _, v := range xp[ih*W+iw0 : ih*W+iw1] {
+							sum += v
+						}
+					}
+					yp[oh*OW+ow] = sum / T(ih1-ih0) / T(iw1-iw0)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func adaptivePoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	gy, gx := slice[T](in[0]), slice[T](out[0])
+	s, ys := out[0].Shape, in[0].Shape
+	H, W, OH, OW := s[2], s[3], ys[2], ys[3]
+	inPlane, outPlane := H*W, OH*OW
+	if outPlane == 1 {
+		// The gradient of PyTorch's mean: one division by H*W.
+		poolPlanes(s[0]*s[1], inPlane, func(p0, p1 int) {
+			for p := p0; p < p1; p++ {
+				d := gy[p] / T(inPlane)
+				gxp := gx[p*inPlane : (p+1)*inPlane]
+				for i := range gxp {
+					gxp[i] = d
+				}
+			}
+		})
+		return nil
+	}
+	poolPlanes(s[0]*s[1], inPlane+outPlane, func(p0, p1 int) {
+		for p := p0; p < p1; p++ {
+			gxp := gx[p*inPlane : (p+1)*inPlane]
+			gyp := gy[p*outPlane : (p+1)*outPlane]
+			clear(gxp)
+			for oh := 0; oh < OH; oh++ {
+				ih0, ih1 := adaptiveBin(oh, OH, H)
+				for ow := 0; ow < OW; ow++ {
+					iw0, iw1 := adaptiveBin(ow, OW, W)
+					d := gyp[oh*OW+ow] / T(ih1-ih0) / T(iw1-iw0)
+					for ih := ih0; ih < ih1; ih++ {
+						row := gxp[ih*W+iw0 : ih*W+iw1]
+						for i := range row {
+							row[i] += d
+						}
+					}
+				}
+			}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,144 @@
+package cpu
+
+import (
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Slicing kernels move bytes, so they serve every dtype (float, int64
+// indices, masks).
+func init() {
+	Register[*op.SliceOp](sliceKernel)
+	Register[*op.SliceBackward](sliceBackwardKernel)
+	Register[*op.CatOp](catKernel)
+	Register[*op.SplitOp](splitKernel)
+}
+
+// sliceBlocks describes a copy repeated over outer rows: in each row o, n
+// blocks of blk bytes go from src[o*srcRow+srcOff+k*srcStep] to
+// dst[o*dstRow+dstOff+k*dstStep], k < n.
+type sliceBlocks struct {
+	outer, n, blk           int
+	srcRow, srcOff, srcStep int
+	dstRow, dstOff, dstStep int
+}
+
+func (c sliceBlocks) run(dst, src []byte) {
+	if c.outer == 0 || c.n == 0 || c.blk == 0 {
+		return
+	}
+	rowBytes := c.n * c.blk
+	grain := max(1, (64<<10)/rowBytes)
+	parallel.For(c.outer, grain, func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			s := src[o*c.srcRow+c.srcOff:]
+			d := dst[o*c.dstRow+c.dstOff:]
+			switch {
+			case c.n == 1:
+				copy(d[:c.blk], s[:c.blk])
+			case c.blk == 8 && c.srcStep%8 == 0 && c.dstStep%8 == 0:
+				sliceWords[uint64](d, s, c.n, c.srcStep/8, c.dstStep/8)
+			case c.blk == 4 && c.srcStep%4 == 0 && c.dstStep%4 == 0:
+				sliceWords[uint32](d, s, c.n, c.srcStep/4, c.dstStep/4)
+			default:
+				for k := 0; k < c.n; k++ {
+					copy(d[k*c.dstStep:k*c.dstStep+c.blk], s[k*c.srcStep:k*c.srcStep+c.blk])
+				}
+			}
+		}
+	})
+}
+
+// sliceWords copies n single elements of type W with element strides ss and
+// ds. The arena keeps every buffer aligned to its element size.
+func sliceWords[W uint32 | uint64](d, s []byte, n, ss, ds int) {
+	var w W
+	size := int(unsafe.Sizeof(w))
+	sn, dn := ((n-1)*ss + 1), ((n-1)*ds + 1)
+	if len(s) < sn*size || len(d) < dn*size {
+		panic("cpu: slice copy out of range")
+	}
+	sw := unsafe.Slice((*W)(unsafe.Pointer(&s[0])), sn)
+	dw := unsafe.Slice((*W)(unsafe.Pointer(&d[0])), dn)
+	for k := 0; k < n; k++ {
+		dw[k*ds] = sw[k*ss]
+	}
+}
+
+// sliceLayout is outer (axes before axis) and the bytes of one index of axis.
+func sliceLayout(s tensor.Shape, axis int, esize int) (outer, innerBytes int) {
+	outer, inner := 1, esize
+	for _, d := range s[:axis] {
+		outer *= d
+	}
+	for _, d := range s[axis+1:] {
+		inner *= d
+	}
+	return outer, inner
+}
+
+// sliceCopy returns the copy from the full tensor (shape s) to its slice.
+func sliceCopy(o *op.SliceOp, s tensor.Shape, esize int) sliceBlocks {
+	outer, ib := sliceLayout(s, o.Axis, esize)
+	n := (o.End - o.Start + o.Step - 1) / o.Step
+	if o.End <= o.Start {
+		n = 0
+	}
+	c := sliceBlocks{outer: outer, n: n, blk: ib,
+		srcRow: s[o.Axis] * ib, srcOff: o.Start * ib, srcStep: o.Step * ib,
+		dstRow: n * ib, dstStep: ib}
+	if o.Step == 1 && n > 0 {
+		c.n, c.blk = 1, n*ib
+	}
+	return c
+}
+
+func sliceKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.SliceOp)
+	sliceCopy(o, in[0].Shape, in[0].DType.Size()).run(out[0].Data, in[0].Data)
+	return nil
+}
+
+func sliceBackwardKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.SliceBackward)
+	c := sliceCopy(&op.SliceOp{Axis: o.Axis, Start: o.Start, End: o.End, Step: o.Step}, out[0].Shape, out[0].DType.Size())
+	// Same blocks, the other way round.
+	c.srcRow, c.dstRow = c.dstRow, c.srcRow
+	c.srcOff, c.dstOff = c.dstOff, c.srcOff
+	c.srcStep, c.dstStep = c.dstStep, c.srcStep
+	clear(out[0].Data)
+	c.run(out[0].Data, in[0].Data)
+	return nil
+}
+
+func catKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	axis := n.Op.(*op.CatOp).Axis
+	esize := out[0].DType.Size()
+	outer, ib := sliceLayout(out[0].Shape, axis, esize)
+	dstRow := out[0].Shape[axis] * ib
+	off := 0
+	for _, t := range in {
+		k := t.Shape[axis] * ib
+		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: k, dstRow: dstRow, dstOff: off}.run(out[0].Data, t.Data)
+		off += k
+	}
+	return nil
+}
+
+func splitKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	axis := n.Op.(*op.SplitOp).Axis
+	esize := in[0].DType.Size()
+	outer, ib := sliceLayout(in[0].Shape, axis, esize)
+	srcRow := in[0].Shape[axis] * ib
+	off := 0
+	for _, t := range out {
+		k := t.Shape[axis] * ib
+		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: srcRow, srcOff: off, dstRow: k}.run(t.Data, in[0].Data)
+		off += k
+	}
+	return nil
+}

@@ -1,0 +1,467 @@
+// Package gemm implements dense matrix multiplication (the BLAS GEMM
+// routine) for the CPU backend.
+//
+// The implementation follows BLIS/GotoBLAS: op(B) is packed, KC×NC at a time,
+// into column panels NR wide; op(A) is packed, MC×KC at a time, into row
+// panels MR tall; a register-blocked MR×NR micro-kernel multiplies one A panel
+// by one B panel. Blocks of C are split across the worker pool of package
+// parallel. On amd64 with AVX2 and FMA the single-precision micro-kernel is
+// assembly (6×16); elsewhere, and for float64, it is portable Go.
+//
+// All matrices are row-major. Scratch buffers come from sync.Pools and are
+// reused across calls.
+package gemm
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+)
+
+// Sgemm computes C = alpha*op(A)*op(B) + beta*C for row-major float32
+// matrices, where op(X) is X, or X transposed when the matching trans flag is
+// set. op(A) is m×k (A is stored k×m when transA), op(B) is k×n (B is stored
+// n×k when transB) and C is m×n; lda, ldb and ldc are the row strides of A, B
+// and C as stored. As in BLAS, when beta is 0 C is not read (NaNs and Infs in
+// it do not propagate), and when alpha is 0 or k is 0, A and B are not read.
+// It panics if a stride is smaller than its row length or a slice is too
+// short.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemm(sgemmKern, &pools32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Dgemm is Sgemm for float64. It is portable Go, written for correctness
+// (float64 gradient checks) rather than peak speed.
+func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	gemm(kernGo64, &pools64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SetThreads sets the number of threads GEMM (and every other user of
+// package parallel) splits work across; n < 1 restores the default,
+// runtime.GOMAXPROCS(0) unless HEADROOM_NUM_THREADS says otherwise. It
+// returns the previous setting.
+func SetThreads(n int) int { return parallel.SetThreads(n) }
+
+// Threads reports the number of threads GEMM uses.
+func Threads() int { return parallel.Threads() }
+
+// Kernel reports which single-precision micro-kernel Sgemm uses: "avx2" or
+// "go".
+func Kernel() string { return sgemmKern.name }
+
+type float interface{ ~float32 | ~float64 }
+
+// kernel is a micro-kernel: fn multiplies an mr×k packed panel of A by a
+// k×nr packed panel of B and stores into the mr×nr tile at c (row stride
+// ldc): c = alpha*AB + beta*c, or alpha*AB when beta0 (c not read).
+type kernel[T float] struct {
+	name   string
+	mr, nr int
+	fn     func(k int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
+
+	// packBT, if not nil, packs nr full columns of a transposed B:
+	// dst[nr*p+r] = x[off+r*ld+p] for p < kc.
+	packBT func(x []T, ld, off, kc int, dst []T)
+}
+
+// Blocking parameters (in elements). KC×NR of B (16 KiB for float32) stays
+// in L1, MC×KC of A (144 KiB) in L2, KC×NC of B (4 MiB) in L3. MC is a
+// multiple of every MR and NC of every NR in use.
+const (
+	blockMC = 144
+	blockKC = 256
+	blockNC = 4080
+)
+
+// Products with fewer flops than this run on the calling goroutine only.
+const parallelMinFlops = 1 << 21
+
+var (
+	sgemmKern = kernGo32 // replaced by an assembly kernel in init where the CPU allows
+	kernGo32  = &kernel[float32]{name: "go", mr: 4, nr: 4, fn: kernelGo4x4[float32]}
+	kernGo64  = &kernel[float64]{name: "go", mr: 4, nr: 4, fn: kernelGo4x4[float64]}
+
+	pools32 bufPools[float32]
+	pools64 bufPools[float64]
+)
+
+type bufPools[T float] struct{ a, b sync.Pool }
+
+func getBuf[T float](p *sync.Pool, n int) *[]T {
+	if v, ok := p.Get().(*[]T); ok && cap(*v) >= n {
+		*v = (*v)[:n]
+		return v
+	}
+	s := make([]T, n)
+	return &s
+}
+
+func checkStride(name string, cols, ld int) {
+	if ld < max(1, cols) {
+		panic(fmt.Sprintf("gemm: ld%s = %d < %d", name, ld, max(1, cols)))
+	}
+}
+
+func checkLen(name string, have, rows, cols, ld int) {
+	if rows > 0 && cols > 0 && have < (rows-1)*ld+cols {
+		panic(fmt.Sprintf("gemm: len(%s) = %d, need %d for %d×%d with stride %d", name, have, (rows-1)*ld+cols, rows, cols, ld))
+	}
+}
+
+func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
+	}
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	checkStride("a", ac, lda)
+	checkStride("b", bc, ldb)
+	checkStride("c", n, ldc)
+	checkLen("c", len(c), m, n, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if alpha == 0 || k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	checkLen("a", len(a), ar, ac, lda)
+	checkLen("b", len(b), br, bc, ldb)
+
+	mr, nr := kern.mr, kern.nr
+	threads := parallel.Threads()
+	if 2*float64(m)*float64(n)*float64(k) < parallelMinFlops {
+		threads = 1
+	}
+
+	// Even out the K blocks: k=300 runs as 150+150, not 256+44.
+	kc := ceilDiv(k, ceilDiv(k, blockKC))
+	kc = min(k, kc)
+	nc := min(blockNC, roundUp(n, nr))
+
+	// M blocks: at most blockMC rows, and a multiple of threads of them
+	// (when there are enough rows) so that the pool stays evenly busy.
+	mBlocks := ceilDiv(m, blockMC)
+	if threads > 1 {
+		mBlocks = roundUp(mBlocks, threads)
+	}
+	mc := min(roundUp(ceilDiv(m, mBlocks), mr), roundUp(m, mr))
+	mBlocks = ceilDiv(m, mc)
+
+	bbuf := getBuf[T](&pools.b, kc*nc)
+	defer pools.b.Put(bbuf)
+	bp := *bbuf
+
+	for jc := 0; jc < n; jc += nc {
+		ncur := min(nc, n-jc)
+		nPanels := ceilDiv(ncur, nr)
+		// When M alone gives too few blocks, split the N panels too.
+		nSplit := 1
+		if mBlocks < threads {
+			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
+		}
+		for pc := 0; pc < k; pc += kc {
+			kcur := min(kc, k-pc)
+			betaCur := beta
+			if pc > 0 {
+				betaCur = 1
+			}
+
+			// Pack B by panels when transposed (a panel then reads nr
+			// contiguous rows of B), else by rows of B (reading whole rows
+			// keeps the hardware prefetcher busy; a panel would read kc
+			// short pieces one row stride apart).
+			packN := nPanels
+			if !transB {
+				packN = kcur
+			}
+			pack := func(lo, hi int) {
+				if !transB {
+					packBRows(b, ldb, pc+lo, hi-lo, lo, kcur, jc, ncur, nr, bp)
+					return
+				}
+				for jp := lo; jp < hi; jp++ {
+					j0 := jp * nr
+					packBT(b, ldb, pc, kcur, jc+j0, min(nr, ncur-j0), nr, bp[jp*nr*kcur:(jp+1)*nr*kcur], kern.packBT)
+				}
+			}
+			compute := func(lo, hi int) {
+				abuf := getBuf[T](&pools.a, mc*kcur+mr*nr)
+				ap := *abuf
+				tmp := ap[mc*kcur:]
+				for t := lo; t < hi; t++ {
+					ib, jb := t/nSplit, t%nSplit
+					ic := ib * mc
+					mcur := min(mc, m-ic)
+					mPanels := ceilDiv(mcur, mr)
+					if transA {
+						// Stored A rows are contiguous in i: read them whole.
+						packATRows(a, lda, pc, kcur, ic, mcur, mr, ap)
+					} else {
+						for ip := 0; ip < mPanels; ip++ {
+							i0 := ip * mr
+							packA(a, lda, ic+i0, min(mr, mcur-i0), pc, kcur, mr, ap[ip*mr*kcur:(ip+1)*mr*kcur])
+						}
+					}
+					jpLo := jb * nPanels / nSplit
+					jpHi := (jb + 1) * nPanels / nSplit
+					macroKernel(kern, mcur, ncur, kcur, ap, bp, jpLo, jpHi, alpha, betaCur, c, (ic)*ldc+jc, ldc, tmp)
+				}
+				pools.a.Put(abuf)
+			}
+			if threads > 1 {
+				parallel.For(packN, max(1, 4096/(ncur+kcur)), pack)
+				parallel.For(mBlocks*nSplit, 1, compute)
+			} else {
+				pack(0, packN)
+				compute(0, mBlocks*nSplit)
+			}
+		}
+	}
+}
+
+// macroKernel multiplies the packed mcur×kcur block ap by the B panels
+// [jpLo, jpHi) of bp into C at c[coff:] (row stride ldc).
+func macroKernel[T float](kern *kernel[T], mcur, ncur, kcur int, ap, bp []T, jpLo, jpHi int, alpha, beta T, c []T, coff, ldc int, tmp []T) {
+	mr, nr := kern.mr, kern.nr
+	fn := kern.fn
+	beta0 := beta == 0
+	for jp := jpLo; jp < jpHi; jp++ {
+		j0 := jp * nr
+		nn := min(nr, ncur-j0)
+		bpan := bp[jp*nr*kcur : (jp+1)*nr*kcur]
+		for i0 := 0; i0 < mcur; i0 += mr {
+			mm := min(mr, mcur-i0)
+			apan := ap[i0*kcur : (i0+mr)*kcur]
+			off := coff + i0*ldc + j0
+			if mm == mr && nn == nr {
+				fn(kcur, apan, bpan, c[off:], ldc, alpha, beta, beta0)
+				continue
+			}
+			// Edge tile: full tile into tmp, then the valid part into C.
+			fn(kcur, apan, bpan, tmp, nr, 1, 0, true)
+			for i := 0; i < mm; i++ {
+				crow := c[off+i*ldc : off+i*ldc+nn]
+				trow := tmp[i*nr : i*nr+nn]
+				if beta0 {
+					for j := range crow {
+						crow[j] = alpha * trow[j]
+					}
+				} else {
+					for j := range crow {
+						crow[j] = alpha*trow[j] + beta*crow[j]
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA packs rows [i0, i0+mm) and columns [p0, p0+kc) of a non-transposed
+// A into dst as kc groups of mr values (rows beyond mm are zero).
+func packA[T float](a []T, lda, i0, mm, p0, kc, mr int, dst []T) {
+	dst = dst[:kc*mr]
+	// op(A)(i, p) = a[i*lda+p]: row i is contiguous in p.
+	if mm == 6 && mr == 6 {
+		packRows6(a, lda, i0*lda+p0, kc, dst)
+		return
+	}
+	if mm == 4 && mr == 4 {
+		packRows4(a, lda, i0*lda+p0, kc, dst)
+		return
+	}
+	for i := 0; i < mm; i++ {
+		src := a[(i0+i)*lda+p0 : (i0+i)*lda+p0+kc]
+		for p, v := range src {
+			dst[p*mr+i] = v
+		}
+	}
+	for i := mm; i < mr; i++ {
+		for p := 0; p < kc; p++ {
+			dst[p*mr+i] = 0
+		}
+	}
+}
+
+// packBT packs rows [p0, p0+kc) and columns [j0, j0+nn) of op(B) = Bᵀ into
+// dst as kc groups of nr values (columns beyond nn are zero), using fast
+// (kernel-specific, may be nil) for full panels.
+func packBT[T float](b []T, ldb, p0, kc, j0, nn, nr int, dst []T, fast func(x []T, ld, off, kc int, dst []T)) {
+	dst = dst[:kc*nr]
+	// op(B)(p, j) = b[j*ldb+p]: column j of op(B) is contiguous in p.
+	if nn == nr && fast != nil {
+		fast(b, ldb, j0*ldb+p0, kc, dst)
+		return
+	}
+	if nn == 4 && nr == 4 {
+		packRows4(b, ldb, j0*ldb+p0, kc, dst)
+		return
+	}
+	for j := 0; j < nn; j++ {
+		src := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+kc]
+		for p, v := range src {
+			dst[p*nr+j] = v
+		}
+	}
+	for j := nn; j < nr; j++ {
+		for p := 0; p < kc; p++ {
+			dst[p*nr+j] = 0
+		}
+	}
+}
+
+// packATRows packs rows [i0, i0+mcur) and columns [p0, p0+kc) of op(A) =
+// Aᵀ, for a stored A (rows of A are columns of op(A)), into the mr-row
+// panels of dst (panel ip holds kc groups of mr values, zero-padded past
+// mcur). It reads A row by row.
+func packATRows[T float](a []T, lda, p0, kc, i0, mcur, mr int, dst []T) {
+	full := mcur / mr * mr
+	for p := 0; p < kc; p++ {
+		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+mcur]
+		o := p * mr
+		if mr == 6 {
+			for i := 0; i < full; i += 6 {
+				*(*[6]T)(dst[o:]) = *(*[6]T)(src[i:])
+				o += 6 * kc
+			}
+		} else {
+			for i := 0; i < full; i += mr {
+				copy(dst[o:o+mr], src[i:i+mr])
+				o += mr * kc
+			}
+		}
+		if full < mcur {
+			d := dst[o : o+mr]
+			copy(d, src[full:])
+			clear(d[mcur-full:])
+		}
+	}
+}
+
+// packBRows packs rows [p0, p0+np) and columns [j0, j0+ncur) of a
+// non-transposed B into the panels of dst (panel jp holds kc groups of nr
+// values, zero-padded past ncur); pOff is the row of the first one within
+// the kc rows of each panel.
+func packBRows[T float](b []T, ldb, p0, np, pOff, kc, j0, ncur, nr int, dst []T) {
+	full := ncur / nr * nr
+	for p := 0; p < np; p++ {
+		src := b[(p0+p)*ldb+j0 : (p0+p)*ldb+j0+ncur]
+		o := (pOff + p) * nr
+		if nr == 16 {
+			for j := 0; j < full; j += 16 {
+				*(*[16]T)(dst[o:]) = *(*[16]T)(src[j:])
+				o += 16 * kc
+			}
+		} else {
+			for j := 0; j < full; j += nr {
+				copy(dst[o:o+nr], src[j:j+nr])
+				o += nr * kc
+			}
+		}
+		if full < ncur {
+			d := dst[o : o+nr]
+			copy(d, src[full:])
+			clear(d[ncur-full:])
+		}
+	}
+}
+
+// packRows6 interleaves 6 rows of length kc, starting at x[off] with stride
+// ld, into dst: dst[6*p+i] = row i [p].
+func packRows6[T float](x []T, ld, off, kc int, dst []T) {
+	r0 := x[off : off+kc]
+	r1 := x[off+ld : off+ld+kc]
+	r2 := x[off+2*ld : off+2*ld+kc]
+	r3 := x[off+3*ld : off+3*ld+kc]
+	r4 := x[off+4*ld : off+4*ld+kc]
+	r5 := x[off+5*ld : off+5*ld+kc]
+	dst = dst[:6*kc]
+	for p := range r0 {
+		d := dst[6*p : 6*p+6 : 6*p+6]
+		d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+	}
+}
+
+// packRows4 is packRows6 for 4 rows.
+func packRows4[T float](x []T, ld, off, kc int, dst []T) {
+	r0 := x[off : off+kc]
+	r1 := x[off+ld : off+ld+kc]
+	r2 := x[off+2*ld : off+2*ld+kc]
+	r3 := x[off+3*ld : off+3*ld+kc]
+	dst = dst[:4*kc]
+	for p := range r0 {
+		d := dst[4*p : 4*p+4 : 4*p+4]
+		d[0], d[1], d[2], d[3] = r0[p], r1[p], r2[p], r3[p]
+	}
+}
+
+// scaleC sets C = beta*C (C = 0 when beta is 0, ignoring NaNs in C).
+func scaleC[T float](m, n int, beta T, c []T, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// kernelGo4x4 is the portable micro-kernel (mr = nr = 4).
+func kernelGo4x4[T float](k int, a, b, c []T, ldc int, alpha, beta T, beta0 bool) {
+	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 T
+	a = a[:4*k]
+	b = b[:4*k]
+	for p := 0; p < len(a); p += 4 {
+		ap := a[p : p+4 : p+4]
+		bp := b[p : p+4 : p+4]
+		a0, a1, a2, a3 := ap[0], ap[1], ap[2], ap[3]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
+		c20 += a2 * b0
+		c21 += a2 * b1
+		c22 += a2 * b2
+		c23 += a2 * b3
+		c30 += a3 * b0
+		c31 += a3 * b1
+		c32 += a3 * b2
+		c33 += a3 * b3
+	}
+	store4(c[0:4:4], c00, c01, c02, c03, alpha, beta, beta0)
+	store4(c[ldc:ldc+4:ldc+4], c10, c11, c12, c13, alpha, beta, beta0)
+	store4(c[2*ldc:2*ldc+4:2*ldc+4], c20, c21, c22, c23, alpha, beta, beta0)
+	store4(c[3*ldc:3*ldc+4:3*ldc+4], c30, c31, c32, c33, alpha, beta, beta0)
+}
+
+func store4[T float](c []T, v0, v1, v2, v3, alpha, beta T, beta0 bool) {
+	if beta0 {
+		c[0], c[1], c[2], c[3] = alpha*v0, alpha*v1, alpha*v2, alpha*v3
+		return
+	}
+	c[0] = alpha*v0 + beta*c[0]
+	c[1] = alpha*v1 + beta*c[1]
+	c[2] = alpha*v2 + beta*c[2]
+	c[3] = alpha*v3 + beta*c[3]
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+func roundUp(a, b int) int { return ceilDiv(a, b) * b }

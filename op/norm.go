@@ -1,0 +1,584 @@
+package op
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Normalization layers: batch_norm, layer_norm and group_norm. Each is one
+// fused forward op that also returns the small statistics its backward needs
+// (mean and inverse standard deviation, as PyTorch's native_* ops do) and one
+// fused backward op. Batch norm's running statistics are updated in place by
+// side-effect ops (RunningStatsUpdate, Increment) on state tensors.
+
+// normChannels splits a [N, C, *] shape into N, C and the product of the
+// trailing (spatial) dimensions.
+func normChannels(s tensor.Shape) (n, c, spatial int) {
+	spatial = 1
+	for _, d := range s[2:] {
+		spatial *= d
+	}
+	return s[0], s[1], spatial
+}
+
+// normAffine appends the optional weight and bias to ins.
+func normAffine(ins []*trace.Tensor, weight, bias *trace.Tensor) []*trace.Tensor {
+	if weight != nil {
+		ins = append(ins, weight)
+	}
+	if bias != nil {
+		ins = append(ins, bias)
+	}
+	return ins
+}
+
+// normCheckParam checks an optional per-feature parameter (weight, bias or
+// running statistic) against the expected shape and dtype.
+func normCheckParam(what string, m trace.Meta, dt tensor.DType, shape tensor.Shape) error {
+	if m.DType != dt {
+		return fmt.Errorf("%s is %v, input is %v", what, m.DType, dt)
+	}
+	if !m.Shape.Equal(shape) {
+		return fmt.Errorf("%s has shape %v, expected %v", what, m.Shape, shape)
+	}
+	return nil
+}
+
+// normGradInputs maps a fused backward op's outputs (gx, [gweight], [gbias])
+// onto the forward node's inputs (x, [weight], [bias], ...).
+func normGradInputs(n *trace.Node, outs []*trace.Tensor, hasWeight, hasBias bool) []*trace.Tensor {
+	res := make([]*trace.Tensor, len(n.Inputs))
+	res[0] = outs[0]
+	i, k := 1, 1
+	if hasWeight {
+		res[i] = outs[k]
+		i, k = i+1, k+1
+	}
+	if hasBias {
+		res[i] = outs[k]
+	}
+	return res
+}
+
+// normBackwardMetas are the outputs of a fused norm backward op: the input
+// gradient, then the weight and bias gradients when present.
+func normBackwardMetas(x trace.Meta, param tensor.Shape, hasWeight, hasBias bool) []trace.Meta {
+	out := []trace.Meta{x}
+	if hasWeight {
+		out = append(out, trace.Meta{DType: x.DType, Shape: param.Clone()})
+	}
+	if hasBias {
+		out = append(out, trace.Meta{DType: x.DType, Shape: param.Clone()})
+	}
+	return out
+}
+
+// normNoStatGrads rejects gradients flowing into the saved statistics
+// outputs, which the fused backward ops do not propagate.
+func normNoStatGrads(n *trace.Node, gouts []*trace.Tensor) {
+	for i := 1; i < len(gouts); i++ {
+		if gouts[i] != nil {
+			n.Inputs[0].Graph().Errorf(n.Op.Name()+" backward", n.Inputs,
+				"gradient through the saved statistics (output %d) is not supported", i)
+		}
+	}
+}
+
+func normCheckEps(g *trace.Graph, name string, ins []*trace.Tensor, eps float64) {
+	if !(eps >= 0) || math.IsInf(eps, 0) {
+		g.Errorf(name, ins, "eps must be a finite non-negative number, got %v", eps)
+	}
+}
+
+// ---------------------------------------------------------------- batch norm
+
+// BatchNormOp is batch normalization over [N, C, *] input (torch's
+// native_batch_norm). Inputs: x, then weight [C] if HasWeight, bias [C] if
+// HasBias, then, in evaluation mode only, running_mean [C] and running_var
+// [C]. Outputs: y (like x), mean [C] and invstd [C] — the batch statistics
+// (biased variance) in training mode, the running mean and
+// 1/sqrt(running_var+eps) in evaluation mode — which the backward reads.
+type BatchNormOp struct {
+	Training  bool
+	Eps       float64
+	HasWeight bool
+	HasBias   bool
+}
+
+func (o *BatchNormOp) Name() string { return "batch_norm" }
+
+func (o *BatchNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	want := 1
+	if o.HasWeight {
+		want++
+	}
+	if o.HasBias {
+		want++
+	}
+	if !o.Training {
+		want += 2
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	x := in[0]
+	if err := wantFloat(x); err != nil {
+		return nil, err
+	}
+	if len(x.Shape) < 2 {
+		return nil, fmt.Errorf("expected input of at least 2 dimensions [N, C, *], got %d-D", len(x.Shape))
+	}
+	n, c, s := normChannels(x.Shape)
+	if o.Training && n*s <= 1 {
+		return nil, fmt.Errorf("expected more than 1 value per channel when training, got input size %v", x.Shape)
+	}
+	cs := tensor.Shape{c}
+	k := 1
+	for _, p := range []struct {
+		has  bool
+		what string
+	}{{o.HasWeight, "weight"}, {o.HasBias, "bias"}, {!o.Training, "running_mean"}, {!o.Training, "running_var"}} {
+		if !p.has {
+			continue
+		}
+		if err := normCheckParam(p.what, in[k], x.DType, cs); err != nil {
+			return nil, err
+		}
+		k++
+	}
+	return []trace.Meta{x, {DType: x.DType, Shape: cs}, {DType: x.DType, Shape: cs.Clone()}}, nil
+}
+
+func (o *BatchNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
+	normNoStatGrads(n, gouts)
+	gy := gouts[0]
+	if gy == nil {
+		return nil
+	}
+	x := n.Inputs[0]
+	ins := []*trace.Tensor{gy, x, n.Outputs[1], n.Outputs[2]}
+	if o.HasWeight {
+		ins = append(ins, n.Inputs[1])
+	}
+	outs := x.Graph().Apply(&BatchNormBackward{Training: o.Training, HasWeight: o.HasWeight, HasBias: o.HasBias}, ins...)
+	// Running statistics (evaluation mode) get no gradient, as in PyTorch.
+	return normGradInputs(n, outs, o.HasWeight, o.HasBias)
+}
+
+// BatchNormBackward is batch norm's fused backward. Inputs: gy, x, mean [C],
+// invstd [C] (BatchNormOp's outputs 1 and 2), then weight [C] if HasWeight.
+// Outputs: gx, then gweight [C] if HasWeight and gbias [C] if HasBias.
+type BatchNormBackward struct {
+	Training  bool
+	HasWeight bool
+	HasBias   bool
+}
+
+func (o *BatchNormBackward) Name() string { return "batch_norm_backward" }
+
+func (o *BatchNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	want := 4
+	if o.HasWeight {
+		want++
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	if err := sameDType(in); err != nil {
+		return nil, err
+	}
+	x := in[1]
+	if len(x.Shape) < 2 || !in[0].Shape.Equal(x.Shape) {
+		return nil, fmt.Errorf("gradient %v and input %v must be the same [N, C, *] shape", in[0].Shape, x.Shape)
+	}
+	cs := tensor.Shape{x.Shape[1]}
+	for i := 2; i < want; i++ {
+		if !in[i].Shape.Equal(cs) {
+			return nil, fmt.Errorf("input %d has shape %v, expected %v", i, in[i].Shape, cs)
+		}
+	}
+	return normBackwardMetas(x, cs, o.HasWeight, o.HasBias), nil
+}
+
+// RunningStatsUpdate updates a running statistic in place (input 0, a state
+// tensor [C]) from a batch statistic (input 1, [C]), as PyTorch does:
+//
+//	running = (1-Momentum)*running + Momentum*batch
+//
+// For the mean, input 1 is the batch mean. For the variance (Var), input 1
+// is the batch's saved invstd = 1/sqrt(var+Eps), from which the kernel
+// recovers the biased variance and applies Bessel's correction
+// Count/(Count-1) (Count: values per channel, N*H*W), so the running
+// variance is updated with the unbiased batch variance like PyTorch's.
+type RunningStatsUpdate struct {
+	Momentum float64
+	Var      bool
+	Eps      float64
+	Count    int
+}
+
+func (o *RunningStatsUpdate) Name() string {
+	if o.Var {
+		return "running_var_update_"
+	}
+	return "running_mean_update_"
+}
+
+func (o *RunningStatsUpdate) Effect() {}
+
+func (o *RunningStatsUpdate) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	if err := wantInputs(in, 2); err != nil {
+		return nil, err
+	}
+	if err := wantFloat(in[0]); err != nil {
+		return nil, err
+	}
+	if !in[0].Shape.Equal(in[1].Shape) || in[0].DType != in[1].DType {
+		return nil, fmt.Errorf("running statistic %v and batch statistic %v differ", in[0], in[1])
+	}
+	return nil, nil
+}
+
+// Increment adds 1 in place to an int64 state tensor (input 0): batch norm's
+// num_batches_tracked.
+type Increment struct{}
+
+func (o *Increment) Name() string { return "increment_" }
+
+func (o *Increment) Effect() {}
+
+func (o *Increment) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	if err := wantInputs(in, 1); err != nil {
+		return nil, err
+	}
+	if in[0].DType != tensor.Int64 {
+		return nil, fmt.Errorf("expected an int64 counter, got %v", in[0].DType)
+	}
+	return nil, nil
+}
+
+// IncrementCounter records counter += 1 for an int64 state tensor, such as
+// batch norm's num_batches_tracked (shape [], int64), so that checkpoints
+// match PyTorch's state_dict. A BatchNorm module calls it once per training
+// step.
+func IncrementCounter(counter *trace.Tensor) {
+	if counter.Node.Kind != trace.KindState {
+		counter.Graph().Errorf("increment_", []*trace.Tensor{counter}, "counter must be a state tensor")
+	}
+	counter.Graph().Apply(&Increment{}, counter)
+}
+
+// BatchNorm is torch.nn.functional.batch_norm over [N, C, *] input (NC, NCL,
+// NCHW, NCDHW). weight and bias ([C]) may be nil (affine=False).
+//
+// In training mode x is normalized with the batch mean and biased variance;
+// when runningMean and runningVar are given (state tensors [C], e.g. from
+// g.State(name, "buffer", ...)) they are updated in place:
+// running_mean = (1-momentum)*running_mean + momentum*mean and
+// running_var likewise with the unbiased batch variance. With both nil
+// (track_running_stats=False) nothing is updated. num_batches_tracked is
+// not touched here: call IncrementCounter.
+//
+// In evaluation mode x is normalized with runningMean and runningVar (which
+// must be given; they need not be state tensors) and nothing is updated.
+func BatchNorm(x, weight, bias, runningMean, runningVar *trace.Tensor, training bool, momentum, eps float64) *trace.Tensor {
+	g := x.Graph()
+	all := normAffine([]*trace.Tensor{x}, weight, bias)
+	if runningMean != nil {
+		all = append(all, runningMean)
+	}
+	if runningVar != nil {
+		all = append(all, runningVar)
+	}
+	if (runningMean == nil) != (runningVar == nil) {
+		g.Errorf("batch_norm", all, "running_mean and running_var must both be given or both be nil")
+	}
+	normCheckEps(g, "batch_norm", all, eps)
+	if !training && runningMean == nil {
+		g.Errorf("batch_norm", all, "running_mean and running_var must be given in evaluation mode")
+	}
+	update := training && runningMean != nil
+	if update {
+		if math.IsNaN(momentum) || math.IsInf(momentum, 0) {
+			g.Errorf("batch_norm", all, "momentum must be finite, got %v", momentum)
+		}
+		if runningMean.Node.Kind != trace.KindState || runningVar.Node.Kind != trace.KindState {
+			g.Errorf("batch_norm", all, "running_mean and running_var must be state tensors to be updated in training mode")
+		}
+	}
+	ins := normAffine([]*trace.Tensor{x}, weight, bias)
+	if !training {
+		ins = append(ins, runningMean, runningVar)
+	}
+	outs := g.Apply(&BatchNormOp{Training: training, Eps: eps, HasWeight: weight != nil, HasBias: bias != nil}, ins...)
+	if update {
+		n, _, s := normChannels(x.Shape())
+		g.Apply(&RunningStatsUpdate{Momentum: momentum, Count: n * s}, runningMean, outs[1])
+		g.Apply(&RunningStatsUpdate{Momentum: momentum, Var: true, Eps: eps, Count: n * s}, runningVar, outs[2])
+	}
+	return outs[0]
+}
+
+// ---------------------------------------------------------------- layer norm
+
+// LayerNormOp normalizes over the last Dims dimensions (torch's
+// native_layer_norm). Inputs: x, then weight if HasWeight and bias if
+// HasBias, both shaped like x's last Dims dimensions. Outputs: y (like x),
+// mean and rstd, shaped like x with the last Dims dimensions set to 1.
+type LayerNormOp struct {
+	Dims      int
+	Eps       float64
+	HasWeight bool
+	HasBias   bool
+}
+
+func (o *LayerNormOp) Name() string { return "layer_norm" }
+
+// normLayerStatShape is x's shape with the normalized dimensions set to 1.
+func normLayerStatShape(s tensor.Shape, dims int) tensor.Shape {
+	out := s.Clone()
+	for i := len(s) - dims; i < len(s); i++ {
+		out[i] = 1
+	}
+	return out
+}
+
+func (o *LayerNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	want := 1
+	if o.HasWeight {
+		want++
+	}
+	if o.HasBias {
+		want++
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	x := in[0]
+	if err := wantFloat(x); err != nil {
+		return nil, err
+	}
+	if o.Dims < 1 || o.Dims > len(x.Shape) {
+		return nil, fmt.Errorf("cannot normalize over the last %d dimensions of a %d-D input", o.Dims, len(x.Shape))
+	}
+	ns := x.Shape[len(x.Shape)-o.Dims:]
+	for k := 1; k < want; k++ {
+		what := "weight"
+		if k == 2 || !o.HasWeight {
+			what = "bias"
+		}
+		if err := normCheckParam(what, in[k], x.DType, ns); err != nil {
+			return nil, err
+		}
+	}
+	st := normLayerStatShape(x.Shape, o.Dims)
+	return []trace.Meta{x, {DType: x.DType, Shape: st}, {DType: x.DType, Shape: st.Clone()}}, nil
+}
+
+func (o *LayerNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
+	normNoStatGrads(n, gouts)
+	gy := gouts[0]
+	if gy == nil {
+		return nil
+	}
+	x := n.Inputs[0]
+	ins := []*trace.Tensor{gy, x, n.Outputs[1], n.Outputs[2]}
+	if o.HasWeight {
+		ins = append(ins, n.Inputs[1])
+	}
+	outs := x.Graph().Apply(&LayerNormBackward{Dims: o.Dims, HasWeight: o.HasWeight, HasBias: o.HasBias}, ins...)
+	return normGradInputs(n, outs, o.HasWeight, o.HasBias)
+}
+
+// LayerNormBackward is layer norm's fused backward. Inputs: gy, x, mean,
+// rstd (LayerNormOp's outputs 1 and 2), then weight if HasWeight. Outputs:
+// gx, then gweight if HasWeight and gbias if HasBias.
+type LayerNormBackward struct {
+	Dims      int
+	HasWeight bool
+	HasBias   bool
+}
+
+func (o *LayerNormBackward) Name() string { return "layer_norm_backward" }
+
+func (o *LayerNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	want := 4
+	if o.HasWeight {
+		want++
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	if err := sameDType(in); err != nil {
+		return nil, err
+	}
+	x := in[1]
+	if !in[0].Shape.Equal(x.Shape) {
+		return nil, fmt.Errorf("gradient %v and input %v differ", in[0].Shape, x.Shape)
+	}
+	if o.Dims < 1 || o.Dims > len(x.Shape) {
+		return nil, fmt.Errorf("cannot normalize over the last %d dimensions of a %d-D input", o.Dims, len(x.Shape))
+	}
+	st := normLayerStatShape(x.Shape, o.Dims)
+	for i := 2; i < 4; i++ {
+		if !in[i].Shape.Equal(st) {
+			return nil, fmt.Errorf("statistic %d has shape %v, expected %v", i, in[i].Shape, st)
+		}
+	}
+	ns := x.Shape[len(x.Shape)-o.Dims:]
+	if o.HasWeight && !in[4].Shape.Equal(ns) {
+		return nil, fmt.Errorf("weight has shape %v, expected %v", in[4].Shape, ns)
+	}
+	return normBackwardMetas(x, ns, o.HasWeight, o.HasBias), nil
+}
+
+// LayerNorm is torch.nn.functional.layer_norm: x is normalized over its last
+// len(normalizedShape) dimensions, which must equal normalizedShape (biased
+// variance, eps inside the square root). weight and bias, shaped
+// normalizedShape, may be nil.
+func LayerNorm(x *trace.Tensor, normalizedShape tensor.Shape, weight, bias *trace.Tensor, eps float64) *trace.Tensor {
+	g := x.Graph()
+	ins := normAffine([]*trace.Tensor{x}, weight, bias)
+	normCheckEps(g, "layer_norm", ins, eps)
+	k := len(normalizedShape)
+	xs := x.Shape()
+	if k == 0 {
+		g.Errorf("layer_norm", ins, "normalized_shape must have at least one dimension")
+	}
+	if k > len(xs) || !xs[len(xs)-k:].Equal(normalizedShape) {
+		g.Errorf("layer_norm", ins, "given normalized_shape=%v, expected input with shape [*, %s], but got input of size %v",
+			normalizedShape, normalizedShape.String()[1:len(normalizedShape.String())-1], xs)
+	}
+	return g.Apply(&LayerNormOp{Dims: k, Eps: eps, HasWeight: weight != nil, HasBias: bias != nil}, ins...)[0]
+}
+
+// ---------------------------------------------------------------- group norm
+
+// GroupNormOp is group normalization of [N, C, *] input over Groups groups of
+// C/Groups channels (torch's native_group_norm). Inputs: x, then weight [C]
+// if HasWeight and bias [C] if HasBias. Outputs: y (like x), mean [N, Groups]
+// and rstd [N, Groups].
+type GroupNormOp struct {
+	Groups    int
+	Eps       float64
+	HasWeight bool
+	HasBias   bool
+}
+
+func (o *GroupNormOp) Name() string { return "group_norm" }
+
+func normCheckGroups(x trace.Meta, groups int) error {
+	if len(x.Shape) < 2 {
+		return fmt.Errorf("expected input of at least 2 dimensions [N, C, *], got %d-D", len(x.Shape))
+	}
+	if groups < 1 || x.Shape[1]%groups != 0 {
+		return fmt.Errorf("expected the number of channels (%d) to be divisible by num_groups (%d)", x.Shape[1], groups)
+	}
+	return nil
+}
+
+func (o *GroupNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	want := 1
+	if o.HasWeight {
+		want++
+	}
+	if o.HasBias {
+		want++
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	x := in[0]
+	if err := wantFloat(x); err != nil {
+		return nil, err
+	}
+	if err := normCheckGroups(x, o.Groups); err != nil {
+		return nil, err
+	}
+	cs := tensor.Shape{x.Shape[1]}
+	for k := 1; k < want; k++ {
+		what := "weight"
+		if k == 2 || !o.HasWeight {
+			what = "bias"
+		}
+		if err := normCheckParam(what, in[k], x.DType, cs); err != nil {
+			return nil, err
+		}
+	}
+	st := tensor.Shape{x.Shape[0], o.Groups}
+	return []trace.Meta{x, {DType: x.DType, Shape: st}, {DType: x.DType, Shape: st.Clone()}}, nil
+}
+
+func (o *GroupNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
+	normNoStatGrads(n, gouts)
+	gy := gouts[0]
+	if gy == nil {
+		return nil
+	}
+	x := n.Inputs[0]
+	ins := []*trace.Tensor{gy, x, n.Outputs[1], n.Outputs[2]}
+	if o.HasWeight {
+		ins = append(ins, n.Inputs[1])
+	}
+	outs := x.Graph().Apply(&GroupNormBackward{Groups: o.Groups, HasWeight: o.HasWeight, HasBias: o.HasBias}, ins...)
+	return normGradInputs(n, outs, o.HasWeight, o.HasBias)
+}
+
+// GroupNormBackward is group norm's fused backward. Inputs: gy, x, mean
+// [N, G], rstd [N, G], then weight [C] if HasWeight. Outputs: gx, then
+// gweight [C] if HasWeight and gbias [C] if HasBias.
+type GroupNormBackward struct {
+	Groups    int
+	HasWeight bool
+	HasBias   bool
+}
+
+func (o *GroupNormBackward) Name() string { return "group_norm_backward" }
+
+func (o *GroupNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	want := 4
+	if o.HasWeight {
+		want++
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	if err := sameDType(in); err != nil {
+		return nil, err
+	}
+	x := in[1]
+	if !in[0].Shape.Equal(x.Shape) {
+		return nil, fmt.Errorf("gradient %v and input %v differ", in[0].Shape, x.Shape)
+	}
+	if err := normCheckGroups(x, o.Groups); err != nil {
+		return nil, err
+	}
+	st := tensor.Shape{x.Shape[0], o.Groups}
+	for i := 2; i < 4; i++ {
+		if !in[i].Shape.Equal(st) {
+			return nil, fmt.Errorf("statistic %d has shape %v, expected %v", i, in[i].Shape, st)
+		}
+	}
+	cs := tensor.Shape{x.Shape[1]}
+	if o.HasWeight && !in[4].Shape.Equal(cs) {
+		return nil, fmt.Errorf("weight has shape %v, expected %v", in[4].Shape, cs)
+	}
+	return normBackwardMetas(x, cs, o.HasWeight, o.HasBias), nil
+}
+
+// GroupNorm is torch.nn.functional.group_norm: [N, C, *] input, C divisible
+// by numGroups, each sample's groups of C/numGroups channels normalized
+// together (biased variance), then scaled and shifted per channel by weight
+// and bias ([C], may be nil).
+func GroupNorm(x *trace.Tensor, numGroups int, weight, bias *trace.Tensor, eps float64) *trace.Tensor {
+	g := x.Graph()
+	ins := normAffine([]*trace.Tensor{x}, weight, bias)
+	normCheckEps(g, "group_norm", ins, eps)
+	if err := normCheckGroups(x.Meta, numGroups); err != nil {
+		g.Errorf("group_norm", ins, "%v", err)
+	}
+	return g.Apply(&GroupNormOp{Groups: numGroups, Eps: eps, HasWeight: weight != nil, HasBias: bias != nil}, ins...)[0]
+}

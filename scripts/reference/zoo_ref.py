@@ -1,0 +1,475 @@
+#!/usr/bin/python3
+"""Reference data for package zoo, produced by PyTorch 1.13 and torchvision.
+
+Run with Debian's interpreter (the one that has torch and torchvision):
+
+    /usr/bin/python3 scripts/reference/zoo_ref.py
+
+It writes into zoo/testdata/:
+
+  architectures.json      for each full-size architecture (ResNet-18/-34/-50/
+                          -101/-152, nanoGPT's GPT-2 124M, ESRGAN's RRDBNet):
+                          the state_dict keys with dtype and shape, in order,
+                          and sum(p.numel() for p in model.parameters())
+  <case>.safetensors      one training step of a small configuration: inputs,
+                          loss, gradients, running statistics after the
+                          forward pass, and the weights after one SGD step
+                          and after one AdamW step from the same start
+
+Weights are not stored. Both this script and the Go test generate them with
+the same integer hash ("hashinit" below), so the files stay small even for
+ResNet-18's 11M parameters:
+
+  key  = FNV-1a 64 of the parameter's state_dict name
+  z_i  = splitmix64(key + (i+1) * 0x9E3779B97F4A7C15), i the flat index
+  u_i  = 2 * (z_i >> 40) / 2^24 - 1           exactly representable, in [-1, 1)
+  w_i  = float32(center + float64(scale * u_i))
+
+with (center, scale) chosen by the parameter's role (see hash_role). Every
+step is exact or a single correctly rounded float64 operation, so Go and
+numpy produce the same bits. The file carries, per tensor, the sum of the
+generated values so the Go test can tell a generator mismatch from a model
+mismatch.
+
+Large tensors are stored in part: a tensor with at most FULL_MAX elements is
+stored whole under "<kind>/<name>"; a larger one as "<kind>_sample/<name>"
+(its values at SAMPLE_K evenly spaced flat indices (j * n) // SAMPLE_K) plus
+"<kind>_stats/<name>" = float64 [sum, l2 norm, max |x|, sum |x|]. kind is
+grad, sgd or adamw. The Go test measures error as max|a - b| / max|b| over a
+tensor, taking max|b| from the stats when only samples are stored.
+"""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from st import save  # noqa: E402  (shared safetensors writer)
+
+OUT = os.path.normpath(os.path.join(HERE, "..", "..", "zoo", "testdata"))
+
+FULL_MAX = 10000
+SAMPLE_K = 64
+SGD = dict(lr=0.1, momentum=0.9)
+ADAMW = dict()  # torch defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2
+
+# ------------------------------------------------------------------ hashinit
+
+_M64 = (1 << 64) - 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def fnv1a64(s):
+    h = 0xCBF29CE484222325
+    for b in s.encode("utf-8"):
+        h ^= b
+        h = (h * 0x100000001B3) & _M64
+    return h
+
+
+def hash_uniform(name, n):
+    """n values in [-1, 1) (float64, each a multiple of 2^-23)."""
+    with np.errstate(over="ignore"):
+        i = np.arange(1, n + 1, dtype=np.uint64)
+        z = np.uint64(fnv1a64(name)) + i * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(40)).astype(np.float64) * (2.0 / 16777216.0) - 1.0
+
+
+def hash_role(name, shape):
+    """(center, scale) of a parameter or buffer by its role."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf == "running_mean":
+        return 0.0, 0.1
+    if leaf == "running_var":
+        return 1.0, 0.5
+    if len(shape) >= 2:
+        fan_in = int(np.prod(shape[1:]))
+        return 0.0, 1.0 / math.sqrt(fan_in)
+    if leaf == "weight":  # norm layers
+        return 1.0, 0.2
+    return 0.0, 0.1  # biases
+
+
+def hash_tensor(name, shape, center, scale):
+    n = int(np.prod(shape)) if len(shape) else 1
+    u = hash_uniform(name, n)
+    v = center + scale * u  # numpy float64: one rounding each, no fusion
+    return torch.from_numpy(v.astype(np.float32).reshape(shape))
+
+
+def hash_init(model):
+    """Overwrite every floating-point parameter and buffer; returns the sums."""
+    sums = {}
+    sd = model.state_dict(keep_vars=True)
+    seen = set()
+    with torch.no_grad():
+        for name, t in sd.items():
+            if not t.dtype.is_floating_point or id(t) in seen:
+                continue
+            seen.add(id(t))
+            c, s = hash_role(name, tuple(t.shape))
+            v = hash_tensor(name, tuple(t.shape), c, s)
+            t.copy_(v)
+            sums[name] = float(v.double().sum())
+    return sums
+
+
+# ------------------------------------------------------------------ models
+
+
+class LayerNorm(nn.Module):
+    """nanoGPT's LayerNorm: optional bias."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention, written out as its non-flash path. The causal mask
+    is not a persistent buffer, so the state_dict matches nanoGPT on
+    PyTorch >= 2 (flash attention, no attn.bias)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        assert cfg["n_embd"] % cfg["n_head"] == 0
+        self.c_attn = nn.Linear(cfg["n_embd"], 3 * cfg["n_embd"], bias=cfg["bias"])
+        self.c_proj = nn.Linear(cfg["n_embd"], cfg["n_embd"], bias=cfg["bias"])
+        self.attn_dropout = nn.Dropout(cfg["dropout"])
+        self.resid_dropout = nn.Dropout(cfg["dropout"])
+        self.n_head = cfg["n_head"]
+        self.n_embd = cfg["n_embd"]
+        bs = cfg["block_size"]
+        self.register_buffer("bias", torch.tril(torch.ones(bs, bs)).view(1, 1, bs, bs), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        att = self.attn_dropout(att)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg["n_embd"], 4 * cfg["n_embd"], bias=cfg["bias"])
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * cfg["n_embd"], cfg["n_embd"], bias=cfg["bias"])
+        self.dropout = nn.Dropout(cfg["dropout"])
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = LayerNorm(cfg["n_embd"], bias=cfg["bias"])
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = LayerNorm(cfg["n_embd"], bias=cfg["bias"])
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    """Karpathy's nanoGPT GPT (model.py), forward returning logits [B, T, V]."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg["vocab_size"], cfg["n_embd"]),
+            wpe=nn.Embedding(cfg["block_size"], cfg["n_embd"]),
+            drop=nn.Dropout(cfg["dropout"]),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg["n_layer"])]),
+            ln_f=LayerNorm(cfg["n_embd"], bias=cfg["bias"]),
+        ))
+        self.lm_head = nn.Linear(cfg["n_embd"], cfg["vocab_size"], bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg["n_layer"]))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        return self.lm_head(x)
+
+
+def gpt_loss(logits, targets):
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class ResidualDenseBlock_5C(nn.Module):
+    """ESRGAN's RRDBNet_arch.py (xinntao/ESRGAN), unchanged."""
+
+    def __init__(self, nf=64, gc=32, bias=True):
+        super().__init__()
+        self.conv1 = nn.Conv2d(nf, gc, 3, 1, 1, bias=bias)
+        self.conv2 = nn.Conv2d(nf + gc, gc, 3, 1, 1, bias=bias)
+        self.conv3 = nn.Conv2d(nf + 2 * gc, gc, 3, 1, 1, bias=bias)
+        self.conv4 = nn.Conv2d(nf + 3 * gc, gc, 3, 1, 1, bias=bias)
+        self.conv5 = nn.Conv2d(nf + 4 * gc, nf, 3, 1, 1, bias=bias)
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
+
+    def forward(self, x):
+        x1 = self.lrelu(self.conv1(x))
+        x2 = self.lrelu(self.conv2(torch.cat((x, x1), 1)))
+        x3 = self.lrelu(self.conv3(torch.cat((x, x1, x2), 1)))
+        x4 = self.lrelu(self.conv4(torch.cat((x, x1, x2, x3), 1)))
+        x5 = self.conv5(torch.cat((x, x1, x2, x3, x4), 1))
+        return x5 * 0.2 + x
+
+
+class RRDB(nn.Module):
+    def __init__(self, nf, gc=32):
+        super().__init__()
+        self.RDB1 = ResidualDenseBlock_5C(nf, gc)
+        self.RDB2 = ResidualDenseBlock_5C(nf, gc)
+        self.RDB3 = ResidualDenseBlock_5C(nf, gc)
+
+    def forward(self, x):
+        out = self.RDB1(x)
+        out = self.RDB2(out)
+        out = self.RDB3(out)
+        return out * 0.2 + x
+
+
+class RRDBNet(nn.Module):
+    def __init__(self, in_nc, out_nc, nf, nb, gc=32):
+        super().__init__()
+        self.conv_first = nn.Conv2d(in_nc, nf, 3, 1, 1, bias=True)
+        self.RRDB_trunk = nn.Sequential(*[RRDB(nf, gc) for _ in range(nb)])
+        self.trunk_conv = nn.Conv2d(nf, nf, 3, 1, 1, bias=True)
+        self.upconv1 = nn.Conv2d(nf, nf, 3, 1, 1, bias=True)
+        self.upconv2 = nn.Conv2d(nf, nf, 3, 1, 1, bias=True)
+        self.HRconv = nn.Conv2d(nf, nf, 3, 1, 1, bias=True)
+        self.conv_last = nn.Conv2d(nf, out_nc, 3, 1, 1, bias=True)
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
+
+    def forward(self, x):
+        fea = self.conv_first(x)
+        trunk = self.trunk_conv(self.RRDB_trunk(fea))
+        fea = fea + trunk
+        fea = self.lrelu(self.upconv1(F.interpolate(fea, scale_factor=2, mode="nearest")))
+        fea = self.lrelu(self.upconv2(F.interpolate(fea, scale_factor=2, mode="nearest")))
+        return self.conv_last(self.lrelu(self.HRconv(fea)))
+
+
+def resnet(block, layers, num_classes):
+    blk = {"basic": torchvision.models.resnet.BasicBlock, "bottleneck": torchvision.models.resnet.Bottleneck}[block]
+    return torchvision.models.resnet.ResNet(blk, layers, num_classes=num_classes)
+
+
+# ------------------------------------------------------------------ architectures
+
+GPT2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, dropout=0.0, bias=True)
+
+ARCHS = {
+    "resnet18": lambda: torchvision.models.resnet18(),
+    "resnet34": lambda: torchvision.models.resnet34(),
+    "resnet50": lambda: torchvision.models.resnet50(),
+    "resnet101": lambda: torchvision.models.resnet101(),
+    "resnet152": lambda: torchvision.models.resnet152(),
+    "resnet18_c10": lambda: torchvision.models.resnet18(num_classes=10),
+    "gpt2": lambda: GPT(GPT2),
+    "gpt2_nobias": lambda: GPT(dict(GPT2, bias=False)),
+    "rrdbnet": lambda: RRDBNet(3, 3, 64, 23, 32),
+}
+
+EXPECTED_COUNTS = {"resnet18": 11689512, "resnet50": 25557032, "resnet152": 60192808, "rrdbnet": 16697987}
+
+_DT = {torch.float32: "F32", torch.int64: "I64"}
+
+
+def architectures():
+    out = {}
+    for name, make in ARCHS.items():
+        torch.manual_seed(0)
+        m = make()
+        n = sum(p.numel() for p in m.parameters())
+        if name in EXPECTED_COUNTS:
+            assert n == EXPECTED_COUNTS[name], (name, n)
+        sd = m.state_dict()
+        out[name] = dict(
+            num_params=n,
+            state_dict=[[k, _DT[v.dtype], list(v.shape)] for k, v in sd.items()],
+        )
+        print(f"{name}: {n:,} parameters, {len(sd)} state_dict entries")
+        del m, sd
+    return out
+
+
+def write_architectures(path, archs):
+    """JSON with one state_dict entry per line, so that diffs stay readable."""
+    lines = ["{"]
+    for i, name in enumerate(sorted(archs)):
+        a = archs[name]
+        lines.append(f'"{name}": {{"num_params": {a["num_params"]}, "state_dict": [')
+        sd = a["state_dict"]
+        for j, e in enumerate(sd):
+            lines.append(json.dumps(e, separators=(",", ":")) + ("," if j + 1 < len(sd) else ""))
+        lines.append("]}" + ("," if i + 1 < len(archs) else ""))
+    lines.append("}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    json.load(open(path))  # well-formed
+
+
+# ------------------------------------------------------------------ one training step
+
+
+def sample_idx(n):
+    return [(j * n) // SAMPLE_K for j in range(SAMPLE_K)]
+
+
+def put(tensors, kind, name, t):
+    t = t.detach().contiguous()
+    n = t.numel()
+    if n <= FULL_MAX:
+        tensors[f"{kind}/{name}"] = t.clone()
+        return
+    flat = t.reshape(-1)
+    tensors[f"{kind}_sample/{name}"] = flat[sample_idx(n)].clone()
+    d = flat.double()
+    tensors[f"{kind}_stats/{name}"] = torch.tensor(
+        [float(d.sum()), float(d.norm()), float(d.abs().max()), float(d.abs().sum())], dtype=torch.float64)
+
+
+def hash_input(name, shape, scale=1.0):
+    return hash_tensor(name, shape, 0.0, scale)
+
+
+def hash_labels(name, shape, classes):
+    n = int(np.prod(shape))
+    u = hash_uniform(name, n)  # [-1, 1)
+    k = np.floor((u + 1.0) * 0.5 * classes).astype(np.int64)
+    return torch.from_numpy(k.reshape(shape))
+
+
+def one_step(case, make, x, y, loss_fn, meta):
+    tensors = {"x": x, "y": y}
+    names = []
+
+    def fresh():
+        torch.manual_seed(0)
+        m = make()
+        sums = hash_init(m)
+        m.train()
+        return m, sums
+
+    m, sums = fresh()
+    sd = m.state_dict()
+    meta["state_dict"] = [[k, _DT[v.dtype], list(v.shape)] for k, v in sd.items()]
+    meta["params"] = [k for k, _ in m.named_parameters()]
+    meta["num_params"] = sum(p.numel() for p in m.parameters())
+    meta["init_sums"] = sums
+
+    out = m(x)
+    loss = loss_fn(out, y)
+    loss.backward()
+    tensors["loss"] = loss.detach().reshape(()).clone()
+    for k, p in m.named_parameters():
+        put(tensors, "grad", k, p.grad)
+        names.append(k)
+    for k, b in m.named_buffers():
+        tensors[f"buffer/{k}"] = b.detach().clone()
+    opt = torch.optim.SGD(m.parameters(), foreach=False, **SGD)
+    opt.step()
+    for k, p in m.named_parameters():
+        put(tensors, "sgd", k, p)
+
+    m, _ = fresh()
+    loss2 = loss_fn(m(x), y)
+    loss2.backward()
+    assert float(loss2) == float(loss)
+    opt = torch.optim.AdamW(m.parameters(), foreach=False, **ADAMW)
+    opt.step()
+    for k, p in m.named_parameters():
+        put(tensors, "adamw", k, p)
+
+    meta.update(full_max=FULL_MAX, sample_k=SAMPLE_K, sgd=SGD, adamw=ADAMW)
+    path = os.path.join(OUT, case + ".safetensors")
+    save(path, tensors, metadata={"case": json.dumps(meta, sort_keys=True)})
+    print(f"{case}: loss {float(loss):.6f}, {meta['num_params']:,} parameters, "
+          f"{os.path.getsize(path):,} bytes")
+
+
+def main():
+    torch.set_num_threads(2)
+    os.makedirs(OUT, exist_ok=True)
+    write_architectures(os.path.join(OUT, "architectures.json"), architectures())
+
+    # ResNet-18, full architecture, 10 classes, train mode (batch statistics).
+    x = hash_input("input", (2, 3, 64, 48))
+    y = hash_labels("target", (2,), 10)
+    one_step("resnet18", lambda: resnet("basic", [2, 2, 2, 2], 10), x, y, F.cross_entropy,
+             dict(model="resnet", block="basic", layers=[2, 2, 2, 2], num_classes=10))
+
+    # A ResNet with one Bottleneck per stage (exercises the Bottleneck path).
+    x = hash_input("input", (3, 3, 40, 32))
+    y = hash_labels("target", (3,), 7)
+    one_step("resnet_bottleneck", lambda: resnet("bottleneck", [1, 1, 1, 1], 7), x, y, F.cross_entropy,
+             dict(model="resnet", block="bottleneck", layers=[1, 1, 1, 1], num_classes=7))
+
+    # nanoGPT, small; T < block_size; a few targets ignored (-1).
+    cfg = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, dropout=0.0, bias=True)
+    x = hash_labels("input", (2, 12), cfg["vocab_size"])
+    y = hash_labels("target", (2, 12), cfg["vocab_size"])
+    y[0, 3] = -1
+    y[1, 11] = -1
+    one_step("gpt", lambda: GPT(cfg), x, y, gpt_loss, dict(model="gpt", config=cfg))
+
+    cfg_nb = dict(cfg, bias=False, n_head=4)
+    one_step("gpt_nobias", lambda: GPT(cfg_nb), x, y, gpt_loss, dict(model="gpt", config=cfg_nb))
+
+    # RRDBNet, small: nb=2, nf=16, gc=8; L1 loss against a x4 target.
+    rc = dict(in_nc=3, out_nc=3, nf=16, nb=2, gc=8)
+    x = hash_input("input", (2, 3, 8, 12))
+    y = hash_input("target", (2, 3, 32, 48))
+    one_step("rrdbnet", lambda: RRDBNet(rc["in_nc"], rc["out_nc"], rc["nf"], rc["nb"], rc["gc"]), x, y,
+             F.l1_loss, dict(model="rrdbnet", config=rc))
+
+
+if __name__ == "__main__":
+    main()

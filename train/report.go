@@ -1,0 +1,63 @@
+package train
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// MemoryPlan is the byte budget of a training step, known before it runs.
+type MemoryPlan struct {
+	Parameters     int64 // parameter values and buffers
+	Gradients      int64
+	OptimizerState int64
+	Activations    int64 // the step's arena bytes live at the peak
+	ArenaBytes     int64 // the arena's size (peak plus packing overhead)
+	PeakStep       string
+}
+
+// Total is the predicted peak of allocated bytes.
+func (m MemoryPlan) Total() int64 {
+	return m.Parameters + m.Gradients + m.OptimizerState + m.Activations
+}
+
+// Plan predicts the memory of a training step on inputs x and targets y.
+func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
+	p, err := t.TrainProgram(x, y)
+	if err != nil {
+		return MemoryPlan{}, err
+	}
+	var m MemoryPlan
+	m.Parameters, m.Gradients = t.Store.ParamBytes()
+	if t.Opt != nil {
+		for _, pr := range t.Store.Trainable() {
+			if b := t.Opt.StateBytesFor(pr.Numel()); b > 0 {
+				// Each state buffer is one allocation of numel float32s.
+				per := pr.Numel() * 4
+				m.OptimizerState += b / per * device.RoundSize(per)
+			}
+		}
+	}
+	m.Activations = p.Plan.PeakBytes
+	m.ArenaBytes = p.Plan.ArenaBytes
+	if len(p.Plan.Order) > 0 {
+		m.PeakStep = p.Plan.Order[p.Plan.PeakStep].Label()
+	}
+	return m, nil
+}
+
+// Print writes the plan as the table printed before training starts.
+func (m MemoryPlan) Print(w io.Writer) {
+	row := func(k string, v int64) { fmt.Fprintf(w, "  %-22s %12s\n", k, device.FormatBytes(v)) }
+	fmt.Fprintln(w, "memory plan (per step, before the first step runs):")
+	row("parameters", m.Parameters)
+	row("gradients", m.Gradients)
+	row("optimizer state", m.OptimizerState)
+	row("activations at peak", m.Activations)
+	fmt.Fprintf(w, "  %-22s %12s   (at %s)\n", "total peak", device.FormatBytes(m.Total()), m.PeakStep)
+	if m.Activations > 0 {
+		fmt.Fprintf(w, "  %-22s %12s   (%.1f%% packing overhead)\n", "arena reserved", device.FormatBytes(m.ArenaBytes), 100*(float64(m.ArenaBytes)/float64(m.Activations)-1))
+	}
+}

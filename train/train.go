@@ -1,0 +1,253 @@
+// Package train runs training: it traces a model's step once per input
+// shape signature (a shorter last batch gets its own plan), appends the
+// backward pass, plans memory, executes on a device and applies the
+// optimizer to parameters in device memory.
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Model is what the trainer trains: a forward function over symbolic
+// tensors, with its parameters in a store.
+type Model interface {
+	Forward(x *trace.Tensor) *trace.Tensor
+}
+
+// LossFunc turns the model's output and the target into a scalar loss.
+type LossFunc func(out, target *trace.Tensor) *trace.Tensor
+
+// Trainer owns the compiled steps of one model.
+type Trainer struct {
+	Device *device.Device
+	Store  *nn.Store
+	Model  Model
+	Loss   LossFunc
+	Opt    optim.Optimizer
+
+	arena    *exec.Arena
+	programs map[string]*exec.Program
+	optBlks  []*device.Block
+	params   []optim.Param
+	metaOpt  bool
+	step     int64 // steps taken; seeds dropout masks
+}
+
+// New returns a trainer. The store must be materialized on dev.
+func New(dev *device.Device, store *nn.Store, model Model, loss LossFunc, opt optim.Optimizer) (*Trainer, error) {
+	if store.Device() != dev {
+		return nil, fmt.Errorf("train: the model's parameters are not on %v (materialize the store first)", dev)
+	}
+	t := &Trainer{Device: dev, Store: store, Model: model, Loss: loss, Opt: opt, arena: exec.NewArena(dev), programs: map[string]*exec.Program{}}
+	alloc := func(param, buffer string, n int) ([]float32, error) {
+		module := param
+		if i := strings.LastIndexByte(param, '.'); i >= 0 {
+			module = param[:i]
+		}
+		b, err := dev.Alloc.Allocate(int64(n)*4, device.Tag{Category: device.OptimizerState, Module: module, Op: buffer})
+		if err != nil {
+			return nil, err
+		}
+		t.optBlks = append(t.optBlks, b)
+		v := (&tensor.Tensor{DType: tensor.Float32, Shape: tensor.Shape{n}, Data: b.Data})
+		if b.Data == nil {
+			return make([]float32, n), nil // meta: no data to hold
+		}
+		return v.F32(), nil
+	}
+	switch o := opt.(type) {
+	case *optim.Adam:
+		o.Alloc = alloc
+	case *optim.SGD:
+		o.Alloc = alloc
+	}
+	for _, p := range store.Trainable() {
+		t.params = append(t.params, optim.Param{Name: p.Name})
+	}
+	return t, nil
+}
+
+// Close releases the trainer's arena and optimizer state.
+func (t *Trainer) Close() {
+	t.arena.Release()
+	for _, b := range t.optBlks {
+		t.Device.Alloc.Free(b)
+	}
+	t.optBlks = nil
+}
+
+// Arena is the memory the trainer's steps run in.
+func (t *Trainer) Arena() *exec.Arena { return t.arena }
+
+func signature(kind string, training bool, metas ...trace.Meta) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%v", kind, training)
+	for _, m := range metas {
+		b.WriteString("/" + m.String())
+	}
+	return b.String()
+}
+
+// TrainProgram returns the compiled training step for inputs and targets
+// of these shapes, tracing it on first use.
+func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
+	key := signature("train", t.Store.Training(), x, y)
+	if p, ok := t.programs[key]; ok {
+		return p, nil
+	}
+	g := trace.New()
+	err := trace.Capture(func() {
+		xi := g.Input("x", x.DType, x.Shape)
+		yi := g.Input("y", y.DType, y.Shape)
+		out := t.Model.Forward(xi)
+		loss := t.Loss(out, yi)
+		if loss.Shape().NumElements() != 1 {
+			g.Errorf("loss", []*trace.Tensor{loss}, "loss must be a scalar")
+		}
+		g.Output("loss", loss)
+		params := t.Store.Trainable()
+		wrt := make([]*trace.Tensor, len(params))
+		for i, p := range params {
+			wrt[i] = p.T(g)
+		}
+		grads, err := autodiff.Backward(loss, wrt)
+		if err != nil {
+			panic(err)
+		}
+		for i, p := range params {
+			gs := g.State(nn.GradName(p.Name), "gradient", p.DType, p.Shape)
+			gi := grads[i]
+			if gi == nil {
+				gi = op.FullLike(wrt[i], 0)
+			}
+			g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { op.AccumulateInto(gs, gi, false) })
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	p, err := exec.Compile(g, t.Device)
+	if err != nil {
+		return nil, err
+	}
+	t.programs[key] = p
+	return p, nil
+}
+
+// EvalProgram returns the compiled forward pass for inputs of this shape.
+func (t *Trainer) EvalProgram(x trace.Meta) (*exec.Program, error) {
+	key := signature("eval", t.Store.Training(), x)
+	if p, ok := t.programs[key]; ok {
+		return p, nil
+	}
+	g := trace.New()
+	err := trace.Capture(func() {
+		xi := g.Input("x", x.DType, x.Shape)
+		g.Output("out", t.Model.Forward(xi))
+	})
+	if err != nil {
+		return nil, err
+	}
+	p, err := exec.Compile(g, t.Device)
+	if err != nil {
+		return nil, err
+	}
+	t.programs[key] = p
+	return p, nil
+}
+
+// NonFiniteError stops training when the loss is NaN or infinite.
+type NonFiniteError struct {
+	Step int
+	Loss float64
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("train: loss is %v at step %d", e.Loss, e.Step)
+}
+
+// Step runs forward, backward and the optimizer on one batch and returns the
+// loss. Gradients are overwritten (not accumulated) each step.
+func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
+	p, err := t.TrainProgram(trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape})
+	if err != nil {
+		return 0, err
+	}
+	feed := map[string]*tensor.Tensor{"x": x, "y": y}
+	if p.Graph.InputNode(op.StepInput) != nil {
+		feed[op.StepInput] = tensor.FromInt64(tensor.Shape{1}, []int64{t.step})
+	}
+	t.step++
+	res, err := p.Run(ctx, t.arena, t.Store, feed, nil)
+	if err != nil {
+		return 0, err
+	}
+	loss := math.NaN()
+	if t.Device.HasData() {
+		loss = res["loss"].Float64s()[0]
+	}
+	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) {
+		return loss, &NonFiniteError{Loss: loss}
+	}
+	if t.Opt != nil && !t.Device.HasData() {
+		return loss, t.metaOptimizerState()
+	}
+	if t.Opt != nil {
+		for i, pr := range t.Store.Trainable() {
+			t.params[i].Value = pr.Value.F32()
+			t.params[i].Grad = pr.Grad.F32()
+		}
+		if err := t.Opt.Step(t.params); err != nil {
+			return loss, err
+		}
+	}
+	return loss, nil
+}
+
+// Predict runs the forward pass in evaluation mode and returns the output.
+func (t *Trainer) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	was := t.Store.Training()
+	t.Store.SetTraining(false)
+	defer t.Store.SetTraining(was)
+	p, err := t.EvalProgram(trace.Meta{DType: x.DType, Shape: x.Shape})
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Run(ctx, t.arena, t.Store, map[string]*tensor.Tensor{"x": x}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res["out"], nil
+}
+
+// metaOptimizerState accounts, on the meta device, for the optimizer state a
+// real first step would allocate: one block of numel float32s per buffer.
+func (t *Trainer) metaOptimizerState() error {
+	if t.metaOpt {
+		return nil
+	}
+	t.metaOpt = true
+	for _, p := range t.Store.Trainable() {
+		per := p.Numel() * 4
+		for k := int64(0); k < t.Opt.StateBytesFor(p.Numel())/per; k++ {
+			b, err := t.Device.Alloc.Allocate(per, device.Tag{Category: device.OptimizerState, Op: p.Name})
+			if err != nil {
+				return err
+			}
+			t.optBlks = append(t.optBlks, b)
+		}
+	}
+	return nil
+}
