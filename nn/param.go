@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -275,4 +276,23 @@ func (s *Store) ZeroGrad() {
 			clear(p.Grad.Data)
 		}
 	}
+}
+
+// LoadFile loads a safetensors checkpoint (a PyTorch state_dict saved with
+// safetensors) into the store; errors name the file.
+func (s *Store) LoadFile(path string, strict bool) error {
+	sd, err := safetensors.Load(path)
+	if err != nil {
+		return err
+	}
+	if err := s.LoadStateDict(sd, strict); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// SaveFile writes the store's parameters and buffers as a safetensors file
+// that PyTorch loads with safetensors.torch.load_file + load_state_dict.
+func (s *Store) SaveFile(path string, metadata map[string]string) error {
+	return safetensors.WriteFile(path, s.StateDict(), metadata)
 }

@@ -95,19 +95,8 @@ func (o *Adam) Step(params []Param) error {
 	}
 	// Allocate all missing state before updating anything, so that an
 	// allocation failure leaves parameters and state untouched.
-	fresh := map[string]*adamState{}
-	for _, p := range params {
-		if p.Grad == nil || o.state[p.Name] != nil {
-			continue
-		}
-		st, err := o.newState(p.Name, len(p.Value))
-		if err != nil {
-			return err
-		}
-		fresh[p.Name] = st
-	}
-	for k, v := range fresh {
-		o.state[k] = v
+	if err := o.prepare(params, true); err != nil {
+		return err
 	}
 
 	c := o.cfg
@@ -159,6 +148,32 @@ func (o *Adam) Step(params []Param) error {
 			// param.addcdiv_(exp_avg, denom, value=-step_size)
 			v[i] += float32(negStep*m[i]) / den
 		}
+	}
+	return nil
+}
+
+// Prepare allocates the moment buffers of every parameter now (Preparer).
+func (o *Adam) Prepare(params []Param) error {
+	if err := checkParams(params, func(string) (int, bool) { return 0, false }); err != nil {
+		return err
+	}
+	return o.prepare(params, false)
+}
+
+func (o *Adam) prepare(params []Param, needGrad bool) error {
+	fresh := map[string]*adamState{}
+	for _, p := range params {
+		if needGrad && p.Grad == nil || o.state[p.Name] != nil {
+			continue
+		}
+		st, err := o.newState(p.Name, len(p.Value))
+		if err != nil {
+			return err
+		}
+		fresh[p.Name] = st
+	}
+	for k, v := range fresh {
+		o.state[k] = v
 	}
 	return nil
 }

@@ -124,3 +124,12 @@ var (
 	_ chainable = (*CosineAnnealingLR)(nil)
 	_ Scheduler = (*SequentialLR)(nil)
 )
+
+// Preparer is implemented by optimizers that can allocate their state
+// before the first step. PyTorch allocates state lazily in the first step;
+// allocating it up front makes an out-of-memory appear at start-up and lets
+// the memory plan hold exactly from the first step. The values are what the
+// lazy initialization would produce, so updates are unchanged.
+type Preparer interface {
+	Prepare(params []Param) error
+}

@@ -65,23 +65,10 @@ func (o *SGD) Step(params []Param) error {
 		return err
 	}
 	c := o.cfg
-	if c.Momentum != 0 {
-		// Allocate every missing buffer before updating anything, so an
-		// allocation failure leaves the parameters untouched.
-		fresh := map[string]*sgdState{}
-		for _, p := range params {
-			if p.Grad == nil || o.state[p.Name] != nil {
-				continue
-			}
-			buf, err := alloc(o.Alloc, p.Name, "momentum_buffer", len(p.Value))
-			if err != nil {
-				return err
-			}
-			fresh[p.Name] = &sgdState{buf: buf}
-		}
-		for k, v := range fresh {
-			o.state[k] = v
-		}
+	// Allocate every missing buffer before updating anything, so an
+	// allocation failure leaves the parameters untouched.
+	if err := o.prepare(params, true); err != nil {
+		return err
 	}
 
 	// PyTorch converts each Python-float hyperparameter to float32 when it
@@ -127,6 +114,36 @@ func (o *SGD) Step(params []Param) error {
 		}
 	}
 	return nil
+}
+
+func (o *SGD) prepare(params []Param, needGrad bool) error {
+	if o.cfg.Momentum == 0 {
+		return nil
+	}
+	fresh := map[string]*sgdState{}
+	for _, p := range params {
+		if needGrad && p.Grad == nil || o.state[p.Name] != nil {
+			continue
+		}
+		buf, err := alloc(o.Alloc, p.Name, "momentum_buffer", len(p.Value))
+		if err != nil {
+			return err
+		}
+		fresh[p.Name] = &sgdState{buf: buf}
+	}
+	for k, v := range fresh {
+		o.state[k] = v
+	}
+	return nil
+}
+
+// Prepare allocates the momentum buffers now (Preparer); the first step
+// still copies the gradient into them, as PyTorch's lazy buffer does.
+func (o *SGD) Prepare(params []Param) error {
+	if err := checkParams(params, func(string) (int, bool) { return 0, false }); err != nil {
+		return err
+	}
+	return o.prepare(params, false)
 }
 
 // StateBytes is the memory held in momentum buffers.

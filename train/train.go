@@ -41,7 +41,6 @@ type Trainer struct {
 	programs map[string]*exec.Program
 	optBlks  []*device.Block
 	params   []optim.Param
-	metaOpt  bool
 	step     int64 // steps taken; seeds dropout masks
 }
 
@@ -75,6 +74,13 @@ func New(dev *device.Device, store *nn.Store, model Model, loss LossFunc, opt op
 	}
 	for _, p := range store.Trainable() {
 		t.params = append(t.params, optim.Param{Name: p.Name})
+	}
+	// Optimizer state is allocated now, not lazily in the first step, so the
+	// memory plan holds from the first step and an out-of-memory shows at
+	// start-up.
+	if err := t.prepareOptimizer(); err != nil {
+		t.Close()
+		return nil, err
 	}
 	return t, nil
 }
@@ -201,10 +207,7 @@ func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error
 	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) {
 		return loss, &NonFiniteError{Loss: loss}
 	}
-	if t.Opt != nil && !t.Device.HasData() {
-		return loss, t.metaOptimizerState()
-	}
-	if t.Opt != nil {
+	if t.Opt != nil && t.Device.HasData() {
 		for i, pr := range t.Store.Trainable() {
 			t.params[i].Value = pr.Value.F32()
 			t.params[i].Grad = pr.Grad.F32()
@@ -232,13 +235,22 @@ func (t *Trainer) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor
 	return res["out"], nil
 }
 
-// metaOptimizerState accounts, on the meta device, for the optimizer state a
-// real first step would allocate: one block of numel float32s per buffer.
-func (t *Trainer) metaOptimizerState() error {
-	if t.metaOpt {
+func (t *Trainer) prepareOptimizer() error {
+	if t.Opt == nil {
 		return nil
 	}
-	t.metaOpt = true
+	if t.Device.HasData() {
+		prep, ok := t.Opt.(optim.Preparer)
+		if !ok {
+			return nil // state comes lazily with the first step
+		}
+		for i, pr := range t.Store.Trainable() {
+			t.params[i].Value = pr.Value.F32()
+		}
+		return prep.Prepare(t.params)
+	}
+	// On the meta device account for the state a real step allocates: one
+	// block of numel float32s per buffer.
 	for _, p := range t.Store.Trainable() {
 		per := p.Numel() * 4
 		for k := int64(0); k < t.Opt.StateBytesFor(p.Numel())/per; k++ {

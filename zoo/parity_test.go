@@ -167,7 +167,11 @@ func (e errs) note(kind string, v float64) {
 func (rc *refCase) compare(t *testing.T, e errs, kind, name string, got *tensor.Tensor, tol float64) {
 	t.Helper()
 	g := got.Float64s()
-	if ref, ok := rc.Tensors[kind+"/"+name]; ok {
+	key := kind + "/" + name
+	if name == "" {
+		key = kind
+	}
+	if ref, ok := rc.Tensors[key]; ok {
 		if !ref.Shape.Equal(got.Shape) {
 			t.Errorf("%s %s: shape %v, reference %v", kind, name, got.Shape, ref.Shape)
 			return
@@ -348,6 +352,21 @@ func TestParity(t *testing.T) {
 				}
 			}
 
+			// Evaluation mode at the initial weights (running statistics).
+			if err := zoo.LoadStateDict(m, s, sd, true); err != nil {
+				t.Fatal(err)
+			}
+			tr, err := train.New(dev, s, m, pc.loss, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := tr.Predict(context.Background(), x)
+			tr.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.compare(t, e, "eval_out", "", out, gradTol)
+
 			sgd, err := optim.NewSGD(optim.SGDConfig{LR: rc.Meta.SGD["lr"], Momentum: rc.Meta.SGD["momentum"]})
 			if err != nil {
 				t.Fatal(err)
@@ -382,8 +401,8 @@ func TestParity(t *testing.T) {
 			for _, p := range s.Trainable() {
 				rc.compare(t, e, "adamw", p.Name, p.Value, weightTol)
 			}
-			t.Logf("%s: %d parameters; max relative errors: loss %.2g, gradients %.2g (stats %.2g), buffers %.2g, SGD %.2g (stats %.2g), AdamW %.2g (stats %.2g; %v of %v compared elements left out: gradient near 0)",
-				pc.file, s.NumParams(), e["loss"], e["grad"], e["grad stats"], e["buffers"], e["sgd"], e["sgd stats"], e["adamw"], e["adamw stats"], e["adamw skipped"], e["adamw skipped"]+e["adamw checked"])
+			t.Logf("%s: %d parameters; max relative errors: eval output %.2g, loss %.2g, gradients %.2g (stats %.2g), buffers %.2g, SGD %.2g (stats %.2g), AdamW %.2g (stats %.2g; %v of %v compared elements left out: gradient near 0)",
+				pc.file, s.NumParams(), e["eval_out"], e["loss"], e["grad"], e["grad stats"], e["buffers"], e["sgd"], e["sgd stats"], e["adamw"], e["adamw stats"], e["adamw skipped"], e["adamw skipped"]+e["adamw checked"])
 		})
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
-	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -32,6 +31,7 @@ type trainFlags struct {
 	threads   int
 	seed      int64
 	save      string
+	load      string
 	data      string
 	limit     int
 }
@@ -60,6 +60,7 @@ Flags:
 	fs.IntVar(&f.threads, "threads", 0, "worker threads for kernels (default $HEADROOM_NUM_THREADS or all cores)")
 	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
 	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
+	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
 	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above)")
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all)")
 	if err := fs.Parse(args); err != nil {
@@ -143,6 +144,12 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return err
 	}
 	defer store.Release()
+	if f.load != "" {
+		if err := store.LoadFile(f.load, true); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "loaded weights from %s\n", f.load)
+	}
 	opt, err := newOptimizer(f.optimizer, f.lr)
 	if err != nil {
 		return err
@@ -167,7 +174,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		if f.save == "" {
 			return
 		}
-		if err := safetensors.WriteFile(f.save, store.StateDict(), map[string]string{"format": "pt", "model": f.model}); err != nil {
+		if err := store.SaveFile(f.save, map[string]string{"format": "pt", "model": f.model}); err != nil {
 			fmt.Fprintf(log, "headroom: saving %s: %v\n", f.save, err)
 			return
 		}

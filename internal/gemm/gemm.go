@@ -9,7 +9,11 @@
 // assembly (6×16); elsewhere, and for float64, it is portable Go.
 //
 // All matrices are row-major. Scratch buffers come from sync.Pools and are
-// reused across calls.
+// reused across calls. Results are bitwise the same for every thread count
+// (each element of C is summed in the same order however the work is split).
+//
+// The -tags purego build, and every architecture but amd64, use only the
+// portable Go kernels.
 package gemm
 
 import (
@@ -424,11 +428,10 @@ func kernelGo4x4[T float](k int, a, b, c []T, ldc int, alpha, beta T, beta0 bool
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 T
 	a = a[:4*k]
 	b = b[:4*k]
-	for p := 0; p < len(a); p += 4 {
-		ap := a[p : p+4 : p+4]
-		bp := b[p : p+4 : p+4]
-		a0, a1, a2, a3 := ap[0], ap[1], ap[2], ap[3]
-		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+	for len(a) >= 4 && len(b) >= 4 {
+		a0, a1, a2, a3 := a[0], a[1], a[2], a[3]
+		b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
+		a, b = a[4:], b[4:]
 		c00 += a0 * b0
 		c01 += a0 * b1
 		c02 += a0 * b2

@@ -11,10 +11,11 @@ It writes into zoo/testdata/:
                           -101/-152, nanoGPT's GPT-2 124M, ESRGAN's RRDBNet):
                           the state_dict keys with dtype and shape, in order,
                           and sum(p.numel() for p in model.parameters())
-  <case>.safetensors      one training step of a small configuration: inputs,
-                          loss, gradients, running statistics after the
-                          forward pass, and the weights after one SGD step
-                          and after one AdamW step from the same start
+  <case>.safetensors      a small configuration: its output in evaluation
+                          mode, and one training step: inputs, loss,
+                          gradients, running statistics after the forward
+                          pass, and the weights after one SGD step and
+                          after one AdamW step from the same start
 
 Weights are not stored. Both this script and the Go test generate them with
 the same integer hash ("hashinit" below), so the files stay small even for
@@ -31,12 +32,14 @@ numpy produce the same bits. The file carries, per tensor, the sum of the
 generated values so the Go test can tell a generator mismatch from a model
 mismatch.
 
-Large tensors are stored in part: a tensor with at most FULL_MAX elements is
-stored whole under "<kind>/<name>"; a larger one as "<kind>_sample/<name>"
-(its values at SAMPLE_K evenly spaced flat indices (j * n) // SAMPLE_K) plus
-"<kind>_stats/<name>" = float64 [sum, l2 norm, max |x|, sum |x|]. kind is
-grad, sgd or adamw. The Go test measures error as max|a - b| / max|b| over a
-tensor, taking max|b| from the stats when only samples are stored.
+Large tensors are stored in part: a tensor with at most FULL_MAX elements
+(4096 for rrdbnet) is stored whole under "<kind>/<name>"; a larger one as
+"<kind>_sample/<name>" (its values at SAMPLE_K evenly spaced flat indices
+(j * n) // SAMPLE_K) plus "<kind>_stats/<name>" = float64 [sum, l2 norm,
+max |x|, sum |x|]. kind is grad, sgd or adamw. The Go test measures error as
+max|a - b| / max|b| over a tensor, taking max|b| from the stats when only
+samples are stored. "z_i" above is the (i+1)-th output of a splitmix64
+generator seeded with key.
 """
 
 import json
@@ -363,10 +366,10 @@ def sample_idx(n):
     return [(j * n) // SAMPLE_K for j in range(SAMPLE_K)]
 
 
-def put(tensors, kind, name, t):
+def put(tensors, kind, name, t, full_max):
     t = t.detach().contiguous()
     n = t.numel()
-    if n <= FULL_MAX:
+    if n <= full_max:
         tensors[f"{kind}/{name}"] = t.clone()
         return
     flat = t.reshape(-1)
@@ -387,7 +390,7 @@ def hash_labels(name, shape, classes):
     return torch.from_numpy(k.reshape(shape))
 
 
-def one_step(case, make, x, y, loss_fn, meta):
+def one_step(case, make, x, y, loss_fn, meta, full_max=FULL_MAX):
     tensors = {"x": x, "y": y}
     names = []
 
@@ -399,6 +402,10 @@ def one_step(case, make, x, y, loss_fn, meta):
         return m, sums
 
     m, sums = fresh()
+    m.eval()  # evaluation mode first: running statistics, no dropout
+    with torch.no_grad():
+        tensors["eval_out"] = m(x).clone()
+    m.train()
     sd = m.state_dict()
     meta["state_dict"] = [[k, _DT[v.dtype], list(v.shape)] for k, v in sd.items()]
     meta["params"] = [k for k, _ in m.named_parameters()]
@@ -410,14 +417,14 @@ def one_step(case, make, x, y, loss_fn, meta):
     loss.backward()
     tensors["loss"] = loss.detach().reshape(()).clone()
     for k, p in m.named_parameters():
-        put(tensors, "grad", k, p.grad)
+        put(tensors, "grad", k, p.grad, full_max)
         names.append(k)
     for k, b in m.named_buffers():
         tensors[f"buffer/{k}"] = b.detach().clone()
     opt = torch.optim.SGD(m.parameters(), foreach=False, **SGD)
     opt.step()
     for k, p in m.named_parameters():
-        put(tensors, "sgd", k, p)
+        put(tensors, "sgd", k, p, full_max)
 
     m, _ = fresh()
     loss2 = loss_fn(m(x), y)
@@ -426,9 +433,9 @@ def one_step(case, make, x, y, loss_fn, meta):
     opt = torch.optim.AdamW(m.parameters(), foreach=False, **ADAMW)
     opt.step()
     for k, p in m.named_parameters():
-        put(tensors, "adamw", k, p)
+        put(tensors, "adamw", k, p, full_max)
 
-    meta.update(full_max=FULL_MAX, sample_k=SAMPLE_K, sgd=SGD, adamw=ADAMW)
+    meta.update(full_max=full_max, sample_k=SAMPLE_K, sgd=SGD, adamw=ADAMW)
     path = os.path.join(OUT, case + ".safetensors")
     save(path, tensors, metadata={"case": json.dumps(meta, sort_keys=True)})
     print(f"{case}: loss {float(loss):.6f}, {meta['num_params']:,} parameters, "
@@ -460,7 +467,7 @@ def main():
     y[1, 11] = -1
     one_step("gpt", lambda: GPT(cfg), x, y, gpt_loss, dict(model="gpt", config=cfg))
 
-    cfg_nb = dict(cfg, bias=False, n_head=4)
+    cfg_nb = dict(cfg, bias=False, n_layer=1, n_head=4)
     one_step("gpt_nobias", lambda: GPT(cfg_nb), x, y, gpt_loss, dict(model="gpt", config=cfg_nb))
 
     # RRDBNet, small: nb=2, nf=16, gc=8; L1 loss against a x4 target.
@@ -468,7 +475,7 @@ def main():
     x = hash_input("input", (2, 3, 8, 12))
     y = hash_input("target", (2, 3, 32, 48))
     one_step("rrdbnet", lambda: RRDBNet(rc["in_nc"], rc["out_nc"], rc["nf"], rc["nb"], rc["gc"]), x, y,
-             F.l1_loss, dict(model="rrdbnet", config=rc))
+             F.l1_loss, dict(model="rrdbnet", config=rc), full_max=4096)
 
 
 if __name__ == "__main__":
