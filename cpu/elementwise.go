@@ -128,18 +128,22 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 }
 
 func compareKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	k := n.Op.(*op.Compare).Kind
+	c := n.Op.(*op.Compare)
 	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
 		for i := 0; i < cnt; i++ {
-			x, z := a[ia+i*sa], b[ib+i*sb]
+			// p is the input whose share this is, q the other one.
+			p, q := a[ia+i*sa], b[ib+i*sb]
+			if c.Second {
+				p, q = q, p
+			}
 			switch {
-			case x == z:
+			case p == q:
 				y[o+i] = 0.5
-			case (k == op.MaxKind) == (x > z):
-				y[o+i] = 1
-			default:
+			case c.Kind == op.MaxKind && p < q, c.Kind == op.MinKind && p > q:
 				y[o+i] = 0
+			default: // wins, or a NaN is involved
+				y[o+i] = 1
 			}
 		}
 	})
@@ -261,7 +265,9 @@ func unaryBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 	switch o.Kind {
 	case op.ReLUKind: // s is the output
 		for i, v := range s {
-			if v > 0 {
+			// A NaN output passes the gradient, as in PyTorch's
+			// threshold_backward (zero only where output <= 0).
+			if v > 0 || v != v {
 				y[i] = g[i]
 			} else {
 				y[i] = 0

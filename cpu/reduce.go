@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"math"
+
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -109,11 +111,6 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 			y[k] = m
 		}
 	}
-	if len(red) == 0 {
-		for k := range kept {
-			y[k] = 0
-		}
-	}
 	return nil
 }
 
@@ -124,6 +121,15 @@ func amaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 	kept := offsets(l.keptShape, l.keptStrides)
 	red := offsets(l.redShape, l.redStrides)
 	for k, base := range kept {
+		if m := ym[k]; m != m {
+			// A NaN maximum: PyTorch divides by a tie count of zero and
+			// gives the whole group a NaN gradient.
+			nan := T(math.NaN())
+			for _, r := range red {
+				gx[base+r] = nan
+			}
+			continue
+		}
 		ties := 0
 		for _, r := range red {
 			if x[base+r] == ym[k] {

@@ -162,10 +162,11 @@ func (e *Embedding) Forward(idx *trace.Tensor) *trace.Tensor {
 }
 
 // Dropout is torch.nn.Dropout(p). It has no parameters. Its mask is a pure
-// function of Seed and the element index (see op.Dropout): the seed comes
-// from the module path, so two dropout layers differ, but a compiled step
-// draws the same mask every time it runs; PyTorch's random numbers are not
-// reproduced.
+// function of Seed, the step number (the graph's op.StepInput, fed by the
+// trainer) and the element index (see op.DropoutStep): the seed comes from
+// the module path, so two dropout layers differ, each step draws a fresh
+// mask, and recomputation reproduces it exactly. PyTorch's random numbers
+// are not reproduced.
 type Dropout struct {
 	Module
 	P    float64
@@ -185,7 +186,7 @@ func (d *Dropout) Forward(x *trace.Tensor) *trace.Tensor {
 	if d.P == 0 || !d.Training() {
 		return x
 	}
-	return d.Scope(x, func() *trace.Tensor { return op.Dropout(x, d.P, true, d.Seed) })
+	return d.Scope(x, func() *trace.Tensor { return op.DropoutStep(x, d.P, true, d.Seed, op.StepTensor(x.Graph())) })
 }
 
 // MaxPool2d is torch.nn.MaxPool2d (no parameters).

@@ -56,17 +56,24 @@ func (o *Binary) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 		ga = Div(gy, b)
 		gb = Neg(Mul(ga, n.Outputs[0]))
 	case MaxKind, MinKind:
-		// Ties split the gradient evenly, as PyTorch does.
-		m := Apply1(&Compare{Kind: o.Kind}, a, b)
-		ga = Mul(gy, m)
-		gb = Mul(gy, AddScalar(Neg(m), 1))
+		// Ties split the gradient evenly, as PyTorch does. Each input has its
+		// own mask because a NaN (which the output propagates) passes the
+		// whole gradient to both inputs in PyTorch, so the masks do not
+		// always add up to one.
+		ga = Mul(gy, Apply1(&Compare{Kind: o.Kind}, a, b))
+		gb = Mul(gy, Apply1(&Compare{Kind: o.Kind, Second: true}, a, b))
 	}
 	return []*trace.Tensor{SumTo(ga, a.Shape()), SumTo(gb, b.Shape())}
 }
 
-// Compare produces, for maximum/minimum's backward, 1 where input 0 wins,
-// 0.5 on ties and 0 where input 1 wins (broadcast shape, input dtype).
-type Compare struct{ Kind BinaryKind }
+// Compare produces, for maximum/minimum's backward, the share of the
+// gradient that input 0 gets (input 1 with Second): 0 where it strictly
+// loses, 0.5 on ties and 1 otherwise, including where either input is NaN,
+// as PyTorch's maximum/minimum backward does (broadcast shape, input dtype).
+type Compare struct {
+	Kind   BinaryKind
+	Second bool
+}
 
 func (o *Compare) Name() string { return binaryNames[o.Kind] + "_mask" }
 

@@ -54,8 +54,13 @@ func (o *Reduce) Infer(in []trace.Meta) ([]trace.Meta, error) {
 		if a < 0 || a >= len(in[0].Shape) {
 			return nil, fmt.Errorf("axis %d out of range for rank %d", a, len(in[0].Shape))
 		}
-		if o.Kind == AmaxKind && in[0].Shape[a] == 0 {
-			return nil, fmt.Errorf("amax over an empty axis %d", a)
+	}
+	if o.Kind == AmaxKind {
+		// Like torch.amax; a sum is 0 and a mean NaN over nothing.
+		for a, red := range o.reduced(len(in[0].Shape)) {
+			if red && in[0].Shape[a] == 0 {
+				return nil, fmt.Errorf("amax over an empty axis %d", a)
+			}
 		}
 	}
 	return metas1(in[0].DType, o.outShape(in[0].Shape)), nil

@@ -78,6 +78,8 @@ type Node struct {
 	Category string
 	// Recompute marks nodes that a transform duplicated for rematerialization.
 	Recompute bool
+	// Region is the checkpoint region the node was recorded in (0: none).
+	Region int
 }
 
 // Label is a short human description: "layer1.0.conv1/conv2d".
@@ -129,6 +131,8 @@ type Graph struct {
 	OutputNames []string
 	scope       []string
 	phase       Phase
+	region      int
+	regions     int
 	states      map[string]*Node
 	inputs      map[string]*Node
 }
@@ -168,6 +172,7 @@ func (g *Graph) add(n *Node, metas []Meta) *Node {
 	n.ID = len(g.Nodes)
 	n.Module = g.Module()
 	n.Phase = g.phase
+	n.Region = g.region
 	for i, m := range metas {
 		n.Outputs = append(n.Outputs, &Tensor{Node: n, Index: i, Meta: Meta{m.DType, m.Shape.Clone()}, g: g})
 	}
@@ -290,4 +295,51 @@ func (g *Graph) AtModule(path string, f func()) {
 	}
 	defer func() { g.scope = old }()
 	f()
+}
+
+// Checkpoint records f's nodes in a new checkpoint region: with
+// rematerialization on, the values they produce are not kept for the
+// backward pass but recomputed from the region's inputs when needed
+// (torch.utils.checkpoint). Regions nest flat: an inner region is its own.
+func (g *Graph) Checkpoint(f func()) {
+	old := g.region
+	g.regions++
+	g.region = g.regions
+	defer func() { g.region = old }()
+	f()
+}
+
+// Regions is the number of checkpoint regions recorded.
+func (g *Graph) Regions() int { return g.regions }
+
+// Rebuild support: transforms copy nodes into a new graph.
+
+// Clone records in g a copy of node n (from another graph) reading inputs,
+// with n's module path, phase and region. It returns the copy's outputs.
+func (g *Graph) Clone(n *Node, inputs []*Tensor) []*Tensor {
+	var outs []*Tensor
+	oldScope, oldPhase, oldRegion := g.scope, g.phase, g.region
+	g.scope = nil
+	if n.Module != "" {
+		g.scope = strings.Split(n.Module, ".")
+	}
+	g.phase, g.region = n.Phase, n.Region
+	defer func() { g.scope, g.phase, g.region = oldScope, oldPhase, oldRegion }()
+	switch n.Kind {
+	case KindInput:
+		outs = []*Tensor{g.Input(n.Name, n.Outputs[0].Meta.DType, n.Outputs[0].Meta.Shape)}
+	case KindState:
+		outs = []*Tensor{g.State(n.Name, n.Category, n.Outputs[0].Meta.DType, n.Outputs[0].Meta.Shape)}
+	case KindConst:
+		outs = []*Tensor{g.Const(n.Const)}
+	default:
+		outs = g.Apply(n.Op, inputs...)
+		if len(outs) == 0 {
+			// Effects have no outputs; the node is still the last one added.
+			g.Nodes[len(g.Nodes)-1].Recompute = n.Recompute
+		} else {
+			outs[0].Node.Recompute = n.Recompute
+		}
+	}
+	return outs
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/transform"
 )
 
 // Model is what the trainer trains: a forward function over symbolic
@@ -36,6 +37,11 @@ type Trainer struct {
 	Model  Model
 	Loss   LossFunc
 	Opt    optim.Optimizer
+
+	// Remat, when set, selects activations to recompute in the backward
+	// pass instead of keeping them (activation checkpointing). Use
+	// SetRemat to change it after steps have been compiled.
+	Remat transform.Policy
 
 	arena    *exec.Arena
 	programs map[string]*exec.Program
@@ -144,12 +150,24 @@ func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.Remat != nil {
+		if g, _, err = transform.Rematerialize(g, t.Remat); err != nil {
+			return nil, err
+		}
+	}
 	p, err := exec.Compile(g, t.Device)
 	if err != nil {
 		return nil, err
 	}
 	t.programs[key] = p
 	return p, nil
+}
+
+// SetRemat changes the rematerialization policy (nil: keep everything) and
+// drops compiled steps so they are traced again with it.
+func (t *Trainer) SetRemat(p transform.Policy) {
+	t.Remat = p
+	clear(t.programs)
 }
 
 // EvalProgram returns the compiled forward pass for inputs of this shape.

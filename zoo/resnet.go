@@ -54,7 +54,8 @@ type ResNet struct {
 }
 
 // ResBlock is a BasicBlock or a Bottleneck. Conv3 and BN3 are nil for a
-// BasicBlock; Downsample is nil when the shortcut is the identity.
+// BasicBlock; DownsampleConv and DownsampleBN (downsample.0 and .1) are nil
+// when the shortcut is the identity.
 type ResBlock struct {
 	nn.Module
 	Kind                BlockKind

@@ -72,6 +72,9 @@ func Eval(f Func, inputs []*tensor.Tensor, seed *tensor.Tensor) (out *tensor.Ten
 	if err != nil {
 		return nil, nil, err
 	}
+	if g.InputNode(op.StepInput) != nil {
+		feed[op.StepInput] = tensor.FromInt64(tensor.Shape{1}, []int64{0})
+	}
 	p, err := exec.Compile(g, device.CPU())
 	if err != nil {
 		return nil, nil, err

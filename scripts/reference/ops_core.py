@@ -27,6 +27,9 @@ Fills (how inputs are drawn, per input):
   pos      uniform in [0.5, 3) (log, sqrt, rsqrt, fractional pow)
   nonzero  +-uniform in [0.5, 2) (divisors, reciprocal, negative pow)
   ints     integers in [-2, 2] as floats, so maximum/minimum/amax see ties
+  nan      integers in [-2, 2] with about a quarter NaNs at random places
+           and one in the middle
+           (NaN propagation and the gradients PyTorch gives around NaNs)
   bf16     special values for bfloat16 rounding (ties, overflow, subnormals,
            zeros, infinities, NaN) plus normals over many binades
   f16      the same for float16 (its subnormals, 65504 / 65520 overflow edge)
@@ -95,6 +98,9 @@ CASES = [
     binary("minimum_same", "minimum", (3, 5), (3, 5)),
     binary("minimum_ties", "minimum", (4, 6), (4, 6), ["ints", "ints"]),
     binary("minimum_ties_bcast", "minimum", (4, 1), (2, 1, 5), ["ints", "ints"]),
+    # A NaN on either side gives NaN and passes the whole gradient to both.
+    binary("maximum_nan", "maximum", (6, 8), (6, 8), ["nan", "nan"]),
+    binary("minimum_nan_bcast", "minimum", (6, 1), (6, 8), ["nan", "nan"]),
     # Unary ops.
     unary("neg", "neg", U),
     unary("exp", "exp", U),
@@ -110,6 +116,9 @@ CASES = [
     unary("gelu", "gelu", U, "wide"),
     unary("gelu_tanh", "gelu_tanh", U, "wide"),
     unary("abs", "abs", U, "randn0"),
+    unary("relu_nan", "relu", U, "nan"),
+    unary("leaky_relu_nan", "leaky_relu", U, "nan", c=0.2),
+    unary("abs_nan", "abs", U, "nan"),
     unary("square", "square", U),
     unary("pow_2.5", "pow", U, "pos", c=2.5),
     unary("pow_-1", "pow", U, "nonzero", c=-1.0),
@@ -145,6 +154,10 @@ CASES = [
     red("amax_ties_last", "amax", (4, 6), [-1], fill="ints"),
     red("amax_ties_axes", "amax", (2, 3, 4), [0, 2], True, fill="ints"),
     red("amax_ties_axis1", "amax", (3, 5, 2), [1], fill="ints"),
+    red("amax_nan", "amax", (6, 5), [1], fill="nan"),
+    # Empty reductions: a sum is 0, a mean NaN.
+    red("sum_empty_axis", "sum", (0, 3), [0]),
+    red("mean_empty_axis", "mean", (0, 3), [0], True),
     # Shape ops.
     case("reshape", "reshape", [(2, 3, 4)], shape=[4, 6]),
     case("reshape_infer", "reshape", [(2, 3, 4)], shape=[3, -1, 2]),
@@ -264,6 +277,10 @@ def fill(kind, shape, dtype):
         x = (0.5 + 1.5 * torch.rand(shape)) * (torch.randint(0, 2, shape) * 2 - 1)
     elif kind == "ints":
         x = torch.randint(-2, 3, shape).float()
+    elif kind == "nan":
+        x = torch.randint(-2, 3, shape).float()
+        x[torch.rand(shape) < 0.25] = float("nan")
+        x.view(-1)[n // 2] = float("nan")  # at least one
     elif kind == "bf16":
         x = special_bf16(n).reshape(shape)
     elif kind == "f16":

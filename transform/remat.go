@@ -1,0 +1,137 @@
+// Package transform rewrites a traced training step between autodiff and
+// scheduling: rematerialization (activation checkpointing) today; precision
+// casts, saved-tensor compression and micro-batching belong here too.
+package transform
+
+import (
+	"fmt"
+
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Policy says whether a forward node's outputs are recomputed for the
+// backward pass instead of being kept alive from the forward pass.
+type Policy interface {
+	Recompute(n *trace.Node) bool
+	// Region groups recomputation: a recomputed node reads recomputed
+	// inputs only from its own region; values from other regions are the
+	// saved originals (checkpoint boundaries).
+	Region(n *trace.Node) int
+}
+
+// recomputable reports whether n may be run a second time: a forward op
+// with outputs and no side effect. Dropout is deterministic (its mask is a
+// function of seed, step and position), so it qualifies; batch norm's
+// running-statistics update is a separate effect node and is never copied.
+func recomputable(n *trace.Node) bool {
+	if n.Kind != trace.KindOp || n.Phase != trace.Forward || len(n.Outputs) == 0 {
+		return false
+	}
+	_, effect := n.Op.(trace.Effecter)
+	return !effect
+}
+
+// Stats describes what Rematerialize did.
+type Stats struct {
+	Marked     int // forward nodes the policy selected
+	Recomputed int // copies made for the backward pass
+}
+
+// Rematerialize returns a copy of g in which backward readers of values
+// produced by nodes the policy selects read a recomputed copy instead. Each
+// copy is made just before its first backward reader, so the forward value
+// dies at its last forward reader and the copy lives only through the
+// backward part that needs it.
+func Rematerialize(g *trace.Graph, p Policy) (*trace.Graph, Stats, error) {
+	var st Stats
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	redo := map[*trace.Tensor]*trace.Tensor{}
+	marked := make([]bool, len(g.Nodes))
+	for _, n := range g.Nodes {
+		if recomputable(n) && p.Recompute(n) {
+			marked[n.ID] = true
+			st.Marked++
+		}
+	}
+	// recompute returns the recomputed copy of forward value t, recording
+	// the copies of whatever it depends on within t's region first.
+	var recompute func(t *trace.Tensor) *trace.Tensor
+	recompute = func(t *trace.Tensor) *trace.Tensor {
+		if c, ok := redo[t]; ok {
+			return c
+		}
+		n := t.Node
+		ins := make([]*trace.Tensor, len(n.Inputs))
+		for i, in := range n.Inputs {
+			if marked[in.Node.ID] && p.Region(in.Node) == p.Region(n) {
+				ins[i] = recompute(in)
+			} else {
+				ins[i] = mapped[in]
+			}
+		}
+		outs := out.Clone(n, ins)
+		outs[0].Node.Recompute = true
+		st.Recomputed++
+		for i, o := range n.Outputs {
+			redo[o] = outs[i]
+		}
+		return redo[t]
+	}
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				if n.Phase != trace.Forward && marked[in.Node.ID] {
+					ins[i] = recompute(in)
+				} else {
+					ins[i] = mapped[in]
+				}
+				if ins[i] == nil {
+					panic(&trace.ShapeError{Module: n.Module, Op: "rematerialize", Err: fmt.Errorf("input %d of %s has no mapping", i, n.Label())})
+				}
+			}
+			outs := out.Clone(n, ins)
+			for i, o := range n.Outputs {
+				mapped[o] = outs[i]
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	return out, st, err
+}
+
+// Regions recomputes every node recorded inside a checkpoint region
+// (trace.Graph.Checkpoint), like torch.utils.checkpoint.
+type Regions struct{}
+
+func (Regions) Recompute(n *trace.Node) bool { return n.Region != 0 }
+func (Regions) Region(n *trace.Node) int     { return n.Region }
+
+// Selective recomputes ops by name (e.g. norms and activations) and saves
+// everything else (e.g. matmul and convolution outputs), like PyTorch's
+// selective activation checkpointing.
+type Selective struct {
+	Ops map[string]bool
+}
+
+func (s Selective) Recompute(n *trace.Node) bool { return s.Ops[n.Op.Name()] }
+func (s Selective) Region(*trace.Node) int       { return 0 }
+
+// CheapOps is the default selective policy: elementwise activations and
+// normalizations, which cost little to recompute relative to the memory
+// their outputs hold.
+var CheapOps = Selective{Ops: map[string]bool{
+	"relu": true, "leaky_relu": true, "gelu": true, "gelu_tanh": true, "silu": true, "tanh": true, "sigmoid": true,
+	"batch_norm": true, "layer_norm": true, "group_norm": true, "dropout": true,
+	"add": true, "sub": true, "mul": true, "mul_scalar": true, "add_scalar": true,
+}}
+
+// Nodes recomputes an explicit set of forward nodes (by ID in the original
+// graph); the budget planner chooses the set.
+type Nodes map[int]bool
+
+func (s Nodes) Recompute(n *trace.Node) bool { return s[n.ID] }
+func (s Nodes) Region(*trace.Node) int       { return 0 }
