@@ -33,8 +33,9 @@ func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 	aBatch := bstrides(as[:len(as)-2], batch)
 	bBatch := bstrides(bs[:len(bs)-2], batch)
 	aMat, bMat := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
+	bOffs := offsets(batch, bBatch)
 	for bi, ao := range offsets(batch, aBatch) {
-		bo := offsets(batch, bBatch)[bi]
+		bo := bOffs[bi]
 		gemm(o.TransA, o.TransB, m, nn, k, a[ao*aMat:], lda, b[bo*bMat:], ldb, c[bi*m*nn:], nn)
 	}
 	return nil

@@ -38,10 +38,23 @@ type Trainer struct {
 	Loss   LossFunc
 	Opt    optim.Optimizer
 
+	// Weigh, when set, gives a micro-batch's weight from its targets (for
+	// example its number of non-ignored tokens) for StepAccumulate.
+	Weigh func(y *tensor.Tensor) float64
+	// Scaler, when set, scales the loss and unscales gradients before the
+	// optimizer, skipping steps with inf/NaN gradients (GradScaler).
+	Scaler *GradScaler
+	// ClipNorm > 0 clips the global gradient norm (after unscaling).
+	ClipNorm float64
+
 	// Remat, when set, selects activations to recompute in the backward
 	// pass instead of keeping them (activation checkpointing). Use
 	// SetRemat to change it after steps have been compiled.
 	Remat transform.Policy
+
+	// RunOptions, when set, are passed to every step's Program.Run (for
+	// per-node timings in profiles and benchmarks).
+	RunOptions *exec.Options
 
 	arena    *exec.Arena
 	programs map[string]*exec.Program
@@ -112,10 +125,23 @@ func signature(kind string, training bool, metas ...trace.Meta) string {
 	return b.String()
 }
 
+// LossScaleInput names the scalar input that seeds the backward pass: the
+// gradient of the loss with respect to itself. It is 1 for a plain step, the
+// micro-batch's weight under gradient accumulation, and the loss scale under
+// a GradScaler.
+const LossScaleInput = "loss_scale"
+
 // TrainProgram returns the compiled training step for inputs and targets
 // of these shapes, tracing it on first use.
 func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
-	key := signature("train", t.Store.Training(), x, y)
+	return t.trainProgram(x, y, false)
+}
+
+// trainProgram traces the step; with accumulate the gradients are added to
+// the gradient buffers instead of overwriting them (micro-batches after the
+// first).
+func (t *Trainer) trainProgram(x, y trace.Meta, accumulate bool) (*exec.Program, error) {
+	key := signature(fmt.Sprintf("train/acc=%v", accumulate), t.Store.Training(), x, y)
 	if p, ok := t.programs[key]; ok {
 		return p, nil
 	}
@@ -134,7 +160,8 @@ func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
 		for i, p := range params {
 			wrt[i] = p.T(g)
 		}
-		grads, err := autodiff.Backward(loss, wrt)
+		seed := g.Input(LossScaleInput, loss.DType(), loss.Shape())
+		grads, err := autodiff.BackwardFrom(loss, seed, wrt)
 		if err != nil {
 			panic(err)
 		}
@@ -144,7 +171,7 @@ func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
 			if gi == nil {
 				gi = op.FullLike(wrt[i], 0)
 			}
-			g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { op.AccumulateInto(gs, gi, false) })
+			g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { op.AccumulateInto(gs, gi, accumulate) })
 		}
 	})
 	if err != nil {
@@ -205,36 +232,96 @@ func (e *NonFiniteError) Error() string {
 // Step runs forward, backward and the optimizer on one batch and returns the
 // loss. Gradients are overwritten (not accumulated) each step.
 func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
-	p, err := t.TrainProgram(trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape})
+	return t.StepAccumulate(ctx, []Batch{{X: x, Y: y}})
+}
+
+// Batch is one micro-batch of inputs and targets.
+type Batch struct{ X, Y *tensor.Tensor }
+
+// StepAccumulate runs forward and backward on each micro-batch, adding up
+// their gradients, then one optimizer step: the gradient of the whole batch,
+// not an approximation. Micro-batch i's loss is weighted by its share of the
+// batch: len_i/N by default, or Weigh(y_i)/ΣWeigh(y) when Weigh is set (for
+// losses averaged over a token count). It returns the batch's loss.
+func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, error) {
+	if len(micro) == 0 {
+		return 0, fmt.Errorf("train: no micro-batches")
+	}
+	weights := make([]float64, len(micro))
+	var total float64
+	for i, b := range micro {
+		if t.Weigh != nil {
+			weights[i] = t.Weigh(b.Y)
+		} else {
+			weights[i] = float64(b.X.Shape[0])
+		}
+		total += weights[i]
+	}
+	scale := 1.0
+	if t.Scaler != nil {
+		scale = t.Scaler.Scale
+	}
+	var loss float64
+	ran := 0
+	for i, b := range micro {
+		w := weights[i] / total
+		if total == 0 {
+			w = 1 / float64(len(micro))
+		} else if weights[i] == 0 {
+			continue // nothing to learn from (all targets ignored)
+		}
+		l, err := t.run(ctx, b.X, b.Y, ran > 0, w*scale)
+		if err != nil {
+			return l, err
+		}
+		ran++
+		loss += w * l
+	}
+	if ran == 0 {
+		t.Store.ZeroGrad()
+	}
+	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) && t.Scaler == nil {
+		return loss, &NonFiniteError{Step: int(t.step), Loss: loss}
+	}
+	if t.Opt == nil || !t.Device.HasData() {
+		return loss, nil
+	}
+	for i, pr := range t.Store.Trainable() {
+		t.params[i].Value = pr.Value.F32()
+		t.params[i].Grad = pr.Grad.F32()
+	}
+	if t.Scaler != nil && !t.Scaler.unscale(t.params) {
+		return loss, nil // inf/NaN gradients: the step is skipped, the scale lowered
+	}
+	if t.ClipNorm > 0 {
+		if _, err := optim.ClipGradNorm(t.params, t.ClipNorm, 2); err != nil {
+			return loss, fmt.Errorf("train: step %d: %w", t.step, err)
+		}
+	}
+	return loss, t.Opt.Step(t.params)
+}
+
+// run executes one forward/backward pass with the given loss seed.
+func (t *Trainer) run(ctx context.Context, x, y *tensor.Tensor, accumulate bool, seed float64) (float64, error) {
+	p, err := t.trainProgram(trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}, accumulate)
 	if err != nil {
 		return 0, err
 	}
-	feed := map[string]*tensor.Tensor{"x": x, "y": y}
+	lossMeta := p.Graph.InputNode(LossScaleInput).Outputs[0].Meta
+	s := tensor.FromFloat64(lossMeta.Shape, []float64{seed}).Convert(lossMeta.DType)
+	feed := map[string]*tensor.Tensor{"x": x, "y": y, LossScaleInput: s}
 	if p.Graph.InputNode(op.StepInput) != nil {
 		feed[op.StepInput] = tensor.FromInt64(tensor.Shape{1}, []int64{t.step})
 	}
 	t.step++
-	res, err := p.Run(ctx, t.arena, t.Store, feed, nil)
+	res, err := p.Run(ctx, t.arena, t.Store, feed, t.RunOptions)
 	if err != nil {
 		return 0, err
 	}
-	loss := math.NaN()
-	if t.Device.HasData() {
-		loss = res["loss"].Float64s()[0]
+	if !t.Device.HasData() {
+		return math.NaN(), nil
 	}
-	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) {
-		return loss, &NonFiniteError{Loss: loss}
-	}
-	if t.Opt != nil && t.Device.HasData() {
-		for i, pr := range t.Store.Trainable() {
-			t.params[i].Value = pr.Value.F32()
-			t.params[i].Grad = pr.Grad.F32()
-		}
-		if err := t.Opt.Step(t.params); err != nil {
-			return loss, err
-		}
-	}
-	return loss, nil
+	return res["loss"].Float64s()[0], nil
 }
 
 // Predict runs the forward pass in evaluation mode and returns the output.
@@ -280,4 +367,37 @@ func (t *Trainer) prepareOptimizer() error {
 		}
 	}
 	return nil
+}
+
+// Split divides a batch along its first axis into k micro-batches whose sizes
+// differ by at most one (the first ones get the extra samples).
+func Split(b Batch, k int) ([]Batch, error) {
+	n := b.X.Shape[0]
+	if k < 1 || k > n {
+		return nil, fmt.Errorf("train: cannot split a batch of %d into %d micro-batches", n, k)
+	}
+	if b.Y.Shape[0] != n {
+		return nil, fmt.Errorf("train: inputs have %d samples, targets %d", n, b.Y.Shape[0])
+	}
+	out := make([]Batch, 0, k)
+	start := 0
+	for i := 0; i < k; i++ {
+		size := n / k
+		if i < n%k {
+			size++
+		}
+		out = append(out, Batch{X: rows(b.X, start, start+size), Y: rows(b.Y, start, start+size)})
+		start += size
+	}
+	return out, nil
+}
+
+// rows copies rows [lo, hi) of t's first axis.
+func rows(t *tensor.Tensor, lo, hi int) *tensor.Tensor {
+	shape := t.Shape.Clone()
+	shape[0] = hi - lo
+	per := len(t.Data) / t.Shape[0]
+	out := tensor.New(t.DType, shape)
+	copy(out.Data, t.Data[lo*per:hi*per])
+	return out
 }

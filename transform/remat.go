@@ -19,11 +19,11 @@ type Policy interface {
 	Region(n *trace.Node) int
 }
 
-// recomputable reports whether n may be run a second time: a forward op
+// Recomputable reports whether n may be run a second time: a forward op
 // with outputs and no side effect. Dropout is deterministic (its mask is a
 // function of seed, step and position), so it qualifies; batch norm's
 // running-statistics update is a separate effect node and is never copied.
-func recomputable(n *trace.Node) bool {
+func Recomputable(n *trace.Node) bool {
 	if n.Kind != trace.KindOp || n.Phase != trace.Forward || len(n.Outputs) == 0 {
 		return false
 	}
@@ -49,7 +49,7 @@ func Rematerialize(g *trace.Graph, p Policy) (*trace.Graph, Stats, error) {
 	redo := map[*trace.Tensor]*trace.Tensor{}
 	marked := make([]bool, len(g.Nodes))
 	for _, n := range g.Nodes {
-		if recomputable(n) && p.Recompute(n) {
+		if Recomputable(n) && p.Recompute(n) {
 			marked[n.ID] = true
 			st.Marked++
 		}

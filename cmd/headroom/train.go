@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -18,6 +20,7 @@ import (
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -34,6 +37,9 @@ type trainFlags struct {
 	load      string
 	data      string
 	limit     int
+	budget    string
+	recompute string
+	accum     int
 }
 
 func cmdTrain(ctx context.Context, args []string) error {
@@ -53,7 +59,7 @@ Flags:
 	}
 	fs.StringVar(&f.model, "model", "cnn", "model: cnn (2 conv layers) or mlp (784-256-10)")
 	fs.IntVar(&f.epochs, "epochs", 1, "number of passes over the training set")
-	fs.IntVar(&f.batch, "batch-size", 64, "samples per step (the last batch of an epoch may be shorter)")
+	fs.IntVar(&f.batch, "batch-size", 32, "samples per step (the last batch of an epoch may be shorter)")
 	fs.Float64Var(&f.lr, "lr", 1e-3, "learning rate")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam, adamw or sgd (momentum 0.9)")
 	fs.StringVar(&f.device, "device", "cpu", "device: cpu, cpu:mem=SIZE (a capacity, e.g. 512MiB) or meta (plan only)")
@@ -63,6 +69,9 @@ Flags:
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
 	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above)")
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all)")
+	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching and recomputation to fit it, and cap the device at it")
+	fs.StringVar(&f.recompute, "recompute", "none", "activations to recompute in the backward pass: none, selective (activations and norms) or auto (only with --budget)")
+	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,7 +84,23 @@ Flags:
 	if f.threads > 0 {
 		parallel.SetThreads(f.threads)
 	}
+	if _, err := budget.ParsePolicy(f.recompute); err != nil {
+		return err
+	}
+	if f.recompute == "auto" && f.budget == "" {
+		return fmt.Errorf("train: --recompute auto needs --budget (auto chooses what to recompute to fit it)")
+	}
+	if f.accum < 1 || f.accum > f.batch {
+		return fmt.Errorf("train: --accumulate must be between 1 and the batch size %d", f.batch)
+	}
 	return trainFashion(ctx, f, os.Stdout, os.Stderr)
+}
+
+func policyByName(name string) transform.Policy {
+	if name == "selective" {
+		return transform.CheapOps
+	}
+	return nil
 }
 
 func buildFashionModel(name string, s *nn.Store) (train.Model, error) {
@@ -131,6 +156,36 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		n = f.limit
 	}
 	fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", source, n, testSet.Len())
+	accum, remat := max(f.accum, 1), policyByName(f.recompute)
+	if f.budget != "" {
+		b, err := device.ParseBytes(f.budget)
+		if err != nil {
+			return fmt.Errorf("train: --budget: %w", err)
+		}
+		prob := budget.Problem{
+			Build: func(s *nn.Store) (train.Model, train.LossFunc) {
+				m, _ := buildFashionModel(f.model, s)
+				return m, crossEntropy
+			},
+			Example: func(n int) (trace.Meta, trace.Meta) {
+				return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 1, dataset.Rows, dataset.Cols}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}
+			},
+			Batch: f.batch, Budget: b,
+			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr) },
+		}
+		if f.recompute != "none" {
+			prob.Policies = []string{f.recompute}
+		}
+		res, err := budget.Fit(ctx, prob)
+		if err != nil {
+			return err
+		}
+		res.Print(out, b)
+		accum, remat = res.Best.Accumulation, res.Best.Remat
+		if !strings.Contains(f.device, "mem=") {
+			f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
+		}
+	}
 	dev, err := device.New(f.device)
 	if err != nil {
 		return err
@@ -159,14 +214,19 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return err
 	}
 	defer tr.Close()
+	tr.Remat = remat
 	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; device %v; %d threads\n",
 		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, dev, parallel.Threads())
 
-	xMeta := trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{f.batch, 1, dataset.Rows, dataset.Cols}}
-	yMeta := trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{f.batch}}
+	micro := (f.batch + accum - 1) / accum
+	xMeta := trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{micro, 1, dataset.Rows, dataset.Cols}}
+	yMeta := trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{micro}}
 	mp, err := tr.Plan(xMeta, yMeta)
 	if err != nil {
 		return err
+	}
+	if accum > 1 || remat != nil {
+		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, f.recompute)
 	}
 	mp.Print(out)
 
@@ -197,7 +257,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			if err != nil {
 				return err
 			}
-			loss, err := tr.Step(ctx, x, y)
+			parts, err := train.Split(train.Batch{X: x, Y: y}, min(accum, len(idx)))
+			if err != nil {
+				return err
+			}
+			loss, err := tr.StepAccumulate(ctx, parts)
 			if err != nil {
 				var nf *train.NonFiniteError
 				if errors.As(err, &nf) {
@@ -216,7 +280,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		}
 		fmt.Fprintln(log)
 		trainPeak := dev.Alloc.Stats().AllocatedBytes.Peak
-		acc, err := accuracy(ctx, tr, testSet, 500)
+		evalBatch := 500
+		if f.budget != "" {
+			evalBatch = micro // a forward pass needs less than a training step
+		}
+		acc, err := accuracy(ctx, tr, testSet, evalBatch)
 		if err != nil {
 			return err
 		}

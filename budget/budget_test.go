@@ -1,0 +1,146 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/headroom-ml/headroom/budget"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+func cnnProblem(batch int, b int64) budget.Problem {
+	spec, _ := zoo.Lookup("cnn")
+	return budget.Problem{
+		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Example:      spec.Example,
+		Batch:        batch,
+		Budget:       b,
+		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },
+	}
+}
+
+func TestTooSmallBudgetSaysTheMinimum(t *testing.T) {
+	_, err := budget.Fit(context.Background(), cnnProblem(32, 4<<20))
+	var ts *budget.TooSmallError
+	if !errors.As(err, &ts) || !errors.Is(err, budget.ErrBudget) {
+		t.Fatalf("want TooSmallError, got %v", err)
+	}
+	// The minimum it names must itself be accepted.
+	if _, err := budget.Fit(context.Background(), cnnProblem(32, ts.Minimum)); err != nil {
+		t.Fatalf("the named minimum %d is refused: %v", ts.Minimum, err)
+	}
+	if _, err := budget.Fit(context.Background(), cnnProblem(32, ts.Minimum-1)); err == nil {
+		t.Fatalf("one byte below the named minimum %d is accepted", ts.Minimum)
+	}
+}
+
+// Whatever the planner accepts runs: on a cpu device capped at the budget,
+// steps with the chosen micro-batching and recomputation never run out of
+// memory and the measured peak stays within the budget.
+func TestAcceptedPlansRunWithinBudget(t *testing.T) {
+	spec, _ := zoo.Lookup("cnn")
+	r := rand.New(rand.NewSource(1))
+	// From the smallest budget the planner accepts to one that holds the
+	// whole batch without recomputation.
+	_, err := budget.Fit(context.Background(), cnnProblem(24, 1))
+	var ts *budget.TooSmallError
+	if !errors.As(err, &ts) {
+		t.Fatalf("a 1-byte budget: %v", err)
+	}
+	for _, b := range []int64{ts.Minimum, ts.Minimum + 1<<20, ts.Minimum + 4<<20, ts.Minimum + 32<<20} {
+		t.Run(device.FormatBytes(b), func(t *testing.T) {
+			res, err := budget.Fit(context.Background(), cnnProblem(24, b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev, err := device.New(fmt.Sprintf("cpu:mem=%d", b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := nn.NewStore()
+			m := spec.New(s.Root())
+			if err := s.Materialize(dev, 1); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Release()
+			opt, _ := optim.NewAdam(optim.AdamDefaults())
+			tr, err := train.New(dev, s, m, spec.Loss, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			tr.Remat = res.Best.Remat
+			for step := 0; step < 3; step++ {
+				n := 24
+				if step == 2 {
+					n = 17 // a shorter last batch
+				}
+				x := tensor.New(tensor.Float32, tensor.Shape{n, 1, 28, 28})
+				for i := range x.F32() {
+					x.F32()[i] = float32(r.NormFloat64())
+				}
+				y := tensor.New(tensor.Int64, tensor.Shape{n})
+				for i := range y.I64() {
+					y.I64()[i] = int64(r.Intn(10))
+				}
+				parts, err := train.Split(train.Batch{X: x, Y: y}, min(res.Best.Accumulation, n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tr.StepAccumulate(context.Background(), parts); err != nil {
+					t.Fatalf("step %d with %+v: %v", step, res.Best, err)
+				}
+			}
+			st := dev.Alloc.Stats()
+			if st.NumOOMs != 0 || st.AllocatedBytes.Peak > b || st.AllocatedBytes.Peak > res.Best.Memory.Total() {
+				t.Fatalf("budget %d: peak %d (planned %d), %d OOMs", b, st.AllocatedBytes.Peak, res.Best.Memory.Total(), st.NumOOMs)
+			}
+		})
+	}
+}
+
+func TestMaxBatchIsTheTrueMaximum(t *testing.T) {
+	const b = 40 << 20
+	got, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < 1 || got >= 1000 {
+		t.Fatalf("max batch %d", got)
+	}
+	// Independently: set up the run on a meta device capped at the budget
+	// and reserve the step's arena; n samples fit when nothing runs out.
+	fits := func(n int) bool {
+		spec, _ := zoo.Lookup("cnn")
+		dev, _ := device.New(fmt.Sprintf("meta:mem=%d", b))
+		s := nn.NewStore()
+		m := spec.New(s.Root())
+		if err := s.Materialize(dev, 0); err != nil {
+			return false
+		}
+		opt, _ := optim.NewAdam(optim.AdamDefaults())
+		tr, err := train.New(dev, s, m, spec.Loss, opt)
+		if err != nil {
+			return false
+		}
+		defer tr.Close()
+		x, y := spec.Example(n)
+		p, err := tr.TrainProgram(trace.Meta(x), trace.Meta(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Arena().Ensure(p.Plan.ArenaBytes) == nil
+	}
+	if !fits(got) || fits(got+1) {
+		t.Fatalf("max batch %d: fits(%d)=%v, fits(%d)=%v", got, got, fits(got), got+1, fits(got+1))
+	}
+}
