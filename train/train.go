@@ -6,6 +6,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -46,6 +47,9 @@ type Trainer struct {
 	Scaler *GradScaler
 	// ClipNorm > 0 clips the global gradient norm (after unscaling).
 	ClipNorm float64
+	// Splits counts micro-batches split in two because their step did not
+	// fit in memory.
+	Splits int
 
 	// Remat, when set, selects activations to recompute in the backward
 	// pass instead of keeping them (activation checkpointing). Use
@@ -250,11 +254,7 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	weights := make([]float64, len(micro))
 	var total float64
 	for i, b := range micro {
-		if t.Weigh != nil {
-			weights[i] = t.Weigh(b.Y)
-		} else {
-			weights[i] = float64(b.X.Shape[0])
-		}
+		weights[i] = t.weight(b)
 		total += weights[i]
 	}
 	scale := 1.0
@@ -270,11 +270,11 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		} else if weights[i] == 0 {
 			continue // nothing to learn from (all targets ignored)
 		}
-		l, err := t.run(ctx, b.X, b.Y, ran > 0, w*scale)
+		l, n, err := t.runResilient(ctx, b, ran > 0, w, scale)
 		if err != nil {
 			return l, err
 		}
-		ran++
+		ran += n
 		loss += w * l
 	}
 	if ran == 0 {
@@ -299,6 +299,48 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		}
 	}
 	return loss, t.Opt.Step(t.params)
+}
+
+// runResilient runs micro-batch b with weight w. If its step does not fit
+// in memory (a longer input than planned, say) it is split in two halves run
+// one after the other with accumulation, recursively, so the gradient is the
+// same and no progress is lost. It returns b's loss and how many passes ran.
+func (t *Trainer) runResilient(ctx context.Context, b Batch, accumulate bool, w, scale float64) (float64, int, error) {
+	l, err := t.run(ctx, b.X, b.Y, accumulate, w*scale)
+	if err == nil || !errors.Is(err, device.ErrOutOfMemory) || b.X.Shape[0] < 2 {
+		return l, 1, err
+	}
+	halves, serr := Split(b, 2)
+	if serr != nil {
+		return 0, 0, err
+	}
+	t.Splits++
+	var total float64
+	for _, h := range halves {
+		total += t.weight(h)
+	}
+	var loss float64
+	ran := 0
+	for _, h := range halves {
+		hw := t.weight(h) / total
+		if total == 0 {
+			hw = 0.5
+		}
+		l, n, err := t.runResilient(ctx, h, accumulate || ran > 0, w*hw, scale)
+		if err != nil {
+			return 0, ran, err
+		}
+		ran += n
+		loss += hw * l
+	}
+	return loss, ran, nil
+}
+
+func (t *Trainer) weight(b Batch) float64 {
+	if t.Weigh != nil {
+		return t.Weigh(b.Y)
+	}
+	return float64(b.X.Shape[0])
 }
 
 // run executes one forward/backward pass with the given loss seed.
