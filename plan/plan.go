@@ -6,6 +6,7 @@ package plan
 
 import (
 	"fmt"
+	"math/rand"
 	"sort"
 
 	"github.com/headroom-ml/headroom/trace"
@@ -140,7 +141,6 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 			return nil, fmt.Errorf("plan: buffer %d of %s ends before it starts", b.ID, b.Node.Label())
 		}
 	}
-	p.assignOffsets()
 	p.LiveAt = make([]int64, len(order))
 	for _, b := range p.Buffers {
 		for s := b.Start; s <= b.End; s++ {
@@ -152,20 +152,112 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 			p.PeakBytes, p.PeakStep = v, s
 		}
 	}
+	p.assignOffsets()
 	return p, nil
 }
 
-// assignOffsets places buffers greedily by size (largest first), each at the
-// lowest offset that does not overlap a placed buffer whose lifetime overlaps.
+// assignOffsets places buffers with several greedy orders and keeps the
+// tightest packing. Each order places buffers one by one at the best-fitting
+// gap among placed buffers whose lifetimes overlap: by size (TFLite's greedy
+// by size), by size times lifetime, and by start step.
 func (p *Plan) assignOffsets() {
-	bufs := append([]*Buffer(nil), p.Buffers...)
-	sort.SliceStable(bufs, func(i, j int) bool {
-		if bufs[i].Size != bufs[j].Size {
-			return bufs[i].Size > bufs[j].Size
+	orders := []func(a, b *Buffer) bool{
+		func(a, b *Buffer) bool { return a.Size > b.Size },
+		func(a, b *Buffer) bool {
+			return a.Size*int64(a.End-a.Start+1) > b.Size*int64(b.End-b.Start+1)
+		},
+		func(a, b *Buffer) bool { return a.End-a.Start > b.End-b.Start },
+		func(a, b *Buffer) bool { return a.Start < b.Start },
+		// Buffers live at the peak first (they must tile the peak
+		// exactly), longest-lived lowest, then the rest by size.
+		func(a, b *Buffer) bool {
+			pa, pb := a.Start <= p.PeakStep && p.PeakStep <= a.End, b.Start <= p.PeakStep && p.PeakStep <= b.End
+			if pa != pb {
+				return pa
+			}
+			if pa && a.Start != b.Start {
+				return a.Start < b.Start
+			}
+			return a.Size > b.Size
+		},
+		func(a, b *Buffer) bool {
+			pa, pb := a.Start <= p.PeakStep && p.PeakStep <= a.End, b.Start <= p.PeakStep && p.PeakStep <= b.End
+			if pa != pb {
+				return pa
+			}
+			if pa && a.End != b.End {
+				return a.End > b.End
+			}
+			return a.Size > b.Size
+		},
+	}
+	best := int64(-1)
+	var bestOffsets []int64
+	for _, less := range orders {
+		bufs := append([]*Buffer(nil), p.Buffers...)
+		sort.SliceStable(bufs, func(i, j int) bool {
+			if less(bufs[i], bufs[j]) {
+				return true
+			}
+			if less(bufs[j], bufs[i]) {
+				return false
+			}
+			return bufs[i].ID < bufs[j].ID
+		})
+		size := place(bufs)
+		if best < 0 || size < best {
+			best = size
+			bestOffsets = make([]int64, len(p.Buffers))
+			for _, b := range p.Buffers {
+				bestOffsets[b.ID] = b.Offset
+			}
 		}
-		return bufs[i].Start < bufs[j].Start
-	})
+		if best == p.peakLowerBound() {
+			break // cannot do better than the peak of live bytes
+		}
+	}
+	// Still loose: try orders near "by size" with seeded random jitter
+	// (deterministic), a cheap local search that often closes the gap.
+	r := rand.New(rand.NewSource(1))
+	for try := 0; try < 48 && best > p.peakLowerBound()*101/100 && len(p.Buffers) <= 4000; try++ {
+		bufs := append([]*Buffer(nil), p.Buffers...)
+		keys := make([]float64, len(p.Buffers))
+		for _, b := range bufs {
+			keys[b.ID] = float64(b.Size) * (1 + 0.5*r.Float64())
+		}
+		sort.SliceStable(bufs, func(i, j int) bool { return keys[bufs[i].ID] > keys[bufs[j].ID] })
+		if size := place(bufs); size < best {
+			best = size
+			for _, b := range p.Buffers {
+				bestOffsets[b.ID] = b.Offset
+			}
+		}
+	}
+	for _, b := range p.Buffers {
+		b.Offset = bestOffsets[b.ID]
+	}
+	p.ArenaBytes = max(best, 0)
+}
+
+// peakLowerBound is the peak of live bytes, which no packing can beat.
+func (p *Plan) peakLowerBound() int64 {
+	live := make([]int64, len(p.Order)+1)
+	for _, b := range p.Buffers {
+		live[b.Start] += b.Size
+		live[b.End+1] -= b.Size
+	}
+	var cur, peak int64
+	for _, d := range live {
+		cur += d
+		peak = max(peak, cur)
+	}
+	return peak
+}
+
+// place assigns offsets in the given order and returns the arena size.
+func place(bufs []*Buffer) int64 {
 	var placed []*Buffer
+	var size int64
 	for _, b := range bufs {
 		var conflicts []*Buffer
 		for _, o := range placed {
@@ -191,9 +283,10 @@ func (p *Plan) assignOffsets() {
 			best = off
 		}
 		b.Offset = best
-		p.ArenaBytes = max(p.ArenaBytes, b.Offset+b.Size)
+		size = max(size, b.Offset+b.Size)
 		placed = append(placed, b)
 	}
+	return size
 }
 
 // Overhead is the arena's packing overhead: arena size over the peak of live
