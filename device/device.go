@@ -3,6 +3,12 @@
 // heap, so that releasing them really returns memory; the meta device runs
 // the same allocator on sizes alone, so planning and dry runs report the same
 // byte counts without touching memory.
+//
+// The allocator is a caching allocator after PyTorch's CUDACachingAllocator
+// (see Allocator): the same size rounding, pools, splitting and retry rules,
+// the same statistics under the same names (Stats, MemoryStats, Summary),
+// and the same snapshot layout (Snapshot, docs/snapshot-schema.md), with
+// every allocation tagged by category, module path and op.
 package device
 
 import (

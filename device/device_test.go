@@ -1,8 +1,6 @@
 package device
 
 import (
-	"errors"
-	"strings"
 	"testing"
 )
 
@@ -40,46 +38,5 @@ func TestNewDevice(t *testing.T) {
 		if _, err := New(bad); err == nil {
 			t.Errorf("New(%q) accepted", bad)
 		}
-	}
-}
-
-func TestAllocatorStatsAndOOM(t *testing.T) {
-	d, _ := New("cpu:mem=64KiB")
-	a := d.Alloc
-	b1, err := a.Allocate(1000, Tag{Category: Parameter, Module: "fc", Op: "fc.weight"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b1.Data) != 1000 {
-		t.Fatalf("data length %d", len(b1.Data))
-	}
-	b1.Data[999] = 7 // the memory is really there
-	b2, err := a.Allocate(5000, Tag{Category: Gradient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := a.Stats()
-	if s.AllocatedBytes.Current != 1024+5120 || s.ByCategory[Parameter] != 1024 || s.ByCategory[Gradient] != 5120 {
-		t.Fatalf("stats %+v", s)
-	}
-	if s.ReservedBytes.Current != 4096+8192 {
-		t.Fatalf("reserved %d", s.ReservedBytes.Current)
-	}
-	_, err = a.Allocate(60<<10, Tag{Category: Activation, Module: "layer1", Op: "conv2d"})
-	var oom *OutOfMemoryError
-	if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) {
-		t.Fatalf("want out of memory, got %v", err)
-	}
-	if oom.Requested != 60<<10 || oom.Capacity != 64<<10 || !strings.Contains(err.Error(), "layer1 conv2d") {
-		t.Fatalf("bad OOM error: %v", err)
-	}
-	if a.Stats().NumOOMs != 1 {
-		t.Fatal("OOM not counted")
-	}
-	a.Free(b1)
-	a.Free(b2)
-	s = a.Stats()
-	if s.AllocatedBytes.Current != 0 || s.ReservedBytes.Current != 0 || s.AllocatedBytes.Peak != 6144 {
-		t.Fatalf("after free: %+v", s)
 	}
 }

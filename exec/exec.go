@@ -88,7 +88,22 @@ func (a *Arena) Size() int64 {
 	return a.block.Size
 }
 
-// Release returns the arena's memory to the OS.
+// track counts buffer b as a live tensor at its offset in the arena, tagged
+// with its category, module path and op; untrack ends it.
+func (a *Arena) track(b *plan.Buffer) {
+	tag := device.Tag{Category: category(b.Category)}
+	if n := b.Node; n != nil {
+		tag.Module, tag.Op = n.Module, n.Name
+		if n.Kind == trace.KindOp {
+			tag.Op = n.Op.Name()
+		}
+	}
+	a.dev.Alloc.TrackIn(a.block, b.Offset, b.Size, b.Bytes, tag)
+}
+
+func (a *Arena) untrack(b *plan.Buffer) { a.dev.Alloc.UntrackIn(a.block, b.Offset) }
+
+// Release returns the arena's memory to the device's cache.
 func (a *Arena) Release() {
 	if a.block != nil {
 		a.dev.Alloc.Release(a.block)
@@ -165,9 +180,7 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 		views[t] = v
 		return v, nil
 	}
-	alloc := p.Device.Alloc
-	track := func(b *plan.Buffer) { alloc.Track(b.Size, b.Bytes, category(b.Category)) }
-	untrack := func(b *plan.Buffer) { alloc.Untrack(b.Size, b.Bytes, category(b.Category)) }
+	track, untrack := arena.track, arena.untrack
 	births := make([][]*plan.Buffer, len(p.Plan.Order))
 	deaths := make([][]*plan.Buffer, len(p.Plan.Order))
 	for _, b := range p.Plan.Buffers {

@@ -30,16 +30,13 @@ func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
 		return MemoryPlan{}, err
 	}
 	var m MemoryPlan
-	m.Parameters, m.Gradients = t.Store.ParamBytes()
-	if t.Opt != nil {
-		for _, pr := range t.Store.Trainable() {
-			if b := t.Opt.StateBytesFor(pr.Numel()); b > 0 {
-				// Each state buffer is one allocation of numel float32s.
-				per := pr.Numel() * 4
-				m.OptimizerState += b / per * device.RoundSize(per)
-			}
-		}
-	}
+	// Persistent tensors were allocated when the trainer was made (the
+	// optimizer's state too), so their bytes are read from the allocator:
+	// exactly what it counts, including large blocks handed out whole.
+	st := t.Device.Alloc.Stats()
+	m.Parameters = st.ByCategory[device.Parameter]
+	m.Gradients = st.ByCategory[device.Gradient]
+	m.OptimizerState = st.ByCategory[device.OptimizerState]
 	m.Activations = p.Plan.PeakBytes
 	m.ArenaBytes = p.Plan.ArenaBytes
 	if len(p.Plan.Order) > 0 {

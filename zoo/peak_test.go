@@ -1,0 +1,77 @@
+package zoo_test
+
+import (
+	"context"
+	"math/rand"
+	"testing"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+// randomBatch fills inputs and targets valid for the model: token ids and
+// class indices below their bound, images normal.
+func randomBatch(r *rand.Rand, m trace.Meta, bound int) *tensor.Tensor {
+	t := tensor.New(m.DType, m.Shape)
+	switch m.DType {
+	case tensor.Int64:
+		for i := range t.I64() {
+			t.I64()[i] = int64(r.Intn(bound))
+		}
+	case tensor.Float32:
+		for i := range t.F32() {
+			t.F32()[i] = float32(r.NormFloat64())
+		}
+	}
+	return t
+}
+
+// For every model of the zoo, the planner's predicted peak of allocated
+// bytes equals the allocator's measured peak, on the meta device for all
+// models and on the cpu for the small ones, for two batch sizes.
+func TestPlannedPeakEqualsMeasuredForZoo(t *testing.T) {
+	cpuModels := map[string]bool{"mlp": true, "cnn": true, "gpt-shakespeare-char": true}
+	for _, spec := range zoo.Specs() {
+		for _, kind := range []string{"meta", "cpu"} {
+			if kind == "cpu" && !cpuModels[spec.Name] || testing.Short() && !cpuModels[spec.Name] {
+				continue
+			}
+			t.Run(spec.Name+"/"+kind, func(t *testing.T) {
+				dev, _ := device.New(kind)
+				s := nn.NewStore()
+				m := spec.New(s.Root())
+				if err := s.Materialize(dev, 1); err != nil {
+					t.Fatal(err)
+				}
+				defer s.Release()
+				opt, _ := optim.NewAdam(optim.AdamDefaults())
+				tr, err := train.New(dev, s, m, spec.Loss, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				r := rand.New(rand.NewSource(1))
+				for _, n := range []int{3, 2} { // the second is a shorter last batch
+					xm, ym := spec.Example(n)
+					mp, err := tr.Plan(xm, ym)
+					if err != nil {
+						t.Fatal(err)
+					}
+					x, y := randomBatch(r, xm, 10), randomBatch(r, ym, 10)
+					dev.Alloc.ResetPeak()
+					if _, err := tr.Step(context.Background(), x, y); err != nil {
+						t.Fatal(err)
+					}
+					if got := dev.Alloc.MaxMemoryAllocated(); got != mp.Total() {
+						t.Errorf("batch %d: measured peak %d, planned %d (difference %d)", n, got, mp.Total(), got-mp.Total())
+					}
+				}
+			})
+		}
+	}
+}
