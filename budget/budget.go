@@ -50,8 +50,13 @@ type Choice struct {
 	Time         float64          // estimated seconds per optimizer step
 	// Reserved is the device memory the run needs: the segments the
 	// allocator maps for parameters, gradients, optimizer state and the
-	// step's arena, simulated with the same allocator on the meta device.
+	// step's arena, simulated with the same allocator on the meta device
+	// (capped at the budget when it fits there, else uncapped).
 	Reserved int64
+	// Fits reports whether the run fits on a device capped at the budget
+	// (simulated: under a capacity the allocator maps tighter segments, so
+	// a run may fit a budget below its uncapped Reserved).
+	Fits bool
 }
 
 // Bytes is what the choice needs from the device (Reserved).
@@ -106,6 +111,9 @@ type fitter struct {
 	// fixed is the memory reserved for parameters, gradients and
 	// optimizer state, before any step.
 	fixed int64
+	// check holds the persistent state on a meta device capped at the
+	// budget (nil if it does not fit there): candidates are tried on it.
+	check *device.Device
 	cost  CostModel
 	// cands caches, per micro-batch size, the auto policy's candidate
 	// nodes in the order they are given up.
@@ -136,20 +144,18 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 	if res.Baseline, err = f.eval(p.Batch, "none", 0); err != nil {
 		return nil, err
 	}
-	fixed := f.fixed
 	// The least any plan can need: one sample at a time, everything
 	// recomputable recomputed.
 	least, err := f.eval(1, "auto", -1)
 	if err != nil {
 		return nil, err
 	}
-	if fixed > p.Budget {
-		return nil, &TooSmallError{Budget: p.Budget, Minimum: least.Bytes(),
-			Reason: fmt.Sprintf("parameters, gradients and optimizer state alone take %s", device.FormatBytes(fixed))}
-	}
-	if least.Bytes() > p.Budget {
-		return nil, &TooSmallError{Budget: p.Budget, Minimum: least.Bytes(),
-			Reason: "even one sample per micro-batch with every activation recomputed does not fit"}
+	if !least.Fits {
+		reason := "even one sample per micro-batch with every activation recomputed does not fit"
+		if f.check == nil {
+			reason = "parameters, gradients and optimizer state alone do not fit"
+		}
+		return nil, &TooSmallError{Budget: p.Budget, Minimum: f.minimum(least.Memory.ArenaBytes, least.Reserved), Reason: reason}
 	}
 	for _, pol := range pols {
 		if err := ctx.Err(); err != nil {
@@ -164,7 +170,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		}
 	}
 	if len(res.Candidates) == 0 {
-		return nil, &TooSmallError{Budget: p.Budget, Minimum: least.Bytes(), Reason: "no policy tried fits (allow the auto policy)"}
+		return nil, &TooSmallError{Budget: p.Budget, Minimum: f.minimum(least.Memory.ArenaBytes, least.Reserved), Reason: "no policy tried fits (allow the auto policy)"}
 	}
 	sort.SliceStable(res.Candidates, func(i, j int) bool { return res.Candidates[i].Time < res.Candidates[j].Time })
 	res.Best = res.Candidates[0]
@@ -191,7 +197,69 @@ func newFitter(p Problem) (*fitter, error) {
 	}
 	f.dev = dev
 	f.fixed = dev.Alloc.Stats().ReservedBytes.Current
+	if p.Budget > 0 {
+		f.check, _ = f.setup(p.Budget) // nil: the persistent state alone does not fit
+	}
 	return f, nil
+}
+
+// setup allocates the run's persistent state (parameters, gradients,
+// optimizer state) on a meta device capped at capacity, in the order a real
+// run allocates it; nil when it does not fit.
+func (f *fitter) setup(capacity int64) (*device.Device, error) {
+	dev, err := device.New(fmt.Sprintf("meta:mem=%d", capacity))
+	if err != nil {
+		return nil, err
+	}
+	store := nn.NewStore()
+	model, loss := f.p.Build(store)
+	if err := store.Materialize(dev, 0); err != nil {
+		return nil, err
+	}
+	opt, err := f.p.NewOptimizer()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := train.New(dev, store, model, loss, opt); err != nil {
+		return nil, err
+	}
+	return dev, nil
+}
+
+// fits reports whether an arena of this size can be reserved next to the
+// persistent state on dev, and the memory then reserved.
+func fits(dev *device.Device, arena int64) (int64, bool) {
+	if dev == nil {
+		return 0, false
+	}
+	b, err := dev.Alloc.Reserve(arena, device.Tag{Category: device.Activation, Op: "arena"})
+	if err != nil {
+		return 0, false
+	}
+	r := dev.Alloc.Stats().ReservedBytes.Current
+	dev.Alloc.Release(b)
+	dev.Alloc.EmptyCache()
+	return r, true
+}
+
+// minimum is the smallest capacity on which the persistent state and an
+// arena of this size fit: a binary search over capacities, each one
+// simulated; hi is known to fit.
+func (f *fitter) minimum(arena, hi int64) int64 {
+	lo := int64(0) // does not fit
+	for hi-lo > 4096 {
+		mid := (lo + hi) / 2 / 4096 * 4096
+		if mid <= lo {
+			break
+		}
+		dev, err := f.setup(mid)
+		if _, ok := fits(dev, arena); err == nil && ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 // reserved simulates the arena's reservation next to the persistent state
@@ -228,7 +296,7 @@ func MaxBatch(ctx context.Context, p Problem, policy string) (int, error) {
 			prefix = -1
 		}
 		c, err := f.eval(m, policy, prefix)
-		return err == nil && c.Bytes() <= p.Budget, err
+		return err == nil && c.Fits, err
 	}
 	lo, hi := 0, p.Batch
 	for lo < hi {
@@ -258,7 +326,7 @@ func (f *fitter) best(pol string) (Choice, bool, error) {
 			prefix = -1 // everything recomputable: the most memory auto can save
 		}
 		c, err := f.eval(m, pol, prefix)
-		return c, err == nil && c.Bytes() <= f.p.Budget, err
+		return c, err == nil && c.Fits, err
 	}
 	lo, hi := 0, f.p.Batch // lo fits (0 is a sentinel), hi+1 does not
 	if c, ok, err := fits(hi); err != nil {
@@ -307,7 +375,7 @@ func (f *fitter) minimalAuto(m int) (Choice, error) {
 		if err != nil {
 			return Choice{}, err
 		}
-		if c.Bytes() <= f.p.Budget {
+		if c.Fits {
 			hi, best = mid, c
 		} else {
 			lo = mid + 1
@@ -412,6 +480,9 @@ func (f *fitter) eval(m int, pol string, prefix int) (Choice, error) {
 			c.Memory = mem
 			if c.Reserved, err = f.reserved(mem.ArenaBytes); err != nil {
 				return c, err
+			}
+			if r, ok := fits(f.check, mem.ArenaBytes); ok {
+				c.Reserved, c.Fits = r, true
 			}
 		}
 		c.Time += t * float64(counts[i])
