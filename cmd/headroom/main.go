@@ -20,6 +20,7 @@ Usage:
 Commands:
   train     train a model on Fashion-MNIST and report test accuracy
   plan      print the memory plan of a training step without running it
+  bench     measure step time and memory of the standard workloads (and PyTorch's)
   version   print the version
 
 Run 'headroom <command> -h' for the flags of a command.
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string) error {
 		return cmdTrain(ctx, args[1:])
 	case "plan":
 		return cmdPlan(ctx, args[1:])
+	case "bench":
+		return cmdBench(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil

@@ -40,6 +40,9 @@ type trainFlags struct {
 	budget    string
 	recompute string
 	accum     int
+	snapshot  string
+	summary   bool
+	history   int
 }
 
 func cmdTrain(ctx context.Context, args []string) error {
@@ -71,6 +74,9 @@ Flags:
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all)")
 	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching and recomputation to fit it, and cap the device at it")
 	fs.StringVar(&f.recompute, "recompute", "none", "activations to recompute in the backward pass: none, selective (activations and norms) or auto (only with --budget)")
+	fs.StringVar(&f.snapshot, "memory-snapshot", "", "record the allocator's history and write a memory snapshot to this file at the end (.json, or .pickle for PyTorch's memory_viz)")
+	fs.IntVar(&f.history, "memory-history", 100000, "events kept in the history ring buffer with --memory-snapshot")
+	fs.BoolVar(&f.summary, "memory-summary", false, "print the allocator's memory summary at the end of each epoch")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -190,6 +196,9 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if f.snapshot != "" {
+		dev.Alloc.RecordHistory(f.history)
+	}
 	store := nn.NewStore()
 	model, err := buildFashionModel(f.model, store)
 	if err != nil {
@@ -290,9 +299,18 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		}
 		fmt.Fprintf(out, "epoch %d: train loss %.4f, test accuracy %.2f%% (%d images), %.1fs, training peak allocated %s\n",
 			epoch+1, sum/float64(count), 100*acc, testSet.Len(), time.Since(start).Seconds(), device.FormatBytes(trainPeak))
+		if f.summary {
+			fmt.Fprint(out, dev.Alloc.Summary())
+		}
 		dev.Alloc.ResetPeak()
 	}
 	save("end of training")
+	if f.snapshot != "" {
+		if err := writeSnapshot(f.snapshot, dev.Alloc.Snapshot()); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote memory snapshot to %s (view it with: headroom viz %s)\n", f.snapshot, f.snapshot)
+	}
 	return nil
 }
 
