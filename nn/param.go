@@ -143,17 +143,45 @@ func (s *Store) Materialize(dev *device.Device, seed int64) error {
 			p.Init(rand.New(rand.NewSource(seed+int64(i)*7919)), h)
 			copy(p.Value.Data, h.Data)
 		}
-		if p.Trainable {
-			gb, err := dev.Alloc.Allocate(p.Bytes(), device.Tag{Category: device.Gradient, Module: module, Op: p.Name})
-			if err != nil {
-				s.Release()
-				return fmt.Errorf("nn: allocating gradient of %s: %w", p.Name, err)
-			}
-			p.gradB = gb
-			p.Grad = &tensor.Tensor{DType: p.DType, Shape: p.Shape, Data: gb.Data}
-		}
+	}
+	if err := s.AllocGrads(); err != nil {
+		s.Release()
+		return err
 	}
 	return nil
+}
+
+// AllocGrads allocates zeroed gradients for trainable parameters that have
+// none (after Materialize, or after ReleaseGrads).
+func (s *Store) AllocGrads() error {
+	if s.dev == nil {
+		return errors.New("nn: gradients of a store that is not materialized")
+	}
+	for _, p := range s.params {
+		if !p.Trainable || p.gradB != nil {
+			continue
+		}
+		module, _ := splitName(p.Name)
+		gb, err := s.dev.Alloc.Allocate(p.Bytes(), device.Tag{Category: device.Gradient, Module: module, Op: p.Name})
+		if err != nil {
+			return fmt.Errorf("nn: allocating gradient of %s: %w", p.Name, err)
+		}
+		p.gradB = gb
+		p.Grad = &tensor.Tensor{DType: p.DType, Shape: p.Shape, Data: gb.Data}
+	}
+	return nil
+}
+
+// ReleaseGrads frees every gradient (optimizer.zero_grad(set_to_none=True)):
+// between epochs, or whenever gradients are not needed, their memory goes
+// back to the allocator. AllocGrads brings them back.
+func (s *Store) ReleaseGrads() {
+	for _, p := range s.params {
+		if p.gradB != nil {
+			s.dev.Alloc.Free(p.gradB)
+			p.gradB, p.Grad = nil, nil
+		}
+	}
 }
 
 // Release frees all device memory of the store.

@@ -55,6 +55,12 @@ type Trainer struct {
 	// pass instead of keeping them (activation checkpointing). Use
 	// SetRemat to change it after steps have been compiled.
 	Remat transform.Policy
+	// Precision is the step's numeric precision (zero value: fp32). Use
+	// SetPrecision, which also installs a GradScaler for fp16-mixed.
+	Precision transform.Precision
+	// Compress, when set, chooses how saved activations are stored between
+	// forward and backward (bf16, fp16, int8, ReLU masks as bits).
+	Compress transform.CompressPolicy
 
 	// RunOptions, when set, are passed to every step's Program.Run (for
 	// per-node timings in profiles and benchmarks).
@@ -186,6 +192,9 @@ func (t *Trainer) trainProgram(x, y trace.Meta, accumulate bool) (*exec.Program,
 			return nil, err
 		}
 	}
+	if g, err = transform.ApplyPrecision(g, t.Precision, t.Compress); err != nil {
+		return nil, err
+	}
 	p, err := exec.Compile(g, t.Device)
 	if err != nil {
 		return nil, err
@@ -198,6 +207,16 @@ func (t *Trainer) trainProgram(x, y trace.Meta, accumulate bool) (*exec.Program,
 // drops compiled steps so they are traced again with it.
 func (t *Trainer) SetRemat(p transform.Policy) {
 	t.Remat = p
+	clear(t.programs)
+}
+
+// SetPrecision changes the precision and drops compiled steps; for
+// fp16-mixed it installs NewGradScaler() unless a scaler is set.
+func (t *Trainer) SetPrecision(p transform.Precision) {
+	t.Precision = p
+	if p.NeedsScaler() && t.Scaler == nil {
+		t.Scaler = NewGradScaler()
+	}
 	clear(t.programs)
 }
 
@@ -250,6 +269,9 @@ type Batch struct{ X, Y *tensor.Tensor }
 func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, error) {
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
+	}
+	if err := t.Store.AllocGrads(); err != nil {
+		return 0, err
 	}
 	weights := make([]float64, len(micro))
 	var total float64
@@ -341,6 +363,16 @@ func (t *Trainer) weight(b Batch) float64 {
 		return t.Weigh(b.Y)
 	}
 	return float64(b.X.Shape[0])
+}
+
+// ReleaseMemory gives back what training holds between steps: the step's
+// arena and the gradients (set to none, as zero_grad(set_to_none=True)),
+// then empties the allocator's cache so the process's resident memory falls
+// to parameters and optimizer state. The next step allocates them again.
+func (t *Trainer) ReleaseMemory() {
+	t.arena.Release()
+	t.Store.ReleaseGrads()
+	t.Device.Alloc.EmptyCache()
 }
 
 // run executes one forward/backward pass with the given loss seed.

@@ -302,6 +302,10 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		if f.summary {
 			fmt.Fprint(out, dev.Alloc.Summary())
 		}
+		if epoch+1 < f.epochs {
+			// Between epochs the arena and gradients go back to the OS.
+			tr.ReleaseMemory()
+		}
 		dev.Alloc.ResetPeak()
 	}
 	save("end of training")
