@@ -183,16 +183,11 @@ func newFitter(p Problem) (*fitter, error) {
 		f.cost = DefaultCost
 	}
 	dev := device.Meta()
-	store := nn.NewStore()
-	model, loss := p.Build(store)
-	if err := store.Materialize(dev, 0); err != nil {
-		return nil, err
-	}
 	opt, err := p.NewOptimizer()
 	if err != nil {
 		return nil, err
 	}
-	if f.tr, err = train.New(dev, store, model, loss, opt); err != nil {
+	if f.tr, err = train.Setup(dev, 0, p.Build, opt); err != nil {
 		return nil, err
 	}
 	f.dev = dev
@@ -211,16 +206,11 @@ func (f *fitter) setup(capacity int64) (*device.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	store := nn.NewStore()
-	model, loss := f.p.Build(store)
-	if err := store.Materialize(dev, 0); err != nil {
-		return nil, err
-	}
 	opt, err := f.p.NewOptimizer()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := train.New(dev, store, model, loss, opt); err != nil {
+	if _, err := train.Setup(dev, 0, f.p.Build, opt); err != nil {
 		return nil, err
 	}
 	return dev, nil

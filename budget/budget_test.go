@@ -47,7 +47,6 @@ func TestTooSmallBudgetSaysTheMinimum(t *testing.T) {
 // steps with the chosen micro-batching and recomputation never run out of
 // memory and the measured peak stays within the budget.
 func TestAcceptedPlansRunWithinBudget(t *testing.T) {
-	spec, _ := zoo.Lookup("cnn")
 	r := rand.New(rand.NewSource(1))
 	// From the smallest budget the planner accepts to one that holds the
 	// whole batch without recomputation.
@@ -66,14 +65,8 @@ func TestAcceptedPlansRunWithinBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := nn.NewStore()
-			m := spec.New(s.Root())
-			if err := s.Materialize(dev, 1); err != nil {
-				t.Fatal(err)
-			}
-			defer s.Release()
 			opt, _ := optim.NewAdam(optim.AdamDefaults())
-			tr, err := train.New(dev, s, m, spec.Loss, opt)
+			tr, err := train.Setup(dev, 1, cnnProblem(1, 0).Build, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,13 +115,8 @@ func TestMaxBatchIsTheTrueMaximum(t *testing.T) {
 	fits := func(n int) bool {
 		spec, _ := zoo.Lookup("cnn")
 		dev, _ := device.New(fmt.Sprintf("meta:mem=%d", b))
-		s := nn.NewStore()
-		m := spec.New(s.Root())
-		if err := s.Materialize(dev, 0); err != nil {
-			return false
-		}
 		opt, _ := optim.NewAdam(optim.AdamDefaults())
-		tr, err := train.New(dev, s, m, spec.Loss, opt)
+		tr, err := train.Setup(dev, 0, cnnProblem(1, 0).Build, opt)
 		if err != nil {
 			return false
 		}

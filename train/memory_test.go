@@ -35,14 +35,8 @@ func fashionBatch(r *rand.Rand, n int) (*tensor.Tensor, *tensor.Tensor) {
 func TestReservedDoesNotGrow(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	dev := device.CPU()
-	s := nn.NewStore()
-	m := spec.New(s.Root())
-	if err := s.Materialize(dev, 1); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Release()
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
-	tr, err := train.New(dev, s, m, spec.Loss, opt)
+	tr, err := train.Setup(dev, 1, func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,8 @@ type Trainer struct {
 	optBlks  []*device.Block
 	params   []optim.Param
 	step     int64 // steps taken; seeds dropout masks
+	// ownsStore: Close releases the store (trainers made by Setup).
+	ownsStore bool
 }
 
 // New returns a trainer. The store must be materialized on dev.
@@ -114,13 +116,17 @@ func New(dev *device.Device, store *nn.Store, model Model, loss LossFunc, opt op
 	return t, nil
 }
 
-// Close releases the trainer's arena and optimizer state.
+// Close releases the trainer's arena and optimizer state (and the store,
+// for trainers made by Setup).
 func (t *Trainer) Close() {
 	t.arena.Release()
 	for _, b := range t.optBlks {
 		t.Device.Alloc.Free(b)
 	}
 	t.optBlks = nil
+	if t.ownsStore {
+		t.Store.Release()
+	}
 }
 
 // Arena is the memory the trainer's steps run in.
@@ -474,4 +480,21 @@ func rows(t *tensor.Tensor, lo, hi int) *tensor.Tensor {
 	out := tensor.New(t.DType, shape)
 	copy(out.Data, t.Data[lo*per:hi*per])
 	return out
+}
+
+// Setup builds a model into a new store, materializes it on dev (seeded
+// initialization) and returns its trainer. Close then releases the store too.
+func Setup(dev *device.Device, seed int64, build func(s *nn.Store) (Model, LossFunc), opt optim.Optimizer) (*Trainer, error) {
+	s := nn.NewStore()
+	m, loss := build(s)
+	if err := s.Materialize(dev, seed); err != nil {
+		return nil, err
+	}
+	t, err := New(dev, s, m, loss, opt)
+	if err != nil {
+		s.Release()
+		return nil, err
+	}
+	t.ownsStore = true
+	return t, nil
 }

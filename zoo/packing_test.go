@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
@@ -18,14 +17,8 @@ func TestArenaPackingOverhead(t *testing.T) {
 			continue
 		}
 		t.Run(spec.Name, func(t *testing.T) {
-			dev := device.Meta()
-			s := nn.NewStore()
-			m := spec.New(s.Root())
-			if err := s.Materialize(dev, 0); err != nil {
-				t.Fatal(err)
-			}
 			opt, _ := optim.NewAdam(optim.AdamDefaults())
-			tr, err := train.New(dev, s, m, spec.Loss, opt)
+			tr, err := train.Setup(device.Meta(), 0, build(spec), opt)
 			if err != nil {
 				t.Fatal(err)
 			}

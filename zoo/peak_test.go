@@ -31,6 +31,10 @@ func randomBatch(r *rand.Rand, m trace.Meta, bound int) *tensor.Tensor {
 	return t
 }
 
+func build(spec zoo.Spec) func(*nn.Store) (train.Model, train.LossFunc) {
+	return func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+}
+
 // For every model of the zoo, the planner's predicted peak of allocated
 // bytes equals the allocator's measured peak, on the meta device for all
 // models and on the cpu for the small ones, for two batch sizes.
@@ -43,14 +47,8 @@ func TestPlannedPeakEqualsMeasuredForZoo(t *testing.T) {
 			}
 			t.Run(spec.Name+"/"+kind, func(t *testing.T) {
 				dev, _ := device.New(kind)
-				s := nn.NewStore()
-				m := spec.New(s.Root())
-				if err := s.Materialize(dev, 1); err != nil {
-					t.Fatal(err)
-				}
-				defer s.Release()
 				opt, _ := optim.NewAdam(optim.AdamDefaults())
-				tr, err := train.New(dev, s, m, spec.Loss, opt)
+				tr, err := train.Setup(dev, 1, build(spec), opt)
 				if err != nil {
 					t.Fatal(err)
 				}
