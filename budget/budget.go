@@ -410,11 +410,20 @@ func (f *fitter) candidates(m int) ([]int, error) {
 	}
 	var cs []cand
 	for _, n := range g.Nodes {
-		if saved[n.ID] > 0 && transform.Recomputable(n) {
+		if saved[n.ID] > 0 && transform.Recomputable(n) && !residual(n) {
 			cs = append(cs, cand{n.ID, f.cost.Node(n) / saved[n.ID]})
 		}
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].ratio < cs[j].ratio })
+	// Cheap elementwise and normalization ops first (they free memory for
+	// almost nothing), then the rest, each group by cost per byte freed.
+	// Residual additions are never candidates (see transform.CheapOps).
+	cheap := func(id int) bool { return transform.CheapOps.Recompute(g.Nodes[id]) }
+	sort.SliceStable(cs, func(i, j int) bool {
+		if ci, cj := cheap(cs[i].id), cheap(cs[j].id); ci != cj {
+			return ci
+		}
+		return cs[i].ratio < cs[j].ratio
+	})
 	ids := make([]int, len(cs))
 	for i, c := range cs {
 		ids[i] = c.id
@@ -504,4 +513,12 @@ func (r *Result) Print(w io.Writer, budget int64) {
 			fmt.Fprintf(w, "    %-9s micro-batch %d x %d, %s, est. %.2fx\n", c.Policy, c.MicroBatch, c.Accumulation, device.FormatBytes(c.Bytes()), c.Time/r.Baseline.Time)
 		}
 	}
+}
+
+// residual reports whether n is an addition of two activations (a residual
+// connection): recomputing it would chain block outputs together.
+func residual(n *trace.Node) bool {
+	name := n.Op.Name()
+	return (name == "add" || name == "sub") && len(n.Inputs) == 2 &&
+		n.Inputs[0].Node.Kind == trace.KindOp && n.Inputs[1].Node.Kind == trace.KindOp
 }

@@ -122,11 +122,13 @@ func (s Selective) Region(*trace.Node) int       { return 0 }
 
 // CheapOps is the default selective policy: elementwise activations and
 // normalizations, which cost little to recompute relative to the memory
-// their outputs hold.
+// their outputs hold. Residual additions are kept: recomputing them would
+// chain every block's output to the one before, so the backward pass would
+// recompute the whole chain at once and hold all of it.
 var CheapOps = Selective{Ops: map[string]bool{
 	"relu": true, "leaky_relu": true, "gelu": true, "gelu_tanh": true, "silu": true, "tanh": true, "sigmoid": true,
 	"batch_norm": true, "layer_norm": true, "group_norm": true, "dropout": true,
-	"add": true, "sub": true, "mul": true, "mul_scalar": true, "add_scalar": true,
+	"mul_scalar": true, "add_scalar": true,
 }}
 
 // Nodes recomputes an explicit set of forward nodes (by ID in the original

@@ -69,6 +69,11 @@ var specs = []Spec{
 	resnetSpec("resnet50", ResNet50, "ResNet-50"),
 	resnetSpec("resnet101", ResNet101, "ResNet-101"),
 	resnetSpec("resnet152", ResNet152, "ResNet-152"),
+	// The configurations headroom's memory and speed targets are stated for.
+	classifier("resnet18-64", "ResNet-18, 10 classes, 64x64 RGB",
+		func(b nn.Builder) train.Model { return ResNet18(b, 10) }, 3, 64, 64),
+	classifier("resnet152-128", "ResNet-152, 100 classes, 128x128 RGB",
+		func(b nn.Builder) train.Model { return ResNet152(b, 100) }, 3, 128, 128),
 	gptSpec("gpt2", "nanoGPT GPT-2 small (124M), 1024 tokens", GPT2Config()),
 	gptSpec("gpt-shakespeare-char", "nanoGPT's shakespeare_char model (6 layers, 384 wide, 256 characters)",
 		GPTConfig{NLayer: 6, NHead: 6, NEmbd: 384, BlockSize: 256, VocabSize: 65, Dropout: 0.2}),
