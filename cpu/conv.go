@@ -2,23 +2,35 @@ package cpu
 
 import (
 	"fmt"
+	"sort"
+	"sync"
 	"unsafe"
 
+	blas "github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
-// Convolutions are lowered to matrix products, one image at a time:
+// Convolutions are matrix products over the im2col matrix col(x) of the
+// input ([C*KH*KW, OH*OW] per image: row (c, kh, kw), column (oh, ow) holds
+// x[c, oh*SH-PH+kh*DH, ow*SW-PW+kw*DW], zero in the padding), per group:
 //
-//	forward      y[n]  = W · col(x[n])                   (per group)
-//	input grad   x̄[n]  = col2im(Wᵀ · ȳ[n])
-//	weight grad  W̄     = Σn ȳ[n] · col(x[n])ᵀ
+//	forward      y     = W · col(x)
+//	weight grad  W̄     = ȳ · col(x)ᵀ
+//	input grad   x̄     = col2im(Wᵀ · ȳ)      (strided convolutions)
+//	             x̄     = conv(ȳ, W̃)           (stride 1: a convolution of ȳ
+//	                                            with W transposed and flipped)
 //
-// col(x[n]) is the im2col matrix [C*KH*KW, OH*OW] of one image, held in the
-// node's workspace; a pointwise (1x1, stride 1, unpadded) convolution uses
-// x[n] itself and needs none.
+// col(x) is never written out: the GEMM's packing of its B operand reads the
+// input directly (blas.SgemmFunc with a convPacker), so there is no im2col
+// buffer and the packed panels are built in cache. Images are taken a chunk
+// at a time, side by side as the columns of one product, so that the deep
+// layers of a network, whose images have few output positions each, still
+// make products wide enough to run at full speed; a chunk's output goes
+// through a workspace buffer into the [N, K, OH, OW] layout. Strided input
+// gradients materialize a chunk of Wᵀ·ȳ and scatter it with col2im.
 
 func init() {
 	Floats[*op.Conv2dOp](convForwardKernel[float32], convForwardKernel[float64])
@@ -43,23 +55,89 @@ func convNodeGeom(n *trace.Node, in0, in1 tensor.Shape) (op.ConvGeom, error) {
 	return op.ConvGeom{}, fmt.Errorf("cpu: %T is not a convolution", n.Op)
 }
 
-// convWorkspace is the scratch a conv node needs: one image's im2col matrix
-// (none when pointwise), plus, for the weight gradient of a batch, a
-// weight-sized buffer for the per-image products being summed. It depends on
-// the node's shapes and dtype only.
+// convTargetCols is the number of output positions (columns of the product)
+// a chunk of images aims for: enough that packing the weights is a small
+// part of each product and the micro-kernel's panels are full.
+const convTargetCols = 1024
+
+// convChunk is the number of images per chunk for a geometry with p output
+// positions per image.
+func convChunk(n, p int) int {
+	if p <= 0 {
+		return 1
+	}
+	return max(1, min(n, (convTargetCols+p-1)/p))
+}
+
+// convTransposed is the geometry of the stride-1 input gradient as a
+// convolution of ȳ ([N, K, OH, OW]) with the transposed weight (C output
+// channels): x̄[c, ih, iw] = Σ W[k, c, kh, kw] ȳ[k, ih+PH-kh*DH, iw+PW-kw*DW],
+// which is a convolution with padding -PH and dilation -DH (the packing
+// only needs window offsets, whatever their sign).
+func convTransposed(g op.ConvGeom) op.ConvGeom {
+	return op.ConvGeom{N: g.N, C: g.K, H: g.OH, W: g.OW, K: g.C, KH: g.KH, KW: g.KW, OH: g.H, OW: g.W,
+		SH: 1, SW: 1, PH: -g.PH, PW: -g.PW, DH: -g.DH, DW: -g.DW, Groups: g.Groups}
+}
+
+// convInputGradDirect reports whether the input gradient is computed as a
+// convolution of ȳ (stride 1) rather than with col2im.
+func convInputGradDirect(g op.ConvGeom) bool { return g.SH == 1 && g.SW == 1 }
+
+// convWeightTransposed reports whether the direct input gradient needs the
+// weight permuted to [C, K/groups, KH, KW] (else, for 1x1 kernels, the
+// product reads W transposed in place).
+func convWeightTransposed(g op.ConvGeom) bool { return g.KH*g.KW > 1 }
+
+// convForwardScratch is the workspace (elements) of a forward convolution:
+// the output of one chunk, when chunks hold more than one image.
+func convForwardScratch(g op.ConvGeom) int {
+	p := g.OH * g.OW
+	if nb := convChunk(g.N, p); nb > 1 {
+		return g.K * nb * p
+	}
+	return 0
+}
+
+// convWorkspace is the scratch a conv node needs. It depends on the node's
+// shapes and dtype only.
 func convWorkspace(n *trace.Node) int64 {
 	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
 	if err != nil {
 		return 0
 	}
-	var elems int64
-	if !g.Pointwise() {
-		elems = int64(g.ColRows()) * int64(g.OH*g.OW)
+	p := g.OH * g.OW
+	nb := convChunk(g.N, p)
+	var elems int
+	switch n.Op.(type) {
+	case *op.Conv2dOp:
+		elems = convForwardScratch(g)
+		if d, ok := directForward(g); ok {
+			elems = max(elems, d.scratch())
+		}
+	case *op.Conv2dBackwardWeight:
+		if nb > 1 {
+			elems = g.K * nb * p // ȳ of a chunk, gathered
+		}
+		if d, ok := directWgrad(g); ok {
+			elems = max(elems, d.cin*d.hp*d.wp)
+		}
+	case *op.Conv2dBackwardInput:
+		if convInputGradDirect(g) {
+			elems = convForwardScratch(convTransposed(g))
+			if convWeightTransposed(g) {
+				elems += g.K * (g.C / g.Groups) * g.KH * g.KW
+			}
+		} else {
+			elems = g.ColRows() * nb * p
+			if nb > 1 {
+				elems += g.K * nb * p
+			}
+		}
+		if d, ok := directInputGrad(g); ok {
+			elems = max(elems, d.scratch())
+		}
 	}
-	if _, ok := n.Op.(*op.Conv2dBackwardWeight); ok && g.N > 1 {
-		elems += int64(g.K) * int64(g.ColRows()/g.Groups)
-	}
-	return elems * int64(n.Outputs[0].DType().Size())
+	return int64(elems) * int64(n.Outputs[0].DType().Size())
 }
 
 // convScratch views count elements of ws starting at element off as []T.
@@ -73,6 +151,515 @@ func convScratch[T Float](ws []byte, off, count int) []T {
 		panic(fmt.Sprintf("cpu: conv workspace of %d bytes is too small for %d elements", len(ws), off+count))
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(&ws[off*es])), count)
+}
+
+// gemmFunc is gemm with op(B) produced by a packing function.
+func gemmFunc[T Float](transA bool, m, n, k int, a []T, lda int, pack blas.PackFunc[T], byRows bool, beta T, c []T, ldc int) {
+	switch a := any(a).(type) {
+	case []float32:
+		p := blas.Packer[float32]{Pack: any(pack).(blas.PackFunc[float32]), ByRows: byRows}
+		blas.SgemmFunc(transA, m, n, k, 1, a, lda, p, float32(beta), any(c).([]float32), ldc)
+	case []float64:
+		p := blas.Packer[float64]{Pack: any(pack).(blas.PackFunc[float64]), ByRows: byRows}
+		blas.DgemmFunc(transA, m, n, k, 1, a, lda, p, float64(beta), any(c).([]float64), ldc)
+	}
+}
+
+// gemmBeta is gemm with C = op(A)op(B) + beta*C.
+func gemmBeta[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	switch a := any(a).(type) {
+	case []float32:
+		blas.Sgemm(transA, transB, m, n, k, 1, a, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+	case []float64:
+		blas.Dgemm(transA, transB, m, n, k, 1, a, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+	}
+}
+
+// convSeg is a run of columns of a chunk's im2col matrix that lie in one
+// output row of one image: columns [j, j+n) are output positions (oh,
+// ow0..ow0+n-1), whose windows start at input row ih0 and column iw0 (for
+// kh = kw = 0); xoff is the offset in x of that input position (which may
+// lie outside the image).
+type convSeg struct {
+	j, n, ih0, iw0 int32
+	xoff           int
+}
+
+var (
+	convSegPool = sync.Pool{New: func() any { return new([]convSeg) }}
+	convTiles   sync.Pool // *[]T scratch panels for packWeightGrad
+)
+
+// getTile returns a pooled scratch slice of at least n elements.
+func getTile[T Float](n int) *[]T {
+	if p, ok := convTiles.Get().(*[]T); ok && len(*p) >= n {
+		return p
+	}
+	t := make([]T, n)
+	return &t
+}
+
+// convSegments splits the columns of the chunk of nb images starting at
+// image img0 into output rows.
+func convSegments(g op.ConvGeom, img0, nb int, buf []convSeg) []convSeg {
+	segs := buf[:0]
+	j := 0
+	for img := img0; img < img0+nb; img++ {
+		for oh := 0; oh < g.OH; oh++ {
+			ih0, iw0 := oh*g.SH-g.PH, -g.PW
+			segs = append(segs, convSeg{j: int32(j), n: int32(g.OW), ih0: int32(ih0), iw0: int32(iw0),
+				xoff: img*g.C*g.H*g.W + ih0*g.W + iw0})
+			j += g.OW
+		}
+	}
+	return segs
+}
+
+// convFlat returns g with the output positions of an image as one row when
+// the convolution is pointwise (1x1, stride 1, unpadded): the same
+// products, in longer runs.
+func convFlat(g op.ConvGeom) op.ConvGeom {
+	if g.Pointwise() {
+		g.W, g.H = g.H*g.W, 1
+		g.OW, g.OH = g.OH*g.OW, 1
+	}
+	return g
+}
+
+// convPacker produces panels of the im2col matrix of a chunk of images of
+// x (segs), rows from rowBase on (the first row of a group).
+type convPacker[T Float] struct {
+	g       op.ConvGeom
+	x       []T
+	rowBase int
+	segs    []convSeg
+}
+
+// span returns the segments overlapping columns [lo, hi).
+func (cp *convPacker[T]) span(lo, hi int) []convSeg {
+	s0 := sort.Search(len(cp.segs), func(i int) bool { return int(cp.segs[i].j+cp.segs[i].n) > lo })
+	s1 := s0
+	for s1 < len(cp.segs) && int(cp.segs[s1].j) < hi {
+		s1++
+	}
+	return cp.segs[s0:s1]
+}
+
+// rowOffsets splits row r of the im2col matrix into the kernel offsets it
+// reads at (dh, dw) and the offset of its channel and kernel position in x.
+func (cp *convPacker[T]) rowOffsets(r int) (dh, dw, add int) {
+	g := &cp.g
+	khw := g.KH * g.KW
+	c, kk := r/khw, r%khw
+	dh, dw = kk/g.KW*g.DH, kk%g.KW*g.DW
+	return dh, dw, c*g.H*g.W + dh*g.W + dw
+}
+
+// fill writes columns [s.j+skip, s.j+skip+len(d)) of an im2col row (kernel
+// offsets dh, dw, x offset add) into d.
+func (cp *convPacker[T]) fill(d []T, s *convSeg, skip, dh, dw, add int) {
+	g := &cp.g
+	if uint(int(s.ih0)+dh) >= uint(g.H) {
+		clear(d)
+		return
+	}
+	n := len(d)
+	iw := int(s.iw0) + skip*g.SW + dw
+	src := s.xoff + add + skip*g.SW
+	if g.SW == 1 {
+		lo, hi := max(0, -iw), min(n, g.W-iw)
+		if lo >= hi {
+			clear(d)
+			return
+		}
+		if src >= 0 && src+n <= len(cp.x) {
+			// Copy the whole run, reading past the row's ends into the
+			// neighbouring rows, then zero the padding: one copy per run.
+			copyRun(d, cp.x[src:src+n])
+			for q := 0; q < lo; q++ {
+				d[q] = 0
+			}
+			for q := hi; q < n; q++ {
+				d[q] = 0
+			}
+			return
+		}
+		clear(d[:lo])
+		copy(d[lo:hi], cp.x[src+lo:src+hi])
+		clear(d[hi:])
+		return
+	}
+	for q := range d {
+		if w := iw + q*g.SW; uint(w) < uint(g.W) {
+			d[q] = cp.x[src+q*g.SW]
+		} else {
+			d[q] = 0
+		}
+	}
+}
+
+// copyRun is copy(d, s) for len(d) == len(s), inline for the short runs of
+// packing, where a call to memmove would cost more than the copy.
+func copyRun[T Float](d, s []T) {
+	s = s[:len(d)]
+	for len(d) >= 16 {
+		*(*[16]T)(d) = *(*[16]T)(s)
+		d, s = d[16:], s[16:]
+	}
+	if len(d) >= 8 {
+		*(*[8]T)(d) = *(*[8]T)(s)
+		d, s = d[8:], s[8:]
+	}
+	for i := range d {
+		d[i] = s[i]
+	}
+}
+
+// putRun writes src (zeros when src is nil), which continues an im2col row
+// at block column jr, into the panels of dst (panel stride pstride, row
+// offset rowOff within a panel).
+func putRun[T Float](dst []T, jr, n, rowOff, pstride, nr int, src []T) {
+	lane := jr % nr
+	o := jr/nr*pstride + rowOff + lane
+	for n > 0 {
+		m := min(nr-lane, n)
+		d := dst[o : o+m]
+		switch {
+		case src == nil:
+			clear(d)
+		case m == 16:
+			*(*[16]T)(d) = *(*[16]T)(src)
+		default:
+			copyRun(d, src[:m])
+		}
+		if src != nil {
+			src = src[m:]
+		}
+		n -= m
+		o += pstride - lane
+		lane = 0
+	}
+}
+
+// putZero zeros elements [lo, hi) of a run that starts at block column jr.
+func putZero[T Float](dst []T, jr, lo, hi, rowOff, pstride, nr int) {
+	for q := lo; q < hi; q++ {
+		c := jr + q
+		dst[c/nr*pstride+rowOff+c%nr] = 0
+	}
+}
+
+// packForward is a blas.PackFunc for op(B) = col(x): rows are (c, kh, kw),
+// columns output positions. It is meant to be called by rows (each row is
+// contiguous runs of x).
+func (cp *convPacker[T]) packForward(dst []T, p0, kc, j0, nc, r0, r1, jpLo, jpHi, nr int) {
+	g := &cp.g
+	jLo, jHi := j0+jpLo*nr, min(j0+jpHi*nr, j0+nc)
+	segs := cp.span(jLo, jHi)
+	pstride := nr * kc
+	var buf [256]T
+	for p := r0; p < r1; p++ {
+		dh, dw, add := cp.rowOffsets(cp.rowBase + p0 + p)
+		rowOff := p * nr
+		for i := range segs {
+			s := &segs[i]
+			a, b := max(int(s.j), jLo), min(int(s.j+s.n), jHi)
+			skip, n, jr := a-int(s.j), b-a, a-j0
+			if uint(int(s.ih0)+dh) >= uint(g.H) {
+				putRun(dst, jr, n, rowOff, pstride, nr, nil)
+				continue
+			}
+			if g.SW != 1 {
+				for q := 0; q < n; q += len(buf) {
+					m := min(len(buf), n-q)
+					cp.fill(buf[:m], s, skip+q, dh, dw, add)
+					putRun(dst, jr+q, m, rowOff, pstride, nr, buf[:m])
+				}
+				continue
+			}
+			iw := int(s.iw0) + skip + dw
+			src := s.xoff + add + skip
+			lo, hi := max(0, -iw), min(n, g.W-iw)
+			switch {
+			case lo >= hi:
+				putRun(dst, jr, n, rowOff, pstride, nr, nil)
+			case src >= 0 && src+n <= len(cp.x):
+				// The whole run, then zeros over what it read of the
+				// neighbouring rows.
+				putRun(dst, jr, n, rowOff, pstride, nr, cp.x[src:src+n])
+				putZero(dst, jr, 0, lo, rowOff, pstride, nr)
+				putZero(dst, jr, hi, n, rowOff, pstride, nr)
+			default:
+				putRun(dst, jr, lo, rowOff, pstride, nr, nil)
+				putRun(dst, jr+lo, hi-lo, rowOff, pstride, nr, cp.x[src+lo:src+hi])
+				putRun(dst, jr+hi, n-hi, rowOff, pstride, nr, nil)
+			}
+		}
+	}
+	// Lanes past the last column of a partial last panel.
+	if jHi == j0+nc && nc%nr != 0 {
+		jp := (nc - 1) / nr
+		pan := dst[jp*pstride : (jp+1)*pstride]
+		for p := r0; p < r1; p++ {
+			clear(pan[p*nr+nc%nr : (p+1)*nr])
+		}
+	}
+}
+
+// packWeightGrad is a blas.PackFunc for op(B) = col(x)ᵀ: rows are output
+// positions, columns (c, kh, kw). Each panel's nr rows of col(x) are
+// written to a tile, which is then transposed into the panel. It is meant
+// to be called by panels (r0, r1 = 0, kc).
+func (cp *convPacker[T]) packWeightGrad(dst []T, p0, kc, j0, nc, r0, r1, jpLo, jpHi, nr int) {
+	if r0 != 0 || r1 != kc {
+		panic("cpu: conv weight-gradient packing split by rows")
+	}
+	pEnd := p0 + kc
+	segs := cp.span(p0, pEnd)
+	tp := getTile[T](nr * kc)
+	defer convTiles.Put(tp)
+	tl := (*tp)[:nr*kc]
+	for jp := jpLo; jp < jpHi; jp++ {
+		for l := 0; l < nr; l++ {
+			row := tl[l*kc : (l+1)*kc]
+			rr := jp*nr + l
+			if rr >= nc {
+				clear(row)
+				continue
+			}
+			dh, dw, add := cp.rowOffsets(cp.rowBase + j0 + rr)
+			for i := range segs {
+				s := &segs[i]
+				a, b := max(int(s.j), p0), min(int(s.j+s.n), pEnd)
+				cp.fill(row[a-p0:b-p0], s, a-int(s.j), dh, dw, add)
+			}
+		}
+		blas.PackTransposed(tl, kc, kc, dst[jp*nr*kc:(jp+1)*nr*kc])
+	}
+}
+
+// convForward computes y = conv(x, w) + bias for geometry g, with ws of at
+// least convForwardScratch(g) elements. With transW, each group's weight
+// matrix is stored transposed ([C/groups*KH*KW, K/groups]).
+func convForward[T Float](g op.ConvGeom, x, w, bias, y, ws []T, transW bool) {
+	g = convFlat(g)
+	P := g.OH * g.OW
+	kg, cg := g.K/g.Groups, g.C/g.Groups
+	kk := cg * g.KH * g.KW
+	nb := convChunk(g.N, P)
+	segp := convSegPool.Get().(*[]convSeg)
+	defer convSegPool.Put(segp)
+	for n0 := 0; n0 < g.N; n0 += nb {
+		cnt := min(nb, g.N-n0)
+		cols := cnt * P
+		*segp = convSegments(g, n0, cnt, *segp)
+		// The chunk's product [K, cols]: straight into y for one image.
+		out, ldo := y[n0*g.K*P:], P
+		if cnt > 1 {
+			out, ldo = ws[:g.K*cols], cols
+		}
+		for gi := 0; gi < g.Groups; gi++ {
+			lda := kk
+			if transW {
+				lda = kg
+			}
+			if g.Pointwise() && cnt == 1 {
+				// col(x) is the image itself.
+				xi := x[(n0*g.C+gi*cg)*P:]
+				gemmBeta(transW, false, kg, cols, kk, w[gi*kg*kk:], lda, xi, P, 0, out[gi*kg*ldo:], ldo)
+				continue
+			}
+			cp := &convPacker[T]{g: g, x: x, rowBase: gi * kk, segs: *segp}
+			gemmFunc(transW, kg, cols, kk, w[gi*kg*kk:], lda, cp.packForward, true, 0, out[gi*kg*ldo:], ldo)
+		}
+		if cnt == 1 && bias == nil {
+			continue
+		}
+		parallel.For(g.K, max(1, 16384/cols), func(k0, k1 int) {
+			for k := k0; k < k1; k++ {
+				var b T
+				if bias != nil {
+					b = bias[k]
+				}
+				for i := 0; i < cnt; i++ {
+					dst := y[((n0+i)*g.K+k)*P:][:P]
+					src := out[k*ldo+i*P:][:P]
+					if cnt == 1 {
+						for j := range dst {
+							dst[j] += b
+						}
+						continue
+					}
+					for j, v := range src {
+						dst[j] = v + b
+					}
+				}
+			}
+		})
+	}
+}
+
+func convForwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
+	if err != nil {
+		return err
+	}
+	var bias []T
+	if len(in) == 3 {
+		bias = slice[T](in[2])
+	}
+	x, w, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	if x32, ok := any(x).([]float32); ok {
+		if d, ok := directForward(g); ok {
+			b32, _ := any(bias).([]float32)
+			if convDirectForward(g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
+				return nil
+			}
+		}
+	}
+	convForward(g, x, w, bias, y, convScratch[T](ws, 0, convForwardScratch(g)), false)
+	return nil
+}
+
+// gatherChunk copies rows of images [n0, n0+cnt) of t ([N, K, P]) side by
+// side into dst ([K, cnt*P]).
+func gatherChunk[T Float](t []T, K, P, n0, cnt int, dst []T) {
+	cols := cnt * P
+	parallel.For(K, max(1, 16384/cols), func(k0, k1 int) {
+		for k := k0; k < k1; k++ {
+			for i := 0; i < cnt; i++ {
+				copy(dst[k*cols+i*P:][:P], t[((n0+i)*K+k)*P:][:P])
+			}
+		}
+	})
+}
+
+func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
+	if err != nil {
+		return err
+	}
+	gy, w, gx := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	kg, cg := g.K/g.Groups, g.C/g.Groups
+	if gy32, ok := any(gy).([]float32); ok {
+		if d, ok := directInputGrad(g); ok {
+			if convDirectInputGrad(g, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, d.scratch())) {
+				return nil
+			}
+		}
+	}
+	if convInputGradDirect(g) {
+		gt := convTransposed(g)
+		if !convWeightTransposed(g) {
+			// 1x1: group gi's weight [kg, cg] is the transposed matrix.
+			convForward(gt, gy, w, nil, gx, convScratch[T](ws, 0, convForwardScratch(gt)), true)
+			return nil
+		}
+		// wt[gi][c][k][kh][kw] = W[gi*kg+k][c][kh][kw].
+		khw := g.KH * g.KW
+		wt := convScratch[T](ws, 0, len(w))
+		parallel.For(g.K, max(1, 4096/(cg*khw)), func(k0, k1 int) {
+			for k := k0; k < k1; k++ {
+				gi, kl := k/kg, k%kg
+				for c := 0; c < cg; c++ {
+					src := w[(k*cg+c)*khw:][:khw]
+					dst := wt[((gi*cg+c)*kg+kl)*khw:][:khw]
+					if khw == 9 {
+						*(*[9]T)(dst) = *(*[9]T)(src)
+					} else {
+						copy(dst, src)
+					}
+				}
+			}
+		})
+		convForward(gt, gy, wt, nil, gx, convScratch[T](ws, len(w), convForwardScratch(gt)), false)
+		return nil
+	}
+	P := g.OH * g.OW
+	kk := cg * g.KH * g.KW
+	nb := convChunk(g.N, P)
+	col := convScratch[T](ws, 0, g.ColRows()*nb*P)
+	var gyc []T
+	if nb > 1 {
+		gyc = convScratch[T](ws, len(col), g.K*nb*P)
+	}
+	for n0 := 0; n0 < g.N; n0 += nb {
+		cnt := min(nb, g.N-n0)
+		cols := cnt * P
+		src, lds := gy[n0*g.K*P:], P
+		if cnt > 1 {
+			gatherChunk(gy, g.K, P, n0, cnt, gyc)
+			src, lds = gyc, cols
+		}
+		for gi := 0; gi < g.Groups; gi++ {
+			gemm(true, false, kk, cols, kg, w[gi*kg*kk:], kk, src[gi*kg*lds:], lds, col[gi*kk*cols:], cols)
+		}
+		for i := 0; i < cnt; i++ {
+			col2im(g, col[i*P:], cols, gx[(n0+i)*g.C*g.H*g.W:][:g.C*g.H*g.W])
+		}
+	}
+	return nil
+}
+
+func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
+	if err != nil {
+		return err
+	}
+	gy, x, gw := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	if g.N == 0 {
+		clear(gw)
+		return nil
+	}
+	if gy32, ok := any(gy).([]float32); ok {
+		if d, ok := directWgrad(g); ok {
+			if convDirectWgrad(g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.cin*d.hp*d.wp)) {
+				return nil
+			}
+		}
+	}
+	var gyc []T
+	if nb := convChunk(g.N, g.OH*g.OW); nb > 1 {
+		gyc = convScratch[T](ws, 0, g.K*nb*g.OH*g.OW)
+	}
+	convWeightGrad(g, gy, x, gw, gyc)
+	return nil
+}
+
+// convWeightGrad computes the weight gradient by implicit GEMM over chunks
+// of images; gyc holds a chunk of ȳ when chunks have more than one image.
+func convWeightGrad[T Float](g op.ConvGeom, gy, x, gw, gyc []T) {
+	P := g.OH * g.OW
+	kg, cg := g.K/g.Groups, g.C/g.Groups
+	kk := cg * g.KH * g.KW
+	nb := convChunk(g.N, P)
+	g = convFlat(g)
+	segp := convSegPool.Get().(*[]convSeg)
+	defer convSegPool.Put(segp)
+	for n0 := 0; n0 < g.N; n0 += nb {
+		cnt := min(nb, g.N-n0)
+		cols := cnt * P
+		*segp = convSegments(g, n0, cnt, *segp)
+		src, lds := gy[n0*g.K*P:], P
+		if cnt > 1 {
+			gatherChunk(gy, g.K, P, n0, cnt, gyc)
+			src, lds = gyc, cols
+		}
+		var beta T
+		if n0 > 0 {
+			beta = 1
+		}
+		for gi := 0; gi < g.Groups; gi++ {
+			if g.Pointwise() && cnt == 1 {
+				// col(x) is the image itself.
+				xi := x[(n0*g.C+gi*cg)*P:]
+				gemmBeta(false, true, kg, kk, cols, src[gi*kg*lds:], lds, xi, P, beta, gw[gi*kg*kk:], kk)
+				continue
+			}
+			cp := &convPacker[T]{g: g, x: x, rowBase: gi * kk, segs: *segp}
+			gemmFunc(false, kg, kk, cols, src[gi*kg*lds:], lds, cp.packWeightGrad, false, beta, gw[gi*kg*kk:], kk)
+		}
+	}
 }
 
 // convRange returns the output positions [lo, hi) whose input position
@@ -90,56 +677,17 @@ func convRange(in, out, s, p, off int) (lo, hi int) {
 	return lo, hi
 }
 
-// convGrain is how many channels one parallel task handles in im2col/col2im
-// so that each does a useful amount of copying.
+// convGrain is how many channels one parallel task handles in col2im so
+// that each does a useful amount of work.
 func convGrain(g op.ConvGeom) int {
 	return max(1, 32768/max(1, g.KH*g.KW*g.OH*g.OW))
 }
 
-// im2col writes the [C*KH*KW, OH*OW] matrix of image x ([C, H, W]) to col:
-// row (c, kh, kw), column (oh, ow) holds x[c, oh*SH-PH+kh*DH, ow*SW-PW+kw*DW],
-// zero where that falls in the padding.
-func im2col[T Float](g op.ConvGeom, x, col []T) {
-	P, plane := g.OH*g.OW, g.H*g.W
-	parallel.For(g.C, convGrain(g), func(c0, c1 int) {
-		for c := c0; c < c1; c++ {
-			xc := x[c*plane : (c+1)*plane]
-			for kh := 0; kh < g.KH; kh++ {
-				ohLo, ohHi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)
-				for kw := 0; kw < g.KW; kw++ {
-					owLo, owHi := convRange(g.W, g.OW, g.SW, g.PW, kw*g.DW)
-					row := col[((c*g.KH+kh)*g.KW+kw)*P:][:P]
-					clear(row[:ohLo*g.OW])
-					clear(row[ohHi*g.OW:])
-					iw0 := owLo*g.SW - g.PW + kw*g.DW
-					cnt := owHi - owLo
-					for oh := ohLo; oh < ohHi; oh++ {
-						dst := row[oh*g.OW : (oh+1)*g.OW]
-						clear(dst[:owLo])
-						clear(dst[owHi:])
-						src := xc[(oh*g.SH-g.PH+kh*g.DH)*g.W:]
-						if cnt <= 0 {
-							continue
-						}
-						if g.SW == 1 {
-							copy(dst[owLo:owHi], src[iw0:iw0+cnt])
-							continue
-						}
-						d := dst[owLo:owHi]
-						for i, iw := 0, iw0; i < len(d); i, iw = i+1, iw+g.SW {
-							d[i] = src[iw]
-						}
-					}
-				}
-			}
-		}
-	})
-}
-
-// col2im is im2col's adjoint: it sets image x ([C, H, W]) to the sum of the
-// entries of col that im2col would have read from each position.
-func col2im[T Float](g op.ConvGeom, col, x []T) {
-	P, plane := g.OH*g.OW, g.H*g.W
+// col2im sets image x ([C, H, W]) to the sum of the entries of col (rows
+// (c, kh, kw), OH*OW columns, row stride ld) that im2col would have read
+// from each position.
+func col2im[T Float](g op.ConvGeom, col []T, ld int, x []T) {
+	plane := g.H * g.W
 	parallel.For(g.C, convGrain(g), func(c0, c1 int) {
 		for c := c0; c < c1; c++ {
 			xc := x[c*plane : (c+1)*plane]
@@ -151,7 +699,7 @@ func col2im[T Float](g op.ConvGeom, col, x []T) {
 					if owLo >= owHi {
 						continue
 					}
-					row := col[((c*g.KH+kh)*g.KW+kw)*P:][:P]
+					row := col[((c*g.KH+kh)*g.KW+kw)*ld:]
 					iw0 := owLo*g.SW - g.PW + kw*g.DW
 					for oh := ohLo; oh < ohHi; oh++ {
 						s := row[oh*g.OW+owLo : oh*g.OW+owHi]
@@ -171,115 +719,4 @@ func col2im[T Float](g op.ConvGeom, col, x []T) {
 			}
 		}
 	})
-}
-
-func convForwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
-	if err != nil {
-		return err
-	}
-	x, w, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
-	var bias []T
-	if len(in) == 3 {
-		bias = slice[T](in[2])
-	}
-	P := g.OH * g.OW
-	kg, cg := g.K/g.Groups, g.C/g.Groups
-	kk := cg * g.KH * g.KW // columns of one group's weight matrix
-	var col []T
-	if !g.Pointwise() {
-		col = convScratch[T](ws, 0, g.ColRows()*P)
-	}
-	for ni := 0; ni < g.N; ni++ {
-		src := x[ni*g.C*g.H*g.W : (ni+1)*g.C*g.H*g.W]
-		yn := y[ni*g.K*P : (ni+1)*g.K*P]
-		if col != nil {
-			im2col(g, src, col)
-			src = col
-		}
-		for gi := 0; gi < g.Groups; gi++ {
-			gemm(false, false, kg, P, kk, w[gi*kg*kk:], kk, src[gi*kk*P:], P, yn[gi*kg*P:], P)
-		}
-		for k, bv := range bias {
-			row := yn[k*P : (k+1)*P]
-			for i := range row {
-				row[i] += bv
-			}
-		}
-	}
-	return nil
-}
-
-func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
-	if err != nil {
-		return err
-	}
-	gy, w, gx := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
-	P := g.OH * g.OW
-	kg, cg := g.K/g.Groups, g.C/g.Groups
-	kk := cg * g.KH * g.KW
-	var col []T
-	if !g.Pointwise() {
-		col = convScratch[T](ws, 0, g.ColRows()*P)
-	}
-	for ni := 0; ni < g.N; ni++ {
-		gyn := gy[ni*g.K*P : (ni+1)*g.K*P]
-		gxn := gx[ni*g.C*g.H*g.W : (ni+1)*g.C*g.H*g.W]
-		dst := gxn // pointwise: P == H*W and the product is the gradient
-		if col != nil {
-			dst = col
-		}
-		for gi := 0; gi < g.Groups; gi++ {
-			gemm(true, false, kk, P, kg, w[gi*kg*kk:], kk, gyn[gi*kg*P:], P, dst[gi*kk*P:], P)
-		}
-		if col != nil {
-			col2im(g, col, gxn)
-		}
-	}
-	return nil
-}
-
-func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
-	if err != nil {
-		return err
-	}
-	gy, x, gw := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
-	P := g.OH * g.OW
-	kg, cg := g.K/g.Groups, g.C/g.Groups
-	kk := cg * g.KH * g.KW
-	var col, tmp []T
-	off := 0
-	if !g.Pointwise() {
-		off = g.ColRows() * P
-		col = convScratch[T](ws, 0, off)
-	}
-	if g.N > 1 {
-		tmp = convScratch[T](ws, off, len(gw))
-	}
-	if g.N == 0 {
-		clear(gw)
-	}
-	for ni := 0; ni < g.N; ni++ {
-		gyn := gy[ni*g.K*P : (ni+1)*g.K*P]
-		src := x[ni*g.C*g.H*g.W : (ni+1)*g.C*g.H*g.W]
-		if col != nil {
-			im2col(g, src, col)
-			src = col
-		}
-		dst := gw
-		if ni > 0 {
-			dst = tmp
-		}
-		for gi := 0; gi < g.Groups; gi++ {
-			gemm(false, true, kg, kk, P, gyn[gi*kg*P:], P, src[gi*kk*P:], P, dst[gi*kg*kk:], kk)
-		}
-		if ni > 0 {
-			for i, v := range tmp {
-				gw[i] += v
-			}
-		}
-	}
-	return nil
 }

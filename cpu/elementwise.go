@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -32,15 +33,20 @@ func bstrides(in, out tensor.Shape) []int {
 	return st
 }
 
-// forBroadcast2 calls f(oi, ai, bi) for each output element with the offsets
-// of the two broadcast inputs, innermost axis in a tight loop.
+// elemGrain is the smallest number of elements an elementwise kernel hands
+// to one thread: below it, waking a worker costs more than it saves.
+const elemGrain = 32768
+
+// forBroadcast2 calls f(o, ia, ib, n, sa, sb) for runs of output elements
+// [o, o+n) with the offsets of the two broadcast inputs and their strides
+// along the run (the innermost axis), in parallel over disjoint runs.
 func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
 	n := out.NumElements()
 	if n == 0 {
 		return
 	}
 	if a.Equal(out) && b.Equal(out) {
-		f(0, 0, 0, n, 1, 1)
+		parallel.For(n, elemGrain, func(lo, hi int) { f(lo, lo, lo, hi-lo, 1, 1) })
 		return
 	}
 	sa, sb := bstrides(a, out), bstrides(b, out)
@@ -50,22 +56,35 @@ func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
 		return
 	}
 	inner := out[r-1]
-	idx := make([]int, r)
-	for o := 0; o < n; o += inner {
-		ia, ib := 0, 0
-		for d := 0; d < r-1; d++ {
-			ia += idx[d] * sa[d]
-			ib += idx[d] * sb[d]
+	rows := n / inner
+	parallel.For(rows, max(1, elemGrain/inner), func(lo, hi int) {
+		var buf [8]int
+		idx := buf[:0]
+		if r-1 > len(buf) {
+			idx = make([]int, 0, r-1)
 		}
-		f(o, ia, ib, inner, sa[r-1], sb[r-1])
-		for d := r - 2; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < out[d] {
-				break
+		idx = idx[:r-1]
+		// The multi-index of row lo.
+		for d, q := r-2, lo; d >= 0; d-- {
+			idx[d] = q % out[d]
+			q /= out[d]
+		}
+		for row := lo; row < hi; row++ {
+			ia, ib := 0, 0
+			for d := 0; d < r-1; d++ {
+				ia += idx[d] * sa[d]
+				ib += idx[d] * sb[d]
 			}
-			idx[d] = 0
+			f(row*inner, ia, ib, inner, sa[r-1], sb[r-1])
+			for d := r - 2; d >= 0; d-- {
+				idx[d]++
+				if idx[d] < out[d] {
+					break
+				}
+				idx[d] = 0
+			}
 		}
-	}
+	})
 }
 
 func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
@@ -86,6 +105,13 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 				yy[i] = a[ia+i*sa] + b[ib+i*sb]
 			}
 		case op.SubKind:
+			if sa == 1 && sb == 1 {
+				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
+				for i := range yy {
+					yy[i] = aa[i] - bb[i]
+				}
+				return
+			}
 			for i := range yy {
 				yy[i] = a[ia+i*sa] - b[ib+i*sb]
 			}
@@ -163,7 +189,33 @@ const sqrt2overPi = 0.7978845608028654
 func unaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*op.Unary)
 	x, y := slice[T](in[0]), slice[T](out[0])
+	grain := elemGrain
+	if o.Kind != op.NegKind && o.Kind != op.ReLUKind && o.Kind != op.ScaleKind && o.Kind != op.AddConstKind &&
+		o.Kind != op.SquareKind && o.Kind != op.LeakyReLUKind && o.Kind != op.AbsKind {
+		grain = elemGrain / 16 // transcendental: more work per element
+	}
+	parallel.For(len(x), grain, func(lo, hi int) { unaryRange(o, x[lo:hi], y[lo:hi]) })
+	return nil
+}
+
+func unaryRange[T Float](o *op.Unary, x, y []T) {
+	y = y[:len(x)]
 	c := T(o.C)
+	if x32, ok := any(x).([]float32); ok {
+		// Branch-free float32 versions of the hot activations.
+		y32 := any(y).([]float32)
+		switch o.Kind {
+		case op.GELUKind:
+			geluF32(x32, y32)
+			return
+		case op.ReLUKind:
+			reluF32(x32, y32)
+			return
+		case op.LeakyReLUKind:
+			leakyReLUF32(x32, y32, float32(o.C))
+			return
+		}
+	}
 	switch o.Kind {
 	case op.NegKind:
 		for i, v := range x {
@@ -226,7 +278,6 @@ func unaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) err
 			y[i] = T(f(float64(v)))
 		}
 	}
-	return nil
 }
 
 func unaryFunc(k op.UnaryKind, c float64) func(float64) float64 {
@@ -262,6 +313,30 @@ func unaryFunc(k op.UnaryKind, c float64) func(float64) float64 {
 func unaryBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*op.UnaryBackward)
 	g, s, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
+	grain := elemGrain
+	if o.Kind != op.ReLUKind && o.Kind != op.TanhKind && o.Kind != op.SigmoidKind && o.Kind != op.LeakyReLUKind {
+		grain = elemGrain / 16
+	}
+	parallel.For(len(s), grain, func(lo, hi int) { unaryBackwardRange(o, g[lo:hi], s[lo:hi], y[lo:hi]) })
+	return nil
+}
+
+func unaryBackwardRange[T Float](o *op.UnaryBackward, g, s, y []T) {
+	g, y = g[:len(s)], y[:len(s)]
+	if s32, ok := any(s).([]float32); ok {
+		g32, y32 := any(g).([]float32), any(y).([]float32)
+		switch o.Kind {
+		case op.GELUKind:
+			geluBackwardF32(g32, s32, y32)
+			return
+		case op.ReLUKind:
+			reluBackwardF32(g32, s32, y32)
+			return
+		case op.LeakyReLUKind:
+			leakyReLUBackwardF32(g32, s32, y32, float32(o.C))
+			return
+		}
+	}
 	switch o.Kind {
 	case op.ReLUKind: // s is the output
 		for i, v := range s {
@@ -313,7 +388,6 @@ func unaryBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 	default:
 		panic("cpu: unhandled unary backward kind")
 	}
-	return nil
 }
 
 func fillKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
@@ -390,14 +464,20 @@ func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	switch dst.DType {
 	case tensor.Float32:
 		d, s := dst.F32(), src.F32()
-		for i := range d {
-			d[i] += s[i]
-		}
+		parallel.For(len(d), elemGrain, func(lo, hi int) {
+			dd, ss := d[lo:hi], s[lo:hi]
+			for i := range dd {
+				dd[i] += ss[i]
+			}
+		})
 	case tensor.Float64:
 		d, s := dst.F64(), src.F64()
-		for i := range d {
-			d[i] += s[i]
-		}
+		parallel.For(len(d), elemGrain, func(lo, hi int) {
+			dd, ss := d[lo:hi], s[lo:hi]
+			for i := range dd {
+				dd[i] += ss[i]
+			}
+		})
 	default:
 		return fmt.Errorf("cpu: %s: accumulation into %v is not supported", n.Label(), dst.DType)
 	}

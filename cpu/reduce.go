@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -73,10 +74,47 @@ func reducedAxes(o *op.Reduce, rank int) []bool {
 	return r
 }
 
+// reduceSplit reports whether the reduced axes are a leading or a trailing
+// block of the shape (so x is a [rows, cols] matrix reduced along columns
+// or rows), and the matrix's size.
+func reduceSplit(s tensor.Shape, reduced []bool) (leading, trailing bool, rows, cols int) {
+	k := 0
+	for k < len(s) && reduced[k] {
+		k++
+	}
+	lead := k
+	for k < len(s) && !reduced[k] {
+		k++
+	}
+	kept := k
+	for k < len(s) && reduced[k] {
+		k++
+	}
+	if k != len(s) {
+		return false, false, 0, 0
+	}
+	switch {
+	case kept == len(s): // reduced axes lead (or none at all)
+		return true, false, s[:lead].NumElements(), s[lead:].NumElements()
+	case lead == 0: // kept axes lead, reduced trail
+		return false, true, s[:kept].NumElements(), s[kept:].NumElements()
+	}
+	return false, false, 0, 0
+}
+
 func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*op.Reduce)
 	x, y := slice[T](in[0]), slice[T](out[0])
-	l := newReduceLayout(in[0].Shape, reducedAxes(o, len(in[0].Shape)))
+	reduced := reducedAxes(o, len(in[0].Shape))
+	if leading, trailing, rows, cols := reduceSplit(in[0].Shape, reduced); (leading || trailing) && rows*cols > 0 {
+		if trailing {
+			reduceRows(o.Kind, x, y, rows, cols)
+		} else {
+			reduceCols(o.Kind, x, y, rows, cols)
+		}
+		return nil
+	}
+	l := newReduceLayout(in[0].Shape, reduced)
 	kept := offsets(l.keptShape, l.keptStrides)
 	red := offsets(l.redShape, l.redStrides)
 	cnt := float64(len(red))
@@ -112,6 +150,73 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 		}
 	}
 	return nil
+}
+
+// reduceRows reduces each row of x ([rows, cols]) into y[row], in the
+// order and precision of the general loop below.
+func reduceRows[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
+	parallel.For(rows, max(1, elemGrain/cols), func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			row := x[r*cols : (r+1)*cols]
+			switch k {
+			case op.SumKind, op.MeanKind:
+				var s float64
+				for _, v := range row {
+					s += float64(v)
+				}
+				if k == op.MeanKind {
+					s /= float64(cols)
+				}
+				y[r] = T(s)
+			case op.AmaxKind:
+				m := row[0]
+				for _, v := range row[1:] {
+					if v > m || v != v {
+						m = v
+					}
+				}
+				y[r] = m
+			}
+		}
+	})
+}
+
+// reduceCols reduces each column of x ([rows, cols]) into y[col], adding
+// the rows in order (as the general loop does) but walking memory row by
+// row; threads take disjoint ranges of columns.
+func reduceCols[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
+	parallel.For(cols, max(64, elemGrain/rows), func(c0, c1 int) {
+		ys := y[c0:c1]
+		switch k {
+		case op.SumKind, op.MeanKind:
+			var buf [512]float64
+			for b0 := c0; b0 < c1; b0 += len(buf) {
+				b1 := min(c1, b0+len(buf))
+				acc := buf[:b1-b0]
+				clear(acc)
+				for r := 0; r < rows; r++ {
+					for j, v := range x[r*cols+b0 : r*cols+b1] {
+						acc[j] += float64(v)
+					}
+				}
+				for j, s := range acc {
+					if k == op.MeanKind {
+						s /= float64(rows)
+					}
+					y[b0+j] = T(s)
+				}
+			}
+		case op.AmaxKind:
+			copy(ys, x[c0:c1])
+			for r := 1; r < rows; r++ {
+				for j, v := range x[r*cols+c0 : r*cols+c1] {
+					if m := ys[j]; v > m || v != v {
+						ys[j] = v
+					}
+				}
+			}
+		}
+	})
 }
 
 func amaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {

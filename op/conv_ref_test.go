@@ -137,7 +137,11 @@ func TestConvPyTorchReference(t *testing.T) {
 			rtol, atol := 0.0, 0.0
 			switch {
 			case c.Op == "conv2d":
-				rtol, atol = 1e-4, 1e-5
+				// Both sides carry float32 rounding error: on conv_wide
+				// PyTorch's own input gradient is 3.1e-5 from the float64
+				// result (headroom's 2.0e-5), so the two may differ by more
+				// than either does from the truth.
+				rtol, atol = 1e-4, 3e-5
 			case c.Op == "adaptive_avg_pool2d" && pair(c.Size) == [2]int{1, 1}:
 				// PyTorch takes a mean (vectorized cascade sum) here.
 				rtol, atol = 1e-6, 1e-7

@@ -1,6 +1,11 @@
 package optim
 
-import "math"
+import (
+	"math"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/vec"
+)
 
 // AdamConfig holds the hyperparameters of torch.optim.Adam and AdamW. Start
 // from AdamDefaults or AdamWDefaults: zero is a meaningful value for most
@@ -120,34 +125,48 @@ func (o *Adam) Step(params []Param) error {
 		bc2Sqrt := float32(math.Sqrt(bc2))
 
 		v, g, m, s, mx := p.Value, p.Grad, st.expAvg, st.expAvgSq, st.maxExpSq
-		for i := range v {
-			gi := g[i]
-			if c.Maximize {
-				gi = -gi
+		// The plain update (also AdamW's) has a vectorized loop; a
+		// parameter's elements are split across threads either way.
+		var fast *vec.AdamConsts
+		if !c.Maximize && mx == nil && (o.decoupled || c.WeightDecay == 0) {
+			fast = &vec.AdamConsts{B1: b1, OmB1: omb1, B2: b2, OmB2: omb2, BC2Sqrt: bc2Sqrt, Eps: eps, NegStep: negStep, Decay: 1}
+			if o.decoupled && c.WeightDecay != 0 {
+				fast.Decay = decay
 			}
-			if o.decoupled {
-				if c.WeightDecay != 0 {
-					v[i] = float32(v[i] * decay) // param.mul_(1 - lr*weight_decay)
-				}
-			} else if c.WeightDecay != 0 {
-				gi = fma32(v[i], wd, gi) // grad.add(param, alpha=weight_decay)
-			}
-			m[i] = fma32(gi, omb1, float32(m[i]*b1)) // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
-			// exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
-			s[i] = fma32(float32(omb2*gi), gi, float32(s[i]*b2))
-			si := s[i]
-			if mx != nil {
-				// torch.maximum, which propagates NaN.
-				if si > mx[i] || si != si {
-					mx[i] = si
-				}
-				si = mx[i]
-			}
-			// denom = (sqrt(v) / sqrt(bias_correction2)).add_(eps)
-			den := float32(float32(math.Sqrt(float64(si)))/bc2Sqrt) + eps
-			// param.addcdiv_(exp_avg, denom, value=-step_size)
-			v[i] += float32(negStep*m[i]) / den
 		}
+		parallel.For(len(v), 1<<14, func(lo, hi int) {
+			if fast != nil {
+				lo += vec.Adam(v[lo:hi], g[lo:hi], m[lo:hi], s[lo:hi], fast)
+			}
+			for i := lo; i < hi; i++ {
+				gi := g[i]
+				if c.Maximize {
+					gi = -gi
+				}
+				if o.decoupled {
+					if c.WeightDecay != 0 {
+						v[i] = float32(v[i] * decay) // param.mul_(1 - lr*weight_decay)
+					}
+				} else if c.WeightDecay != 0 {
+					gi = fma32(v[i], wd, gi) // grad.add(param, alpha=weight_decay)
+				}
+				m[i] = fma32(gi, omb1, float32(m[i]*b1)) // exp_avg.mul_(beta1).add_(grad, alpha=1-beta1)
+				// exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
+				s[i] = fma32(float32(omb2*gi), gi, float32(s[i]*b2))
+				si := s[i]
+				if mx != nil {
+					// torch.maximum, which propagates NaN.
+					if si > mx[i] || si != si {
+						mx[i] = si
+					}
+					si = mx[i]
+				}
+				// denom = (sqrt(v) / sqrt(bias_correction2)).add_(eps)
+				den := float32(float32(math.Sqrt(float64(si)))/bc2Sqrt) + eps
+				// param.addcdiv_(exp_avg, denom, value=-step_size)
+				v[i] += float32(negStep*m[i]) / den
+			}
+		})
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ Commands:
   train     train a model on Fashion-MNIST and report test accuracy
   plan      print the memory plan of a training step without running it
   bench     measure step time and memory of the standard workloads (and PyTorch's)
+  viz       show a memory snapshot (headroom's or PyTorch's) in the browser
   version   print the version
 
 Run 'headroom <command> -h' for the flags of a command.
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string) error {
 		return cmdPlan(ctx, args[1:])
 	case "bench":
 		return cmdBench(ctx, args[1:])
+	case "viz":
+		return cmdViz(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil

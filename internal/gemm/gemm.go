@@ -35,6 +35,62 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	gemm(sgemmKern, &pools32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// PackFunc produces op(B) for SgemmFunc and DgemmFunc without op(B) being
+// stored. The B operand is packed a block at a time, the kc×nc block of
+// op(B) at rows [p0, p0+kc) and columns [j0, j0+nc), as panels of nr
+// columns: panel jp at dst[jp*nr*kc:], kc groups of nr values,
+// dst[jp*nr*kc+p*nr+l] = op(B)[p0+p][j0+jp*nr+l], zero where
+// jp*nr+l >= nc. One call writes rows [r0, r1) (0 <= r0 < r1 <= kc) of
+// panels [jp0, jp1); calls for disjoint parts of a block run concurrently.
+type PackFunc[T ~float32 | ~float64] func(dst []T, p0, kc, j0, nc, r0, r1, jp0, jp1, nr int)
+
+// Packer is a PackFunc and how to split a block among calls: by rows (each
+// call gets all panels, best when a row of op(B) is contiguous in memory)
+// or by panels (each call gets all rows).
+type Packer[T ~float32 | ~float64] struct {
+	Pack   PackFunc[T]
+	ByRows bool
+}
+
+// SgemmFunc is Sgemm with op(B) (k×n) given by a packing function instead
+// of a stored matrix: an implicit GEMM, such as a convolution whose im2col
+// matrix is never written out.
+func SgemmFunc(transA bool, m, n, k int, alpha float32, a []float32, lda int, packB Packer[float32], beta float32, c []float32, ldc int) {
+	gemmFunc(sgemmKern, &pools32, transA, m, n, k, alpha, a, lda, packB, beta, c, ldc)
+}
+
+// DgemmFunc is SgemmFunc for float64.
+func DgemmFunc(transA bool, m, n, k int, alpha float64, a []float64, lda int, packB Packer[float64], beta float64, c []float64, ldc int) {
+	gemmFunc(kernGo64, &pools64, transA, m, n, k, alpha, a, lda, packB, beta, c, ldc)
+}
+
+// NR is the width of the B panels that a PackFunc of Sgemm (float32) or
+// Dgemm (float64) writes.
+func NR[T ~float32 | ~float64]() int {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return sgemmKern.nr
+	}
+	return kernGo64.nr
+}
+
+// PackTransposed writes the transpose of an nr×kc block into a B panel, for
+// PackFuncs: dst[nr*p+r] = src[r*ld+p] for r < nr = NR[T](), p < kc. It
+// uses the micro-kernel's assembly packing where there is one.
+func PackTransposed[T ~float32 | ~float64](src []T, ld, kc int, dst []T) {
+	switch s := any(src).(type) {
+	case []float32:
+		d := any(dst).([]float32)
+		if f := sgemmKern.packBT; f != nil {
+			f(s, ld, 0, kc, d)
+			return
+		}
+		packBT(s, ld, 0, kc, 0, sgemmKern.nr, sgemmKern.nr, d, nil)
+	case []float64:
+		packBT(s, ld, 0, kc, 0, kernGo64.nr, kernGo64.nr, any(dst).([]float64), nil)
+	}
+}
+
 // Dgemm is Sgemm for float64. It is portable Go, written for correctness
 // (float64 gradient checks) rather than peak speed.
 func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
@@ -117,16 +173,35 @@ func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, 
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
 	br, bc := k, n
 	if transB {
 		br, bc = n, k
 	}
-	checkStride("a", ac, lda)
 	checkStride("b", bc, ldb)
+	if m > 0 && n > 0 && alpha != 0 && k > 0 {
+		checkLen("b", len(b), br, bc, ldb)
+	}
+	gemmCore(kern, pools, transA, transB, m, n, k, alpha, a, lda, b, ldb, Packer[T]{}, beta, c, ldc)
+}
+
+func gemmFunc[T float](kern *kernel[T], pools *bufPools[T], transA bool, m, n, k int, alpha T, a []T, lda int, packB Packer[T], beta T, c []T, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
+	}
+	if packB.Pack == nil {
+		panic("gemm: nil packing function")
+	}
+	gemmCore(kern, pools, transA, false, m, n, k, alpha, a, lda, nil, 0, packB, beta, c, ldc)
+}
+
+// gemmCore is the blocked product; op(B) comes from b, or from packB when
+// that is not nil.
+func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, packB Packer[T], beta T, c []T, ldc int) {
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	checkStride("a", ac, lda)
 	checkStride("c", n, ldc)
 	checkLen("c", len(c), m, n, ldc)
 	if m == 0 || n == 0 {
@@ -137,7 +212,6 @@ func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, 
 		return
 	}
 	checkLen("a", len(a), ar, ac, lda)
-	checkLen("b", len(b), br, bc, ldb)
 
 	mr, nr := kern.mr, kern.nr
 	threads := parallel.Threads()
@@ -183,10 +257,18 @@ func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, 
 			// keeps the hardware prefetcher busy; a panel would read kc
 			// short pieces one row stride apart).
 			packN := nPanels
-			if !transB {
+			if packB.Pack == nil && !transB || packB.Pack != nil && packB.ByRows {
 				packN = kcur
 			}
 			pack := func(lo, hi int) {
+				if packB.Pack != nil {
+					if packB.ByRows {
+						packB.Pack(bp, pc, kcur, jc, ncur, lo, hi, 0, nPanels, nr)
+					} else {
+						packB.Pack(bp, pc, kcur, jc, ncur, 0, kcur, lo, hi, nr)
+					}
+					return
+				}
 				if !transB {
 					packBRows(b, ldb, pc+lo, hi-lo, lo, kcur, jc, ncur, nr, bp)
 					return

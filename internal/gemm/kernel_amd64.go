@@ -86,3 +86,29 @@ func packT16AVX(x []float32, ld, off, kc int, dst []float32) {
 		}
 	}
 }
+
+// sconvTile6x16 is the direct-convolution micro-kernel in conv_amd64.s.
+//
+//go:noescape
+func sconvTile6x16(k int, a, b *float32, offs *int32, c *float32, ldc int)
+
+var convTile func(k int, a, b *float32, offs *int32, c *float32, ldc int)
+
+func init() {
+	if hasAVX2FMA() {
+		convTile = sconvTile6x16
+	}
+}
+
+// sconvWgrad4x3 is the direct weight-gradient kernel in conv_amd64.s.
+//
+//go:noescape
+func sconvWgrad4x3(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
+
+var convWgrad func(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
+
+func init() {
+	if hasAVX2FMA() {
+		convWgrad = sconvWgrad4x3
+	}
+}

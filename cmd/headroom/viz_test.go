@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/memviz"
+)
+
+func testSnapshot(t *testing.T) *device.Snapshot {
+	t.Helper()
+	a := device.Meta().Alloc
+	a.RecordHistory(100)
+	w, err := a.Allocate(3<<20, device.Tag{Category: device.Parameter, Module: "fc", Op: "fc.weight"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := a.Allocate(4096, device.Tag{Category: device.Activation, Module: "fc", Op: "linear"})
+	a.Free(x)
+	_ = w
+	return a.Snapshot()
+}
+
+// train --memory-snapshot FILE.pickle writes a pickle that reads back as
+// the snapshot.
+func TestWriteSnapshotPickle(t *testing.T) {
+	s := testSnapshot(t)
+	dir := t.TempDir()
+	for _, name := range []string{"s.pickle", "s.pkl", "s.json"} {
+		path := filepath.Join(dir, name)
+		if err := writeSnapshot(path, s); err != nil {
+			t.Fatal(err)
+		}
+		got, err := memviz.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := memviz.FromDevice(s)
+		if got.Source != memviz.SourceHeadroom || len(got.Segments) != len(want.Segments) || len(got.Traces[0]) != len(want.Traces[0]) {
+			t.Errorf("%s reads back as %+v", name, got)
+		}
+	}
+}
+
+// viz serves the page and the data of a snapshot file on localhost, with
+// the file before or after the flags, and stops when its context ends.
+func TestViz(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.json")
+	if err := writeSnapshot(path, testSnapshot(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{path}, {path, "--addr", "127.0.0.1:0"}, {"--addr=127.0.0.1:0", path}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan string, 1)
+		done := make(chan error, 1)
+		var out bytes.Buffer
+		go func() { done <- viz(ctx, args, &out, ready) }()
+		var url string
+		select {
+		case url = <-ready:
+		case err := <-done:
+			t.Fatalf("%v: %v", args, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: not serving after 10 s", args)
+		}
+		if !strings.HasPrefix(url, "http://127.0.0.1:") {
+			t.Errorf("%v: serving at %s, want 127.0.0.1", args, url)
+		}
+		resp, err := http.Get(url + "api/summary")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"file":"run.json"`) {
+			t.Errorf("%v: summary %d %s", args, resp.StatusCode, body)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%v: %v", args, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: still serving after its context ended", args)
+		}
+		if !strings.Contains(out.String(), url) || !strings.Contains(out.String(), "Ctrl-C") {
+			t.Errorf("%v: printed %q", args, out.String())
+		}
+	}
+}
+
+func TestVizErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pickle")
+	if err := os.WriteFile(bad, []byte("\x80\x04\x95\x10\x00\x00\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "want one snapshot file, got 0"},
+		{[]string{"a.json", "b.json"}, "want one snapshot file, got 2"},
+		{[]string{filepath.Join(dir, "missing.json")}, "no such file"},
+		{[]string{bad}, bad + ": the file is truncated"},
+		{[]string{"--addr", "256.1.1.1:0", bad}, "truncated"},
+		{[]string{"--port", "1"}, "flag provided but not defined"},
+	} {
+		err := viz(context.Background(), c.args, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// kernelCase is one node ready to run: its op applied to inputs of the
+// given metas, with random float data, output buffers and workspace.
+type kernelCase struct {
+	n       *trace.Node
+	in, out []*tensor.Tensor
+	ws      []byte
+}
+
+func newKernelCase(tb testing.TB, o trace.Op, metas ...trace.Meta) *kernelCase {
+	tb.Helper()
+	g := trace.New()
+	var y *trace.Tensor
+	err := trace.Capture(func() {
+		var xs []*trace.Tensor
+		for i, m := range metas {
+			xs = append(xs, g.Input(fmt.Sprintf("x%d", i), m.DType, m.Shape))
+		}
+		y = g.Apply(o, xs...)[0]
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k := &kernelCase{n: y.Node}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, m := range metas {
+		t := tensor.New(m.DType, m.Shape)
+		switch m.DType {
+		case tensor.Float32:
+			for i := range t.F32() {
+				t.F32()[i] = float32(r.NormFloat64())
+			}
+		case tensor.Float64:
+			for i := range t.F64() {
+				t.F64()[i] = r.NormFloat64()
+			}
+		}
+		k.in = append(k.in, t)
+	}
+	for _, t := range k.n.Outputs {
+		k.out = append(k.out, tensor.New(t.DType(), t.Shape()))
+	}
+	k.ws = make([]byte, Workspace(k.n))
+	return k
+}
+
+func (k *kernelCase) run(tb testing.TB) {
+	if err := Run(k.n, k.in, k.out, k.ws); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// cpuTime is the CPU time this process has used (all threads). On a
+// machine shared with other work it measures a kernel's cost more steadily
+// than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchKernel runs k b.N times and reports GFLOPS (wall time) and the CPU
+// time per run.
+func benchKernel(b *testing.B, k *kernelCase, flops float64) {
+	k.run(b)
+	b.ResetTimer()
+	c0 := cpuTime()
+	for range b.N {
+		k.run(b)
+	}
+	cpu := cpuTime() - c0
+	if flops > 0 {
+		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOPS")
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(len(k.ws))/(1<<20), "ws_MiB")
+}
+
+func f32(shape ...int) trace.Meta {
+	return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape(shape)}
+}
+
+// convShapes are convolutions of the standard workloads (internal/bench).
+var convShapes = []struct {
+	name                 string
+	n, c, h, w, k, ks, s int
+}{
+	{"r18_conv1", 32, 3, 64, 64, 64, 7, 2},
+	{"r18_l1", 32, 64, 16, 16, 64, 3, 1},
+	{"r18_l2_s2", 32, 64, 16, 16, 128, 3, 2},
+	{"r18_l3", 32, 256, 4, 4, 256, 3, 1},
+	{"r18_l4", 32, 512, 2, 2, 512, 3, 1},
+	{"r152_l1_1x1", 8, 256, 32, 32, 64, 1, 1},
+	{"r152_l1_3x3", 8, 64, 32, 32, 64, 3, 1},
+	{"r152_l3_1x1", 8, 1024, 8, 8, 256, 1, 1},
+	{"r152_l3_3x3", 8, 256, 8, 8, 256, 3, 1},
+	{"r152_l4_1x1", 8, 512, 4, 4, 2048, 1, 1},
+	{"rrdb_c1", 4, 64, 32, 32, 32, 3, 1},
+	{"rrdb_c5", 4, 192, 32, 32, 64, 3, 1},
+	{"rrdb_hr", 4, 64, 128, 128, 64, 3, 1},
+}
+
+// BenchmarkConv measures the three convolution kernels on the standard
+// workloads' shapes (GFLOPS counts 2 flops per multiply-add).
+func BenchmarkConv(b *testing.B) {
+	for _, s := range convShapes {
+		opts := op.ConvOpts{Stride: [2]int{s.s, s.s}, Padding: [2]int{s.ks / 2, s.ks / 2}}
+		g, err := op.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, s.ks, s.ks}, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		flops := 2 * float64(g.N*g.K*g.OH*g.OW) * float64(g.ColRows())
+		x, w, y := f32(s.n, s.c, s.h, s.w), f32(s.k, s.c, s.ks, s.ks), f32(g.N, g.K, g.OH, g.OW)
+		cases := []struct {
+			name string
+			k    func() *kernelCase
+		}{
+			{"fwd", func() *kernelCase { return newKernelCase(b, &op.Conv2dOp{Opts: opts}, x, w) }},
+			{"bwd_input", func() *kernelCase {
+				return newKernelCase(b, &op.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, y, w)
+			}},
+			{"bwd_weight", func() *kernelCase {
+				return newKernelCase(b, &op.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape}, y, x)
+			}},
+		}
+		for _, c := range cases {
+			b.Run(s.name+"/"+c.name, func(b *testing.B) {
+				benchKernel(b, c.k(), flops)
+			})
+		}
+	}
+}
+
+// BenchmarkElementwise measures elementwise kernels on a GPT-sized
+// activation (8×256×1536 float32).
+func BenchmarkElementwise(b *testing.B) {
+	x := f32(8, 256, 1536)
+	n := float64(x.Shape.NumElements())
+	for _, c := range []struct {
+		name string
+		op   trace.Op
+		in   []trace.Meta
+	}{
+		{"gelu", &op.Unary{Kind: op.GELUKind}, []trace.Meta{x}},
+		{"gelu_backward", &op.UnaryBackward{Kind: op.GELUKind}, []trace.Meta{x, x}},
+		{"relu", &op.Unary{Kind: op.ReLUKind}, []trace.Meta{x}},
+		{"add", &op.Binary{Kind: op.AddKind}, []trace.Meta{x, x}},
+		{"add_bias", &op.Binary{Kind: op.AddKind}, []trace.Meta{x, f32(1536)}},
+		{"sum_rows", &op.Reduce{Kind: op.SumKind, Axes: []int{0, 1}}, []trace.Meta{x}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			k := newKernelCase(b, c.op, c.in...)
+			benchKernel(b, k, 0)
+			b.ReportMetric(n*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gelem/s")
+		})
+	}
+}

@@ -1,0 +1,99 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+)
+
+// The direct convolution (forward and input gradient) agrees with the
+// implicit-GEMM path on the geometries it takes.
+func TestDirectConvMatchesGEMM(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, tc := range []struct {
+		n, c, h, w, k, kh, kw, ph, pw, dh, dw int
+		bias                                  bool
+	}{
+		{2, 3, 5, 16, 7, 3, 3, 1, 1, 1, 1, true},
+		{1, 5, 4, 32, 6, 3, 3, 1, 1, 1, 1, false},
+		{2, 4, 6, 18, 13, 3, 3, 0, 0, 1, 1, true}, // output width 16
+		{1, 2, 7, 16, 5, 5, 5, 2, 2, 1, 1, false},
+		{1, 3, 6, 20, 4, 3, 3, 2, 0, 2, 2, true}, // dilation; output 16 wide
+		{2, 8, 3, 16, 32, 1, 1, 0, 0, 1, 1, true},
+		{1, 300, 2, 16, 2, 3, 3, 1, 1, 1, 1, false}, // more taps than one pass
+		{3, 4, 5, 16, 9, 3, 3, 1, 1, 1, 1, false},   // 9 output channels: overlapping groups of 4
+		{2, 2, 8, 16, 4, 5, 3, 2, 1, 1, 1, true},
+	} {
+		name := fmt.Sprintf("%+v", tc)
+		opts := op.ConvOpts{Padding: [2]int{tc.ph, tc.pw}, Dilation: [2]int{tc.dh, tc.dw}}
+		g, err := op.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, tc.kh, tc.kw}, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rnd := func(n int) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			return v
+		}
+		x, w := rnd(g.N*g.C*g.H*g.W), rnd(g.K*g.C*g.KH*g.KW)
+		var bias []float32
+		if tc.bias {
+			bias = rnd(g.K)
+		}
+		P := g.OH * g.OW
+		d, ok := directForward(g)
+		if !ok {
+			t.Fatalf("%s: not a direct geometry", name)
+		}
+		want := make([]float32, g.N*g.K*P)
+		convForward(g, x, w, bias, want, make([]float32, convForwardScratch(g)), false)
+		got := make([]float32, len(want))
+		if !convDirectForward(g, x, w, bias, got, make([]float32, d.scratch())) {
+			t.Skip("no direct-convolution kernel on this CPU")
+		}
+		closeF32(t, name+" forward", got, want)
+
+		if dw, ok := directWgrad(g); ok {
+			gy := rnd(len(want))
+			wantW := make([]float32, len(w))
+			convWeightGrad(g, gy, x, wantW, make([]float32, g.K*g.N*P))
+			gotW := make([]float32, len(w))
+			if !convDirectWgrad(g, gy, x, gotW, make([]float32, dw.cin*dw.hp*dw.wp)) {
+				t.Fatalf("%s: no direct weight gradient", name)
+			}
+			closeF32(t, name+" weight gradient", gotW, wantW)
+		}
+		if di, ok := directInputGrad(g); ok {
+			gy := rnd(len(want))
+			wantX := make([]float32, len(x))
+			ws := make([]float32, 4*len(x)+len(w)+g.K*g.C*g.KH*g.KW*4+1<<16)
+			gt := convTransposed(g)
+			wt := make([]float32, len(w))
+			khw := g.KH * g.KW
+			for k := 0; k < g.K; k++ {
+				for c := 0; c < g.C; c++ {
+					copy(wt[(c*g.K+k)*khw:][:khw], w[(k*g.C+c)*khw:][:khw])
+				}
+			}
+			convForward(gt, gy, wt, nil, wantX, ws, false)
+			gotX := make([]float32, len(x))
+			convDirectInputGrad(g, gy, w, gotX, make([]float32, di.scratch()))
+			closeF32(t, name+" input gradient", gotX, wantX)
+		}
+	}
+}
+
+func closeF32(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4+1e-5*math.Abs(float64(want[i])) {
+			t.Fatalf("%s: element %d: got %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}

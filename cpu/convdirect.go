@@ -1,0 +1,296 @@
+package cpu
+
+import (
+	"sync"
+
+	blas "github.com/headroom-ml/headroom/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+)
+
+// Direct convolution, for stride-1 ungrouped float32 convolutions whose
+// output rows are a multiple of 16 wide (most of an ESRGAN's or a ResNet's
+// first stage). The micro-kernel (blas.ConvTile) computes 6 output channels
+// × 16 positions of one output row, reading the input in place from a
+// zero-padded copy of the image: for kernel tap r (input channel c, kernel
+// row kh, column kw) the 16 inputs of the tile are consecutive in the
+// padded row, at a fixed offset from the tile's. Nothing is expanded 9
+// times as im2col would, so convolutions with few output channels, whose
+// im2col matrix is used too few times to repay building it, run near the
+// kernel's speed. The input gradient of such a convolution is one too: of
+// ȳ, with the taps mirrored.
+
+const (
+	directKC = 256 // taps per pass over a row, so a pass's input stays in L1
+	directMR = blas.ConvTileRows
+	directNR = blas.ConvTileCols
+)
+
+// directConv describes one direct convolution: source images [cin, h, w],
+// padded by padT rows and padL columns in front into [cin, hp, wp], output
+// [cout, oh, ow] with ow a multiple of 16, and kk taps, tap r reading the
+// padded source at offs[r] from the output position (row o, column j) at
+// o*wp + j.
+type directConv struct {
+	cin, h, w  int
+	padT, padL int
+	hp, wp     int
+	cout, oh   int
+	ow         int
+	kk         int
+}
+
+// scratch is the workspace (float32 elements) of the convolution: one
+// padded image and the packed weights.
+func (d directConv) scratch() int {
+	return d.cin*d.hp*d.wp + (d.cout+directMR-1)/directMR*directMR*d.kk
+}
+
+// directForward is the direct form of the forward convolution g.
+func directForward(g op.ConvGeom) (directConv, bool) {
+	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.OW%directNR != 0 || g.OW == 0 || g.OH == 0 {
+		return directConv{}, false
+	}
+	return directConv{cin: g.C, h: g.H, w: g.W, padT: g.PH, padL: g.PW,
+		hp: g.OH + (g.KH-1)*g.DH, wp: g.OW + (g.KW-1)*g.DW,
+		cout: g.K, oh: g.OH, ow: g.OW, kk: g.C * g.KH * g.KW}, true
+}
+
+// directInputGrad is the direct form of the input gradient of g: a
+// convolution of ȳ ([K, OH, OW]) giving x̄ ([C, H, W]).
+func directInputGrad(g op.ConvGeom) (directConv, bool) {
+	qh, qw := (g.KH-1)*g.DH-g.PH, (g.KW-1)*g.DW-g.PW
+	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.W%directNR != 0 || g.W == 0 || g.H == 0 || qh < 0 || qw < 0 {
+		return directConv{}, false
+	}
+	return directConv{cin: g.K, h: g.OH, w: g.OW, padT: qh, padL: qw,
+		hp: g.H + (g.KH-1)*g.DH, wp: g.W + (g.KW-1)*g.DW,
+		cout: g.C, oh: g.H, ow: g.W, kk: g.K * g.KH * g.KW}, true
+}
+
+var directOffsPool sync.Pool // *[]int32
+
+// run computes out ([n, cout, oh, ow]) = conv(src ([n, cin, h, w])) +
+// bias (nil: none), with the packed weights a (panels of 6 output
+// channels, kk steps each: a[(b*kk+r)*6+i] is the weight of output channel
+// 6b+i at tap r), the tap offsets offs and scratch xp for a padded image.
+func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []float32) {
+	P := d.oh * d.ow
+	plane := d.h * d.w
+	maxOff := 0
+	for _, o := range offs[:d.kk] {
+		maxOff = max(maxOff, int(o))
+	}
+	nkb := (d.cout + directMR - 1) / directMR
+	for img := 0; img < n; img++ {
+		d.pad(src[img*d.cin*plane:][:d.cin*plane], xp)
+		oi := out[img*d.cout*P:][:d.cout*P]
+		parallel.For(d.cout, max(1, 8192/P), func(k0, k1 int) {
+			for k := k0; k < k1; k++ {
+				row := oi[k*P : (k+1)*P]
+				if bias == nil {
+					clear(row)
+					continue
+				}
+				b := bias[k]
+				for j := range row {
+					row[j] = b
+				}
+			}
+		})
+		parallel.For(d.oh, 1, func(o0, o1 int) {
+			var tmp [directMR * directNR]float32
+			for o := o0; o < o1; o++ {
+				for rb := 0; rb < d.kk; rb += directKC {
+					kc := min(directKC, d.kk-rb)
+					for kb := 0; kb < nkb; kb++ {
+						ap := a[(kb*d.kk+rb)*directMR:]
+						rows := min(directMR, d.cout-kb*directMR)
+						for j := 0; j < d.ow; j += directNR {
+							base := o*d.wp + j
+							coff := kb*directMR*P + o*d.ow + j
+							if rows == directMR {
+								blas.ConvTile(kc, ap, xp, base, offs[rb:], maxOff, oi, coff, P)
+								continue
+							}
+							clear(tmp[:])
+							blas.ConvTile(kc, ap, xp, base, offs[rb:], maxOff, tmp[:], 0, directNR)
+							for i := 0; i < rows; i++ {
+								dst := oi[coff+i*P:][:directNR]
+								for q, v := range tmp[i*directNR : (i+1)*directNR] {
+									dst[q] += v
+								}
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// pad copies image xi ([cin, h, w]) into xp ([cin, hp, wp]) with zeros
+// around it.
+func (d directConv) pad(xi, xp []float32) {
+	plane, pplane := d.h*d.w, d.hp*d.wp
+	parallel.For(d.cin, max(1, 8192/pplane), func(c0, c1 int) {
+		for c := c0; c < c1; c++ {
+			dst := xp[c*pplane : (c+1)*pplane]
+			clear(dst[:d.padT*d.wp])
+			for i := 0; i < d.h; i++ {
+				row := dst[(d.padT+i)*d.wp : (d.padT+i+1)*d.wp]
+				clear(row[:d.padL])
+				copy(row[d.padL:d.padL+d.w], xi[c*plane+i*d.w:])
+				clear(row[d.padL+d.w:])
+			}
+			clear(dst[(d.padT+d.h)*d.wp:])
+		}
+	})
+}
+
+// directWgrad is the geometry of the direct weight gradient of g (a padded
+// input image, as for the forward pass) when it has one: stride 1,
+// ungrouped, kernel rows 3 wide, output rows a multiple of 8 wide, at least
+// 4 output channels.
+func directWgrad(g op.ConvGeom) (directConv, bool) {
+	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.KW != 3 || g.OW%8 != 0 || g.OW == 0 || g.OH == 0 || g.K < 4 {
+		return directConv{}, false
+	}
+	return directConv{cin: g.C, h: g.H, w: g.W, padT: g.PH, padL: g.PW,
+		hp: g.OH + (g.KH-1)*g.DH, wp: g.OW + (g.KW-1)*g.DW,
+		cout: g.K, oh: g.OH, ow: g.OW, kk: g.C * g.KH * g.KW}, true
+}
+
+// convDirectWgrad computes the weight gradient gw of g from the output
+// gradient gy and the input x directly if it can: for each group of 4
+// output channels, input channel and kernel row, one pass of
+// blas.ConvWgrad over an image's positions gives the 12 weights' terms.
+func convDirectWgrad(g op.ConvGeom, gy, x, gw []float32, ws []float32) bool {
+	d, ok := directWgrad(g)
+	if !ok || !blas.ConvWgradOK() {
+		return false
+	}
+	clear(gw)
+	P := g.OH * g.OW
+	pplane := d.hp * d.wp
+	xp := ws[:g.C*pplane]
+	nkg := (g.K + 3) / 4
+	for img := 0; img < g.N; img++ {
+		d.pad(x[img*g.C*g.H*g.W:][:g.C*g.H*g.W], xp)
+		gyi := gy[img*g.K*P:][:g.K*P]
+		parallel.For(nkg*g.C, max(1, 4096/(P*g.KH)), func(u0, u1 int) {
+			var out [12]float32
+			for u := u0; u < u1; u++ {
+				kgi, c := u/g.C, u%g.C
+				k0 := min(kgi*4, g.K-4) // the last group may overlap the one before
+				for kh := 0; kh < g.KH; kh++ {
+					clear(out[:])
+					blas.ConvWgrad(gyi, k0*P, P, xp, c*pplane+kh*g.DH*d.wp, g.DW, d.wp, g.OW, g.OH, out[:])
+					for k := max(k0, kgi*4); k < k0+4; k++ {
+						w := gw[((k*g.C+c)*g.KH+kh)*3:][:3]
+						o := out[3*(k-k0):][:3]
+						w[0] += o[0]
+						w[1] += o[1]
+						w[2] += o[2]
+					}
+				}
+			}
+		})
+	}
+	return true
+}
+
+// getOffs returns a pooled []int32 of length n.
+func getOffs(n int) *[]int32 {
+	if p, ok := directOffsPool.Get().(*[]int32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]int32, n)
+	return &s
+}
+
+// convDirectForward runs forward convolution g directly if it can (float32
+// with the assembly kernel, a direct geometry) and reports whether it did.
+func convDirectForward(g op.ConvGeom, x, w, bias, y []float32, ws []float32) bool {
+	d, ok := directForward(g)
+	if !ok || !blas.ConvTileOK() {
+		return false
+	}
+	khw := g.KH * g.KW
+	op := getOffs(d.kk)
+	defer directOffsPool.Put(op)
+	offs := *op
+	for c := 0; c < g.C; c++ {
+		for kh := 0; kh < g.KH; kh++ {
+			for kw := 0; kw < g.KW; kw++ {
+				offs[c*khw+kh*g.KW+kw] = int32(c*d.hp*d.wp + kh*g.DH*d.wp + kw*g.DW)
+			}
+		}
+	}
+	xp := ws[:d.cin*d.hp*d.wp]
+	a := ws[len(xp):d.scratch()]
+	// a[(b*kk+r)*6+i] = W[6b+i][r]
+	nkb := (d.cout + directMR - 1) / directMR
+	parallel.For(nkb, 1, func(b0, b1 int) {
+		for b := b0; b < b1; b++ {
+			pan := a[b*d.kk*directMR : (b+1)*d.kk*directMR]
+			for i := 0; i < directMR; i++ {
+				k := b*directMR + i
+				if k >= d.cout {
+					for r := 0; r < d.kk; r++ {
+						pan[r*directMR+i] = 0
+					}
+					continue
+				}
+				for r, v := range w[k*d.kk : (k+1)*d.kk] {
+					pan[r*directMR+i] = v
+				}
+			}
+		}
+	})
+	d.run(g.N, x, a, bias, y, offs, xp)
+	return true
+}
+
+// convDirectInputGrad computes the input gradient of g directly if it can.
+func convDirectInputGrad(g op.ConvGeom, gy, w, gx []float32, ws []float32) bool {
+	d, ok := directInputGrad(g)
+	if !ok || !blas.ConvTileOK() {
+		return false
+	}
+	khw := g.KH * g.KW
+	op := getOffs(d.kk)
+	defer directOffsPool.Put(op)
+	offs := *op
+	for k := 0; k < g.K; k++ {
+		for kh := 0; kh < g.KH; kh++ {
+			for kw := 0; kw < g.KW; kw++ {
+				offs[k*khw+kh*g.KW+kw] = int32(k*d.hp*d.wp + (g.KH-1-kh)*g.DH*d.wp + (g.KW-1-kw)*g.DW)
+			}
+		}
+	}
+	xp := ws[:d.cin*d.hp*d.wp]
+	a := ws[len(xp):d.scratch()]
+	// a[(b*kk+r)*6+i] = W[k][6b+i][kh][kw] for r = (k, kh, kw).
+	nkb := (d.cout + directMR - 1) / directMR
+	parallel.For(nkb, 1, func(b0, b1 int) {
+		for b := b0; b < b1; b++ {
+			pan := a[b*d.kk*directMR : (b+1)*d.kk*directMR]
+			for i := 0; i < directMR; i++ {
+				c := b*directMR + i
+				for k := 0; k < g.K; k++ {
+					for t := 0; t < khw; t++ {
+						var v float32
+						if c < g.C {
+							v = w[(k*g.C+c)*khw+t]
+						}
+						pan[(k*khw+t)*directMR+i] = v
+					}
+				}
+			}
+		}
+	})
+	d.run(g.N, gy, a, nil, gx, offs, xp)
+	return true
+}

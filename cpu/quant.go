@@ -1,0 +1,223 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+func init() {
+	Register[*op.Quantize](quantizeKernel)
+	Register[*op.Dequantize](dequantizeKernel)
+	Register[*op.PackMask](func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+		return dispatch(n, in[0].DType, func() error { return packMaskKernel[float32](in, out) }, func() error { return packMaskKernel[float64](in, out) })
+	})
+	Floats[*op.ReLUBackwardMask](reluBackwardMaskKernel[float32], reluBackwardMaskKernel[float64])
+	Register[*op.RoundState](roundStateKernel)
+	Register[*op.Round](roundKernel)
+	Register[*op.AccumulateRounded](accumulateRoundedKernel)
+	Register[*op.Offload](func(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+		o := n.Op.(*op.Offload)
+		out[0].Data[0] = 1
+		return o.Store.Put(o, in[0].Data)
+	})
+	Register[*op.Reload](func(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+		o := n.Op.(*op.Reload)
+		return o.From.Store.Take(o.From, out[0].Data)
+	})
+}
+
+// quantGrain is the number of elements per parallel range of the
+// elementwise passes.
+const quantGrain = 1 << 14
+
+func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.Quantize)
+	x, q, scale := in[0].F32(), out[0].Data, out[1].F32()
+	c, inner := op.QuantChannels(in[0].Shape, o.Axis)
+	if len(x) == 0 {
+		for i := range scale {
+			scale[i] = 0
+		}
+		return nil
+	}
+	outer := len(x) / (c * inner)
+	// Per-channel max |x|, reduced over ranges of the outer index; NaN
+	// sticks (v != v), so a channel with NaN or Inf is flagged below.
+	absmax := make([]float32, c) // c floats: a few KiB at most, not a buffer
+	var mu sync.Mutex
+	parallel.For(outer, max(1, quantGrain/(c*inner)), func(lo, hi int) {
+		local := make([]float32, c)
+		for r := lo; r < hi; r++ {
+			row := x[r*c*inner : (r+1)*c*inner]
+			for ch := 0; ch < c; ch++ {
+				m := local[ch]
+				for _, v := range row[ch*inner : (ch+1)*inner] {
+					if v < 0 {
+						v = -v
+					}
+					if v > m || v != v {
+						m = v
+					}
+				}
+				local[ch] = m
+			}
+		}
+		mu.Lock()
+		for ch, m := range local {
+			if m > absmax[ch] || m != m {
+				absmax[ch] = m
+			}
+		}
+		mu.Unlock()
+	})
+	inv := make([]float32, c)
+	for ch, m := range absmax {
+		switch {
+		case !(m <= math.MaxFloat32): // NaN or Inf
+			scale[ch] = float32(math.NaN())
+		case m == 0:
+			scale[ch] = 0
+		default:
+			scale[ch] = m / 127
+			inv[ch] = 127 / m
+		}
+	}
+	parallel.For(len(x), quantGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ch := (i / inner) % c
+			v := math.RoundToEven(float64(x[i] * inv[ch]))
+			if v > 127 {
+				v = 127
+			} else if v < -127 {
+				v = -127
+			} else if v != v {
+				v = 0
+			}
+			q[i] = uint8(int8(v))
+		}
+	})
+	return nil
+}
+
+func dequantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.Dequantize)
+	q, scale, y := in[0].Data, in[1].F32(), out[0].F32()
+	c, inner := op.QuantChannels(in[0].Shape, o.Axis)
+	parallel.For(len(y), quantGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			y[i] = float32(int8(q[i])) * scale[(i/inner)%c]
+		}
+	})
+	return nil
+}
+
+// packMaskKernel sets bit k of byte b where element 8b+k is > 0 or NaN:
+// the test ReLU's backward applies to its saved output.
+func packMaskKernel[T Float](in, out []*tensor.Tensor) error {
+	x, mask := slice[T](in[0]), out[0].Data
+	cnt := len(x)
+	parallel.For(len(mask), dropGrain, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			var m byte
+			for k := 0; k < 8; k++ {
+				i := b*8 + k
+				if i >= cnt {
+					break
+				}
+				if v := x[i]; v > 0 || v != v {
+					m |= 1 << k
+				}
+			}
+			mask[b] = m
+		}
+	})
+	return nil
+}
+
+func reluBackwardMaskKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	gy, mask, gx := slice[T](in[0]), in[1].Data, slice[T](out[0])
+	cnt := len(gy)
+	parallel.For(len(mask), dropGrain, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			m := mask[b]
+			for k := 0; k < 8; k++ {
+				i := b*8 + k
+				if i >= cnt {
+					break
+				}
+				if m&(1<<k) != 0 {
+					gx[i] = gy[i]
+				} else {
+					gx[i] = 0
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// rounder returns the float32 -> 16-bit -> float32 rounding of dtype to.
+func rounder(n *trace.Node, to tensor.DType) (func(float32) float32, error) {
+	switch to {
+	case tensor.BFloat16:
+		return func(v float32) float32 { return tensor.BFloat16ToFloat32(tensor.Float32ToBFloat16(v)) }, nil
+	case tensor.Float16:
+		return func(v float32) float32 { return tensor.Float16ToFloat32(tensor.Float32ToFloat16(v)) }, nil
+	}
+	return nil, fmt.Errorf("cpu: %s: cannot round to %v", n.Label(), to)
+}
+
+func roundStateKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
+	round, err := rounder(n, n.Op.(*op.RoundState).To)
+	if err != nil {
+		return err
+	}
+	s := in[0].F32()
+	parallel.For(len(s), quantGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			s[i] = round(s[i])
+		}
+	})
+	return nil
+}
+
+func roundKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	round, err := rounder(n, n.Op.(*op.Round).To)
+	if err != nil {
+		return err
+	}
+	x, y := in[0].F32(), out[0].F32()
+	parallel.For(len(x), quantGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			y[i] = round(x[i])
+		}
+	})
+	return nil
+}
+
+func accumulateRoundedKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*op.AccumulateRounded)
+	round, err := rounder(n, o.To)
+	if err != nil {
+		return err
+	}
+	dst, src := in[0].F32(), in[1].F32()
+	parallel.For(len(dst), quantGrain, func(lo, hi int) {
+		if o.Add {
+			for i := lo; i < hi; i++ {
+				dst[i] += round(src[i])
+			}
+			return
+		}
+		for i := lo; i < hi; i++ {
+			dst[i] = round(src[i])
+		}
+	})
+	return nil
+}

@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+)
+
+// Options configure one measurement.
+type Options struct {
+	Warmup  int // untimed steps first (the first compiles the step)
+	Steps   int // timed steps
+	Threads int // 0: parallel's current setting
+	Seed    uint64
+	// CPUProfile, if set, is a file for a pprof CPU profile of the timed
+	// steps.
+	CPUProfile string
+	// OpProfile, if set, receives a table of time per op over the timed
+	// steps (exec.Options.Observe).
+	OpProfile io.Writer
+	// Progress, if set, receives a line per step.
+	Progress io.Writer
+}
+
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format, args...)
+	}
+}
+
+// RunHeadroom measures workload w in this process. Resident memory is
+// sampled after the parameters and the input batch exist and before
+// anything of training does (the optimizer state, the compiled step, the
+// arena and the gradients, which nothing has touched yet), which is the
+// point at which PyTorch, whose gradients and Adam state appear lazily
+// during the first step, is measured too.
+func RunHeadroom(ctx context.Context, w Workload, o Options) (Result, error) {
+	if o.Threads > 0 {
+		parallel.SetThreads(o.Threads)
+	}
+	res := Result{Workload: w.Name, Engine: Headroom, Threads: parallel.Threads(), Batch: w.Batch, Warmup: o.Warmup}
+	if w.Model == nil {
+		return runSgemm(ctx, res, o)
+	}
+	res.Unit, res.Work = "samples", float64(w.Batch)
+
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	dev := device.CPU()
+	store := nn.NewStore()
+	model := w.Model(store.Root())
+	if err := store.Materialize(dev, int64(o.Seed)); err != nil {
+		return res, err
+	}
+	defer store.Release()
+	// A fresh batch every step: a model that saw one batch over and over
+	// would fit it, and its shrinking gradients would reach subnormal floats
+	// (slow on x86), which real training rarely does.
+	batches := make([][2]*tensor.Tensor, o.Warmup+o.Steps)
+	for i := range batches {
+		x, y := w.Inputs(rng)
+		batches[i] = [2]*tensor.Tensor{x, y}
+	}
+	x, y := batches[0][0], batches[0][1]
+
+	runtime.GC()
+	debug.FreeOSMemory()
+	before, err := ReadMemory()
+	if err != nil {
+		return res, err
+	}
+	res.RSSBefore = before.RSS
+	res.PeakReset = ResetPeak()
+	allocBefore := dev.Alloc.Stats().AllocatedBytes.Current
+
+	opt, err := optim.NewAdam(optim.AdamDefaults())
+	if err != nil {
+		return res, err
+	}
+	tr, err := train.New(dev, store, model, w.Loss, opt)
+	if err != nil {
+		return res, err
+	}
+	defer tr.Close()
+	xm, ym := trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}
+	mp, err := tr.Plan(xm, ym)
+	if err != nil {
+		return res, err
+	}
+	res.Planned = mp.Total() - mp.Parameters
+	o.progress("  %s: %d parameters, planned training memory %s (gradients %s, optimizer state %s, activations %s)\n",
+		w.Name, store.NumParams(), device.FormatBytes(res.Planned), device.FormatBytes(mp.Gradients),
+		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations))
+
+	prof := newOpProfile()
+	for i := 0; i < o.Warmup+o.Steps; i++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		timed := i >= o.Warmup
+		if timed && i == o.Warmup {
+			if o.OpProfile != nil {
+				tr.RunOptions = &exec.Options{Observe: prof.observe}
+			}
+			if o.CPUProfile != "" {
+				f, err := os.Create(o.CPUProfile)
+				if err != nil {
+					return res, err
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					f.Close()
+					return res, err
+				}
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
+		start, cpu0 := time.Now(), cpuTime()
+		loss, err := tr.Step(ctx, batches[i][0], batches[i][1])
+		d, cpu := time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
+		if err != nil {
+			return res, err
+		}
+		res.Loss = loss
+		if timed {
+			res.Steps = append(res.Steps, d)
+			res.CPU = append(res.CPU, cpu)
+			o.progress("  %s headroom step %d/%d: %s, cpu %s (loss %.4f)\n", w.Name, i-o.Warmup+1, o.Steps, FormatSeconds(d), FormatSeconds(cpu), loss)
+		} else {
+			o.progress("  %s headroom warm-up %d/%d: %s (loss %.4f)\n", w.Name, i+1, o.Warmup, FormatSeconds(d), loss)
+		}
+	}
+	after, err := ReadMemory()
+	if err != nil {
+		return res, err
+	}
+	res.RSSPeak = after.Peak
+	res.Allocated = dev.Alloc.Stats().AllocatedBytes.Peak - allocBefore
+	if o.OpProfile != nil {
+		prof.write(o.OpProfile, o.Steps)
+	}
+	return res, nil
+}
+
+func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
+	n := GEMMSize
+	res.Unit, res.Work = "flop", 2*float64(n)*float64(n)*float64(n)
+	rng := rand.New(rand.NewPCG(o.Seed, 1))
+	a, b, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+	for i := range a {
+		a[i], b[i] = rng.Float32()-0.5, rng.Float32()-0.5
+	}
+	before, err := ReadMemory()
+	if err != nil {
+		return res, err
+	}
+	res.RSSBefore = before.RSS
+	res.PeakReset = ResetPeak()
+	for i := 0; i < o.Warmup+o.Steps; i++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		start, cpu0 := time.Now(), cpuTime()
+		gemm.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
+		d, cpu := time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
+		if i >= o.Warmup {
+			res.Steps = append(res.Steps, d)
+			res.CPU = append(res.CPU, cpu)
+		}
+	}
+	o.progress("  sgemm headroom: %d products, median %s (%.1f GFLOP/s)\n", len(res.Steps), FormatSeconds(Summarize(res.Steps).Median), res.Throughput()/1e9)
+	after, err := ReadMemory()
+	if err != nil {
+		return res, err
+	}
+	res.RSSPeak = after.Peak
+	res.Loss = float64(c[0])
+	return res, nil
+}
+
+// cpuTime is the CPU time the process has used, all threads.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// opProfile sums node times per op name (and phase) over the timed steps.
+type opProfile struct {
+	total map[string]time.Duration
+	calls map[string]int
+}
+
+func newOpProfile() *opProfile {
+	return &opProfile{total: map[string]time.Duration{}, calls: map[string]int{}}
+}
+
+func (p *opProfile) observe(_ int, n *trace.Node, d time.Duration) {
+	k := n.Op.Name() + " (" + n.Phase.String() + ")"
+	p.total[k] += d
+	p.calls[k]++
+}
+
+func (p *opProfile) write(w io.Writer, steps int) {
+	type row struct {
+		k string
+		d time.Duration
+	}
+	var rows []row
+	var sum time.Duration
+	for k, d := range p.total {
+		rows = append(rows, row{k, d})
+		sum += d
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].d > rows[j].d })
+	steps = max(1, steps)
+	fmt.Fprintf(w, "  time per step by op (kernels only, %s per step in all):\n", FormatSeconds(sum.Seconds()/float64(steps)))
+	for _, r := range rows {
+		fmt.Fprintf(w, "    %-40s %6d calls %10s %5.1f%%\n", r.k, p.calls[r.k]/steps, FormatSeconds(r.d.Seconds()/float64(steps)), 100*float64(r.d)/float64(max(1, sum)))
+	}
+}

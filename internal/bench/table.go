@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/headroom-ml/headroom/device"
+)
+
+// Measurement is one engine's results for one workload, merged over the
+// rounds of a run: step times pooled, memory the largest of the rounds.
+type Measurement struct {
+	Engine    string
+	Rounds    int
+	Steps     []float64
+	Work      float64
+	Unit      string
+	RSSDelta  int64
+	PeakReset bool
+	Planned   int64
+	Allocated int64
+	Err       string
+}
+
+// Merge combines the results of one engine on one workload.
+func Merge(rs []Result) Measurement {
+	var m Measurement
+	m.PeakReset = true
+	for _, r := range rs {
+		m.Engine = r.Engine
+		m.Rounds++
+		if r.Error != "" {
+			m.Err = r.Error
+			continue
+		}
+		m.Steps = append(m.Steps, r.Steps...)
+		m.Work, m.Unit = r.Work, r.Unit
+		m.RSSDelta = max(m.RSSDelta, r.RSSDelta())
+		m.PeakReset = m.PeakReset && r.PeakReset
+		m.Planned = max(m.Planned, r.Planned)
+		m.Allocated = max(m.Allocated, r.Allocated)
+	}
+	return m
+}
+
+// Ok reports whether there are step times to show.
+func (m Measurement) Ok() bool { return m.Rounds > 0 && len(m.Steps) > 0 }
+
+// Summary summarizes the pooled step times.
+func (m Measurement) Summary() Summary { return Summarize(m.Steps) }
+
+// Throughput is Work per second at the median step time.
+func (m Measurement) Throughput() float64 {
+	s := m.Summary()
+	if s.Median <= 0 {
+		return 0
+	}
+	return m.Work / s.Median
+}
+
+// FormatThroughput prints a throughput with its unit.
+func FormatThroughput(v float64, unit string) string {
+	if v <= 0 {
+		return "-"
+	}
+	if unit == "flop" {
+		return fmt.Sprintf("%.1f GFLOP/s", v/1e9)
+	}
+	if v >= 100 {
+		return fmt.Sprintf("%.0f/s", v)
+	}
+	return fmt.Sprintf("%.2f/s", v)
+}
+
+// Comparison is one row of the results table.
+type Comparison struct {
+	Workload Workload
+	Headroom Measurement
+	PyTorch  Measurement // Rounds 0 when PyTorch did not run
+}
+
+// TimeRatio is headroom's median step time over PyTorch's (0 if unknown).
+func (c Comparison) TimeRatio() float64 {
+	if !c.Headroom.Ok() || !c.PyTorch.Ok() {
+		return 0
+	}
+	return c.Headroom.Summary().Median / c.PyTorch.Summary().Median
+}
+
+// MemRatio is headroom's training memory over PyTorch's (0 if unknown).
+func (c Comparison) MemRatio() float64 {
+	if !c.Headroom.Ok() || !c.PyTorch.Ok() || c.PyTorch.RSSDelta <= 0 || c.Workload.Model == nil {
+		return 0
+	}
+	return float64(c.Headroom.RSSDelta) / float64(c.PyTorch.RSSDelta)
+}
+
+func ratio(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func mem(m Measurement, training bool) string {
+	if !m.Ok() || !training {
+		return "-"
+	}
+	s := device.FormatBytes(m.RSSDelta)
+	if !m.PeakReset {
+		s += "*"
+	}
+	return s
+}
+
+func steps(m Measurement) string {
+	if m.Rounds == 0 {
+		return "-"
+	}
+	if !m.Ok() {
+		return "error"
+	}
+	return FormatRange(m.Summary())
+}
+
+// WriteTable writes the comparison table: as aligned text, or as a
+// Markdown table when markdown is set. Step times are the median with the
+// minimum and maximum in brackets; memory is peak resident memory minus
+// resident memory just before the first step ("*": the peak could not be
+// reset there, so it is the process's peak).
+func WriteTable(w io.Writer, rows []Comparison, markdown bool) error {
+	withPT := false
+	for _, r := range rows {
+		withPT = withPT || r.PyTorch.Rounds > 0
+	}
+	head := []string{"workload", "headroom step", "throughput", "training memory", "planned"}
+	if withPT {
+		head = []string{"workload", "headroom step", "PyTorch step", "time ratio", "headroom throughput", "PyTorch throughput", "headroom memory", "PyTorch memory", "memory ratio", "planned"}
+	}
+	var lines [][]string
+	for _, r := range rows {
+		training := r.Workload.Model != nil
+		h, p := r.Headroom, r.PyTorch
+		planned := "-"
+		if training && h.Planned > 0 {
+			planned = device.FormatBytes(h.Planned)
+		}
+		if withPT {
+			lines = append(lines, []string{r.Workload.Name, steps(h), steps(p), ratio(r.TimeRatio()),
+				FormatThroughput(h.Throughput(), h.Unit), FormatThroughput(p.Throughput(), p.Unit),
+				mem(h, training), mem(p, training), ratio(r.MemRatio()), planned})
+		} else {
+			lines = append(lines, []string{r.Workload.Name, steps(h), FormatThroughput(h.Throughput(), h.Unit), mem(h, training), planned})
+		}
+	}
+	if markdown {
+		var b strings.Builder
+		b.WriteString("| " + strings.Join(head, " | ") + " |\n")
+		b.WriteString("|" + strings.Repeat("---|", len(head)) + "\n")
+		for _, l := range lines {
+			b.WriteString("| " + strings.Join(l, " | ") + " |\n")
+		}
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, l := range lines {
+		fmt.Fprintln(tw, strings.Join(l, "\t"))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,69 @@
+// Package vec holds vectorized (AVX2+FMA assembly) loops over float32
+// slices for the cpu backend's elementwise kernels. Each function processes
+// the longest prefix of its slices that is a multiple of its vector width
+// and returns that length; the caller finishes the rest (and everything,
+// where the CPU or the build has no assembly: -tags purego, non-amd64) with
+// its portable Go loop, which computes the same formulas.
+package vec
+
+// Enabled reports whether the assembly loops run on this CPU.
+func Enabled() bool { return enabled }
+
+// GELU sets y[i] = x[i]*0.5*(1+erf(x[i]/√2)) for a prefix of x and returns
+// its length. erf is Abramowitz and Stegun 7.1.26 with exp by Cephes'
+// polynomial, as ATen's Vectorized<float> computes them.
+func GELU(x, y []float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	geluAVX2(&x[0], &y[0], n)
+	return n
+}
+
+// GELUBackward sets y[i] = g[i]*(cdf(x[i]) + x[i]*pdf(x[i])), the gradient
+// of GELU, for a prefix of x and returns its length.
+func GELUBackward(g, x, y []float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	_ = g[n-1]
+	geluBackwardAVX2(&g[0], &x[0], &y[0], n)
+	return n
+}
+
+// AdamConsts are the per-step scalars of an Adam update, already rounded to
+// float32 as PyTorch rounds them.
+type AdamConsts struct {
+	B1, OmB1 float32 // beta1, 1-beta1
+	B2, OmB2 float32 // beta2, 1-beta2
+	BC2Sqrt  float32 // sqrt(1 - beta2**step)
+	Eps      float32
+	NegStep  float32 // -lr / (1 - beta1**step)
+	Decay    float32 // AdamW's 1 - lr*weight_decay (1 for Adam)
+}
+
+// Adam applies PyTorch 1.13's single-tensor Adam update (no L2 weight
+// decay, no AMSGrad, no maximize; AdamW's decoupled decay through Decay) to
+// a prefix of the parameters v with gradients g, moments m and s, and
+// returns its length:
+//
+//	v = v*Decay
+//	m = fma(g, 1-beta1, m*beta1)
+//	s = fma((1-beta2)*g, g, s*beta2)
+//	v = v + (negStep*m) / (sqrt(s)/bc2sqrt + eps)
+//
+// with every operation rounded to float32 as in PyTorch (the fused
+// multiply-adds are those of ATen's vectorized add with alpha and addcmul).
+func Adam(v, g, m, s []float32, c *AdamConsts) int {
+	n := len(v) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _, _ = g[n-1], m[n-1], s[n-1]
+	adamAVX2(&v[0], &g[0], &m[0], &s[0], n, c)
+	return n
+}

@@ -1,0 +1,199 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Constants, one float32 (or int32) each; loaded with VBROADCASTSS.
+DATA ·vconst+0(SB)/4, $0x3f800000 // 1
+DATA ·vconst+4(SB)/4, $0x3f000000 // 0.5
+DATA ·vconst+8(SB)/4, $0x3f3504f3 // 1/sqrt(2)
+DATA ·vconst+12(SB)/4, $0x80000000 // sign bit
+DATA ·vconst+16(SB)/4, $0x7fffffff // all but the sign bit
+DATA ·vconst+20(SB)/4, $0x3ea7ba05 // erf: p = 0.3275911
+DATA ·vconst+24(SB)/4, $0x3e827906 // erf: p1 = 0.254829592
+DATA ·vconst+28(SB)/4, $0xbe91a98e // erf: p2 = -0.284496736
+DATA ·vconst+32(SB)/4, $0x3fb5f0e3 // erf: p3 = 1.421413741
+DATA ·vconst+36(SB)/4, $0xbfba00e3 // erf: p4 = -1.453152027
+DATA ·vconst+40(SB)/4, $0x3f87dc22 // erf: p5 = 1.061405429
+DATA ·vconst+44(SB)/4, $0xc2aeac4f // exp: lowest argument, -87.33654
+DATA ·vconst+48(SB)/4, $0x42b17217 // exp: highest argument, 88.72283
+DATA ·vconst+52(SB)/4, $0x3fb8aa3b // exp: log2(e)
+DATA ·vconst+56(SB)/4, $0x3f318000 // exp: ln2 high part, 0.693359375
+DATA ·vconst+60(SB)/4, $0xb95e8083 // exp: ln2 low part, -2.12194440e-4
+DATA ·vconst+64(SB)/4, $0x39506967 // exp: c0 = 1.9875691500e-4
+DATA ·vconst+68(SB)/4, $0x3ab743ce // exp: c1 = 1.3981999507e-3
+DATA ·vconst+72(SB)/4, $0x3c088908 // exp: c2 = 8.3334519073e-3
+DATA ·vconst+76(SB)/4, $0x3d2aa9c1 // exp: c3 = 4.1665795894e-2
+DATA ·vconst+80(SB)/4, $0x3e2aaaaa // exp: c4 = 1.6666665459e-1
+DATA ·vconst+84(SB)/4, $0x3f000000 // exp: c5 = 5.0000001201e-1
+DATA ·vconst+88(SB)/4, $0x0000007f // 127 (exponent bias)
+DATA ·vconst+92(SB)/4, $0x3ecc422a // 1/sqrt(2*pi)
+GLOBL ·vconst(SB), RODATA|NOPTR, $96
+
+#define C(off) ·vconst+off(SB)
+
+// EXP sets Y4 = exp(Y4) (argument clamped to [-87.34, 88.72]).
+// Clobbers Y7, Y8, Y9.
+#define EXP \
+	VBROADCASTSS C(44), Y9 \
+	VMAXPS Y9, Y4, Y4 \
+	VBROADCASTSS C(48), Y9 \
+	VMINPS Y9, Y4, Y4 \
+	VBROADCASTSS C(52), Y9 \
+	VMULPS Y9, Y4, Y7 \
+	VROUNDPS $0, Y7, Y7 \
+	VBROADCASTSS C(56), Y9 \
+	VFNMADD231PS Y9, Y7, Y4 \
+	VBROADCASTSS C(60), Y9 \
+	VFNMADD231PS Y9, Y7, Y4 \
+	VBROADCASTSS C(64), Y8 \
+	VBROADCASTSS C(68), Y9 \
+	VFMADD213PS Y9, Y4, Y8 \
+	VBROADCASTSS C(72), Y9 \
+	VFMADD213PS Y9, Y4, Y8 \
+	VBROADCASTSS C(76), Y9 \
+	VFMADD213PS Y9, Y4, Y8 \
+	VBROADCASTSS C(80), Y9 \
+	VFMADD213PS Y9, Y4, Y8 \
+	VBROADCASTSS C(84), Y9 \
+	VFMADD213PS Y9, Y4, Y8 \
+	VMULPS Y4, Y4, Y9 \
+	VFMADD213PS Y4, Y9, Y8 \
+	VADDPS Y15, Y8, Y8 \
+	VCVTPS2DQ Y7, Y7 \
+	VPBROADCASTD C(88), Y9 \
+	VPADDD Y9, Y7, Y7 \
+	VPSLLD $23, Y7, Y7 \
+	VMULPS Y7, Y8, Y4
+
+// ERF computes, from x in Y0: Y6 = erf(x/sqrt2) and Y4 = exp(-x*x/2).
+// Clobbers Y1, Y2, Y3, Y5, Y7, Y8, Y9.
+#define ERF \
+	VBROADCASTSS C(8), Y1 \
+	VMULPS Y1, Y0, Y1 \
+	VANDPS Y13, Y1, Y3 \
+	VANDPS Y12, Y1, Y2 \
+	VMULPS Y1, Y1, Y4 \
+	VXORPS Y13, Y4, Y4 \
+	EXP \
+	VBROADCASTSS C(20), Y9 \
+	VMOVAPS Y15, Y5 \
+	VFMADD231PS Y9, Y2, Y5 \
+	VDIVPS Y5, Y15, Y5 \
+	VBROADCASTSS C(40), Y6 \
+	VBROADCASTSS C(36), Y9 \
+	VFMADD213PS Y9, Y5, Y6 \
+	VBROADCASTSS C(32), Y9 \
+	VFMADD213PS Y9, Y5, Y6 \
+	VBROADCASTSS C(28), Y9 \
+	VFMADD213PS Y9, Y5, Y6 \
+	VBROADCASTSS C(24), Y9 \
+	VFMADD213PS Y9, Y5, Y6 \
+	VMULPS Y5, Y6, Y6 \
+	VFNMADD213PS Y15, Y4, Y6 \
+	VXORPS Y3, Y6, Y6
+
+#define SETUP \
+	VBROADCASTSS C(0), Y15 \
+	VBROADCASTSS C(4), Y14 \
+	VBROADCASTSS C(12), Y13 \
+	VBROADCASTSS C(16), Y12
+
+// func geluAVX2(x, y *float32, n int)
+// y = x*0.5*(1+erf(x/sqrt2)), n a multiple of 8.
+TEXT ·geluAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   gdone
+	SETUP
+gloop:
+	VMOVUPS (SI), Y0
+	ERF
+	VADDPS Y15, Y6, Y6
+	VMULPS Y14, Y0, Y7
+	VMULPS Y7, Y6, Y6
+	VMOVUPS Y6, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  gloop
+gdone:
+	VZEROUPPER
+	RET
+
+// func geluBackwardAVX2(dy, x, y *float32, n int)
+// y = g*(0.5*(1+erf(x/sqrt2)) + x*exp(-x*x/2)/sqrt(2*pi)), n a multiple of 8.
+TEXT ·geluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ dy+0(FP), DX
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   bdone
+	SETUP
+bloop:
+	VMOVUPS (SI), Y0
+	ERF
+	VADDPS Y15, Y6, Y6
+	VMULPS Y14, Y6, Y6
+	VBROADCASTSS C(92), Y9
+	VMULPS Y9, Y4, Y4
+	VFMADD231PS Y4, Y0, Y6
+	VMULPS (DX), Y6, Y6
+	VMOVUPS Y6, (DI)
+	ADDQ $32, DX
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  bloop
+bdone:
+	VZEROUPPER
+	RET
+
+// func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts)
+// n a multiple of 8; c holds B1, OmB1, B2, OmB2, BC2Sqrt, Eps, NegStep,
+// Decay at byte offsets 0, 4, ..., 28.
+TEXT ·adamAVX2(SB), NOSPLIT, $0-48
+	MOVQ v+0(FP), DI
+	MOVQ grad+8(FP), SI
+	MOVQ m+16(FP), R8
+	MOVQ s+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ c+40(FP), AX
+	SHRQ $3, CX
+	JZ   adone
+	VBROADCASTSS 0(AX), Y8   // beta1
+	VBROADCASTSS 4(AX), Y9   // 1-beta1
+	VBROADCASTSS 8(AX), Y10  // beta2
+	VBROADCASTSS 12(AX), Y11 // 1-beta2
+	VBROADCASTSS 16(AX), Y12 // sqrt(bias correction 2)
+	VBROADCASTSS 20(AX), Y13 // eps
+	VBROADCASTSS 24(AX), Y14 // -step size
+	VBROADCASTSS 28(AX), Y15 // decay
+aloop:
+	VMOVUPS (SI), Y0
+	VMULPS (R8), Y8, Y1
+	VFMADD231PS Y9, Y0, Y1
+	VMOVUPS Y1, (R8)
+	VMULPS (R9), Y10, Y2
+	VMULPS Y11, Y0, Y3
+	VFMADD231PS Y0, Y3, Y2
+	VMOVUPS Y2, (R9)
+	VSQRTPS Y2, Y4
+	VDIVPS Y12, Y4, Y4
+	VADDPS Y13, Y4, Y4
+	VMULPS Y14, Y1, Y5
+	VDIVPS Y4, Y5, Y5
+	VMULPS (DI), Y15, Y6
+	VADDPS Y5, Y6, Y6
+	VMOVUPS Y6, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	DECQ CX
+	JNZ  aloop
+adone:
+	VZEROUPPER
+	RET

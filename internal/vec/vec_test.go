@@ -1,0 +1,50 @@
+package vec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+func geluGrad(x float64) float64 {
+	return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
+}
+
+func TestGELU(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 4099
+	x, g, y, gy := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 3)
+		g[i] = float32(r.NormFloat64())
+	}
+	x[0], x[1], x[2], x[3] = 0, 40, -40, float32(math.NaN())
+	done := GELU(x, y)
+	if done != n&^7 {
+		t.Fatalf("GELU did %d of %d", done, n)
+	}
+	if GELUBackward(g, x, gy) != done {
+		t.Fatal("GELUBackward did a different prefix")
+	}
+	for i := 4; i < done; i++ {
+		want := gelu(float64(x[i]))
+		if d := math.Abs(float64(y[i]) - want); d > 1e-6+1e-5*math.Abs(want) {
+			t.Errorf("GELU(%v) = %v, want %v", x[i], y[i], want)
+		}
+		want = float64(g[i]) * geluGrad(float64(x[i]))
+		if d := math.Abs(float64(gy[i]) - want); d > 1e-6+1e-5*math.Abs(want) {
+			t.Errorf("GELUBackward(%v, %v) = %v, want %v", g[i], x[i], gy[i], want)
+		}
+	}
+	if y[0] != 0 || y[1] != 40 || y[2] != 0 || y[3] == y[3] {
+		t.Errorf("GELU(0, 40, -40, NaN) = %v", y[:4])
+	}
+	if gy[3] == gy[3] {
+		t.Errorf("GELUBackward(NaN) = %v", gy[3])
+	}
+}

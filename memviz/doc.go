@@ -1,0 +1,41 @@
+// Package memviz reads and writes memory snapshots and shows them in the
+// browser.
+//
+// One model (Snapshot) holds a snapshot from any of the files it reads:
+//
+//   - headroom's JSON (device.Snapshot, docs/snapshot-schema.md), written by
+//     headroom train --memory-snapshot FILE.json;
+//   - headroom's pickle (Pickle), the same snapshot in the layout of
+//     PyTorch's torch.cuda.memory._dump_snapshot, which PyTorch's memory_viz
+//     page (https://pytorch.org/memory_viz) opens;
+//   - PyTorch's pickles: _dump_snapshot's dict of PyTorch 2.x (segments with
+//     blocks and frames, device_traces with alloc, free_requested,
+//     free_completed, segment_alloc, segment_free, segment_map,
+//     segment_unmap, oom and snapshot entries), PyTorch 2.0's blocks with a
+//     history instead of frames, and the list of segments of
+//     torch.cuda.memory_snapshot() (PyTorch 1.13).
+//
+// Pickles are read with internal/pickle and nothing allowed but plain
+// values, so a pickle that names any class is refused before anything in it
+// is used. Every reading error is a *FormatError that names the file and,
+// for content of the wrong type, the place in the snapshot
+// ("segments[3].blocks[0].size: want int, got str"). The reader is fuzzed
+// (FuzzImport).
+//
+// Analyze follows one device's history: every allocation's lifetime, the
+// active bytes after every event stacked by category (headroom's files) or
+// by allocation (PyTorch's), the peak, the largest allocations at the peak,
+// and the allocator's segments and blocks after any event (undoing later
+// segment events from the final state, as memory_viz does).
+//
+// Server serves that as a page embedded in the binary (HTML, CSS and a small
+// script drawing SVG; nothing is loaded from elsewhere) and JSON endpoints;
+// headroom viz FILE runs it on localhost. The page is tested in headless
+// Chromium (browser_test.go); without Chromium those tests fail, saying how
+// to install it, unless HEADROOM_SKIP_BROWSER=1 is set.
+//
+// scripts/reference/snapshot_ref.py writes the PyTorch files in testdata
+// (with the facts the tests check) and checks, with Python, that headroom's
+// exported pickles (testdata/headroom_export*.pickle) are what memory_viz
+// reads.
+package memviz

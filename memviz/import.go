@@ -1,0 +1,704 @@
+package memviz
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"os"
+	"sort"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/pickle"
+)
+
+// ErrFormat is what every error of Decode wraps: the data is not a memory
+// snapshot this package can read.
+var ErrFormat = errors.New("not a readable memory snapshot")
+
+// FormatError says what is wrong with a snapshot file and where.
+type FormatError struct {
+	File string // the file's name
+	Path string // where in the snapshot: "segments[2].blocks[0].size"; empty for the file as a whole
+	Msg  string
+	Err  error // the pickle or JSON reader's error, if any
+}
+
+func (e *FormatError) Error() string {
+	s := "memory snapshot " + e.File + ": "
+	if e.Path != "" {
+		s += e.Path + ": "
+	}
+	return s + e.Msg
+}
+
+// Unwrap returns ErrFormat and the reader's error.
+func (e *FormatError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrFormat, e.Err}
+	}
+	return []error{ErrFormat}
+}
+
+// ReadFile reads a snapshot file (see Decode).
+func ReadFile(path string) (*Snapshot, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(path, data)
+}
+
+// Decode reads a memory snapshot: headroom's JSON (docs/snapshot-schema.md),
+// headroom's pickle (Pickle), or PyTorch's pickles of
+// torch.cuda.memory._snapshot() (torch.cuda.memory._dump_snapshot, PyTorch
+// 2.x: segments with blocks, device_traces) and of
+// torch.cuda.memory_snapshot() (a list of segments; PyTorch 1.13's blocks
+// with "history" instead of frames and requested_size). The kind is told by
+// the content, not the name, which only labels errors. Keys this reader
+// does not know are ignored.
+//
+// A pickle is read with nothing allowed but plain values (dicts, lists,
+// tuples, strings, numbers): a snapshot names no class, and a pickle that
+// does is refused before anything of it is used. Every error is a
+// *FormatError naming the file and, for content of the wrong type or
+// shape, where in the snapshot it is.
+func Decode(name string, data []byte) (*Snapshot, error) {
+	r := &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{}}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, r.fail("", "the file is empty")
+	}
+	var v any
+	// No pickle starts with these (they are not opcodes); JSON always
+	// does, for a snapshot.
+	if trimmed[0] == '{' || trimmed[0] == '[' || trimmed[0] == '"' {
+		var err error
+		if v, err = decodeJSON(data); err != nil {
+			return nil, r.jsonError(data, err)
+		}
+	} else {
+		var err error
+		v, err = pickle.Unmarshal(data, nil)
+		if err != nil {
+			return nil, r.pickleError(err)
+		}
+	}
+	return r.snapshot(v)
+}
+
+func (r *reader) pickleError(err error) error {
+	var ce *pickle.ClassError
+	switch {
+	case errors.As(err, &ce):
+		return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf(
+			"the pickle names the Python class %s.%s; a memory snapshot holds only dicts, lists, strings and numbers, so this is not one, and nothing of it was run (%v)",
+			ce.Module, ce.Name, err)}
+	case errors.Is(err, pickle.ErrTruncated):
+		return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf("the file is truncated (%v)", err)}
+	}
+	return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf("neither JSON nor a readable pickle (%v)", err)}
+}
+
+func (r *reader) jsonError(data []byte, err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+		return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf("invalid JSON at byte %d (line %d): %v", se.Offset, line, err)}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return &FormatError{File: r.file, Err: err, Msg: "the JSON ends early: the file is truncated"}
+	}
+	return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf("invalid JSON: %v", err)}
+}
+
+// decodeJSON reads JSON into the values the pickle reader produces: objects
+// become *pickle.Dict (keys sorted), integers int64 (or *big.Int), other
+// numbers float64.
+func decodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("data after the top-level value")
+		}
+		return nil, err
+	}
+	return fromJSON(v), nil
+}
+
+func fromJSON(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := pickle.NewDict()
+		for _, k := range keys {
+			d.Set(k, fromJSON(v[k]))
+		}
+		return d
+	case []any:
+		for i := range v {
+			v[i] = fromJSON(v[i])
+		}
+		return v
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		if b, ok := new(big.Int).SetString(string(v), 10); ok {
+			return b
+		}
+		f, _ := v.Float64()
+		return f
+	}
+	return v
+}
+
+// reader walks decoded values, naming the path of whatever is wrong.
+type reader struct {
+	file     string
+	headroom bool
+	frames   map[*pickle.Dict]Frame
+	lists    map[*any][]Frame // shared frames lists, by their first element
+}
+
+func (r *reader) fail(path, format string, args ...any) error {
+	return &FormatError{File: r.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (r *reader) typeError(path, want string, got any) error {
+	return r.fail(path, "want %s, got %s", want, pickle.TypeName(got))
+}
+
+func (r *reader) snapshot(v any) (*Snapshot, error) {
+	s := &Snapshot{Source: SourcePyTorch}
+	var segs []any
+	switch top := v.(type) {
+	case []any:
+		// torch.cuda.memory_snapshot(): the segments alone.
+		segs = top
+	case *pickle.Dict:
+		if hv, ok := top.Get("headroom"); ok && hv != nil {
+			h, err := r.headroomInfo(hv)
+			if err != nil {
+				return nil, err
+			}
+			s.Source, s.Headroom, r.headroom = SourceHeadroom, h, true
+		}
+		sv, hasSegs := top.Get("segments")
+		tv, hasTraces := top.Get("device_traces")
+		if !hasSegs && !hasTraces {
+			return nil, r.fail("", "a dict without \"segments\" or \"device_traces\": not a memory snapshot (keys %s)", keyList(top))
+		}
+		var err error
+		if hasSegs && sv != nil {
+			if segs, err = r.list(sv, "segments"); err != nil {
+				return nil, err
+			}
+		}
+		if hasTraces && tv != nil {
+			if s.Traces, err = r.traces(tv); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, r.fail("", "the top level is a %s; a memory snapshot is a dict with \"segments\" and \"device_traces\" (or a list of segments)", pickle.TypeName(v))
+	}
+	s.Segments = make([]Segment, 0, len(segs))
+	for i, sv := range segs {
+		seg, err := r.segment(sv, fmt.Sprintf("segments[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		s.Segments = append(s.Segments, seg)
+	}
+	if s.Traces == nil {
+		s.Traces = [][]Event{}
+	}
+	return s, nil
+}
+
+func keyList(d *pickle.Dict) string {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, k := range d.Keys() {
+		if i == 8 {
+			b.WriteString(", ...")
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%v", k)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func (r *reader) headroomInfo(v any) (*device.SnapshotInfo, error) {
+	const p = "headroom"
+	d, err := r.dict(v, p)
+	if err != nil {
+		return nil, err
+	}
+	h := &device.SnapshotInfo{MemoryFraction: 1}
+	var version int64
+	if version, _, err = r.int(d, p, "version", false); err != nil {
+		return nil, err
+	}
+	h.Version = int(version)
+	if h.Device, _, err = r.str(d, p, "device", false); err != nil {
+		return nil, err
+	}
+	if h.Capacity, _, err = r.int(d, p, "capacity", false); err != nil {
+		return nil, err
+	}
+	if h.Limit, _, err = r.int(d, p, "limit", false); err != nil {
+		return nil, err
+	}
+	var n int64
+	if n, _, err = r.int(d, p, "history_max_entries", false); err != nil {
+		return nil, err
+	}
+	h.HistoryMaxEntries = int(n)
+	if fv, ok := d.Get("memory_fraction"); ok && fv != nil {
+		switch f := fv.(type) {
+		case float64:
+			h.MemoryFraction = f
+		case int64:
+			h.MemoryFraction = float64(f)
+		default:
+			return nil, r.typeError(p+".memory_fraction", "float", fv)
+		}
+	}
+	for _, m := range []struct {
+		key string
+		dst *map[string]int64
+	}{{"stats", &h.Stats}, {"category_bytes", &h.CategoryBytes}, {"category_bytes_at_peak", &h.CategoryBytesAtPeak}} {
+		mv, ok := d.Get(m.key)
+		if !ok || mv == nil {
+			continue
+		}
+		path := p + "." + m.key
+		md, err := r.dict(mv, path)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]int64, md.Len())
+		for _, it := range md.Items() {
+			k, ok := it.Key.(string)
+			if !ok {
+				return nil, r.fail(path, "a key is a %s, want str", pickle.TypeName(it.Key))
+			}
+			x, ok := it.Value.(int64)
+			if !ok {
+				return nil, r.typeError(path+"."+k, "int", it.Value)
+			}
+			out[k] = x
+		}
+		*m.dst = out
+	}
+	return h, nil
+}
+
+func (r *reader) segment(v any, p string) (Segment, error) {
+	var seg Segment
+	d, err := r.dict(v, p)
+	if err != nil {
+		return seg, err
+	}
+	var dev int64
+	if dev, _, err = r.int(d, p, "device", false); err != nil {
+		return seg, err
+	}
+	if dev < 0 || dev > 1<<16 {
+		return seg, r.fail(p+".device", "device index %d out of range", dev)
+	}
+	seg.Device = int(dev)
+	if seg.Address, _, err = r.int(d, p, "address", true); err != nil {
+		return seg, err
+	}
+	if seg.TotalSize, _, err = r.size(d, p, "total_size", true); err != nil {
+		return seg, err
+	}
+	if err := r.span(p, seg.Address, seg.TotalSize); err != nil {
+		return seg, err
+	}
+	if seg.Stream, err = r.stream(d, p); err != nil {
+		return seg, err
+	}
+	if seg.Type, _, err = r.str(d, p, "segment_type", false); err != nil {
+		return seg, err
+	}
+	if seg.Expandable, err = r.bool(d, p, "is_expandable"); err != nil {
+		return seg, err
+	}
+	if seg.Frames, err = r.frameField(d, p); err != nil {
+		return seg, err
+	}
+	bv, ok := d.Get("blocks")
+	if !ok {
+		return seg, r.fail(p, "missing key \"blocks\"")
+	}
+	blocks, err := r.list(bv, p+".blocks")
+	if err != nil {
+		return seg, err
+	}
+	seg.Blocks = make([]Block, 0, len(blocks))
+	addr, end := seg.Address, seg.Address+seg.TotalSize
+	for i, bv := range blocks {
+		bp := fmt.Sprintf("%s.blocks[%d]", p, i)
+		b, err := r.block(bv, bp, addr)
+		if err != nil {
+			return seg, err
+		}
+		if b.Address < seg.Address || b.Address > end || b.Size > end-b.Address {
+			return seg, r.fail(bp, "block at %#x of %d bytes lies outside its segment %#x..%#x (%d bytes)",
+				b.Address, b.Size, seg.Address, end, seg.TotalSize)
+		}
+		addr = b.Address + b.Size
+		seg.Blocks = append(seg.Blocks, b)
+	}
+	return seg, nil
+}
+
+// block reads a block; at is its address when the block does not say (the
+// blocks of a segment tile it, as memory_viz assumes).
+func (r *reader) block(v any, p string, at int64) (Block, error) {
+	var b Block
+	d, err := r.dict(v, p)
+	if err != nil {
+		return b, err
+	}
+	var ok bool
+	if b.Address, ok, err = r.int(d, p, "address", false); err != nil {
+		return b, err
+	} else if !ok {
+		b.Address = at
+	}
+	if b.Size, _, err = r.size(d, p, "size", true); err != nil {
+		return b, err
+	}
+	if b.State, _, err = r.str(d, p, "state", true); err != nil {
+		return b, err
+	}
+	var hasReq bool
+	if b.Requested, hasReq, err = r.size(d, p, "requested_size", false); err != nil {
+		return b, err
+	}
+	_, hasFrames := d.Get("frames")
+	if b.Frames, err = r.frameField(d, p); err != nil {
+		return b, err
+	}
+	// PyTorch 1.13 and 2.0: the allocations made in the block, newest
+	// first, instead of frames (and, in 1.13, of requested_size).
+	if hv, ok := d.Get("history"); ok && hv != nil {
+		hist, err := r.list(hv, p+".history")
+		if err != nil {
+			return b, err
+		}
+		if len(hist) > 0 {
+			hp := p + ".history[0]"
+			h, err := r.dict(hist[0], hp)
+			if err != nil {
+				return b, err
+			}
+			real, ok, err := r.size(h, hp, "real_size", false)
+			if err != nil {
+				return b, err
+			}
+			if !hasReq && ok {
+				b.Requested, hasReq = real, true
+			}
+			if !hasFrames {
+				if b.Frames, err = r.frameField(h, hp); err != nil {
+					return b, err
+				}
+			}
+		}
+	}
+	if !hasReq && b.State != device.StateInactive {
+		b.Requested = b.Size
+	}
+	if b.Category, err = r.category(d, p); err != nil {
+		return b, err
+	}
+	if b.Module, _, err = r.str(d, p, "module", false); err != nil {
+		return b, err
+	}
+	if b.Op, _, err = r.str(d, p, "op", false); err != nil {
+		return b, err
+	}
+	if b.Arena, err = r.bool(d, p, "arena"); err != nil {
+		return b, err
+	}
+	if r.headroom && b.Frames == nil {
+		b.Frames = headroomFrames(b.Category, b.Module, b.Op)
+	}
+	return b, nil
+}
+
+func (r *reader) traces(v any) ([][]Event, error) {
+	devs, err := r.list(v, "device_traces")
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]Event, 0, len(devs))
+	for dev, tv := range devs {
+		p := fmt.Sprintf("device_traces[%d]", dev)
+		if tv == nil {
+			out = append(out, nil)
+			continue
+		}
+		l, err := r.list(tv, p)
+		if err != nil {
+			return nil, err
+		}
+		evs := make([]Event, 0, len(l))
+		for i, ev := range l {
+			e, err := r.event(ev, fmt.Sprintf("%s[%d]", p, i))
+			if err != nil {
+				return nil, err
+			}
+			// memory_viz's merge: a free_requested immediately followed
+			// by its free_completed is one free.
+			if e.Action == actionFreeCompleted && len(evs) > 0 {
+				if prev := &evs[len(evs)-1]; prev.Action == actionFreeRequested && prev.Addr == e.Addr {
+					prev.Action = device.ActionFree
+					if prev.BlockSize == 0 {
+						prev.BlockSize = e.BlockSize
+					}
+					continue
+				}
+			}
+			evs = append(evs, e)
+		}
+		out = append(out, evs)
+	}
+	return out, nil
+}
+
+func (r *reader) event(v any, p string) (Event, error) {
+	var e Event
+	d, err := r.dict(v, p)
+	if err != nil {
+		return e, err
+	}
+	if e.Action, _, err = r.str(d, p, "action", true); err != nil {
+		return e, err
+	}
+	needAddr, needSize := false, false
+	switch e.Action {
+	case device.ActionAlloc, device.ActionFree, actionFreeRequested, actionFreeCompleted,
+		device.ActionSegmentAlloc, device.ActionSegmentFree, actionSegmentMap, actionSegmentUnmap:
+		needAddr, needSize = true, true
+	case device.ActionOOM:
+		needSize = true
+	}
+	if e.Addr, _, err = r.int(d, p, "addr", needAddr); err != nil {
+		return e, err
+	}
+	if e.Size, _, err = r.size(d, p, "size", needSize); err != nil {
+		return e, err
+	}
+	if err := r.span(p, e.Addr, e.Size); err != nil {
+		return e, err
+	}
+	if e.DeviceFree, _, err = r.int(d, p, "device_free", false); err != nil {
+		return e, err
+	}
+	if e.Stream, err = r.stream(d, p); err != nil {
+		return e, err
+	}
+	if e.TimeUS, _, err = r.int(d, p, "time_us", false); err != nil {
+		return e, err
+	}
+	if e.BlockSize, _, err = r.size(d, p, "block_size", false); err != nil {
+		return e, err
+	}
+	if err := r.span(p, e.Addr, e.BlockSize); err != nil {
+		return e, err
+	}
+	if e.Pool, _, err = r.str(d, p, "pool", false); err != nil {
+		return e, err
+	}
+	if e.Category, err = r.category(d, p); err != nil {
+		return e, err
+	}
+	if e.Module, _, err = r.str(d, p, "module", false); err != nil {
+		return e, err
+	}
+	if e.Op, _, err = r.str(d, p, "op", false); err != nil {
+		return e, err
+	}
+	if e.Frames, err = r.frameField(d, p); err != nil {
+		return e, err
+	}
+	if r.headroom && e.Frames == nil {
+		e.Frames = headroomFrames(e.Category, e.Module, e.Op)
+	}
+	return e, nil
+}
+
+// category reads a category; in headroom's files "unknown" is what the
+// pickle writer gave untagged entries for memory_viz's sake, so it reads
+// back as none.
+func (r *reader) category(d *pickle.Dict, p string) (string, error) {
+	c, _, err := r.str(d, p, "category", false)
+	if r.headroom && c == categoryUnknown {
+		c = ""
+	}
+	return c, err
+}
+
+func (r *reader) frameField(d *pickle.Dict, p string) ([]Frame, error) {
+	v, ok := d.Get("frames")
+	if !ok || v == nil {
+		return nil, nil
+	}
+	l, err := r.list(v, p+".frames")
+	if err != nil {
+		return nil, err
+	}
+	if len(l) == 0 {
+		return nil, nil
+	}
+	if fs, ok := r.lists[&l[0]]; ok {
+		return fs, nil
+	}
+	fs := make([]Frame, len(l))
+	for i, fv := range l {
+		fd, ok := fv.(*pickle.Dict)
+		if !ok {
+			return nil, r.typeError(fmt.Sprintf("%s.frames[%d]", p, i), "dict", fv)
+		}
+		if f, ok := r.frames[fd]; ok {
+			fs[i] = f
+			continue
+		}
+		fp := fmt.Sprintf("%s.frames[%d]", p, i)
+		var f Frame
+		if f.Filename, _, err = r.str(fd, fp, "filename", false); err != nil {
+			return nil, err
+		}
+		if f.Line, _, err = r.int(fd, fp, "line", false); err != nil {
+			return nil, err
+		}
+		if f.Name, _, err = r.str(fd, fp, "name", false); err != nil {
+			return nil, err
+		}
+		r.frames[fd] = f
+		fs[i] = f
+	}
+	r.lists[&l[0]] = fs
+	return fs, nil
+}
+
+func (r *reader) dict(v any, p string) (*pickle.Dict, error) {
+	d, ok := v.(*pickle.Dict)
+	if !ok || d == nil {
+		return nil, r.typeError(p, "dict", v)
+	}
+	return d, nil
+}
+
+func (r *reader) list(v any, p string) ([]any, error) {
+	switch l := v.(type) {
+	case []any:
+		return l, nil
+	case pickle.Tuple:
+		return l, nil
+	}
+	return nil, r.typeError(p, "list", v)
+}
+
+// int reads an int under key; a missing key (or None) is 0, or an error
+// when required.
+func (r *reader) int(d *pickle.Dict, p, key string, required bool) (int64, bool, error) {
+	v, ok := d.Get(key)
+	if !ok || v == nil {
+		if required {
+			return 0, false, r.fail(p, "missing key %q", key)
+		}
+		return 0, false, nil
+	}
+	switch x := v.(type) {
+	case int64:
+		return x, true, nil
+	case *big.Int:
+		return 0, false, r.fail(p+"."+key, "%v does not fit in 64 bits", x)
+	}
+	return 0, false, r.typeError(p+"."+key, "int", v)
+}
+
+// size reads a byte count, which must not be negative.
+func (r *reader) size(d *pickle.Dict, p, key string, required bool) (int64, bool, error) {
+	n, ok, err := r.int(d, p, key, required)
+	if err == nil && n < 0 {
+		err = r.fail(p+"."+key, "negative size %d", n)
+	}
+	return n, ok, err
+}
+
+// span checks that the bytes [addr, addr+size) are addresses: not
+// negative, and not past the end of a 64-bit address space.
+func (r *reader) span(p string, addr, size int64) error {
+	if addr < 0 {
+		return r.fail(p, "negative address %d", addr)
+	}
+	if size > math.MaxInt64-addr {
+		return r.fail(p, "%d bytes at %#x run past the end of the address space", size, addr)
+	}
+	return nil
+}
+
+// stream reads a stream id. Some of PyTorch's writers store the stream's
+// pointer as an unsigned 64-bit int; it is only an identifier, so its bits
+// are kept.
+func (r *reader) stream(d *pickle.Dict, p string) (int64, error) {
+	if v, ok := d.Get("stream"); ok {
+		if b, ok := v.(*big.Int); ok && b.Sign() > 0 && b.BitLen() <= 64 {
+			return int64(b.Uint64()), nil
+		}
+	}
+	n, _, err := r.int(d, p, "stream", false)
+	return n, err
+}
+
+func (r *reader) str(d *pickle.Dict, p, key string, required bool) (string, bool, error) {
+	v, ok := d.Get(key)
+	if !ok || v == nil {
+		if required {
+			return "", false, r.fail(p, "missing key %q", key)
+		}
+		return "", false, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", false, r.typeError(p+"."+key, "str", v)
+	}
+	return s, true, nil
+}
+
+func (r *reader) bool(d *pickle.Dict, p, key string) (bool, error) {
+	v, ok := d.Get(key)
+	if !ok || v == nil {
+		return false, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, r.typeError(p+"."+key, "bool", v)
+	}
+	return b, nil
+}

@@ -1,0 +1,158 @@
+package memviz
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+//go:embed web
+var webFiles embed.FS
+
+// Server serves the viewer of one snapshot: the page (embedded in the
+// binary; it loads nothing from elsewhere) and its data as JSON.
+//
+//	GET /                          the page (index.html, viz.js, viz.css)
+//	GET /api/summary?device=D      Summary: timeline, peak, largest allocations
+//	GET /api/state?device=D&event=N State: segments and blocks after event N
+type Server struct {
+	name string
+	snap *Snapshot
+
+	mu    sync.Mutex
+	views map[int]*Analysis
+}
+
+// NewServer returns the viewer of s; name labels the page.
+func NewServer(name string, s *Snapshot) *Server {
+	return &Server{name: name, snap: s, views: map[int]*Analysis{}}
+}
+
+func (s *Server) analysis(r *http.Request) (*Analysis, error) {
+	dev := 0
+	if v := r.URL.Query().Get("device"); v != "" {
+		d, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, errors.New("device must be an integer")
+		}
+		dev = d
+	} else if ds := s.snap.Devices(); len(ds) > 0 {
+		dev = ds[0]
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.views[dev]; ok {
+		return a, nil
+	}
+	a, err := Analyze(s.snap, dev)
+	if err != nil {
+		return nil, err
+	}
+	s.views[dev] = a
+	return a, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	h.Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	switch r.URL.Path {
+	case "/api/summary":
+		a, err := s.analysis(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, a.Summary(s.name))
+	case "/api/state":
+		a, err := s.analysis(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		ev, err := strconv.Atoi(r.URL.Query().Get("event"))
+		if err != nil {
+			http.Error(w, "event must be an integer", http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, a.State(ev))
+	case "/":
+		serveFile(w, r, "web/index.html")
+	default:
+		serveFile(w, r, "web"+r.URL.Path)
+	}
+}
+
+func serveFile(w http.ResponseWriter, r *http.Request, name string) {
+	if _, err := fs.Stat(webFiles, name); err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFileFS(w, r, webFiles, name)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(data)
+}
+
+// Serve serves h on ln until ctx is done, then shuts down. When ln listens
+// on a loopback address only requests naming it (or localhost) as their
+// Host are answered, so that a web page elsewhere cannot reach the viewer
+// through a rebound DNS name.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		h = loopbackOnly(h, strconv.Itoa(tcp.Port))
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func loopbackOnly(h http.Handler, port string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, p, err := net.SplitHostPort(r.Host)
+		if err != nil || p != port || (host != "localhost" && !isLoopbackIP(host)) {
+			http.Error(w, "the viewer answers only requests for localhost", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func isLoopbackIP(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,836 @@
+package memviz
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/headroom-ml/headroom/device"
+)
+
+// Limits of what the viewer sends to the page.
+const (
+	// MaxPoints is the most points of the timeline: a longer history is
+	// cut into this many runs of consecutive events, each shown by its
+	// event of most memory (so the peak is always a point).
+	MaxPoints = 1000
+	// MaxAllocationSeries is the most allocations the timeline of a
+	// PyTorch snapshot draws as bands of their own (the largest); the rest
+	// are stacked as one band, "other".
+	MaxAllocationSeries = 40
+	// MaxLargest is the length of the table of largest allocations.
+	MaxLargest = 25
+	// MaxStateBlocks is the most blocks a state lists (all are drawn).
+	MaxStateBlocks = 2000
+)
+
+// Stacking modes of the timeline.
+const (
+	ByCategory   = "category"
+	ByAllocation = "allocation"
+)
+
+// Colors of categories (and of allocations, in turn), Tableau 10 as
+// memory_viz uses.
+var palette = []string{"#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f", "#edc949", "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"}
+
+const colorOther = "#c8c8c8"
+
+// Analysis is the viewer's reading of one device of a snapshot: every
+// allocation's lifetime over the history, from which the timeline, the
+// peak and the state at any event follow.
+type Analysis struct {
+	snap   *Snapshot
+	device int
+	events []Event
+	mode   string
+	allocs []allocation
+	series []seriesInfo
+	arenas []span
+	totals []int64 // active bytes after each event (one point when there are no events)
+	peak   int     // first index of the largest total
+}
+
+// allocation is one block's life: live after event i when start <= i < end.
+type allocation struct {
+	addr, size, requested int64
+	amount                int64 // what it adds to the timeline: size for headroom, requested for PyTorch
+	start, end            int   // start -1: allocated before the history; end: the free, or the number of points
+	pendingFrom           int   // PyTorch's free_requested: pending from this index on
+	category, module, op  string
+	frames                []Frame
+	series                int
+}
+
+type openKey struct {
+	addr, size int64
+	category   string
+}
+
+type seriesInfo struct {
+	key, label, color string
+}
+
+// span is a range of addresses alive over [start, end) of the events.
+type span struct {
+	addr, size int64
+	start, end int
+}
+
+// Analyze reads the history and final state of one device. Device 0 of a
+// snapshot with nothing in it is empty, not an error.
+func Analyze(s *Snapshot, dev int) (*Analysis, error) {
+	if dev != 0 && !slices.Contains(s.Devices(), dev) {
+		return nil, fmt.Errorf("device %d has no memory in this snapshot (devices: %v)", dev, s.Devices())
+	}
+	a := &Analysis{snap: s, device: dev}
+	if dev < len(s.Traces) {
+		a.events = s.Traces[dev]
+	}
+	a.mode = ByAllocation
+	if s.Source == SourceHeadroom {
+		a.mode = ByCategory
+	} else {
+		for i := range a.events {
+			if c := a.events[i].Category; c != "" && c != categoryUnknown {
+				a.mode = ByCategory
+				break
+			}
+		}
+	}
+	a.collect()
+	a.assignSeries()
+	a.sweepTotals()
+	return a, nil
+}
+
+// Devices lists the devices with segments or history, in order.
+func (s *Snapshot) Devices() []int {
+	var out []int
+	for d, tr := range s.Traces {
+		if len(tr) > 0 {
+			out = append(out, d)
+		}
+	}
+	for _, g := range s.Segments {
+		if !slices.Contains(out, g.Device) {
+			out = append(out, g.Device)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (a *Analysis) points() int { return max(len(a.events), 1) }
+
+func (a *Analysis) collect() {
+	n, end := len(a.events), a.points()
+	headroom := a.snap.Source == SourceHeadroom
+	// Open allocations by address. headroom's Track has no address: its
+	// allocs and frees pair up by size and category instead.
+	open := map[openKey][]int{}
+	key := func(e *Event) openKey {
+		if e.Addr == 0 {
+			return openKey{size: e.Size, category: e.Category}
+		}
+		return openKey{addr: e.Addr}
+	}
+	pop := func(k openKey) (int, bool) {
+		l := open[k]
+		if len(l) == 0 {
+			return 0, false
+		}
+		j := l[len(l)-1]
+		if len(l) == 1 {
+			delete(open, k)
+		} else {
+			open[k] = l[:len(l)-1]
+		}
+		return j, true
+	}
+	newAlloc := func(e *Event, start int) int {
+		al := allocation{addr: e.Addr, size: e.bytes(), requested: e.Size, start: start, end: end, pendingFrom: end,
+			category: e.Category, module: e.Module, op: e.Op, frames: e.Frames}
+		al.amount = al.size
+		if !headroom {
+			al.amount = al.requested
+		}
+		a.allocs = append(a.allocs, al)
+		return len(a.allocs) - 1
+	}
+	arenaOpen := map[int64]int{}
+	for i := 0; i < n; i++ {
+		e := &a.events[i]
+		switch e.Action {
+		case device.ActionAlloc:
+			k := key(e)
+			if e.Addr != 0 {
+				if j, ok := pop(k); ok {
+					a.allocs[j].end = i // freed without a record of it
+				}
+			}
+			open[k] = append(open[k], newAlloc(e, i))
+		case actionFreeRequested:
+			k := key(e)
+			l := open[k]
+			if len(l) == 0 {
+				l = append(l, newAlloc(e, -1))
+				open[k] = l
+			}
+			j := l[len(l)-1]
+			a.allocs[j].pendingFrom = min(a.allocs[j].pendingFrom, i)
+		case device.ActionFree, actionFreeCompleted:
+			j, ok := pop(key(e))
+			if !ok {
+				j = newAlloc(e, -1)
+			}
+			a.allocs[j].end = i
+		case device.ActionReserve:
+			a.arenas = append(a.arenas, span{addr: e.Addr, size: e.bytes(), start: i, end: end})
+			arenaOpen[e.Addr] = len(a.arenas) - 1
+		case device.ActionRelease:
+			if j, ok := arenaOpen[e.Addr]; ok {
+				a.arenas[j].end = i
+				delete(arenaOpen, e.Addr)
+			} else {
+				a.arenas = append(a.arenas, span{addr: e.Addr, size: e.bytes(), start: -1, end: i})
+			}
+		}
+	}
+	// The final state: blocks still allocated were allocated in the
+	// history (and their blocks tell their true size) or before it.
+	// Arena space in the final state not covered by an arena reserved in
+	// the history was reserved before it.
+	covered := func(addr int64) bool {
+		for _, j := range arenaOpen {
+			if r := a.arenas[j]; r.addr <= addr && addr < r.addr+r.size {
+				return true
+			}
+		}
+		return false
+	}
+	for _, seg := range a.snap.Segments {
+		if seg.Device != a.device {
+			continue
+		}
+		run := -1
+		for _, b := range seg.Blocks {
+			switch {
+			case !b.Arena || covered(b.Address):
+				run = -1
+			case run >= 0 && a.arenas[run].addr+a.arenas[run].size == b.Address:
+				a.arenas[run].size += b.Size
+			default:
+				a.arenas = append(a.arenas, span{addr: b.Address, size: b.Size, start: -1, end: end})
+				run = len(a.arenas) - 1
+			}
+			if b.State != device.StateActiveAllocated && b.State != statePendingFree {
+				continue
+			}
+			j, ok := pop(openKey{addr: b.Address})
+			if !ok {
+				e := Event{Addr: b.Address, Size: b.Requested, BlockSize: b.Size, Category: b.Category, Module: b.Module, Op: b.Op, Frames: b.Frames}
+				j = newAlloc(&e, -1)
+			}
+			al := &a.allocs[j]
+			al.size = b.Size
+			if al.frames == nil {
+				al.frames = b.Frames
+			}
+			if b.State == statePendingFree && al.pendingFrom == end {
+				al.pendingFrom = -1
+			}
+		}
+	}
+}
+
+func (a *Analysis) assignSeries() {
+	if a.mode == ByCategory {
+		seen := map[string]bool{}
+		for i := range a.allocs {
+			c := a.allocs[i].category
+			if c == "" {
+				c = categoryUnknown
+			}
+			seen[c] = true
+		}
+		var keys []string
+		for _, c := range device.Categories() {
+			if seen[c.String()] {
+				keys = append(keys, c.String())
+				delete(seen, c.String())
+			}
+		}
+		unknown := seen[categoryUnknown]
+		delete(seen, categoryUnknown)
+		rest := make([]string, 0, len(seen))
+		for c := range seen {
+			rest = append(rest, c)
+		}
+		sort.Strings(rest)
+		keys = append(keys, rest...)
+		if unknown {
+			keys = append(keys, categoryUnknown)
+		}
+		index := map[string]int{}
+		for i, k := range keys {
+			index[k] = i
+			a.series = append(a.series, seriesInfo{key: k, label: k, color: categoryColor(k, i)})
+		}
+		for i := range a.allocs {
+			c := a.allocs[i].category
+			if c == "" {
+				c = categoryUnknown
+			}
+			a.allocs[i].series = index[c]
+		}
+		return
+	}
+	// By allocation: the largest get bands of their own, in the order
+	// they were allocated; the rest share one.
+	order := make([]int, len(a.allocs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(a.allocs[y].amount, a.allocs[x].amount) })
+	own := order[:min(len(order), MaxAllocationSeries)]
+	slices.Sort(own) // allocation order: allocs are appended as the history goes
+	other := len(own)
+	for i := range a.allocs {
+		a.allocs[i].series = other
+	}
+	for k, j := range own {
+		al := &a.allocs[j]
+		al.series = k
+		a.series = append(a.series, seriesInfo{key: fmt.Sprintf("a%d", j), label: allocationLabel(al), color: palette[k%len(palette)]})
+	}
+	if len(own) < len(a.allocs) {
+		a.series = append(a.series, seriesInfo{key: "other", label: fmt.Sprintf("%d smaller allocations", len(a.allocs)-len(own)), color: colorOther})
+	}
+}
+
+func categoryColor(c string, i int) string {
+	if c == categoryUnknown {
+		return colorOther
+	}
+	for j, k := range device.Categories() {
+		if k.String() == c {
+			return palette[j]
+		}
+	}
+	return palette[(len(device.Categories())+i)%len(palette)]
+}
+
+func allocationLabel(al *allocation) string {
+	where := whereOf(SourcePyTorch, al.category, al.module, al.op, al.frames)
+	if where == "" {
+		where = "no stack recorded"
+	}
+	return fmt.Sprintf("%s at %#x: %s", device.FormatBytes(al.amount), al.addr, where)
+}
+
+// where says who asked for an allocation: headroom's module path and op,
+// or the innermost Python frame of PyTorch's stack (see topFrame).
+func (a *Analysis) where(al *allocation) string {
+	return whereOf(a.snap.Source, al.category, al.module, al.op, al.frames)
+}
+
+func whereOf(source, category, module, op string, frames []Frame) string {
+	if source == SourceHeadroom {
+		if category == "" && module == "" && op == "" {
+			return ""
+		}
+		return cmp.Or(module, topLevel) + " " + cmp.Or(op, category)
+	}
+	if module != "" || op != "" {
+		return cmp.Or(module, topLevel) + " " + op
+	}
+	if f, ok := topFrame(frames); ok {
+		return fmt.Sprintf("%s:%d %s", f.Filename, f.Line, f.Name)
+	}
+	return ""
+}
+
+// Frames memory_viz leaves out of stacks (its frameFilter).
+var (
+	omitFunctions = []string{"unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start", "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_"}
+	omitFiles     = []string{"core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c", "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h"}
+)
+
+func keepFrame(f Frame) bool {
+	for _, s := range omitFunctions {
+		if strings.Contains(f.Name, s) {
+			return false
+		}
+	}
+	for _, s := range omitFiles {
+		if strings.Contains(f.Filename, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// topFrame is the frame that says who asked: the innermost Python frame
+// (PyTorch's C++ frames, when recorded, are the allocator's and the
+// dispatcher's), else the innermost frame memory_viz would show.
+func topFrame(fs []Frame) (Frame, bool) {
+	for _, f := range fs {
+		if strings.HasSuffix(f.Filename, ".py") {
+			return f, true
+		}
+	}
+	for _, f := range fs {
+		if keepFrame(f) {
+			return f, true
+		}
+	}
+	return Frame{}, false
+}
+
+func formatStack(fs []Frame) string {
+	var b strings.Builder
+	for _, f := range fs {
+		if keepFrame(f) {
+			fmt.Fprintf(&b, "%s:%d:%s\n", f.Filename, f.Line, f.Name)
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// sweepTotals computes the active bytes after every event and the peak.
+func (a *Analysis) sweepTotals() {
+	np := a.points()
+	delta := make([]int64, np+1)
+	var base int64
+	for i := range a.allocs {
+		al := &a.allocs[i]
+		if al.start >= al.end {
+			continue
+		}
+		if al.start < 0 {
+			base += al.amount
+		} else {
+			delta[al.start] += al.amount
+		}
+		if al.end < np {
+			delta[al.end] -= al.amount
+		}
+	}
+	a.totals = make([]int64, np)
+	cur := base
+	for i := range np {
+		cur += delta[i]
+		a.totals[i] = cur
+		if cur > a.totals[a.peak] {
+			a.peak = i
+		}
+	}
+}
+
+// samples picks the event indices the timeline shows.
+func (a *Analysis) samples() []int {
+	np := len(a.totals)
+	if np <= MaxPoints {
+		out := make([]int, np)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	out := make([]int, 0, MaxPoints)
+	for b := range MaxPoints {
+		lo, hi := b*np/MaxPoints, (b+1)*np/MaxPoints
+		best := lo
+		for i := lo + 1; i < hi; i++ {
+			if a.totals[i] > a.totals[best] {
+				best = i
+			}
+		}
+		out = append(out, best)
+	}
+	return out
+}
+
+// seriesAt returns each series' bytes after each of the given (increasing)
+// event indices.
+func (a *Analysis) seriesAt(idx []int) [][]int64 {
+	np := a.points()
+	starts := make([][]int32, np)
+	ends := make([][]int32, np)
+	cur := make([]int64, len(a.series))
+	for i := range a.allocs {
+		al := &a.allocs[i]
+		if al.start >= al.end {
+			continue
+		}
+		if al.start < 0 {
+			cur[al.series] += al.amount
+		} else {
+			starts[al.start] = append(starts[al.start], int32(i))
+		}
+		if al.end < np {
+			ends[al.end] = append(ends[al.end], int32(i))
+		}
+	}
+	out := make([][]int64, len(a.series))
+	for s := range out {
+		out[s] = make([]int64, 0, len(idx))
+	}
+	k := 0
+	for i := 0; i < np && k < len(idx); i++ {
+		for _, j := range starts[i] {
+			cur[a.allocs[j].series] += a.allocs[j].amount
+		}
+		for _, j := range ends[i] {
+			cur[a.allocs[j].series] -= a.allocs[j].amount
+		}
+		if i == idx[k] {
+			for s := range out {
+				out[s] = append(out[s], cur[s])
+			}
+			k++
+		}
+	}
+	return out
+}
+
+func (a *Analysis) liveAt(i int) []int {
+	var out []int
+	for j := range a.allocs {
+		if al := &a.allocs[j]; al.start <= i && i < al.end {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// Summary is what the page draws first: the timeline, the peak and the
+// largest allocations at it (GET /api/summary).
+type Summary struct {
+	File     string       `json:"file"`
+	Source   string       `json:"source"`
+	Device   int          `json:"device"`
+	Devices  []int        `json:"devices"`
+	Mode     string       `json:"mode"`
+	Events   int          `json:"events"`
+	Headroom *HeadroomSum `json:"headroom,omitempty"`
+	Timeline Timeline     `json:"timeline"`
+	Peak     Peak         `json:"peak"`
+	Largest  []Alloc      `json:"largest"`
+}
+
+// HeadroomSum is what headroom's own statistics say, for comparison with
+// what the history shows.
+type HeadroomSum struct {
+	Device         string           `json:"device"`
+	Capacity       int64            `json:"capacity"`
+	Limit          int64            `json:"limit"`
+	AllocatedPeak  int64            `json:"allocated_peak"`
+	ReservedPeak   int64            `json:"reserved_peak"`
+	CategoryAtPeak map[string]int64 `json:"category_at_peak"`
+}
+
+// Timeline is the active memory after each shown event, stacked.
+type Timeline struct {
+	Index  []int    `json:"index"` // event index of each point
+	Total  []int64  `json:"total"`
+	Series []Series `json:"series"` // bottom first
+}
+
+// Series is one stacked band of the timeline.
+type Series struct {
+	Key    string  `json:"key"`
+	Label  string  `json:"label"`
+	Color  string  `json:"color"`
+	Values []int64 `json:"values"`
+}
+
+// Peak is the first event after which the active memory is largest.
+type Peak struct {
+	Event  int         `json:"event"`
+	Total  int64       `json:"total"`
+	Series []SeriesVal `json:"series"`
+}
+
+// SeriesVal is a series' bytes at the peak.
+type SeriesVal struct {
+	Key   string `json:"key"`
+	Label string `json:"label"`
+	Color string `json:"color"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Alloc is an allocation in a table.
+type Alloc struct {
+	Address   int64  `json:"address"`
+	Size      int64  `json:"size"` // bytes counted in the timeline
+	Requested int64  `json:"requested"`
+	Block     int64  `json:"block"` // bytes the block occupies
+	Category  string `json:"category"`
+	Module    string `json:"module"`
+	Op        string `json:"op"`
+	Where     string `json:"where"`
+	Stack     string `json:"stack"`
+	Since     int    `json:"since"` // event of the alloc; -1: before the history
+	Color     string `json:"color"`
+}
+
+// Summary returns the timeline, the peak and the largest allocations there.
+func (a *Analysis) Summary(file string) *Summary {
+	s := &Summary{File: file, Source: a.snap.Source, Device: a.device, Devices: a.snap.Devices(), Mode: a.mode, Events: len(a.events)}
+	if h := a.snap.Headroom; h != nil {
+		s.Headroom = &HeadroomSum{Device: h.Device, Capacity: h.Capacity, Limit: h.Limit,
+			AllocatedPeak: h.Stats["allocated_bytes.all.peak"], ReservedPeak: h.Stats["reserved_bytes.all.peak"],
+			CategoryAtPeak: h.CategoryBytesAtPeak}
+	}
+	idx := a.samples()
+	vals := a.seriesAt(idx)
+	s.Timeline.Index = idx
+	s.Timeline.Total = make([]int64, len(idx))
+	for k, i := range idx {
+		s.Timeline.Total[k] = a.totals[i]
+	}
+	pk := max(0, slices.Index(idx, a.peak))
+	s.Peak = Peak{Event: a.peak, Total: a.totals[a.peak]}
+	for i, si := range a.series {
+		s.Timeline.Series = append(s.Timeline.Series, Series{Key: si.key, Label: si.label, Color: si.color, Values: vals[i]})
+		s.Peak.Series = append(s.Peak.Series, SeriesVal{Key: si.key, Label: si.label, Color: si.color, Bytes: vals[i][pk]})
+	}
+	live := a.liveAt(a.peak)
+	slices.SortFunc(live, func(x, y int) int {
+		return cmp.Or(cmp.Compare(a.allocs[y].amount, a.allocs[x].amount), cmp.Compare(a.allocs[x].addr, a.allocs[y].addr), cmp.Compare(x, y))
+	})
+	for _, j := range live[:min(len(live), MaxLargest)] {
+		s.Largest = append(s.Largest, a.alloc(j))
+	}
+	if s.Largest == nil {
+		s.Largest = []Alloc{}
+	}
+	return s
+}
+
+func (a *Analysis) alloc(j int) Alloc {
+	al := &a.allocs[j]
+	out := Alloc{Address: al.addr, Size: al.amount, Requested: al.requested, Block: al.size, Category: al.category,
+		Module: al.module, Op: al.op, Where: a.where(al), Stack: formatStack(al.frames), Since: al.start,
+		Color: a.series[al.series].color}
+	if out.Module == "" && out.Op == "" {
+		if a.snap.Source == SourceHeadroom {
+			if out.Category != "" {
+				out.Module = topLevel
+			}
+		} else if f, ok := topFrame(al.frames); ok {
+			// PyTorch's: the innermost frame stands for module and op
+			out.Module, out.Op = fmt.Sprintf("%s:%d", f.Filename, f.Line), f.Name
+		}
+	}
+	return out
+}
+
+// State is the allocator's segments and blocks after one event (GET
+// /api/state?event=N).
+type State struct {
+	Event     int        `json:"event"`
+	Events    int        `json:"events"`
+	Desc      string     `json:"desc"` // the event, in words
+	Reserved  int64      `json:"reserved"`
+	Active    int64      `json:"active"` // as the timeline counts it
+	Blocks    int        `json:"blocks"` // live blocks
+	Segments  []SegState `json:"segments"`
+	Unplaced  int        `json:"unplaced"`  // live blocks without an address (headroom's Track) or outside every segment
+	Truncated bool       `json:"truncated"` // more than MaxStateBlocks blocks: the table lists the first
+}
+
+// SegState is a segment at an event.
+type SegState struct {
+	Address int64       `json:"address"`
+	Size    int64       `json:"size"`
+	Type    string      `json:"type"`
+	Active  int64       `json:"active"` // bytes of its live blocks
+	Blocks  []BlockTile `json:"blocks"`
+}
+
+// BlockTile is a piece of a segment at an event: a live block or free
+// space.
+type BlockTile struct {
+	Address   int64  `json:"address"`
+	Size      int64  `json:"size"`
+	Requested int64  `json:"requested,omitempty"`
+	State     string `json:"state"` // active_allocated, active_pending_free, inactive, or arena: free space held by a step arena
+	Category  string `json:"category,omitempty"`
+	Where     string `json:"where,omitempty"`
+	Color     string `json:"color,omitempty"`
+}
+
+const stateArena = "arena"
+
+// State returns the segments and blocks after event i (clamped to the
+// history), found by undoing the later events' segment changes from the
+// snapshot's final state, as memory_viz does.
+func (a *Analysis) State(i int) *State {
+	i = max(0, min(i, a.points()-1))
+	st := &State{Event: i, Events: len(a.events), Segments: []SegState{}}
+	if i < len(a.events) {
+		st.Desc = a.describe(i)
+	} else {
+		st.Desc = "no history recorded: the state when the snapshot was taken"
+	}
+	segs := a.segmentsAt(i)
+	live := a.liveAt(i)
+	slices.SortFunc(live, func(x, y int) int { return cmp.Compare(a.allocs[x].addr, a.allocs[y].addr) })
+	var arenas []span
+	for _, s := range a.arenas {
+		if s.start <= i && i < s.end {
+			arenas = append(arenas, s)
+		}
+	}
+	slices.SortFunc(arenas, func(x, y span) int { return cmp.Compare(x.addr, y.addr) })
+	bySeg := make([][]int, len(segs))
+	for _, j := range live {
+		al := &a.allocs[j]
+		st.Active += al.amount
+		st.Blocks++
+		k := sort.Search(len(segs), func(k int) bool { return segs[k].addr+segs[k].size > al.addr })
+		if k == len(segs) || segs[k].addr > al.addr {
+			st.Unplaced++
+			continue
+		}
+		bySeg[k] = append(bySeg[k], j)
+	}
+	shown := 0
+	for k, sg := range segs {
+		st.Reserved += sg.size
+		ss := SegState{Address: sg.addr, Size: sg.size, Type: sg.typ, Blocks: []BlockTile{}}
+		at, end := sg.addr, sg.addr+sg.size
+		gap := func(to int64) {
+			for at < to {
+				// split free space by the arenas that hold it
+				next, state := to, device.StateInactive
+				for _, r := range arenas {
+					if r.addr <= at && at < r.addr+r.size {
+						next, state = min(to, r.addr+r.size), stateArena
+						break
+					}
+					if r.addr > at && r.addr < next {
+						next = r.addr
+					}
+				}
+				if next <= at {
+					break // an inconsistent file: do not loop
+				}
+				ss.Blocks = append(ss.Blocks, BlockTile{Address: at, Size: next - at, State: state})
+				at = next
+			}
+		}
+		for _, j := range bySeg[k] {
+			al := &a.allocs[j]
+			gap(min(al.addr, end))
+			state := device.StateActiveAllocated
+			if al.pendingFrom <= i {
+				state = statePendingFree
+			}
+			ss.Blocks = append(ss.Blocks, BlockTile{Address: al.addr, Size: al.size, Requested: al.requested, State: state,
+				Category: al.category, Where: a.where(al), Color: a.series[al.series].color})
+			ss.Active += al.size
+			at = max(at, min(al.addr+al.size, end))
+		}
+		gap(end)
+		if shown+len(ss.Blocks) > MaxStateBlocks {
+			st.Truncated = true
+		}
+		shown += len(ss.Blocks)
+		st.Segments = append(st.Segments, ss)
+	}
+	return st
+}
+
+type segRange struct {
+	addr, size int64
+	typ        string
+	stream     int64
+}
+
+// segmentsAt undoes the segment events after i from the final segments.
+func (a *Analysis) segmentsAt(i int) []segRange {
+	var segs []segRange
+	for _, g := range a.snap.Segments {
+		if g.Device == a.device {
+			segs = append(segs, segRange{addr: g.Address, size: g.TotalSize, typ: g.Type, stream: g.Stream})
+		}
+	}
+	slices.SortFunc(segs, func(x, y segRange) int { return cmp.Compare(x.addr, y.addr) })
+	find := func(addr int64) int {
+		return sort.Search(len(segs), func(k int) bool { return segs[k].addr+segs[k].size > addr })
+	}
+	for j := len(a.events) - 1; j > i; j-- {
+		e := &a.events[j]
+		switch e.Action {
+		case device.ActionSegmentFree: // undo: the segment comes back
+			k := find(e.Addr)
+			segs = slices.Insert(segs, k, segRange{addr: e.Addr, size: e.Size, typ: e.Pool, stream: e.Stream})
+		case device.ActionSegmentAlloc: // undo: the segment goes
+			if k := find(e.Addr); k < len(segs) && segs[k].addr == e.Addr {
+				segs = slices.Delete(segs, k, k+1)
+			}
+		case actionSegmentUnmap: // undo: the range is mapped again, merged with its neighbours
+			k := find(e.Addr)
+			r := segRange{addr: e.Addr, size: e.Size, typ: e.Pool, stream: e.Stream}
+			if k < len(segs) && segs[k].addr < r.addr+r.size {
+				continue // overlaps a mapped range: an inconsistent file
+			}
+			if k < len(segs) && segs[k].addr == r.addr+r.size && segs[k].stream == r.stream {
+				r.size += segs[k].size
+				r.typ = cmp.Or(r.typ, segs[k].typ)
+				segs = slices.Delete(segs, k, k+1)
+			}
+			if k > 0 && segs[k-1].addr+segs[k-1].size == r.addr && segs[k-1].stream == r.stream {
+				segs[k-1].size += r.size
+				continue
+			}
+			segs = slices.Insert(segs, k, r)
+		case actionSegmentMap: // undo: the range is unmapped, splitting its segment
+			k := find(e.Addr)
+			if k == len(segs) || segs[k].addr > e.Addr || e.Addr+e.Size > segs[k].addr+segs[k].size {
+				continue
+			}
+			g := segs[k]
+			left := segRange{addr: g.addr, size: e.Addr - g.addr, typ: g.typ, stream: g.stream}
+			right := segRange{addr: e.Addr + e.Size, size: g.addr + g.size - e.Addr - e.Size, typ: g.typ, stream: g.stream}
+			segs = slices.Delete(segs, k, k+1)
+			if right.size > 0 {
+				segs = slices.Insert(segs, k, right)
+			}
+			if left.size > 0 {
+				segs = slices.Insert(segs, k, left)
+			}
+		}
+	}
+	return segs
+}
+
+func (a *Analysis) describe(i int) string {
+	e := &a.events[i]
+	var b strings.Builder
+	fmt.Fprintf(&b, "event %d: %s", i, e.Action)
+	switch e.Action {
+	case device.ActionOOM:
+		fmt.Fprintf(&b, " of %s", device.FormatBytes(e.Size))
+	case device.ActionSnapshot, device.ActionEmptyCache:
+	default:
+		if e.Addr == 0 {
+			fmt.Fprintf(&b, " %s (no address)", device.FormatBytes(e.Size))
+		} else {
+			fmt.Fprintf(&b, " %s at %#x", device.FormatBytes(e.Size), e.Addr)
+		}
+	}
+	if e.Category != "" && e.Category != categoryUnknown {
+		fmt.Fprintf(&b, ", %s", e.Category)
+	}
+	if w := whereOf(a.snap.Source, e.Category, e.Module, e.Op, e.Frames); w != "" {
+		fmt.Fprintf(&b, ", %s", w)
+	}
+	return b.String()
+}

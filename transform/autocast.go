@@ -1,0 +1,613 @@
+package transform
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Precision is a training step's numeric precision.
+//
+// The cpu kernels compute in float32 only, so the low-precision modes are
+// emulated: a value "held in bfloat16" is a float32 tensor whose numbers
+// are exactly bfloat16 numbers, made by rounding (a cast to bfloat16 and
+// back, round-to-nearest-even). An op "run in bfloat16" reads rounded
+// operands, computes in float32 (the float32 accumulation of real bf16/fp16
+// matmul and convolution kernels) and has its outputs rounded. That is
+// exactly what a bf16/fp16 kernel with float32 accumulation computes, up to
+// the order of the float32 summation. Saved activations held in low
+// precision are stored in their 16-bit form between forward and backward
+// (Compress), so activation memory behaves like real mixed precision;
+// values in flight inside the forward or backward pass stay 4 bytes, and a
+// low-precision op reads transient float32 copies of its rounded operands
+// where a native kernel would read 2-byte ones (the plan counts them).
+//
+//   - FP32: everything in float32 (the identity).
+//   - BF16Mixed, FP16Mixed: PyTorch's autocast. Ops of LowPrecisionOps
+//     (matmul, linear, conv2d, attention, and their backward ops) run in the
+//     low type; ops of FP32Ops (softmax, log-softmax, layer and group norm,
+//     losses, exp/log/pow, forward reductions) run in float32; batch norm
+//     returns its input's type (FirstInputOps); every other op runs in the
+//     type of its inputs, float32 if any floating input is float32 (type
+//     promotion). Parameters stay float32 in the store (master weights): the
+//     graph rounds them where a low-precision op reads them. A linear
+//     layer's bias add is part of the layer (addmm): the bias is rounded
+//     and the sum rounded once. In the backward pass the gradients of
+//     low-precision values are low-precision too, but rounded lazily: where
+//     a low-precision or float32 op reads them and where they reach a
+//     parameter's gradient (op.AccumulateRounded), so parameter gradients
+//     are low-precision numbers, as the upcast of a bf16 .grad is; the
+//     elementwise ops in between are not rounded one by one (PyTorch
+//     rounds after each, so the two can differ by a double rounding).
+//     FP16Mixed needs a GradScaler (train.Trainer.SetPrecision installs
+//     one).
+//   - BF16True: everything in bfloat16: every floating output is rounded
+//     (normalization statistics and logsumexps excepted, which bf16 kernels
+//     keep in float32), step inputs are rounded, and parameters and buffers
+//     are rounded in place at the start of each step, which rounds the
+//     optimizer's previous update as a bf16 parameter tensor would. The
+//     optimizer's own state stays float32 (in PyTorch it would be bf16), and
+//     parameters and gradients still take 4 bytes each in the store.
+type Precision uint8
+
+const (
+	FP32 Precision = iota
+	BF16Mixed
+	FP16Mixed
+	BF16True
+)
+
+var precisionNames = [...]string{"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"}
+
+// Precisions is the list of names ParsePrecision accepts.
+var Precisions = precisionNames[:]
+
+func (p Precision) String() string {
+	if int(p) < len(precisionNames) {
+		return precisionNames[p]
+	}
+	return fmt.Sprintf("Precision(%d)", p)
+}
+
+// ParsePrecision returns the precision named name: fp32, bf16-mixed,
+// fp16-mixed or bf16-true.
+func ParsePrecision(name string) (Precision, error) {
+	for i, n := range precisionNames {
+		if n == name {
+			return Precision(i), nil
+		}
+	}
+	return FP32, fmt.Errorf("unknown precision %q (valid: %s)", name, strings.Join(precisionNames[:], ", "))
+}
+
+// LowDType is the 16-bit type of the mode (float32 for FP32).
+func (p Precision) LowDType() tensor.DType {
+	switch p {
+	case BF16Mixed, BF16True:
+		return tensor.BFloat16
+	case FP16Mixed:
+		return tensor.Float16
+	}
+	return tensor.Float32
+}
+
+// Format is the storage format of the mode's low-precision values.
+func (p Precision) Format() Format {
+	switch p {
+	case BF16Mixed, BF16True:
+		return BF16
+	case FP16Mixed:
+		return FP16
+	}
+	return Keep
+}
+
+// NeedsScaler reports whether training in p needs dynamic loss scaling
+// (float16's narrow range: small gradients underflow without it).
+func (p Precision) NeedsScaler() bool { return p == FP16Mixed }
+
+// LowPrecisionOps run in the low type under the mixed modes (PyTorch's
+// autocast "lower precision" list: mm, matmul, linear, conv2d,
+// scaled_dot_product_attention), with the backward ops that autograd runs
+// in the same type.
+var LowPrecisionOps = map[string]bool{
+	"matmul": true, "conv2d": true, "scaled_dot_product_attention": true,
+	"conv2d_backward_input": true, "conv2d_backward_weight": true, "scaled_dot_product_attention_backward": true,
+}
+
+// FP32Ops run in float32 under the mixed modes (PyTorch's autocast float32
+// list: softmax, log_softmax, norms, losses, exp, log, pow, reductions),
+// with their backward ops.
+var FP32Ops = map[string]bool{
+	"softmax": true, "log_softmax": true, "_softmax_backward_data": true, "_log_softmax_backward_data": true,
+	"layer_norm": true, "layer_norm_backward": true, "group_norm": true, "group_norm_backward": true,
+	"cross_entropy": true, "cross_entropy_backward": true, "mse_loss": true, "mse_loss_backward": true,
+	"l1_loss": true, "l1_loss_backward": true,
+	"exp": true, "log": true, "pow": true, "rsqrt": true, "reciprocal": true,
+}
+
+// FirstInputOps compute in float32 and return output 0 in the type of
+// input 0 whatever the type of their parameters: batch norm, which
+// PyTorch's autocast leaves off its lists and whose kernels take a bf16 or
+// fp16 input with float32 weight, bias and statistics (its saved mean and
+// inverse standard deviation stay float32).
+var FirstInputOps = map[string]bool{"batch_norm": true, "batch_norm_backward": true}
+
+// gradOfInput maps float32 backward ops to the input holding the forward
+// value whose gradient their output 0 is.
+var gradOfInput = map[string]int{
+	"cross_entropy_backward": 1, "layer_norm_backward": 1, "group_norm_backward": 1,
+	"mse_loss_backward": 1, "l1_loss_backward": 1,
+}
+
+// fp32ForwardOps are reductions: float32 in the forward pass. In the
+// backward pass a reduction is a gradient's sum over broadcast axes (a
+// bias gradient), which autograd computes in the gradient's type.
+var fp32ForwardOps = map[string]bool{"sum": true, "mean": true, "amax": true}
+
+// exactOps produce, from low-precision inputs, only values that are already
+// low-precision numbers (selections, sign changes, data movement), so their
+// outputs need no rounding.
+var exactOps = map[string]bool{
+	"relu": true, "relu_backward": true, "relu_backward_mask": true, "max_pool2d": true,
+	"reshape": true, "permute": true, "expand": true, "slice": true, "slice_backward": true,
+	"cat": true, "split_with_sizes": true, "neg": true, "abs": true, "maximum": true, "minimum": true,
+	"upsample_nearest2d": true,
+}
+
+// LowValues is the set of float32 values of an autocast graph that hold
+// low-precision numbers exactly.
+type LowValues struct {
+	set    map[*trace.Tensor]bool
+	format Format
+}
+
+// Has reports whether t holds low-precision numbers.
+func (l LowValues) Has(t *trace.Tensor) bool { return l.set[t] }
+
+// Len is the number of low-precision values.
+func (l LowValues) Len() int { return len(l.set) }
+
+// Storing returns the policy that stores saved low-precision values in
+// their 16-bit format (losslessly, as real mixed precision holds them),
+// ReLU outputs read only as masks as bits, and asks c (nil: keep
+// everything) about the others. For a low-precision value c may still
+// choose Int8; BF16 or FP16 mean the mode's format.
+func (l LowValues) Storing(c CompressPolicy) CompressPolicy { return lowPolicy{l, c} }
+
+type lowPolicy struct {
+	low  LowValues
+	then CompressPolicy
+}
+
+func (p lowPolicy) Format(s Saved) Format {
+	f := Keep
+	if p.then != nil {
+		f = p.then.Format(s)
+	}
+	switch {
+	case !p.low.Has(s.Value) || f == Bits || f == Int8 || f == Offload:
+		return f
+	case s.MaskOnly():
+		// A real run keeps 2 bytes; the emulation would also need a
+		// float32 copy in the backward pass. The mask is exact and smaller.
+		return Bits
+	}
+	return p.low.format
+}
+
+func (p lowPolicy) Exact(t *trace.Tensor, f Format) bool { return f == p.low.format && p.low.Has(t) }
+
+// AutocastStats describes what Autocast did.
+type AutocastStats struct {
+	Rounded int // values rounded to the low type (cast pairs inserted)
+	Low     int // values holding low-precision numbers
+}
+
+// Autocast returns a copy of g computing in precision p, emulated in
+// float32 as Precision describes, and the set of its values that hold
+// low-precision numbers. FP32 returns g itself.
+func Autocast(g *trace.Graph, p Precision) (*trace.Graph, LowValues, AutocastStats, error) {
+	low := LowValues{set: map[*trace.Tensor]bool{}, format: p.Format()}
+	var st AutocastStats
+	if p == FP32 {
+		return g, low, st, nil
+	}
+	if p > BF16True {
+		return nil, low, st, fmt.Errorf("transform: unknown precision %v", p)
+	}
+	a := &autocast{g: g, p: p, lo: p.LowDType(), out: trace.New(), low: low.set, logical: map[*trace.Tensor]bool{}, st: &st,
+		mapped: map[*trace.Tensor]*trace.Tensor{}, rounded: map[roundKey]*trace.Tensor{}}
+	err := trace.Capture(a.run)
+	st.Low = len(low.set)
+	if err != nil {
+		return nil, low, st, err
+	}
+	return a.out, low, st, nil
+}
+
+type roundKey struct {
+	t        *trace.Tensor
+	backward bool
+}
+
+type autocast struct {
+	g, out *trace.Graph
+	p      Precision
+	lo     tensor.DType
+	// low holds the values (of out) that are low-precision numbers;
+	// logical also those a real run would hold in the low type but that
+	// the emulation rounds only where it matters (gradients in the
+	// backward pass, see mixedBackward).
+	low, logical map[*trace.Tensor]bool
+	st           *AutocastStats
+	mapped       map[*trace.Tensor]*trace.Tensor
+	rounded      map[roundKey]*trace.Tensor
+	// fusedAdd marks the bias adds of linear layers (in g); fusedMatmul
+	// the matmuls whose output goes only to such an add (in g).
+	fusedAdd, fusedMatmul map[*trace.Node]bool
+}
+
+// inner reports whether n runs in the backward pass (or is recomputed for
+// it): its roundings are its own, not the forward's.
+func inner(n *trace.Node) bool { return n.Phase != trace.Forward || n.Recompute }
+
+func isF32(t *trace.Tensor) bool { return t.DType() == tensor.Float32 }
+
+// round returns the rounded copy of t (of out) for consumer n (of g),
+// recorded with n's module and phase. A value rounded in the forward pass
+// is rounded once (its saved copy serves the backward); a parameter is
+// rounded again in the backward pass rather than keeping a copy alive
+// across the step, by op.Round (no 16-bit intermediate: the float32 master
+// is not in the arena). Other values go through a cast to the 16-bit type
+// and back, whose 16-bit half is what Compress stores if the backward
+// reads the value.
+func (a *autocast) round(t *trace.Tensor, n *trace.Node) *trace.Tensor {
+	if a.low[t] {
+		return t
+	}
+	if r := a.roundedCopy(t, n); r != nil {
+		return r
+	}
+	var r *trace.Tensor
+	at(a.out, n.Module, n.Phase, func() {
+		if t.Node.Kind == trace.KindState {
+			r = op.Apply1(&op.Round{To: a.lo}, t)
+		} else {
+			lo := op.To(t, a.lo)
+			lo.Node.Recompute = n.Recompute
+			r = op.To(lo, tensor.Float32)
+		}
+		r.Node.Recompute = n.Recompute
+	})
+	a.st.Rounded++
+	a.rounded[roundKey{t, inner(n)}] = r
+	a.low[r], a.logical[r] = true, true
+	return r
+}
+
+// roundedCopy is the rounded copy of t that consumer n may read, if one
+// was made: the forward's copy serves the backward, except for parameters.
+func (a *autocast) roundedCopy(t *trace.Tensor, n *trace.Node) *trace.Tensor {
+	if r, ok := a.rounded[roundKey{t, inner(n)}]; ok {
+		return r
+	}
+	if inner(n) && t.Node.Kind != trace.KindState {
+		return a.rounded[roundKey{t, false}]
+	}
+	return nil
+}
+
+// exactConst reports whether a constant's numbers are all low-precision
+// numbers.
+func (a *autocast) exactConst(c *tensor.Tensor) bool {
+	if c.DType != tensor.Float32 {
+		return false
+	}
+	for _, v := range c.F32() {
+		var r float32
+		if a.lo == tensor.BFloat16 {
+			r = tensor.BFloat16ToFloat32(tensor.Float32ToBFloat16(v))
+		} else {
+			r = tensor.Float16ToFloat32(tensor.Float32ToFloat16(v))
+		}
+		if r != v && (r == r || v == v) {
+			return false
+		}
+	}
+	return true
+}
+
+// findFused finds linear layers' matmul + bias add pairs: a matmul whose
+// output's only reader is an add with a 1-D parameter.
+func (a *autocast) findFused() {
+	a.fusedAdd, a.fusedMatmul = map[*trace.Node]bool{}, map[*trace.Node]bool{}
+	cons := a.g.Consumers()
+	for _, n := range a.g.Nodes {
+		if n.Kind != trace.KindOp || n.Phase != trace.Forward {
+			continue
+		}
+		if _, ok := n.Op.(*op.MatMul); !ok || len(cons[n.ID]) != 1 {
+			continue
+		}
+		add := cons[n.ID][0]
+		b, ok := add.Op.(*op.Binary)
+		if !ok || b.Kind != op.AddKind || add.Phase != n.Phase || add.Recompute != n.Recompute {
+			continue
+		}
+		other := add.Inputs[1]
+		if add.Inputs[0] != n.Outputs[0] {
+			other = add.Inputs[0]
+			if add.Inputs[1] != n.Outputs[0] {
+				continue
+			}
+		}
+		if other.Node.Kind == trace.KindState && len(other.Shape()) == 1 && isF32(other) {
+			a.fusedAdd[add], a.fusedMatmul[n] = true, true
+		}
+	}
+}
+
+func (a *autocast) run() {
+	a.findFused()
+	for _, n := range a.g.Nodes {
+		ins := make([]*trace.Tensor, len(n.Inputs))
+		for i, in := range n.Inputs {
+			ins[i] = a.mapped[in]
+			if ins[i] == nil {
+				panic(&trace.ShapeError{Module: n.Module, Op: "autocast", Err: fmt.Errorf("input %d of %s has no mapping", i, n.Label())})
+			}
+			// A value a real run holds in the low type is read in it
+			// wherever a rounded copy exists, so the float32 original can
+			// die at the rounding.
+			if a.logical[ins[i]] && !a.low[ins[i]] {
+				if r := a.roundedCopy(ins[i], n); r != nil {
+					ins[i] = r
+				}
+			}
+		}
+		var outs []*trace.Tensor
+		switch {
+		case n.Kind == trace.KindState:
+			outs = a.clone(n, nil)
+			if a.p == BF16True && isF32(outs[0]) && (n.Category == "parameter" || n.Category == "buffer") {
+				at(a.out, n.Module, n.Phase, func() { op.RoundStateInPlace(outs[0], a.lo) })
+				a.low[outs[0]], a.logical[outs[0]] = true, true
+			}
+		case n.Kind == trace.KindConst:
+			outs = a.clone(n, nil)
+			if a.exactConst(n.Const) {
+				a.low[outs[0]], a.logical[outs[0]] = true, true
+			} else if a.p == BF16True && isF32(outs[0]) {
+				outs[0] = a.round(outs[0], n)
+			}
+		case n.Kind == trace.KindInput:
+			outs = a.clone(n, nil)
+			if a.p == BF16True && isF32(outs[0]) {
+				outs[0] = a.round(outs[0], n)
+			}
+		case isEffect(n):
+			outs = a.effect(n, ins)
+		case a.p == BF16True && n.Phase == trace.Forward:
+			outs = a.clone(n, ins)
+			a.roundOutputs(n, outs, a.exact(n, ins))
+		case a.p == BF16True:
+			outs = a.trueBackward(n, ins)
+		case n.Phase == trace.Forward:
+			outs = a.mixedForward(n, ins)
+		default:
+			outs = a.mixedBackward(n, ins)
+		}
+		for i, o := range n.Outputs {
+			a.mapped[o] = outs[i]
+		}
+	}
+	for i, t := range a.g.Outputs {
+		a.out.Output(a.g.OutputNames[i], a.mapped[t])
+	}
+}
+
+// clone copies n into the output graph. The returned slice is the caller's
+// to change (Clone returns the new node's own Outputs).
+func (a *autocast) clone(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
+	return append([]*trace.Tensor(nil), a.out.Clone(n, ins)...)
+}
+
+func isEffect(n *trace.Node) bool {
+	_, ok := n.Op.(trace.Effecter)
+	return n.Kind == trace.KindOp && ok
+}
+
+// exact reports whether op n, reading ins, produces low-precision numbers
+// without rounding: an exactOps op whose floating inputs all hold them.
+func (a *autocast) exact(n *trace.Node, ins []*trace.Tensor) bool {
+	return exactOps[n.Op.Name()] && all(ins, a.low)
+}
+
+// all reports whether ins has floating values and set holds all of them.
+func all(ins []*trace.Tensor, set map[*trace.Tensor]bool) bool {
+	any := false
+	for _, t := range ins {
+		if !t.DType().IsFloat() {
+			continue
+		}
+		if !set[t] {
+			return false
+		}
+		any = true
+	}
+	return any
+}
+
+// roundOutputs rounds n's floating outputs (statistics excepted) in place
+// in outs, or, with exact, marks them low-precision as they are.
+func (a *autocast) roundOutputs(n *trace.Node, outs []*trace.Tensor, exact bool) {
+	for i, o := range outs {
+		if !isF32(o) || statistic(o) {
+			continue
+		}
+		if exact {
+			a.low[o], a.logical[o] = true, true
+		} else {
+			outs[i] = a.round(o, n)
+		}
+	}
+}
+
+// roundInputs rounds n's float32 operands (statistics excepted) in ins;
+// with onlyLogical, only those a real run would hold in the low type.
+func (a *autocast) roundInputs(n *trace.Node, ins []*trace.Tensor, onlyLogical bool) {
+	for i, t := range ins {
+		if isF32(t) && !statistic(t) && (!onlyLogical || a.logical[t]) {
+			ins[i] = a.round(t, n)
+		}
+	}
+}
+
+// mixedForward records forward node n under the mixed modes: every value a
+// real run holds in the low type is rounded where it is produced, so that
+// saved activations are low-precision numbers (stored losslessly in 16
+// bits) and recomputation reproduces them.
+func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
+	name := n.Op.Name()
+	switch {
+	case LowPrecisionOps[name]:
+		a.roundInputs(n, ins, false)
+		outs := a.clone(n, ins)
+		if !a.fusedMatmul[n] { // else rounded after the bias add
+			a.roundOutputs(n, outs, false)
+		}
+		return outs
+	case a.fusedAdd[n]:
+		// addmm: round the bias, not the unrounded product.
+		for i, t := range ins {
+			if t.Node.Kind == trace.KindState {
+				ins[i] = a.round(t, n)
+			}
+		}
+		outs := a.clone(n, ins)
+		a.roundOutputs(n, outs, false)
+		return outs
+	case FP32Ops[name], fp32ForwardOps[name]:
+		return a.clone(n, ins)
+	case FirstInputOps[name]:
+		outs := a.clone(n, ins)
+		if a.low[ins[0]] {
+			a.roundOutputs(n, outs[:1], false)
+		}
+		return outs
+	}
+	outs := a.clone(n, ins)
+	if all(ins, a.low) {
+		a.roundOutputs(n, outs, exactOps[name])
+	}
+	return outs
+}
+
+// mixedBackward records backward node n under the mixed modes. Gradients
+// a real run holds in the low type (those of low-precision values) are
+// rounded lazily: where a low-precision or float32 op reads them, and
+// where they are accumulated into a parameter's gradient, not after every
+// elementwise op in between. Numerically that is the real run without its
+// intermediate double roundings; in memory it saves a rounded copy per
+// elementwise backward op.
+func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
+	name := n.Op.Name()
+	switch {
+	case LowPrecisionOps[name]:
+		a.roundInputs(n, ins, false)
+		outs := a.clone(n, ins)
+		a.markLogical(outs)
+		return outs
+	case FP32Ops[name]:
+		a.roundInputs(n, ins, true)
+		outs := a.clone(n, ins)
+		// The gradient of a low-precision input has its type (autocast's
+		// cast to float32 casts the gradient back).
+		if i, ok := gradOfInput[name]; ok && a.logical[ins[i]] {
+			a.markLogical(outs[:1])
+		}
+		return outs
+	case FirstInputOps[name]:
+		a.roundInputs(n, ins[:1], true)
+		outs := a.clone(n, ins)
+		if a.logical[ins[0]] {
+			a.markLogical(outs[:1])
+		}
+		return outs
+	}
+	outs := a.clone(n, ins)
+	if all(ins, a.logical) {
+		if exactOps[name] && all(ins, a.low) {
+			a.roundOutputs(n, outs, true)
+		} else {
+			a.markLogical(outs)
+		}
+	}
+	return outs
+}
+
+// trueBackward records backward node n under bf16-true: every op reads
+// rounded operands, rounded lazily as in mixedBackward (each gradient once,
+// where a non-exact op first reads it; rounding commutes with the exact
+// ops), which is numerically the same as rounding every output.
+func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
+	if exactOps[n.Op.Name()] {
+		outs := a.clone(n, ins)
+		if all(ins, a.low) {
+			a.roundOutputs(n, outs, true)
+		} else if all(ins, a.logical) {
+			a.markLogical(outs)
+		}
+		return outs
+	}
+	a.roundInputs(n, ins, true)
+	outs := a.clone(n, ins)
+	a.markLogical(outs)
+	return outs
+}
+
+// effect records side-effect node n: a gradient
+// that a real run holds in the low type reaches a parameter's float32
+// gradient rounded (op.AccumulateRounded), with no rounded copy.
+func (a *autocast) effect(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
+	if acc, ok := n.Op.(*op.Accumulate); ok && isF32(ins[1]) && a.logical[ins[1]] && !a.low[ins[1]] {
+		at(a.out, n.Module, n.Phase, func() {
+			a.out.Apply(&op.AccumulateRounded{To: a.lo, Add: acc.Add}, ins...)
+		})
+		return nil
+	}
+	return a.clone(n, ins)
+}
+
+// markLogical marks float32 outputs (statistics excepted) as values a real
+// run would hold in the low type.
+func (a *autocast) markLogical(outs []*trace.Tensor) {
+	for _, o := range outs {
+		if isF32(o) && !statistic(o) {
+			a.logical[o] = true
+		}
+	}
+}
+
+// ApplyPrecision is what a training step goes through after autodiff and
+// rematerialization: Autocast to precision p, then Compress with the
+// saved low-precision values stored in their 16-bit format and the others
+// as c says (nil: kept). With FP32 and no c it returns g.
+func ApplyPrecision(g *trace.Graph, p Precision, c CompressPolicy) (*trace.Graph, error) {
+	if p == FP32 && c == nil {
+		return g, nil
+	}
+	g, low, _, err := Autocast(g, p)
+	if err != nil {
+		return nil, err
+	}
+	if p != FP32 {
+		c = low.Storing(c)
+	}
+	g, _, err = Compress(g, c)
+	return g, err
+}

@@ -1,0 +1,169 @@
+package transform_test
+
+import (
+	"context"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+// setup configures a trainer before its first step.
+type setup struct {
+	precision transform.Precision
+	compress  transform.CompressPolicy
+	remat     transform.Policy
+}
+
+func (s setup) apply(tr *train.Trainer) {
+	tr.Remat = s.remat
+	tr.Compress = s.compress
+	tr.SetPrecision(s.precision)
+}
+
+// outcome of one step of a zoo model on a fixed random batch.
+type outcome struct {
+	loss  float64
+	grads map[string][]float32
+	names []string
+	plan  train.MemoryPlan
+	prog  *trace.Graph
+}
+
+// randomBatch returns a reproducible batch for spec.
+func randomBatch(spec zoo.Spec, n int, seed int64) (x, y *tensor.Tensor) {
+	xm, ym := spec.Example(n)
+	r := rand.New(rand.NewSource(seed))
+	x = tensor.New(xm.DType, xm.Shape)
+	y = tensor.New(ym.DType, ym.Shape)
+	switch xm.DType {
+	case tensor.Float32:
+		for i := range x.F32() {
+			x.F32()[i] = float32(r.NormFloat64())
+		}
+	case tensor.Int64:
+		for i := range x.I64() {
+			x.I64()[i] = int64(r.Intn(10))
+		}
+	}
+	switch ym.DType {
+	case tensor.Int64:
+		for i := range y.I64() {
+			y.I64()[i] = int64(r.Intn(10))
+		}
+	case tensor.Float32:
+		for i := range y.F32() {
+			y.F32()[i] = float32(r.NormFloat64())
+		}
+	}
+	return x, y
+}
+
+// step runs one training step (SGD with lr 0, so weights stay put) of a
+// zoo model under s on the cpu device, checks that the measured peak equals
+// the planned one, and returns the loss, the (unscaled) gradients, the plan
+// and the compiled graph.
+func step(t testing.TB, spec zoo.Spec, batch int, s setup) outcome {
+	t.Helper()
+	store := nn.NewStore()
+	m := spec.New(store.Root())
+	dev := device.CPU()
+	if err := store.Materialize(dev, 11); err != nil {
+		t.Fatal(err)
+	}
+	defer store.Release()
+	opt, _ := optim.NewSGD(optim.SGDConfig{LR: 0})
+	tr, err := train.New(dev, store, m, spec.Loss, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	s.apply(tr)
+	x, y := randomBatch(spec, batch, 5)
+	xm, ym := trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}
+	mp, err := tr.Plan(xm, ym)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := tr.Step(context.Background(), x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.Alloc.MaxMemoryAllocated(); got != mp.Total() {
+		t.Errorf("measured peak %d, planned %d", got, mp.Total())
+	}
+	o := outcome{loss: loss, grads: map[string][]float32{}, plan: mp}
+	for _, p := range store.Trainable() {
+		o.names = append(o.names, p.Name)
+		o.grads[p.Name] = append([]float32(nil), p.Grad.F32()...)
+	}
+	prog, err := tr.TrainProgram(xm, ym)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.prog = prog.Graph
+	return o
+}
+
+// planOnly plans a step of spec on the meta device under s.
+func planOnly(t testing.TB, spec zoo.Spec, batch int, s setup) train.MemoryPlan {
+	t.Helper()
+	store := nn.NewStore()
+	m := spec.New(store.Root())
+	dev := device.Meta()
+	if err := store.Materialize(dev, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer store.Release()
+	opt, _ := optim.NewSGD(optim.SGDConfig{LR: 0.1})
+	tr, err := train.New(dev, store, m, spec.Loss, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	s.apply(tr)
+	mp, err := tr.Plan(spec.Example(batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}
+
+// relErr is ||a-b|| / ||b|| over all gradients together, and the largest
+// per-parameter value.
+func relErr(a, b outcome) (total, worst float64, worstName string) {
+	var num, den float64
+	for _, name := range b.names {
+		var n, d float64
+		for i, v := range b.grads[name] {
+			e := float64(a.grads[name][i]) - float64(v)
+			n += e * e
+			d += float64(v) * float64(v)
+		}
+		num += n
+		den += d
+		if d > 0 {
+			if r := math.Sqrt(n / d); r > worst {
+				worst, worstName = r, name
+			}
+		}
+	}
+	return math.Sqrt(num / den), worst, worstName
+}
+
+func mustSpec(t testing.TB, name string) zoo.Spec {
+	t.Helper()
+	s, err := zoo.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
