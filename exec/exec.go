@@ -7,6 +7,7 @@ package exec
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/headroom-ml/headroom/cpu"
@@ -120,11 +121,50 @@ type NodeError struct {
 func (e *NodeError) Error() string { return fmt.Sprintf("exec: %s: %v", e.Node.Label(), e.Err) }
 func (e *NodeError) Unwrap() error { return e.Err }
 
+// NonFiniteError names the first node that produced a NaN or infinity.
+type NonFiniteError struct {
+	Node   *trace.Node
+	Output int
+	Index  int // flat index of the first bad element
+	Value  float64
+}
+
+func (e *NonFiniteError) Error() string {
+	m := e.Node.Module
+	if m == "" {
+		m = "(top level)"
+	}
+	return fmt.Sprintf("exec: first non-finite value (%v) in module %s, op %s (%s phase), output %d %v, element %d",
+		e.Value, m, e.Node.Op.Name(), e.Node.Phase, e.Output, e.Node.Outputs[e.Output].Meta, e.Index)
+}
+
+// firstNonFinite scans a float32 or float64 tensor.
+func firstNonFinite(t *tensor.Tensor) (int, float64, bool) {
+	switch t.DType {
+	case tensor.Float32:
+		for i, v := range t.F32() {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				return i, f, true
+			}
+		}
+	case tensor.Float64:
+		for i, f := range t.F64() {
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return i, f, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
 // Options tune one run.
 type Options struct {
 	// Observe, when set, is called after each node with its step index and
 	// how long it took (for profiles and timelines).
 	Observe func(step int, n *trace.Node, d time.Duration)
+	// CheckFinite stops the run at the first node whose floating-point
+	// output holds a NaN or an infinity, with a *NonFiniteError naming it.
+	CheckFinite bool
 }
 
 func category(c string) device.Category {
@@ -253,6 +293,13 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			}
 			if opts != nil && opts.Observe != nil {
 				opts.Observe(i, n, time.Since(start))
+			}
+			if opts != nil && opts.CheckFinite {
+				for j, o := range outs {
+					if k, v, bad := firstNonFinite(o); bad {
+						return nil, &NonFiniteError{Node: n, Output: j, Index: k, Value: v}
+					}
+				}
 			}
 		}
 		if i < len(p.Plan.Order)-1 {

@@ -248,14 +248,54 @@ func (t *Trainer) EvalProgram(x trace.Meta) (*exec.Program, error) {
 	return p, nil
 }
 
-// NonFiniteError stops training when the loss is NaN or infinite.
+// NonFiniteError stops training when the loss is NaN or infinite. First,
+// when found, names the first tensor of the step that was not finite.
 type NonFiniteError struct {
-	Step int
-	Loss float64
+	Step  int
+	Loss  float64
+	First *exec.NonFiniteError
 }
 
 func (e *NonFiniteError) Error() string {
-	return fmt.Sprintf("train: loss is %v at step %d", e.Loss, e.Step)
+	msg := fmt.Sprintf("train: loss is %v at step %d", e.Loss, e.Step)
+	if e.First != nil {
+		m := e.First.Node.Module
+		if m == "" {
+			m = "(top level)"
+		}
+		msg += fmt.Sprintf("; the first non-finite tensor is the output of %s in module %s (%s pass)", e.First.Node.Op.Name(), m, e.First.Node.Phase)
+	}
+	return msg
+}
+
+func (e *NonFiniteError) Unwrap() error {
+	if e.First == nil {
+		return nil
+	}
+	return e.First
+}
+
+// diagnose runs the micro-batches again, as the failed step ran them
+// (same dropout masks), checking every node's output, and returns the first
+// non-finite one. The optimizer has not run, so the weights are the same.
+func (t *Trainer) diagnose(ctx context.Context, micro []Batch, step int64) *exec.NonFiniteError {
+	saved, savedStep := t.RunOptions, t.step
+	opts := exec.Options{}
+	if saved != nil {
+		opts = *saved
+	}
+	opts.CheckFinite = true
+	t.RunOptions = &opts
+	t.step = step
+	defer func() { t.RunOptions, t.step = saved, savedStep }()
+	for i, b := range micro {
+		_, err := t.run(ctx, b.X, b.Y, i > 0, 1)
+		var nf *exec.NonFiniteError
+		if errors.As(err, &nf) {
+			return nf
+		}
+	}
+	return nil
 }
 
 // Step runs forward, backward and the optimizer on one batch and returns the
@@ -279,6 +319,7 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if err := t.Store.AllocGrads(); err != nil {
 		return 0, err
 	}
+	first := t.step // the step number of this step's first pass
 	weights := make([]float64, len(micro))
 	var total float64
 	for i, b := range micro {
@@ -309,7 +350,7 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		t.Store.ZeroGrad()
 	}
 	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) && t.Scaler == nil {
-		return loss, &NonFiniteError{Step: int(t.step), Loss: loss}
+		return loss, &NonFiniteError{Step: int(first), Loss: loss, First: t.diagnose(ctx, micro, first)}
 	}
 	if t.Opt == nil || !t.Device.HasData() {
 		return loss, nil
