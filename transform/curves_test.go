@@ -381,9 +381,9 @@ Produced by
 
 on the cpu device with ` + fmt.Sprint(parallel.Threads()) + ` threads. Every run starts from the same initialization (seed 1) and
 sees the same batches; only the numerics differ, except the last row of each table, an fp32 run
-from another initialization: the spread a change of seed causes, the yardstick for the others. "activations at
-peak" is the planned activation memory of one step (train.Trainer.Plan), which equals the measured
-peak. "fp32 + X saved" is fp32 training with saved activations stored as X (size threshold 4 KiB,
+from another initialization: the spread a change of seed causes, the yardstick for the others.
+"activations at peak" is the planned activation memory of one step (train.Trainer.Plan), which
+equals the measured peak. "fp32 + X saved" is fp32 training with saved activations stored as X (size threshold 4 KiB,
 ReLU masks as bits). fp16-mixed runs with the GradScaler (initial scale 2^16). Times include the
 float32 emulation of low precision (the cpu kernels compute in float32 only): rounding costs time
 here, it does not save it; they were taken on a shared machine and are indicative only.
