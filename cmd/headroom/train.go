@@ -43,6 +43,8 @@ type trainFlags struct {
 	snapshot  string
 	summary   bool
 	history   int
+	precision string
+	compress  string
 }
 
 func cmdTrain(ctx context.Context, args []string) error {
@@ -77,6 +79,8 @@ Flags:
 	fs.StringVar(&f.snapshot, "memory-snapshot", "", "record the allocator's history and write a memory snapshot to this file at the end (.json, or .pickle for PyTorch's memory_viz)")
 	fs.IntVar(&f.history, "memory-history", 100000, "events kept in the history ring buffer with --memory-snapshot")
 	fs.BoolVar(&f.summary, "memory-summary", false, "print the allocator's memory summary at the end of each epoch")
+	fs.StringVar(&f.precision, "precision", "fp32", "numeric precision: fp32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true (low precision is emulated on the cpu: operands and outputs rounded, float32 arithmetic)")
+	fs.StringVar(&f.compress, "compress", "none", "store saved activations compressed until the backward pass: none, masks, bf16, fp16, int8 or offload")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,6 +95,12 @@ Flags:
 		parallel.SetThreads(f.threads)
 	}
 	if _, err := budget.ParsePolicy(f.recompute); err != nil {
+		return err
+	}
+	if _, err := transform.ParsePrecision(f.precision); err != nil {
+		return err
+	}
+	if _, err := transform.ParseCompress(f.compress); err != nil {
 		return err
 	}
 	if f.recompute == "auto" && f.budget == "" {
@@ -224,8 +234,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	defer tr.Close()
 	tr.Remat = remat
-	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; device %v; %d threads\n",
-		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, dev, parallel.Threads())
+	prec, _ := transform.ParsePrecision(f.precision)
+	tr.SetPrecision(prec)
+	tr.Compress, _ = transform.ParseCompress(f.compress)
+	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; precision %s; device %v; %d threads\n",
+		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, f.precision, dev, parallel.Threads())
 
 	micro := (f.batch + accum - 1) / accum
 	xMeta := trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{micro, 1, dataset.Rows, dataset.Cols}}
