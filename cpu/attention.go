@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/vec"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -139,28 +140,74 @@ func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 			if o.Causal {
 				lim = min(cols, i0+r+1)
 			}
-			m := math.Inf(-1)
-			for _, x := range row[:lim] {
-				if f := float64(x) * scale; f > m {
-					m = f
-				}
-			}
-			var sum float64
-			for j, x := range row[:lim] {
-				e := math.Exp(float64(x)*scale - m)
-				row[j] = T(e)
-				sum += e
-			}
-			inv := 1 / sum
-			for j := range row[:lim] {
-				row[j] = T(float64(row[j]) * inv)
-			}
+			lse[b*g.t+i0+r] = T(attnSoftmaxRow(row[:lim], scale))
 			clear(row[lim:])
-			lse[b*g.t+i0+r] = T(m + math.Log(sum))
 		}
 		gemm(false, false, rows, g.dv, cols, sc, cols, vb, g.dv, y[(b*g.t+i0)*g.dv:], g.dv)
 	})
 	return nil
+}
+
+// attnSoftmaxRow replaces the scores of one row by softmax(scale*scores)
+// and returns the log of the normalizer, max + log(sum of exponentials).
+// float32 rows take the vectorized exponential; sums are in float64.
+func attnSoftmaxRow[T Float](row []T, scale float64) float64 {
+	if len(row) == 0 {
+		return math.Inf(-1)
+	}
+	m := math.Inf(-1)
+	for _, x := range row {
+		if f := float64(x) * scale; f > m {
+			m = f
+		}
+	}
+	var sum float64
+	if r32, ok := any(row).([]float32); ok {
+		done := vec.ExpAffine(r32, r32, float32(scale), float32(-m))
+		for j := done; j < len(r32); j++ {
+			r32[j] = expf(r32[j]*float32(scale) - float32(m))
+		}
+		sum = sum64(r32)
+		inv := float32(1 / sum)
+		for j := range r32 {
+			r32[j] *= inv
+		}
+		return m + math.Log(sum)
+	}
+	for j, x := range row {
+		e := math.Exp(float64(x)*scale - m)
+		row[j] = T(e)
+		sum += e
+	}
+	inv := 1 / sum
+	for j := range row {
+		row[j] = T(float64(row[j]) * inv)
+	}
+	return m + math.Log(sum)
+}
+
+// attnGradRow turns a row of recomputed scores p into probabilities
+// exp(scale*p - l) and a row of dP into dS = P*(dP - di)*scale (the scale
+// of the scores folded in).
+func attnGradRow[T Float](pr, dr []T, scale, l, di float64) {
+	dr = dr[:len(pr)]
+	if p32, ok := any(pr).([]float32); ok {
+		d32 := any(dr).([]float32)
+		done := vec.ExpAffine(p32, p32, float32(scale), float32(-l))
+		for j := done; j < len(p32); j++ {
+			p32[j] = expf(p32[j]*float32(scale) - float32(l))
+		}
+		s, d := float32(scale), float32(di)
+		for j, pj := range p32 {
+			d32[j] = pj * (d32[j] - d) * s
+		}
+		return
+	}
+	for j := range pr {
+		pj := math.Exp(float64(pr[j])*scale - l)
+		pr[j] = T(pj)
+		dr[j] = T(pj * (float64(dr[j]) - di) * scale)
+	}
 }
 
 func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
@@ -215,12 +262,7 @@ func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 					di += float64(x) * float64(yr[c])
 				}
 				pr, dr := p[r*cols:(r+1)*cols], ds[r*cols:(r+1)*cols]
-				for j := 0; j < lim; j++ {
-					pj := math.Exp(float64(pr[j])*scale - l)
-					pr[j] = T(pj)
-					// dS, with the scale of the scores folded in.
-					dr[j] = T(pj * (float64(dr[j]) - di) * scale)
-				}
+				attnGradRow(pr[:lim], dr[:lim], scale, l, di)
 				clear(pr[lim:])
 				clear(dr[lim:])
 			}

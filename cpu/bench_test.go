@@ -170,3 +170,32 @@ func BenchmarkElementwise(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNorm measures batch norm on ResNet-152's first stage (8×256×32×32)
+// and layer norm on GPT's activations (2048×384).
+func BenchmarkNorm(b *testing.B) {
+	x, c := f32(8, 256, 32, 32), f32(256)
+	ln, lc := f32(8, 256, 384), f32(384)
+	rows := f32(8, 256, 1)
+	for _, tc := range []struct {
+		name string
+		op   trace.Op
+		in   []trace.Meta
+	}{
+		{"batch_norm", &op.BatchNormOp{Training: true, Eps: 1e-5, HasWeight: true, HasBias: true}, []trace.Meta{x, c, c}},
+		{"batch_norm_backward", &op.BatchNormBackward{Training: true, HasWeight: true, HasBias: true}, []trace.Meta{x, x, c, c, c}},
+		{"layer_norm", &op.LayerNormOp{Dims: 1, Eps: 1e-5, HasWeight: true, HasBias: true}, []trace.Meta{ln, lc, lc}},
+		{"layer_norm_backward", &op.LayerNormBackward{Dims: 1, HasWeight: true, HasBias: true}, []trace.Meta{ln, ln, rows, rows, lc}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			k := newKernelCase(b, tc.op, tc.in...)
+			if tc.name == "batch_norm_backward" || tc.name == "layer_norm_backward" {
+				// invstd must be positive; the mean anything.
+				for i, v := range k.in[3].F32() {
+					k.in[3].F32()[i] = 1 + v*v
+				}
+			}
+			benchKernel(b, k, 0)
+		})
+	}
+}

@@ -79,9 +79,33 @@ func convTransposed(g op.ConvGeom) op.ConvGeom {
 		SH: 1, SW: 1, PH: -g.PH, PW: -g.PW, DH: -g.DH, DW: -g.DW, Groups: g.Groups}
 }
 
+// convInputGeom is the convolution the stride-1 input gradient of g is
+// computed as, and whether its weight is flipped: of ȳ padded by
+// (KH-1)*DH-PH rows and (KW-1)*DW-PW columns with the flipped weight,
+// when those paddings are not negative (a forward convolution like any
+// other), else convTransposed's.
+func convInputGeom(g op.ConvGeom) (gt op.ConvGeom, flip bool) {
+	qh, qw := (g.KH-1)*g.DH-g.PH, (g.KW-1)*g.DW-g.PW
+	if qh < 0 || qw < 0 {
+		return convTransposed(g), false
+	}
+	return op.ConvGeom{N: g.N, C: g.K, H: g.OH, W: g.OW, K: g.C, KH: g.KH, KW: g.KW, OH: g.H, OW: g.W,
+		SH: 1, SW: 1, PH: qh, PW: qw, DH: g.DH, DW: g.DW, Groups: g.Groups}, true
+}
+
 // convInputGradDirect reports whether the input gradient is computed as a
-// convolution of ȳ (stride 1) rather than with col2im.
-func convInputGradDirect(g op.ConvGeom) bool { return g.SH == 1 && g.SW == 1 }
+// convolution of ȳ (stride 1) rather than with col2im. For images with few
+// positions (deep layers) col2im is cheaper: the convolution of ȳ handles
+// the weight three times (transposed copy, packing) for a product with few
+// columns, where col2im only scatters C*KH*KW values per column, fewer as
+// long as a chunk has fewer than 2K columns.
+func convInputGradDirect(g op.ConvGeom) bool {
+	if g.SH != 1 || g.SW != 1 {
+		return false
+	}
+	p := g.OH * g.OW
+	return convChunk(g.N, p)*p >= 2*g.K || !convWeightTransposed(g)
+}
 
 // convWeightTransposed reports whether the direct input gradient needs the
 // weight permuted to [C, K/groups, KH, KW] (else, for 1x1 kernels, the
@@ -92,10 +116,12 @@ func convWeightTransposed(g op.ConvGeom) bool { return g.KH*g.KW > 1 }
 // the output of one chunk, when chunks hold more than one image.
 func convForwardScratch(g op.ConvGeom) int {
 	p := g.OH * g.OW
-	if nb := convChunk(g.N, p); nb > 1 {
-		return g.K * nb * p
+	nb := convChunk(g.N, p)
+	n := convGatherScratch(convFlat(g), nb)
+	if nb > 1 {
+		n += g.K * nb * p
 	}
-	return 0
+	return n
 }
 
 // convWorkspace is the scratch a conv node needs. It depends on the node's
@@ -118,12 +144,14 @@ func convWorkspace(n *trace.Node) int64 {
 		if nb > 1 {
 			elems = g.K * nb * p // ȳ of a chunk, gathered
 		}
+		elems += convGatherScratch(convFlat(g), nb)
 		if d, ok := directWgrad(g); ok {
 			elems = max(elems, d.cin*d.hp*d.wp)
 		}
 	case *op.Conv2dBackwardInput:
 		if convInputGradDirect(g) {
-			elems = convForwardScratch(convTransposed(g))
+			gt, _ := convInputGeom(g)
+			elems = convForwardScratch(gt)
 			if convWeightTransposed(g) {
 				elems += g.K * (g.C / g.Groups) * g.KH * g.KW
 			}
@@ -301,13 +329,25 @@ func (cp *convPacker[T]) fill(d []T, s *convSeg, skip, dh, dw, add int) {
 // copyRun is copy(d, s) for len(d) == len(s), inline for the short runs of
 // packing, where a call to memmove would cost more than the copy.
 func copyRun[T Float](d, s []T) {
+	if d32, ok := any(d).([]float32); ok {
+		copyRunF32(d32, any(s).([]float32))
+		return
+	}
+	copy(d, s[:len(d)])
+}
+
+// copyRunF32 is copyRun for float32, with fixed-size copies the compiler
+// does inline (a generic [8]T copy becomes a call to memmove).
+func copyRunF32(d, s []float32) {
 	s = s[:len(d)]
 	for len(d) >= 16 {
-		*(*[16]T)(d) = *(*[16]T)(s)
+		*(*[16]float32)(d) = *(*[16]float32)(s)
 		d, s = d[16:], s[16:]
 	}
 	if len(d) >= 8 {
-		*(*[8]T)(d) = *(*[8]T)(s)
+		d8, s8 := (*[8]float32)(d), (*[8]float32)(s)
+		d8[0], d8[1], d8[2], d8[3] = s8[0], s8[1], s8[2], s8[3]
+		d8[4], d8[5], d8[6], d8[7] = s8[4], s8[5], s8[6], s8[7]
 		d, s = d[8:], s[8:]
 	}
 	for i := range d {
@@ -327,8 +367,6 @@ func putRun[T Float](dst []T, jr, n, rowOff, pstride, nr int, src []T) {
 		switch {
 		case src == nil:
 			clear(d)
-		case m == 16:
-			*(*[16]T)(d) = *(*[16]T)(src)
 		default:
 			copyRun(d, src[:m])
 		}
@@ -458,6 +496,7 @@ func convForward[T Float](g op.ConvGeom, x, w, bias, y, ws []T, transW bool) {
 		if cnt > 1 {
 			out, ldo = ws[:g.K*cols], cols
 		}
+		xp := ws[g.K*nb*P*min(1, nb-1):]
 		for gi := 0; gi < g.Groups; gi++ {
 			lda := kk
 			if transW {
@@ -467,6 +506,13 @@ func convForward[T Float](g op.ConvGeom, x, w, bias, y, ws []T, transW bool) {
 				// col(x) is the image itself.
 				xi := x[(n0*g.C+gi*cg)*P:]
 				gemmBeta(transW, false, kg, cols, kk, w[gi*kg*kk:], lda, xi, P, 0, out[gi*kg*ldo:], ldo)
+				continue
+			}
+			if convGatherOK(g) {
+				bp := getInt32s(kk + cols)
+				ga := newConvGather(g, x, n0, cnt, gi, xp, gi == 0, *bp)
+				gemmFunc(transW, kg, cols, kk, w[gi*kg*kk:], lda, ga.packForward, true, 0, out[gi*kg*ldo:], ldo)
+				convGatherPool.Put(bp)
 				continue
 			}
 			cp := &convPacker[T]{g: g, x: x, rowBase: gi * kk, segs: *segp}
@@ -549,13 +595,14 @@ func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []
 		}
 	}
 	if convInputGradDirect(g) {
-		gt := convTransposed(g)
+		gt, flip := convInputGeom(g)
 		if !convWeightTransposed(g) {
 			// 1x1: group gi's weight [kg, cg] is the transposed matrix.
 			convForward(gt, gy, w, nil, gx, convScratch[T](ws, 0, convForwardScratch(gt)), true)
 			return nil
 		}
-		// wt[gi][c][k][kh][kw] = W[gi*kg+k][c][kh][kw].
+		// wt[gi][c][k][kh][kw] = W[gi*kg+k][c][kh][kw], or with kh, kw
+		// mirrored when flip.
 		khw := g.KH * g.KW
 		wt := convScratch[T](ws, 0, len(w))
 		parallel.For(g.K, max(1, 4096/(cg*khw)), func(k0, k1 int) {
@@ -564,8 +611,10 @@ func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []
 				for c := 0; c < cg; c++ {
 					src := w[(k*cg+c)*khw:][:khw]
 					dst := wt[((gi*cg+c)*kg+kl)*khw:][:khw]
-					if khw == 9 {
-						*(*[9]T)(dst) = *(*[9]T)(src)
+					if flip {
+						for i, v := range src {
+							dst[khw-1-i] = v
+						}
 					} else {
 						copy(dst, src)
 					}
@@ -619,16 +668,19 @@ func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws [
 		}
 	}
 	var gyc []T
-	if nb := convChunk(g.N, g.OH*g.OW); nb > 1 {
+	nb := convChunk(g.N, g.OH*g.OW)
+	if nb > 1 {
 		gyc = convScratch[T](ws, 0, g.K*nb*g.OH*g.OW)
 	}
-	convWeightGrad(g, gy, x, gw, gyc)
+	xp := convScratch[T](ws, len(gyc), convGatherScratch(convFlat(g), nb))
+	convWeightGrad(g, gy, x, gw, gyc, xp)
 	return nil
 }
 
 // convWeightGrad computes the weight gradient by implicit GEMM over chunks
-// of images; gyc holds a chunk of ȳ when chunks have more than one image.
-func convWeightGrad[T Float](g op.ConvGeom, gy, x, gw, gyc []T) {
+// of images; gyc holds a chunk of ȳ when chunks have more than one image,
+// xp a padded chunk of x when the packing gathers.
+func convWeightGrad[T Float](g op.ConvGeom, gy, x, gw, gyc, xp []T) {
 	P := g.OH * g.OW
 	kg, cg := g.K/g.Groups, g.C/g.Groups
 	kk := cg * g.KH * g.KW
@@ -654,6 +706,13 @@ func convWeightGrad[T Float](g op.ConvGeom, gy, x, gw, gyc []T) {
 				// col(x) is the image itself.
 				xi := x[(n0*g.C+gi*cg)*P:]
 				gemmBeta(false, true, kg, kk, cols, src[gi*kg*lds:], lds, xi, P, beta, gw[gi*kg*kk:], kk)
+				continue
+			}
+			if convGatherOK(g) {
+				bp := getInt32s(kk + cols)
+				ga := newConvGather(g, x, n0, cnt, gi, xp, gi == 0, *bp)
+				gemmFunc(false, kg, kk, cols, src[gi*kg*lds:], lds, ga.packWeightGrad, false, beta, gw[gi*kg*kk:], kk)
+				convGatherPool.Put(bp)
 				continue
 			}
 			cp := &convPacker[T]{g: g, x: x, rowBase: gi * kk, segs: *segp}

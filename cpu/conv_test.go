@@ -25,8 +25,8 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 		{1, 3, 6, 20, 4, 3, 3, 2, 0, 2, 2, true}, // dilation; output 16 wide
 		{2, 8, 3, 16, 32, 1, 1, 0, 0, 1, 1, true},
 		{1, 300, 2, 16, 2, 3, 3, 1, 1, 1, 1, false}, // more taps than one pass
-		{3, 4, 5, 16, 9, 3, 3, 1, 1, 1, 1, false},   // 9 output channels: overlapping groups of 4
-		{2, 2, 8, 16, 4, 5, 3, 2, 1, 1, 1, true},
+		{3, 4, 16, 16, 9, 3, 3, 1, 1, 1, 1, false},  // 9 output channels: overlapping groups of 4
+		{2, 2, 20, 16, 4, 5, 3, 2, 1, 1, 1, true},
 	} {
 		name := fmt.Sprintf("%+v", tc)
 		opts := op.ConvOpts{Padding: [2]int{tc.ph, tc.pw}, Dilation: [2]int{tc.dh, tc.dw}}
@@ -62,7 +62,7 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 		if dw, ok := directWgrad(g); ok {
 			gy := rnd(len(want))
 			wantW := make([]float32, len(w))
-			convWeightGrad(g, gy, x, wantW, make([]float32, g.K*g.N*P))
+			convWeightGrad(g, gy, x, wantW, make([]float32, g.K*g.N*P), nil)
 			gotW := make([]float32, len(w))
 			if !convDirectWgrad(g, gy, x, gotW, make([]float32, dw.cin*dw.hp*dw.wp)) {
 				t.Fatalf("%s: no direct weight gradient", name)

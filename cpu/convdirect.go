@@ -133,17 +133,28 @@ func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []f
 // around it.
 func (d directConv) pad(xi, xp []float32) {
 	plane, pplane := d.h*d.w, d.hp*d.wp
+	padR := d.wp - d.padL - d.w
 	parallel.For(d.cin, max(1, 8192/pplane), func(c0, c1 int) {
 		for c := c0; c < c1; c++ {
 			dst := xp[c*pplane : (c+1)*pplane]
 			clear(dst[:d.padT*d.wp])
+			src := xi[c*plane : (c+1)*plane]
+			// Row by row: the interior copied, the few padding columns
+			// stored one by one (clear and copy calls would cost more
+			// than they move).
+			o := d.padT * d.wp
 			for i := 0; i < d.h; i++ {
-				row := dst[(d.padT+i)*d.wp : (d.padT+i+1)*d.wp]
-				clear(row[:d.padL])
-				copy(row[d.padL:d.padL+d.w], xi[c*plane+i*d.w:])
-				clear(row[d.padL+d.w:])
+				row := dst[o : o+d.wp]
+				for j := 0; j < d.padL; j++ {
+					row[j] = 0
+				}
+				copyRunF32(row[d.padL:d.padL+d.w], src[i*d.w:(i+1)*d.w])
+				for j := d.wp - padR; j < d.wp; j++ {
+					row[j] = 0
+				}
+				o += d.wp
 			}
-			clear(dst[(d.padT+d.h)*d.wp:])
+			clear(dst[o:])
 		}
 	})
 }
@@ -151,9 +162,11 @@ func (d directConv) pad(xi, xp []float32) {
 // directWgrad is the geometry of the direct weight gradient of g (a padded
 // input image, as for the forward pass) when it has one: stride 1,
 // ungrouped, kernel rows 3 wide, output rows a multiple of 8 wide, at least
-// 4 output channels.
+// 4 output channels, and images of at least 256 output positions (below
+// that a pass is too short to repay reducing its 12 sums, and the implicit
+// GEMM is faster).
 func directWgrad(g op.ConvGeom) (directConv, bool) {
-	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.KW != 3 || g.OW%8 != 0 || g.OW == 0 || g.OH == 0 || g.K < 4 {
+	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.KW != 3 || g.OW%8 != 0 || g.OW == 0 || g.OH*g.OW < 256 || g.K < 4 {
 		return directConv{}, false
 	}
 	return directConv{cin: g.C, h: g.H, w: g.W, padT: g.PH, padL: g.PW,

@@ -88,3 +88,32 @@ func TestMasks(t *testing.T) {
 		t.Error("selectF32")
 	}
 }
+
+func TestMaxWindowF32(t *testing.T) {
+	nan := float32(math.NaN())
+	negZero := math.Float32frombits(1 << 31)
+	vals := []float32{0, negZero, 1, -1, 2, nan, float32(math.Inf(1)), float32(math.Inf(-1)), 1, 0}
+	x := make([]float32, 25)
+	for trial := 0; trial < 20000; trial++ {
+		s := uint32(trial*2654435761 + 12345)
+		for i := range x {
+			s = s*1664525 + 1013904223
+			x[i] = vals[s>>28%uint32(len(vals))]
+		}
+		best, at := float32(math.Inf(-1)), 0
+		for ih := 0; ih < 5; ih++ {
+			for iw := 1; iw < 4; iw++ {
+				if v := x[ih*5+iw]; v > best || v != v {
+					best, at = v, ih*5+iw
+				}
+			}
+		}
+		if ih0 := 0; at == 0 {
+			at = ih0*5 + 1
+		}
+		b, a := maxWindowF32(x, 5, 0, 5, 1, 1, 4, 1)
+		if a != at || math.Float32bits(b) != math.Float32bits(best) && !(b != b && best != best) {
+			t.Fatalf("window %v: got %v at %d, want %v at %d", x, b, a, best, at)
+		}
+	}
+}

@@ -67,6 +67,60 @@ func normNCS(s tensor.Shape) (n, c, sp int) {
 	return s[0], s[1], sp
 }
 
+// sum64 is the sum of x in float64 (four partial sums, so that the
+// additions do not wait on each other).
+func sum64[T Float](x []T) float64 {
+	var s0, s1, s2, s3 float64
+	for len(x) >= 4 {
+		s0 += float64(x[0])
+		s1 += float64(x[1])
+		s2 += float64(x[2])
+		s3 += float64(x[3])
+		x = x[4:]
+	}
+	for _, v := range x {
+		s0 += float64(v)
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumSqDev64 is the sum of (x-m)² in float64.
+func sumSqDev64[T Float](x []T, m float64) float64 {
+	var s0, s1, s2, s3 float64
+	for len(x) >= 4 {
+		d0, d1, d2, d3 := float64(x[0])-m, float64(x[1])-m, float64(x[2])-m, float64(x[3])-m
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+		x = x[4:]
+	}
+	for _, v := range x {
+		d := float64(v) - m
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumDot64 returns the sum of g and the sum of g*(x-m), in float64.
+func sumDot64[T Float](g, x []T, m float64) (sg, sd float64) {
+	x = x[:len(g)]
+	var a0, a1, d0, d1 float64
+	for len(g) >= 2 {
+		g0, g1 := float64(g[0]), float64(g[1])
+		a0 += g0
+		a1 += g1
+		d0 += g0 * (float64(x[0]) - m)
+		d1 += g1 * (float64(x[1]) - m)
+		g, x = g[2:], x[2:]
+	}
+	for j, v := range g {
+		a0 += float64(v)
+		d0 += float64(v) * (float64(x[j]) - m)
+	}
+	return a0 + a1, d0 + d1
+}
+
 // normRows splits a shape into rows and the size of its last dims
 // dimensions.
 func normRows(s tensor.Shape, dims int) (rows, m int) {
@@ -129,11 +183,7 @@ func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 			for i := 0; i < N; i++ {
 				for c := c0; c < c1; c++ {
 					off := (i*C + c) * S
-					var s float64
-					for _, v := range x[off : off+S] {
-						s += float64(v)
-					}
-					mean[c] += s
+					mean[c] += sum64(x[off : off+S])
 				}
 			}
 			for c := c0; c < c1; c++ {
@@ -142,13 +192,7 @@ func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 			for i := 0; i < N; i++ {
 				for c := c0; c < c1; c++ {
 					off := (i*C + c) * S
-					m := mean[c]
-					var s float64
-					for _, v := range x[off : off+S] {
-						d := float64(v) - m
-						s += d * d
-					}
-					inv[c] += s
+					inv[c] += sumSqDev64(x[off:off+S], mean[c])
 				}
 			}
 			for c := c0; c < c1; c++ {
@@ -163,17 +207,21 @@ func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 	parallel.For(C, grain, func(c0, c1 int) {
 		for i := 0; i < N; i++ {
 			for c := c0; c < c1; c++ {
-				scale, shift, m := inv[c], 0.0, mean[c]
+				// y = x*alpha + beta with alpha = invstd*weight and beta =
+				// bias - mean*alpha, in T, as PyTorch's
+				// batch_norm_cpu_transform_input computes it.
+				alpha, beta := T(inv[c]), T(0)
 				if w != nil {
-					scale *= float64(w[c])
+					alpha *= w[c]
 				}
 				if b != nil {
-					shift = float64(b[c])
+					beta = b[c]
 				}
+				beta -= T(mean[c]) * alpha
 				off := (i*C + c) * S
 				ys := y[off : off+S]
 				for j, v := range x[off : off+S] {
-					ys[j] = T((float64(v)-m)*scale + shift)
+					ys[j] = v*alpha + beta
 				}
 			}
 		}
@@ -203,14 +251,7 @@ func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 			for i := 0; i < N; i++ {
 				for c := c0; c < c1; c++ {
 					off := (i*C + c) * S
-					m := float64(meanT[c])
-					gs := gy[off : off+S]
-					var a, d float64
-					for j, v := range x[off : off+S] {
-						g := float64(gs[j])
-						a += g
-						d += g * (float64(v) - m)
-					}
+					a, d := sumDot64(gy[off:off+S], x[off:off+S], float64(meanT[c]))
 					sg[c] += a
 					sgx[c] += d
 				}
@@ -227,24 +268,27 @@ func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 		for i := 0; i < N; i++ {
 			for c := c0; c < c1; c++ {
 				off := (i*C + c) * S
-				inv, m := float64(invT[c]), float64(meanT[c])
-				scale := inv
+				inv, m := float64(invT[c]), meanT[c]
+				scale := invT[c]
 				if w != nil {
-					scale *= float64(w[c])
+					scale *= w[c]
 				}
 				gs, gxs := gy[off:off+S], gx[off:off+S]
 				if !o.Training {
 					for j, g := range gs {
-						gxs[j] = T(float64(g) * scale)
+						gxs[j] = g * scale
 					}
 					continue
 				}
-				// gx = w*invstd*(gy - mean(gy) - xhat*mean(gy*xhat))
-				gmean := sg[c] / cnt
-				k := sgx[c] * inv * inv / cnt
+				// gx = w*invstd*(gy - mean(gy) - xhat*mean(gy*xhat)), the
+				// sums in float64, the rest in T as in PyTorch's
+				// batch_norm_backward_cpu_template.
+				gmean := T(sg[c] / cnt)
+				k := T(sgx[c] * inv * inv / cnt)
 				xs := x[off : off+S]
+				xs = xs[:len(gs)]
 				for j, g := range gs {
-					gxs[j] = T((float64(g) - gmean - (float64(xs[j])-m)*k) * scale)
+					gxs[j] = (g - gmean - (xs[j]-m)*k) * scale
 				}
 			}
 		}
@@ -291,35 +335,33 @@ func layerNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte)
 	parallel.For(R, normGrain(M), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			xs, ys := x[r*M:(r+1)*M], y[r*M:(r+1)*M]
-			var s float64
-			for _, v := range xs {
-				s += float64(v)
-			}
-			mean := s / cnt
-			var q float64
-			for _, v := range xs {
-				d := float64(v) - mean
-				q += d * d
-			}
+			mean := sum64(xs) / cnt
+			q := sumSqDev64(xs, mean)
 			meanOut[r] = T(mean)
 			rstdOut[r] = T(1 / math.Sqrt(q/cnt+o.Eps))
-			m, rs := float64(meanOut[r]), float64(rstdOut[r])
+			// y = (x*rstd - mean*rstd)*w + b in T, as PyTorch's
+			// LayerNormKernelImpl computes it.
+			rs := rstdOut[r]
+			sh := -meanOut[r] * rs
 			switch {
 			case w != nil && b != nil:
+				w, b := w[:len(xs)], b[:len(xs)]
 				for j, v := range xs {
-					ys[j] = T((float64(v)-m)*rs*float64(w[j]) + float64(b[j]))
+					ys[j] = (v*rs+sh)*w[j] + b[j]
 				}
 			case w != nil:
+				w := w[:len(xs)]
 				for j, v := range xs {
-					ys[j] = T((float64(v) - m) * rs * float64(w[j]))
+					ys[j] = (v*rs + sh) * w[j]
 				}
 			case b != nil:
+				b := b[:len(xs)]
 				for j, v := range xs {
-					ys[j] = T((float64(v)-m)*rs + float64(b[j]))
+					ys[j] = (v*rs + sh) + b[j]
 				}
 			default:
 				for j, v := range xs {
-					ys[j] = T((float64(v) - m) * rs)
+					ys[j] = v*rs + sh
 				}
 			}
 		}
@@ -345,26 +387,38 @@ func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 			m, rs := float64(meanT[r]), float64(rstdT[r])
 			var a, d float64
 			if w != nil {
-				for j, v := range xs {
+				w := w[:len(xs)]
+				gs := gs[:len(xs)]
+				var a1, d1 float64
+				j := 0
+				for ; j+1 < len(xs); j += 2 {
+					g0, g1 := float64(gs[j])*float64(w[j]), float64(gs[j+1])*float64(w[j+1])
+					a += g0
+					a1 += g1
+					d += g0 * (float64(xs[j]) - m)
+					d1 += g1 * (float64(xs[j+1]) - m)
+				}
+				for ; j < len(xs); j++ {
 					g := float64(gs[j]) * float64(w[j])
 					a += g
-					d += g * (float64(v) - m)
+					d += g * (float64(xs[j]) - m)
 				}
+				a, d = a+a1, d+d1
 			} else {
-				for j, v := range xs {
-					g := float64(gs[j])
-					a += g
-					d += g * (float64(v) - m)
-				}
+				a, d = sumDot64(gs, xs, m)
 			}
-			ca, cb := a/cnt, d*rs*rs/cnt
+			// The sums in float64, the rest in T.
+			ca, cb := T(a/cnt), T(d*rs*rs/cnt)
+			mt, rt := meanT[r], rstdT[r]
+			gs, gxs = gs[:len(xs)], gxs[:len(xs)]
 			if w != nil {
+				w := w[:len(xs)]
 				for j, v := range xs {
-					gxs[j] = T(rs * (float64(gs[j])*float64(w[j]) - ca - (float64(v)-m)*cb))
+					gxs[j] = rt * (gs[j]*w[j] - ca - (v-mt)*cb)
 				}
 			} else {
 				for j, v := range xs {
-					gxs[j] = T(rs * (float64(gs[j]) - ca - (float64(v)-m)*cb))
+					gxs[j] = rt * (gs[j] - ca - (v-mt)*cb)
 				}
 			}
 		}
@@ -374,18 +428,21 @@ func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 	}
 	acc := normScratch(ws, 2*M)
 	aw, ab := acc[:M], acc[M:]
-	parallel.For(M, normGrain(R), func(j0, j1 int) {
+	// Column sums over all rows: threads take wide column ranges, so that
+	// each row contributes one long contiguous run.
+	parallel.For(M, max(64, M/parallel.Threads()), func(j0, j1 int) {
 		for j := j0; j < j1; j++ {
 			aw[j], ab[j] = 0, 0
 		}
+		sw, sb := aw[j0:j1], ab[j0:j1]
 		for r := 0; r < R; r++ {
 			m, rs := float64(meanT[r]), float64(rstdT[r])
 			xs, gs := x[r*M+j0:r*M+j1], gy[r*M+j0:r*M+j1]
-			sw, sb := aw[j0:j1], ab[j0:j1]
-			for j, v := range xs {
-				g := float64(gs[j])
-				sw[j] += g * (float64(v) - m) * rs
-				sb[j] += g
+			xs, sw, sb := xs[:len(gs)], sw[:len(gs)], sb[:len(gs)]
+			for j, g := range gs {
+				gd := float64(g)
+				sw[j] += gd * (float64(xs[j]) - m) * rs
+				sb[j] += gd
 			}
 		}
 		for j := j0; j < j1; j++ {

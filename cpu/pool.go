@@ -57,11 +57,18 @@ func maxPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 						iw0 += g.DW
 					}
 					best, at := negInf, ih0*g.W+iw0
-					for ih := ih0; ih < ih1; ih += g.DH {
-						row := xp[ih*g.W:]
-						for iw := iw0; iw < iw1; iw += g.DW {
-							if v := row[iw]; v > best || v != v {
-								best, at = v, ih*g.W+iw
+					if x32, ok := any(xp).([]float32); ok {
+						// Branch-free: on real data "v > best" is a coin flip
+						// the branch predictor loses.
+						b, a := maxWindowF32(x32, g.W, ih0, ih1, g.DH, iw0, iw1, g.DW)
+						best, at = T(b), a
+					} else {
+						for ih := ih0; ih < ih1; ih += g.DH {
+							row := xp[ih*g.W:]
+							for iw := iw0; iw < iw1; iw += g.DW {
+								if v := row[iw]; v > best || v != v {
+									best, at = v, ih*g.W+iw
+								}
 							}
 						}
 					}
@@ -72,6 +79,39 @@ func maxPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 		}
 	})
 	return nil
+}
+
+// orderKey maps a float32 to an integer with the same order, -0 and +0
+// both to 0 (NaNs get arbitrary keys; callers mask them).
+func orderKey(v float32) int64 {
+	b := math.Float32bits(v)
+	a := int64(b & 0x7fffffff)
+	s := int64(int32(b)) >> 31
+	return (a ^ s) - s
+}
+
+// maxWindowF32 is the max-pooling window scan without branches on the
+// data: the first maximum of rows [ih0, ih1) (step dh) and columns
+// [iw0, iw1) (step dw) of the plane x (row length w), or the last NaN, and
+// its index in the plane, as PyTorch's loop "val > maxval || isnan(val)"
+// finds them.
+func maxWindowF32(x []float32, w, ih0, ih1, dh, iw0, iw1, dw int) (float32, int) {
+	best, at := float32(math.Inf(-1)), ih0*w+iw0
+	kb := orderKey(best)
+	for ih := ih0; ih < ih1; ih += dh {
+		row := x[ih*w : ih*w+iw1]
+		for iw := iw0; iw < iw1; iw += dw {
+			v := row[iw]
+			kv := orderKey(v)
+			// All ones where v should replace best: greater (unless best
+			// is already a NaN), or a NaN.
+			m := int64(uint32((kb-kv)>>63)&^nanMask(best)|nanMask(v)) << 32 >> 32
+			best = selectF32(uint32(m), v, best)
+			kb ^= (kb ^ kv) & m
+			at ^= (at ^ (ih*w + iw)) & int(m)
+		}
+	}
+	return best, at
 }
 
 func maxPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {

@@ -408,6 +408,10 @@ func packBT[T float](b []T, ldb, p0, kc, j0, nn, nr int, dst []T, fast func(x []
 // panels of dst (panel ip holds kc groups of mr values, zero-padded past
 // mcur). It reads A row by row.
 func packATRows[T float](a []T, lda, p0, kc, i0, mcur, mr int, dst []T) {
+	if a32, ok := any(a).([]float32); ok && mr == 6 {
+		packATRows6F32(a32, lda, p0, kc, i0, mcur, any(dst).([]float32))
+		return
+	}
 	full := mcur / mr * mr
 	for p := 0; p < kc; p++ {
 		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+mcur]
@@ -436,6 +440,10 @@ func packATRows[T float](a []T, lda, p0, kc, i0, mcur, mr int, dst []T) {
 // values, zero-padded past ncur); pOff is the row of the first one within
 // the kc rows of each panel.
 func packBRows[T float](b []T, ldb, p0, np, pOff, kc, j0, ncur, nr int, dst []T) {
+	if b32, ok := any(b).([]float32); ok && nr == 16 {
+		packBRows16F32(b32, ldb, p0, np, pOff, kc, j0, ncur, any(dst).([]float32))
+		return
+	}
 	full := ncur / nr * nr
 	for p := 0; p < np; p++ {
 		src := b[(p0+p)*ldb+j0 : (p0+p)*ldb+j0+ncur]
@@ -453,6 +461,45 @@ func packBRows[T float](b []T, ldb, p0, np, pOff, kc, j0, ncur, nr int, dst []T)
 		}
 		if full < ncur {
 			d := dst[o : o+nr]
+			copy(d, src[full:])
+			clear(d[ncur-full:])
+		}
+	}
+}
+
+// packATRows6F32 is packATRows for float32 and mr = 6, with copies of
+// concrete array types, which the compiler inlines (generic ones call
+// memmove).
+func packATRows6F32(a []float32, lda, p0, kc, i0, mcur int, dst []float32) {
+	full := mcur / 6 * 6
+	for p := 0; p < kc; p++ {
+		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+mcur]
+		o := p * 6
+		for i := 0; i < full; i += 6 {
+			d, s := (*[6]float32)(dst[o:o+6]), (*[6]float32)(src[i:i+6])
+			d[0], d[1], d[2], d[3], d[4], d[5] = s[0], s[1], s[2], s[3], s[4], s[5]
+			o += 6 * kc
+		}
+		if full < mcur {
+			d := dst[o : o+6]
+			copy(d, src[full:])
+			clear(d[mcur-full:])
+		}
+	}
+}
+
+// packBRows16F32 is packBRows for float32 and nr = 16.
+func packBRows16F32(b []float32, ldb, p0, np, pOff, kc, j0, ncur int, dst []float32) {
+	full := ncur / 16 * 16
+	for p := 0; p < np; p++ {
+		src := b[(p0+p)*ldb+j0 : (p0+p)*ldb+j0+ncur]
+		o := (pOff + p) * 16
+		for j := 0; j < full; j += 16 {
+			*(*[16]float32)(dst[o : o+16]) = *(*[16]float32)(src[j : j+16])
+			o += 16 * kc
+		}
+		if full < ncur {
+			d := dst[o : o+16]
 			copy(d, src[full:])
 			clear(d[ncur-full:])
 		}

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // EnvThreads is the environment variable read at start-up for the default
@@ -64,9 +65,23 @@ type job struct {
 	chunk   int
 	nchunks int64
 	next    atomic.Int64
+	pending atomic.Int32 // workers still running this job
 	wg      sync.WaitGroup
 	pmu     sync.Mutex
 	panicV  any
+}
+
+// spinFor is how long an idle worker keeps polling for the next job, and
+// the caller for the workers to finish, before they block. Kernels run
+// many short parallel loops back to back: blocking between them costs a
+// wake-up through the OS each time (tens of microseconds, much more when
+// the machine is busy), which is what OpenMP's spin-waiting avoids too.
+var spinFor = 200 * time.Microsecond
+
+// spinning reports whether a poll loop started at start with i polls done
+// should go on.
+func spinning(start time.Time, i int) bool {
+	return i%64 != 0 || time.Since(start) < spinFor
 }
 
 // run takes chunks until none are left.
@@ -92,8 +107,25 @@ func (j *job) run() {
 }
 
 func worker(ch chan *job) {
-	for j := range ch {
+	for {
+		var j *job
+		start := time.Now()
+	poll:
+		for i := 1; spinFor > 0 && spinning(start, i); i++ {
+			select {
+			case j = <-ch:
+				break poll
+			default:
+			}
+		}
+		if j == nil {
+			var ok bool
+			if j, ok = <-ch; !ok {
+				return
+			}
+		}
 		j.run()
+		j.pending.Add(-1)
 		j.wg.Done()
 	}
 }
@@ -134,11 +166,15 @@ func For(n, grain int, fn func(lo, hi int)) {
 	j := &cur
 	j.fn, j.n, j.chunk, j.nchunks, j.panicV = fn, n, chunk, int64(nchunks), nil
 	j.next.Store(0)
+	j.pending.Store(int32(nw))
 	j.wg.Add(nw)
 	for i := 0; i < nw; i++ {
 		workers[i] <- j
 	}
 	j.run()
+	start := time.Now()
+	for i := 1; j.pending.Load() != 0 && spinFor > 0 && spinning(start, i); i++ {
+	}
 	j.wg.Wait()
 	j.fn = nil
 	if p := j.panicV; p != nil {

@@ -67,3 +67,19 @@ func Adam(v, g, m, s []float32, c *AdamConsts) int {
 	adamAVX2(&v[0], &g[0], &m[0], &s[0], n, c)
 	return n
 }
+
+// ExpAffine sets y[i] = exp(x[i]*a + b) for a prefix of x and returns its
+// length. The argument x*a+b is rounded to float32 (one fused multiply-add)
+// and clamped to [-87.34, 88.38]: tiny results are about 1e-38 rather than
+// 0, huge ones about 2.4e38 rather than +Inf. x and y may be the same
+// slice.
+func ExpAffine(x, y []float32, a, b float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	ab := [2]float32{a, b}
+	expAffineAVX2(&x[0], &y[0], n, &ab)
+	return n
+}

@@ -38,3 +38,6 @@ func hasAVX2FMA() bool {
 
 //go:noescape
 func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts)
+
+//go:noescape
+func expAffineAVX2(x, y *float32, n int, ab *[2]float32)

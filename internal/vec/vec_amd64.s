@@ -15,7 +15,7 @@ DATA ·vconst+32(SB)/4, $0x3fb5f0e3 // erf: p3 = 1.421413741
 DATA ·vconst+36(SB)/4, $0xbfba00e3 // erf: p4 = -1.453152027
 DATA ·vconst+40(SB)/4, $0x3f87dc22 // erf: p5 = 1.061405429
 DATA ·vconst+44(SB)/4, $0xc2aeac4f // exp: lowest argument, -87.33654
-DATA ·vconst+48(SB)/4, $0x42b17217 // exp: highest argument, 88.72283
+DATA ·vconst+48(SB)/4, $0x42b0c0a5 // exp: highest argument, 88.37626 (so 2^n stays finite)
 DATA ·vconst+52(SB)/4, $0x3fb8aa3b // exp: log2(e)
 DATA ·vconst+56(SB)/4, $0x3f318000 // exp: ln2 high part, 0.693359375
 DATA ·vconst+60(SB)/4, $0xb95e8083 // exp: ln2 low part, -2.12194440e-4
@@ -31,7 +31,7 @@ GLOBL ·vconst(SB), RODATA|NOPTR, $96
 
 #define C(off) ·vconst+off(SB)
 
-// EXP sets Y4 = exp(Y4) (argument clamped to [-87.34, 88.72]).
+// EXP sets Y4 = exp(Y4) (argument clamped to [-87.34, 88.38]).
 // Clobbers Y7, Y8, Y9.
 #define EXP \
 	VBROADCASTSS C(44), Y9 \
@@ -195,5 +195,30 @@ aloop:
 	DECQ CX
 	JNZ  aloop
 adone:
+	VZEROUPPER
+	RET
+
+// func expAffineAVX2(x, y *float32, n int, ab *[2]float32)
+// y = exp(x*a + b), n a multiple of 8.
+TEXT ·expAffineAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	MOVQ ab+24(FP), AX
+	SHRQ $3, CX
+	JZ   edone
+	VBROADCASTSS C(0), Y15
+	VBROADCASTSS 0(AX), Y10
+	VBROADCASTSS 4(AX), Y11
+eloop:
+	VMOVUPS (SI), Y4
+	VFMADD213PS Y11, Y10, Y4
+	EXP
+	VMOVUPS Y4, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  eloop
+edone:
 	VZEROUPPER
 	RET

@@ -48,3 +48,34 @@ func TestGELU(t *testing.T) {
 		t.Errorf("GELUBackward(NaN) = %v", gy[3])
 	}
 }
+
+func TestExpAffine(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	x := make([]float32, 1003)
+	for i := range x {
+		x[i] = float32(i)*0.21 - 110
+	}
+	y := make([]float32, len(x))
+	n := ExpAffine(x, y, 0.5, -3)
+	if n != 1000 {
+		t.Fatalf("did %d", n)
+	}
+	for i := 0; i < n; i++ {
+		arg := float64(float32(math.FMA(float64(x[i]), 0.5, -3))) // as rounded in the kernel
+		want := math.Exp(min(max(arg, -87.33654), 88.37626))
+		if d := math.Abs(float64(y[i])-want) / want; d > 3e-7 {
+			t.Errorf("exp(%v) = %v, want %v (rel %v)", arg, y[i], want, d)
+		}
+	}
+	// In place; large arguments saturate below +Inf.
+	x900 := x[900]
+	ExpAffine(x, x, 1, 0)
+	if want := math.Exp(float64(x900)); math.Abs(float64(x[900])-want) > 1e-6*want {
+		t.Errorf("in place: exp(%v) = %v, want %v", x900, x[900], want)
+	}
+	if v := x[999]; math.IsInf(float64(v), 0) || v < 2e38 {
+		t.Errorf("exp(99.8) = %v, want about 2.4e38", v)
+	}
+}
