@@ -27,6 +27,10 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 		{1, 300, 2, 16, 2, 3, 3, 1, 1, 1, 1, false}, // more taps than one pass
 		{3, 4, 16, 16, 9, 3, 3, 1, 1, 1, 1, false},  // 9 output channels: overlapping groups of 4
 		{2, 2, 20, 16, 4, 5, 3, 2, 1, 1, 1, true},
+		{1, 3, 4, 16, 5, 3, 3, 1, 1, 1, 1, true},  // blocks 4 + 1
+		{1, 3, 4, 16, 32, 3, 3, 1, 1, 1, 1, true}, // blocks 6,6,6,6,4,4
+		{1, 3, 4, 16, 2, 3, 3, 1, 1, 1, 1, true},  // one short block
+		{1, 3, 4, 16, 11, 3, 3, 1, 1, 1, 1, true}, // 6 + 4 + 1
 	} {
 		name := fmt.Sprintf("%+v", tc)
 		opts := op.ConvOpts{Padding: [2]int{tc.ph, tc.pw}, Dilation: [2]int{tc.dh, tc.dw}}

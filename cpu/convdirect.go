@@ -43,7 +43,68 @@ type directConv struct {
 // scratch is the workspace (float32 elements) of the convolution: one
 // padded image and the packed weights.
 func (d directConv) scratch() int {
-	return d.cin*d.hp*d.wp + (d.cout+directMR-1)/directMR*directMR*d.kk
+	bs := directBlocks(d.cout, d.kk)
+	last := bs[len(bs)-1]
+	return d.cin*d.hp*d.wp + last.off + last.width*d.kk
+}
+
+// directBlock is a block of output channels [k0, k0+rows) computed by one
+// kernel: the 6-row one, or the 4-row one (rows 4). A block of fewer rows
+// (at most one, the last) runs the 6-row kernel into a scratch tile. Its
+// weights are packed at a[off:], rows values per tap (6 for a short
+// block, zero-padded).
+type directBlock struct{ k0, rows, width, off int }
+
+// directBlocks splits cout output channels into blocks of 6 and 4 rows
+// (K = 32 is 4×6 + 2×4 rather than 5×6 + 2 wasting 4 rows of every tap),
+// with at most one shorter block at the end.
+func directBlocks(cout, kk int) []directBlock {
+	n6, n4 := cout/6, 0
+	switch cout % 6 {
+	case 2:
+		if n6 > 0 {
+			n6, n4 = n6-1, 2
+		}
+	case 4, 5:
+		n4 = 1
+	}
+	var bs []directBlock
+	k, off := 0, 0
+	for i := 0; i < n6+n4; i++ {
+		w := directMR
+		if i >= n6 {
+			w = 4
+		}
+		bs = append(bs, directBlock{k0: k, rows: w, width: w, off: off})
+		k += w
+		off += w * kk
+	}
+	if k < cout {
+		bs = append(bs, directBlock{k0: k, rows: cout - k, width: directMR, off: off})
+	}
+	return bs
+}
+
+// packDirect packs weights for blocks bs: for output channel k of a block
+// and tap r, a[off + r*width + (k-k0)] = weight(k, r), zero past the
+// block's rows.
+func packDirect(bs []directBlock, kk int, a []float32, weight func(k, r int) float32) {
+	parallel.For(len(bs), 1, func(b0, b1 int) {
+		for _, b := range bs[b0:b1] {
+			pan := a[b.off : b.off+b.width*kk]
+			for i := 0; i < b.width; i++ {
+				if i >= b.rows {
+					for r := 0; r < kk; r++ {
+						pan[r*b.width+i] = 0
+					}
+					continue
+				}
+				for r := 0; r < kk; r++ {
+					pan[r*b.width+i] = weight(b.k0+i, r)
+				}
+			}
+		}
+	})
 }
 
 // directForward is the direct form of the forward convolution g.
@@ -81,7 +142,7 @@ func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []f
 	for _, o := range offs[:d.kk] {
 		maxOff = max(maxOff, int(o))
 	}
-	nkb := (d.cout + directMR - 1) / directMR
+	bs := directBlocks(d.cout, d.kk)
 	for img := 0; img < n; img++ {
 		d.pad(src[img*d.cin*plane:][:d.cin*plane], xp)
 		oi := out[img*d.cout*P:][:d.cout*P]
@@ -103,19 +164,22 @@ func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []f
 			for o := o0; o < o1; o++ {
 				for rb := 0; rb < d.kk; rb += directKC {
 					kc := min(directKC, d.kk-rb)
-					for kb := 0; kb < nkb; kb++ {
-						ap := a[(kb*d.kk+rb)*directMR:]
-						rows := min(directMR, d.cout-kb*directMR)
+					for _, b := range bs {
+						ap := a[b.off+rb*b.width:]
 						for j := 0; j < d.ow; j += directNR {
 							base := o*d.wp + j
-							coff := kb*directMR*P + o*d.ow + j
-							if rows == directMR {
+							coff := b.k0*P + o*d.ow + j
+							switch {
+							case b.rows == directMR:
 								blas.ConvTile(kc, ap, xp, base, offs[rb:], maxOff, oi, coff, P)
+								continue
+							case b.rows == 4 && b.width == 4:
+								blas.ConvTile4(kc, ap, xp, base, offs[rb:], maxOff, oi, coff, P)
 								continue
 							}
 							clear(tmp[:])
 							blas.ConvTile(kc, ap, xp, base, offs[rb:], maxOff, tmp[:], 0, directNR)
-							for i := 0; i < rows; i++ {
+							for i := 0; i < b.rows; i++ {
 								dst := oi[coff+i*P:][:directNR]
 								for q, v := range tmp[i*directNR : (i+1)*directNR] {
 									dst[q] += v
@@ -243,25 +307,7 @@ func convDirectForward(g op.ConvGeom, x, w, bias, y []float32, ws []float32) boo
 	}
 	xp := ws[:d.cin*d.hp*d.wp]
 	a := ws[len(xp):d.scratch()]
-	// a[(b*kk+r)*6+i] = W[6b+i][r]
-	nkb := (d.cout + directMR - 1) / directMR
-	parallel.For(nkb, 1, func(b0, b1 int) {
-		for b := b0; b < b1; b++ {
-			pan := a[b*d.kk*directMR : (b+1)*d.kk*directMR]
-			for i := 0; i < directMR; i++ {
-				k := b*directMR + i
-				if k >= d.cout {
-					for r := 0; r < d.kk; r++ {
-						pan[r*directMR+i] = 0
-					}
-					continue
-				}
-				for r, v := range w[k*d.kk : (k+1)*d.kk] {
-					pan[r*directMR+i] = v
-				}
-			}
-		}
-	})
+	packDirect(directBlocks(d.cout, d.kk), d.kk, a, func(k, r int) float32 { return w[k*d.kk+r] })
 	d.run(g.N, x, a, bias, y, offs, xp)
 	return true
 }
@@ -285,25 +331,8 @@ func convDirectInputGrad(g op.ConvGeom, gy, w, gx []float32, ws []float32) bool 
 	}
 	xp := ws[:d.cin*d.hp*d.wp]
 	a := ws[len(xp):d.scratch()]
-	// a[(b*kk+r)*6+i] = W[k][6b+i][kh][kw] for r = (k, kh, kw).
-	nkb := (d.cout + directMR - 1) / directMR
-	parallel.For(nkb, 1, func(b0, b1 int) {
-		for b := b0; b < b1; b++ {
-			pan := a[b*d.kk*directMR : (b+1)*d.kk*directMR]
-			for i := 0; i < directMR; i++ {
-				c := b*directMR + i
-				for k := 0; k < g.K; k++ {
-					for t := 0; t < khw; t++ {
-						var v float32
-						if c < g.C {
-							v = w[(k*g.C+c)*khw+t]
-						}
-						pan[(k*khw+t)*directMR+i] = v
-					}
-				}
-			}
-		}
-	})
+	// The weight of output channel c at tap r = (k, kh, kw) is W[k][c][kh][kw].
+	packDirect(directBlocks(d.cout, d.kk), d.kk, a, func(c, r int) float32 { return w[(r/khw*g.C+c)*khw+r%khw] })
 	d.run(g.N, gy, a, nil, gx, offs, xp)
 	return true
 }

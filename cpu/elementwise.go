@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/vec"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -96,6 +97,10 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 		case op.AddKind:
 			if sa == 1 && sb == 1 {
 				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
+				if a32, ok := any(aa).([]float32); ok {
+					done := vec.Add(a32, any(bb).([]float32), any(yy).([]float32))
+					aa, bb, yy = aa[done:], bb[done:], yy[done:]
+				}
 				for i := range yy {
 					yy[i] = aa[i] + bb[i]
 				}
@@ -466,6 +471,8 @@ func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 		d, s := dst.F32(), src.F32()
 		parallel.For(len(d), elemGrain, func(lo, hi int) {
 			dd, ss := d[lo:hi], s[lo:hi]
+			done := vec.Add(dd, ss, dd)
+			dd, ss = dd[done:], ss[done:]
 			for i := range dd {
 				dd[i] += ss[i]
 			}

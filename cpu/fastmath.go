@@ -98,6 +98,8 @@ func selectF32(mask uint32, a, b float32) float32 {
 // reluF32 is max(x, 0), NaN propagating; -0 becomes 0.
 func reluF32(x, y []float32) {
 	y = y[:len(x)]
+	done := vec.ReLU(x, y)
+	x, y = x[done:], y[done:]
 	for i, v := range x {
 		y[i] = max(v, 0)
 	}
@@ -107,6 +109,8 @@ func reluF32(x, y []float32) {
 // PyTorch's threshold_backward does.
 func reluBackwardF32(g, s, y []float32) {
 	g, y = g[:len(s)], y[:len(s)]
+	done := vec.ReLUBackward(g, s, y)
+	g, s, y = g[done:], s[done:], y[done:]
 	for i, v := range s {
 		m := posMask(v) | nanMask(v)
 		y[i] = math.Float32frombits(math.Float32bits(g[i]) & m)
@@ -116,6 +120,8 @@ func reluBackwardF32(g, s, y []float32) {
 // leakyReLUF32 is x where x > 0, else c*x.
 func leakyReLUF32(x, y []float32, c float32) {
 	y = y[:len(x)]
+	done := vec.LeakyReLU(nil, x, y, c)
+	x, y = x[done:], y[done:]
 	for i, v := range x {
 		y[i] = v * selectF32(posMask(v), 1, c)
 	}
@@ -124,6 +130,8 @@ func leakyReLUF32(x, y []float32, c float32) {
 // leakyReLUBackwardF32 is g where the input s > 0, else c*g.
 func leakyReLUBackwardF32(g, s, y []float32, c float32) {
 	g, y = g[:len(s)], y[:len(s)]
+	done := vec.LeakyReLU(g, s, y, c)
+	g, s, y = g[done:], s[done:], y[done:]
 	for i, v := range s {
 		y[i] = g[i] * selectF32(posMask(v), 1, c)
 	}

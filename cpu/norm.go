@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/vec"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -71,6 +72,11 @@ func normNCS(s tensor.Shape) (n, c, sp int) {
 // additions do not wait on each other).
 func sum64[T Float](x []T) float64 {
 	var s0, s1, s2, s3 float64
+	if x32, ok := any(x).([]float32); ok {
+		var done int
+		s0, done = vec.SumX(x32)
+		x = x[done:]
+	}
 	for len(x) >= 4 {
 		s0 += float64(x[0])
 		s1 += float64(x[1])
@@ -87,6 +93,11 @@ func sum64[T Float](x []T) float64 {
 // sumSqDev64 is the sum of (x-m)² in float64.
 func sumSqDev64[T Float](x []T, m float64) float64 {
 	var s0, s1, s2, s3 float64
+	if x32, ok := any(x).([]float32); ok {
+		var done int
+		s0, done = vec.SumSqDev(x32, m)
+		x = x[done:]
+	}
 	for len(x) >= 4 {
 		d0, d1, d2, d3 := float64(x[0])-m, float64(x[1])-m, float64(x[2])-m, float64(x[3])-m
 		s0 += d0 * d0
@@ -106,6 +117,11 @@ func sumSqDev64[T Float](x []T, m float64) float64 {
 func sumDot64[T Float](g, x []T, m float64) (sg, sd float64) {
 	x = x[:len(g)]
 	var a0, a1, d0, d1 float64
+	if g32, ok := any(g).([]float32); ok {
+		var done int
+		a0, d0, done = vec.SumDot(g32, any(x).([]float32), m)
+		g, x = g[done:], x[done:]
+	}
 	for len(g) >= 2 {
 		g0, g1 := float64(g[0]), float64(g[1])
 		a0 += g0
@@ -219,8 +235,12 @@ func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 				}
 				beta -= T(mean[c]) * alpha
 				off := (i*C + c) * S
-				ys := y[off : off+S]
-				for j, v := range x[off : off+S] {
+				ys, xs := y[off:off+S], x[off:off+S]
+				if x32, ok := any(xs).([]float32); ok {
+					done := vec.Affine(x32, any(ys).([]float32), float32(alpha), float32(beta))
+					xs, ys = xs[done:], ys[done:]
+				}
+				for j, v := range xs {
 					ys[j] = v*alpha + beta
 				}
 			}
@@ -287,6 +307,10 @@ func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 				k := T(sgx[c] * inv * inv / cnt)
 				xs := x[off : off+S]
 				xs = xs[:len(gs)]
+				if g32, ok := any(gs).([]float32); ok {
+					done := vec.NormGrad(g32, any(xs).([]float32), any(gxs).([]float32), float32(gmean), float32(m), float32(k), float32(scale))
+					gs, xs, gxs = gs[done:], xs[done:], gxs[done:]
+				}
 				for j, g := range gs {
 					gxs[j] = (g - gmean - (xs[j]-m)*k) * scale
 				}

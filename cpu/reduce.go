@@ -102,10 +102,51 @@ func reduceSplit(s tensor.Shape, reduced []bool) (leading, trailing bool, rows, 
 	return false, false, 0, 0
 }
 
+// reduceMiddle reports whether the kept axes are one contiguous block with
+// reduced axes on both sides, and the sizes A, K, B of [A, K, B].
+func reduceMiddle(s tensor.Shape, reduced []bool) (a, k, b int, ok bool) {
+	i := 0
+	for i < len(s) && reduced[i] {
+		i++
+	}
+	j := i
+	for j < len(s) && !reduced[j] {
+		j++
+	}
+	for q := j; q < len(s); q++ {
+		if !reduced[q] {
+			return 0, 0, 0, false
+		}
+	}
+	if i == 0 || j == len(s) || j == i {
+		return 0, 0, 0, false
+	}
+	a, k, b = s[:i].NumElements(), s[i:j].NumElements(), s[j:].NumElements()
+	return a, k, b, a*k*b > 0
+}
+
 func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*op.Reduce)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	reduced := reducedAxes(o, len(in[0].Shape))
+	if a, k, b, ok := reduceMiddle(in[0].Shape, reduced); ok && (o.Kind == op.SumKind || o.Kind == op.MeanKind) {
+		// Kept axes in the middle ([A, K, B] summed over A and B, as a
+		// convolution's bias gradient): contiguous rows of B.
+		cnt := float64(a * b)
+		parallel.For(k, max(1, elemGrain/(a*b)), func(k0, k1 int) {
+			for kk := k0; kk < k1; kk++ {
+				var s float64
+				for i := 0; i < a; i++ {
+					s += sum64(x[(i*k+kk)*b : (i*k+kk+1)*b])
+				}
+				if o.Kind == op.MeanKind {
+					s /= cnt
+				}
+				y[kk] = T(s)
+			}
+		})
+		return nil
+	}
 	if leading, trailing, rows, cols := reduceSplit(in[0].Shape, reduced); (leading || trailing) && rows*cols > 0 {
 		if trailing {
 			reduceRows(o.Kind, x, y, rows, cols)

@@ -176,15 +176,20 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		// A step is GEMMReps products (about 0.1 s), so that a short
+		// hiccup of the machine does not make a step; its time is per
+		// product.
 		start, cpu0 := time.Now(), cpuTime()
-		gemm.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
-		d, cpu := time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
+		for range GEMMReps {
+			gemm.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
+		}
+		d, cpu := time.Since(start).Seconds()/GEMMReps, (cpuTime()-cpu0).Seconds()/GEMMReps
 		if i >= o.Warmup {
 			res.Steps = append(res.Steps, d)
 			res.CPU = append(res.CPU, cpu)
 		}
 	}
-	o.progress("  sgemm headroom: %d products, median %s (%.1f GFLOP/s)\n", len(res.Steps), FormatSeconds(Summarize(res.Steps).Median), res.Throughput()/1e9)
+	o.progress("  sgemm headroom: %d steps of %d products, median %s a product (%.1f GFLOP/s)\n", len(res.Steps), GEMMReps, FormatSeconds(Summarize(res.Steps).Median), res.Throughput()/1e9)
 	after, err := ReadMemory()
 	if err != nil {
 		return res, err

@@ -28,8 +28,12 @@ type Workload struct {
 	Inputs func(r *rand.Rand) (x, y *tensor.Tensor)
 }
 
-// GEMMSize is the side of the sgemm workload's matrices.
-const GEMMSize = 1024
+// GEMMSize is the side of the sgemm workload's matrices; a step of the
+// workload is GEMMReps products, and its time is reported per product.
+const (
+	GEMMSize = 1024
+	GEMMReps = 8
+)
 
 // GPTConfig is the gpt workload's model: nanoGPT, 6 layers, width 384, 6
 // heads, context 256, vocabulary 256, biases, no dropout.
@@ -65,7 +69,7 @@ func classifier(name, desc string, batch, classes int, model func(nn.Builder) tr
 // Standard returns the standard workloads, in the order they run.
 func Standard() []Workload {
 	return []Workload{
-		{Name: "sgemm", Description: fmt.Sprintf("float32 matrix product %d×%d×%d", GEMMSize, GEMMSize, GEMMSize), Batch: 1},
+		{Name: "sgemm", Description: fmt.Sprintf("float32 matrix product %d×%d×%d (time per product, steps of %d)", GEMMSize, GEMMSize, GEMMSize, GEMMReps), Batch: 1},
 		classifier("mlp", "MLP 784-1024-1024-10, batch 128", 128, 10,
 			func(b nn.Builder) train.Model { return zoo.NewMLP(b, 784, 1024, 1024, 10) }, 784),
 		classifier("resnet18", "ResNet-18, 10 classes, 64×64 images, batch 32", 32, 10,

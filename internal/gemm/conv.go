@@ -10,6 +10,21 @@ const (
 	ConvTileCols = 16
 )
 
+// ConvTile4 is ConvTile for 4 rows: a holds 4 values per step and the tile
+// is 4×16.
+func ConvTile4(k int, a []float32, b []float32, boff int, offs []int32, maxOff int, c []float32, coff, ldc int) {
+	if k <= 0 {
+		return
+	}
+	if convTile4 == nil {
+		panic("gemm: ConvTile4 without an assembly kernel")
+	}
+	if len(a) < 4*k || len(offs) < k || boff < 0 || boff+maxOff+16 > len(b) || coff < 0 || coff+3*ldc+16 > len(c) {
+		panic(fmt.Sprintf("gemm: ConvTile4: buffers too short (k %d, a %d, b %d at %d+%d, c %d at %d, ldc %d)", k, len(a), len(b), boff, maxOff, len(c), coff, ldc))
+	}
+	convTile4(k, &a[0], &b[boff], &offs[0], &c[coff], ldc)
+}
+
 // ConvTileOK reports whether ConvTile has an assembly kernel on this CPU
 // (AVX2+FMA); without one the caller uses another method.
 func ConvTileOK() bool { return convTile != nil }

@@ -42,10 +42,26 @@ func TestConvTile(t *testing.T) {
 				want[coff+i*ldc+j] += float32(s)
 			}
 		}
+		c4 := append([]float32(nil), c...)
 		ConvTile(k, a, b, 3, offs, maxOff, c, coff, ldc)
 		for i := range c {
 			if d := c[i] - want[i]; d > 1e-4 || d < -1e-4 {
 				t.Fatalf("k=%d: c[%d] = %v, want %v", k, i, c[i], want[i])
+			}
+		}
+		// The 4-row kernel on the first 4 rows of a (repacked).
+		a4 := make([]float32, 4*k)
+		for p := 0; p < k; p++ {
+			copy(a4[4*p:4*p+4], a[6*p:6*p+4])
+		}
+		ConvTile4(k, a4, b, 3, offs, maxOff, c4, coff, ldc)
+		for i := range c4 {
+			row := (i - coff) / ldc
+			if i >= coff && row >= 4 && row < 6 && (i-coff)%ldc < 16 {
+				continue // rows the 4-row kernel does not touch
+			}
+			if d := c4[i] - want[i]; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("k=%d: 4 rows: c[%d] = %v, want %v", k, i, c4[i], want[i])
 			}
 		}
 	}
@@ -89,4 +105,41 @@ func TestConvWgrad(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkMicroKernels runs the micro-kernels on operands in L1 (one
+// thread): their peak, against which whole products are measured.
+func BenchmarkMicroKernels(b *testing.B) {
+	if !ConvTileOK() {
+		b.Skip("no assembly kernels")
+	}
+	const k = 256
+	a := make([]float32, 6*k)
+	bb := make([]float32, 16*k)
+	offs := make([]int32, k)
+	for i := range offs {
+		offs[i] = int32((i * 37) % (16*k - 16))
+	}
+	c := make([]float32, 6*64)
+	report := func(b *testing.B, rows int) {
+		b.ReportMetric(float64(b.N)*k*float64(rows)*16*2/b.Elapsed().Seconds()/1e9, "GFLOPS")
+	}
+	b.Run("sgemm6x16", func(b *testing.B) {
+		for range b.N {
+			sgemmKern.fn(k, a, bb, c, 64, 1, 1, false)
+		}
+		report(b, 6)
+	})
+	b.Run("conv6x16", func(b *testing.B) {
+		for range b.N {
+			ConvTile(k, a, bb, 0, offs, 16*k-16, c, 0, 64)
+		}
+		report(b, 6)
+	})
+	b.Run("conv4x16", func(b *testing.B) {
+		for range b.N {
+			ConvTile4(k, a, bb, 0, offs, 16*k-16, c, 0, 64)
+		}
+		report(b, 4)
+	})
 }

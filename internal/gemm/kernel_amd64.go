@@ -92,11 +92,16 @@ func packT16AVX(x []float32, ld, off, kc int, dst []float32) {
 //go:noescape
 func sconvTile6x16(k int, a, b *float32, offs *int32, c *float32, ldc int)
 
-var convTile func(k int, a, b *float32, offs *int32, c *float32, ldc int)
+// sconvTile4x16 is sconvTile6x16 for 4 rows.
+//
+//go:noescape
+func sconvTile4x16(k int, a, b *float32, offs *int32, c *float32, ldc int)
+
+var convTile, convTile4 func(k int, a, b *float32, offs *int32, c *float32, ldc int)
 
 func init() {
 	if hasAVX2FMA() {
-		convTile = sconvTile6x16
+		convTile, convTile4 = sconvTile6x16, sconvTile4x16
 	}
 }
 

@@ -83,3 +83,118 @@ func ExpAffine(x, y []float32, a, b float32) int {
 	expAffineAVX2(&x[0], &y[0], n, &ab)
 	return n
 }
+
+// ReLU sets y = x where x > 0 or x is a NaN, else +0, for a prefix of x,
+// and returns its length.
+func ReLU(x, y []float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	reluAVX2(&x[0], &y[0], n)
+	return n
+}
+
+// ReLUBackward sets y = g where s > 0 or s is a NaN, else +0 (PyTorch's
+// threshold_backward on the output s), for a prefix and returns its length.
+func ReLUBackward(g, s, y []float32) int {
+	n := len(s) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], y[n-1]
+	reluBackwardAVX2(&g[0], &s[0], &y[0], n)
+	return n
+}
+
+// LeakyReLU sets y = x*k with k = 1 where x > 0, else c (for the input
+// x), or the gradient y = g*k for the input x when g is not nil, for a
+// prefix and returns its length.
+func LeakyReLU(g, x, y []float32, c float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	var gp *float32
+	if g != nil {
+		_ = g[n-1]
+		gp = &g[0]
+	}
+	leakyAVX2(gp, &x[0], &y[0], n, c)
+	return n
+}
+
+// SumX returns the float64 sum of a prefix of x and its length.
+func SumX(x []float32) (float64, int) {
+	n := len(x) &^ 15
+	if !enabled || n == 0 {
+		return 0, 0
+	}
+	var out [2]float64
+	sumsAVX2(nil, &x[0], n, 0, &out, 0)
+	return out[0], n
+}
+
+// SumSqDev returns the float64 sum of (x-m)² over a prefix of x and its
+// length.
+func SumSqDev(x []float32, m float64) (float64, int) {
+	n := len(x) &^ 15
+	if !enabled || n == 0 {
+		return 0, 0
+	}
+	var out [2]float64
+	sumsAVX2(nil, &x[0], n, m, &out, 1)
+	return out[0], n
+}
+
+// SumDot returns the float64 sums of g and of g*(x-m) over a prefix of
+// length n (returned) of g and x.
+func SumDot(g, x []float32, m float64) (sg, sd float64, n int) {
+	n = len(g) &^ 15
+	if !enabled || n == 0 {
+		return 0, 0, 0
+	}
+	_ = x[n-1]
+	var out [2]float64
+	sumsAVX2(&g[0], &x[0], n, m, &out, 2)
+	return out[0], out[1], n
+}
+
+// Affine sets y = x*a + b (one rounding per operation, no fused
+// multiply-add) for a prefix and returns its length.
+func Affine(x, y []float32, a, b float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	c := [4]float32{a, b}
+	normAVX2(nil, &x[0], &y[0], n, &c, 0)
+	return n
+}
+
+// NormGrad sets y = (g - gm - (x-m)*k) * s, the input gradient of a
+// normalization, for a prefix and returns its length.
+func NormGrad(g, x, y []float32, gm, m, k, s float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], y[n-1]
+	c := [4]float32{gm, m, k, s}
+	normAVX2(&g[0], &x[0], &y[0], n, &c, 1)
+	return n
+}
+
+// Add sets y = a + b for a prefix and returns its length (y may be a or b).
+func Add(a, b, y []float32) int {
+	n := len(a) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _ = b[n-1], y[n-1]
+	addAVX2(&a[0], &b[0], &y[0], n)
+	return n
+}

@@ -41,3 +41,27 @@ func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts)
 
 //go:noescape
 func expAffineAVX2(x, y *float32, n int, ab *[2]float32)
+
+//go:noescape
+func reluAVX2(x, y *float32, n int)
+
+//go:noescape
+func reluBackwardAVX2(dy, s, y *float32, n int)
+
+//go:noescape
+func leakyAVX2(dy, x, y *float32, n int, c float32)
+
+// sumsAVX2 computes, over n (a multiple of 16) elements: mode 0, out[0] =
+// Σx; mode 1, out[0] = Σ(x-m)²; mode 2, out[0] = Σdy and out[1] =
+// Σdy*(x-m); all in float64.
+//
+//go:noescape
+func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int)
+
+// normAVX2: mode 0, y = x*c[0] + c[1]; mode 1, y = (dy - c[0] - (x-c[1])*c[2]) * c[3].
+//
+//go:noescape
+func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
+
+//go:noescape
+func addAVX2(a, b, y *float32, n int)

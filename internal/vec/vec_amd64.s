@@ -222,3 +222,256 @@ eloop:
 edone:
 	VZEROUPPER
 	RET
+
+// func reluAVX2(x, y *float32, n int)
+// y = x & (x > 0 | isnan(x)), n a multiple of 8.
+TEXT ·reluAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   rdone
+	VXORPS Y15, Y15, Y15
+rloop:
+	VMOVUPS (SI), Y0
+	VCMPPS $0x1e, Y15, Y0, Y1 // x > 0, ordered
+	VCMPPS $3, Y0, Y0, Y2     // unordered: NaN
+	VORPS Y2, Y1, Y1
+	VANDPS Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  rloop
+rdone:
+	VZEROUPPER
+	RET
+
+// func reluBackwardAVX2(dy, s, y *float32, n int)
+// y = dy & (s > 0 | isnan(s)), n a multiple of 8.
+TEXT ·reluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ dy+0(FP), DX
+	MOVQ s+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   rbdone
+	VXORPS Y15, Y15, Y15
+rbloop:
+	VMOVUPS (SI), Y0
+	VCMPPS $0x1e, Y15, Y0, Y1
+	VCMPPS $3, Y0, Y0, Y2
+	VORPS Y2, Y1, Y1
+	VANDPS (DX), Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, DX
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  rbloop
+rbdone:
+	VZEROUPPER
+	RET
+
+// func leakyAVX2(dy, x, y *float32, n int, c float32)
+// k = x > 0 (ordered) ? 1 : c; y = x*k, or dy*k when dy is not nil.
+TEXT ·leakyAVX2(SB), NOSPLIT, $0-36
+	MOVQ dy+0(FP), DX
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	VBROADCASTSS c+32(FP), Y14
+	VBROADCASTSS C(0), Y13
+	VXORPS Y15, Y15, Y15
+	SHRQ $3, CX
+	JZ   ldone
+	TESTQ DX, DX
+	JZ   lfwd
+lbwd:
+	VMOVUPS (SI), Y0
+	VCMPPS $0x1e, Y15, Y0, Y1
+	VBLENDVPS Y1, Y13, Y14, Y2 // mask ? 1 : c
+	VMULPS (DX), Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, DX
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  lbwd
+	JMP  ldone
+lfwd:
+	VMOVUPS (SI), Y0
+	VCMPPS $0x1e, Y15, Y0, Y1
+	VBLENDVPS Y1, Y13, Y14, Y2
+	VMULPS Y0, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  lfwd
+ldone:
+	VZEROUPPER
+	RET
+
+// func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int)
+// Float64 sums over n (a multiple of 16) elements, four lanes per
+// accumulator: mode 0 Σx; mode 1 Σ(x-m)²; mode 2 Σdy and Σdy*(x-m).
+TEXT ·sumsAVX2(SB), NOSPLIT, $0-48
+	MOVQ dy+0(FP), DX
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSD m+24(FP), Y15
+	MOVQ out+32(FP), DI
+	MOVQ mode+40(FP), AX
+	SHRQ $4, CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	VXORPD Y4, Y4, Y4
+	VXORPD Y5, Y5, Y5
+	VXORPD Y6, Y6, Y6
+	VXORPD Y7, Y7, Y7
+	CMPQ AX, $1
+	JEQ  smode1
+	CMPQ AX, $2
+	JEQ  smode2
+smode0:
+	VCVTPS2PD 0(SI), Y8
+	VCVTPS2PD 16(SI), Y9
+	VCVTPS2PD 32(SI), Y10
+	VCVTPS2PD 48(SI), Y11
+	VADDPD Y8, Y0, Y0
+	VADDPD Y9, Y1, Y1
+	VADDPD Y10, Y2, Y2
+	VADDPD Y11, Y3, Y3
+	ADDQ $64, SI
+	DECQ CX
+	JNZ  smode0
+	JMP  sreduce
+smode1:
+	VCVTPS2PD 0(SI), Y8
+	VCVTPS2PD 16(SI), Y9
+	VCVTPS2PD 32(SI), Y10
+	VCVTPS2PD 48(SI), Y11
+	VSUBPD Y15, Y8, Y8
+	VSUBPD Y15, Y9, Y9
+	VSUBPD Y15, Y10, Y10
+	VSUBPD Y15, Y11, Y11
+	VFMADD231PD Y8, Y8, Y0
+	VFMADD231PD Y9, Y9, Y1
+	VFMADD231PD Y10, Y10, Y2
+	VFMADD231PD Y11, Y11, Y3
+	ADDQ $64, SI
+	DECQ CX
+	JNZ  smode1
+	JMP  sreduce
+smode2:
+	VCVTPS2PD 0(DX), Y8
+	VCVTPS2PD 16(DX), Y9
+	VCVTPS2PD 32(DX), Y10
+	VCVTPS2PD 48(DX), Y11
+	VADDPD Y8, Y0, Y0
+	VADDPD Y9, Y1, Y1
+	VADDPD Y10, Y2, Y2
+	VADDPD Y11, Y3, Y3
+	VCVTPS2PD 0(SI), Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y8, Y4
+	VCVTPS2PD 16(SI), Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y9, Y5
+	VCVTPS2PD 32(SI), Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y10, Y6
+	VCVTPS2PD 48(SI), Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y11, Y7
+	ADDQ $64, DX
+	ADDQ $64, SI
+	DECQ CX
+	JNZ  smode2
+sreduce:
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VADDPD Y5, Y4, Y4
+	VADDPD Y7, Y6, Y6
+	VADDPD Y6, Y4, Y4
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VHADDPD X0, X0, X0
+	VMOVSD X0, 0(DI)
+	VEXTRACTF128 $1, Y4, X5
+	VADDPD X5, X4, X4
+	VHADDPD X4, X4, X4
+	VMOVSD X4, 8(DI)
+	VZEROUPPER
+	RET
+
+// func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
+// mode 0: y = x*c0 + c1; mode 1: y = (dy - c0 - (x-c1)*c2) * c3; n a
+// multiple of 8. Separate multiplies and adds, as the scalar code rounds.
+TEXT ·normAVX2(SB), NOSPLIT, $0-48
+	MOVQ dy+0(FP), DX
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ c+32(FP), AX
+	MOVQ mode+40(FP), BX
+	VBROADCASTSS 0(AX), Y12
+	VBROADCASTSS 4(AX), Y13
+	VBROADCASTSS 8(AX), Y14
+	VBROADCASTSS 12(AX), Y15
+	SHRQ $3, CX
+	JZ   ndone
+	TESTQ BX, BX
+	JNZ  ngrad
+naff:
+	VMULPS (SI), Y12, Y0
+	VADDPS Y13, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  naff
+	JMP  ndone
+ngrad:
+	VMOVUPS (SI), Y0
+	VSUBPS Y13, Y0, Y0
+	VMULPS Y14, Y0, Y0
+	VMOVUPS (DX), Y1
+	VSUBPS Y12, Y1, Y1
+	VSUBPS Y0, Y1, Y1
+	VMULPS Y15, Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, DX
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  ngrad
+ndone:
+	VZEROUPPER
+	RET
+
+// func addAVX2(a, b, y *float32, n int)
+// y = a + b, n a multiple of 8.
+TEXT ·addAVX2(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   adddone
+addloop:
+	VMOVUPS (SI), Y0
+	VADDPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  addloop
+adddone:
+	VZEROUPPER
+	RET

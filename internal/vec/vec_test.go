@@ -79,3 +79,118 @@ func TestExpAffine(t *testing.T) {
 		t.Errorf("exp(99.8) = %v, want about 2.4e38", v)
 	}
 }
+
+func TestActivationsAndSums(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	n := 1000
+	x, g, y := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+		g[i] = float32(r.NormFloat64())
+	}
+	nan := float32(math.NaN())
+	x[0], x[1], x[2] = nan, float32(math.Copysign(0, -1)), 0
+	done := ReLU(x, y)
+	for i := 0; i < done; i++ {
+		want := float32(0)
+		if x[i] > 0 || x[i] != x[i] {
+			want = x[i]
+		}
+		if math.Float32bits(y[i]) != math.Float32bits(want) && !(want != want && y[i] != y[i]) {
+			t.Fatalf("ReLU(%v) = %v, want %v", x[i], y[i], want)
+		}
+	}
+	ReLUBackward(g, x, y)
+	for i := 0; i < done; i++ {
+		want := float32(0)
+		if x[i] > 0 || x[i] != x[i] {
+			want = g[i]
+		}
+		if y[i] != want {
+			t.Fatalf("ReLUBackward(%v, %v) = %v, want %v", g[i], x[i], y[i], want)
+		}
+	}
+	for _, grad := range []bool{false, true} {
+		var gg []float32
+		if grad {
+			gg = g
+		}
+		LeakyReLU(gg, x, y, 0.2)
+		for i := 3; i < done; i++ {
+			k := float32(0.2)
+			if x[i] > 0 {
+				k = 1
+			}
+			want := x[i] * k
+			if grad {
+				want = g[i] * k
+			}
+			if y[i] != want {
+				t.Fatalf("LeakyReLU(grad=%v, %v) = %v, want %v", grad, x[i], y[i], want)
+			}
+		}
+	}
+	x[0] = 0.5
+	var s, q, sg, sd float64
+	m := 0.25
+	s1, n1 := SumX(x)
+	q1, _ := SumSqDev(x, m)
+	sg1, sd1, _ := SumDot(g, x, m)
+	for i := 0; i < n1; i++ {
+		s += float64(x[i])
+		q += (float64(x[i]) - m) * (float64(x[i]) - m)
+		sg += float64(g[i])
+		sd += float64(g[i]) * (float64(x[i]) - m)
+	}
+	if n1 != n&^15 || math.Abs(s1-s) > 1e-12 || math.Abs(q1-q) > 1e-10 || math.Abs(sg1-sg) > 1e-12 || math.Abs(sd1-sd) > 1e-10 {
+		t.Errorf("sums over %d: %v %v %v %v, want %v %v %v %v", n1, s1, q1, sg1, sd1, s, q, sg, sd)
+	}
+}
+
+func TestNormLoops(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	n := 203
+	x, g, y := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = float32(i)*0.37 - 20
+		g[i] = float32(i%13) - 6
+	}
+	done := Affine(x, y, 1.5, -0.25)
+	for i := 0; i < done; i++ {
+		if want := x[i]*1.5 + -0.25; y[i] != want {
+			t.Fatalf("Affine: y[%d] = %v, want %v", i, y[i], want)
+		}
+	}
+	done = NormGrad(g, x, y, 0.5, 2, 0.125, 3)
+	for i := 0; i < done; i++ {
+		if want := (g[i] - 0.5 - (x[i]-2)*0.125) * 3; y[i] != want {
+			t.Fatalf("NormGrad: y[%d] = %v, want %v", i, y[i], want)
+		}
+	}
+}
+
+func TestAdd(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	a, b := make([]float32, 37), make([]float32, 37)
+	for i := range a {
+		a[i], b[i] = float32(i)*1.5, float32(i)*0.25-3
+	}
+	y := make([]float32, 37)
+	done := Add(a, b, y)
+	for i := 0; i < done; i++ {
+		if y[i] != a[i]+b[i] {
+			t.Fatalf("y[%d] = %v", i, y[i])
+		}
+	}
+	Add(a, b, a) // in place
+	if a[5] != y[5] {
+		t.Fatal("in place")
+	}
+}
