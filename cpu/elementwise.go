@@ -361,7 +361,7 @@ func unaryBackwardRange[T Float](o *op.UnaryBackward, g, s, y []T) {
 		for i, v := range s {
 			y[i] = g[i] * v * (1 - v)
 		}
-	case op.LeakyReLUKind: // s is the input
+	case op.LeakyReLUKind: // s is the output (slope >= 0) or the input
 		c := T(o.C)
 		for i, v := range s {
 			if v > 0 {

@@ -186,7 +186,17 @@ func (o *Unary) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 		gx = gy
 	case PowKind:
 		gx = Mul(gy, Scale(Pow(x, o.C-1), o.C))
-	case LeakyReLUKind, SiLUKind, GELUKind, GELUTanhKind:
+	case LeakyReLUKind:
+		// With a slope >= 0 the output is > 0 exactly where the input is
+		// (NaN, ±0 and underflow included), so the backward tests the
+		// output, as ReLU's does: the pre-activation need not be kept,
+		// and usually the output is kept anyway as the next layer's input.
+		saved := y
+		if o.C < 0 {
+			saved = x
+		}
+		gx = Apply1(&UnaryBackward{Kind: o.Kind, C: o.C}, gy, saved)
+	case SiLUKind, GELUKind, GELUTanhKind:
 		gx = Apply1(&UnaryBackward{Kind: o.Kind, C: o.C}, gy, x)
 	case ReciprocalKind:
 		gx = Neg(Mul(gy, Square(y)))
@@ -201,8 +211,9 @@ func (o *Unary) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 }
 
 // UnaryBackward computes the input gradient of an activation from the output
-// gradient and one saved tensor: the output for tanh, sigmoid and relu (so
-// the input need not be kept), the input for the others.
+// gradient and one saved tensor: the output for tanh, sigmoid, relu and
+// leaky relu with a slope >= 0 (so the input need not be kept), the input
+// for the others.
 type UnaryBackward struct {
 	Kind UnaryKind
 	C    float64

@@ -18,6 +18,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
@@ -53,8 +54,18 @@ func main() {
 	steps := flag.Int("steps", 5, "timed steps per variant (after one warm-up step each)")
 	target := flag.Float64("target", 0.4, "activation budget as a fraction of the baseline's")
 	threads := flag.Int("threads", 2, "kernel threads")
+	mixed := flag.String("mixed", "", "instead of the step times, measure on the cpu the peak allocated memory of one step of the fp32 baseline and of automatic checkpointing with this precision (e.g. bf16-mixed)")
+	profile := flag.Bool("profile", false, "also print, per model, the measured time of the recomputed nodes by op against the cost model's estimate")
 	flag.Parse()
+	profileRecompute = *profile
 	parallel.SetThreads(*threads)
+	if *mixed != "" {
+		if err := mixedReport(*models, *mixed, *target); err != nil {
+			fmt.Fprintln(os.Stderr, "fitreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	fmt.Printf("| model | batch | activations, no recomputation | automatic checkpointing | reduction | recomputed nodes | step time (median, min–max), none | step time, automatic | cost |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, mb := range strings.Split(*models, ",") {
 		var c config
@@ -68,30 +79,26 @@ func main() {
 	}
 }
 
-func report(c config, steps int, target float64) error {
+// autoRemat asks the planner for the cheapest automatic checkpointing that
+// keeps the activations within target times the baseline's, the whole
+// batch in one pass; it returns the fp32 baseline's plan and the policy.
+func autoRemat(c config, target float64) (*zoo.Spec, train.MemoryPlan, *budget.Result, error) {
 	spec, err := zoo.Lookup(c.model)
 	if err != nil {
-		return err
+		return nil, train.MemoryPlan{}, nil, err
 	}
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
-	plan := func(p transform.Policy) (train.MemoryPlan, error) {
-		o, _ := newOpt()
-		tr, err := train.Setup(device.Meta(), 0, build, o)
-		if err != nil {
-			return train.MemoryPlan{}, err
-		}
-		defer tr.Close()
-		tr.Remat = p
-		x, y := spec.Example(c.batch)
-		return tr.Plan(x, y)
-	}
-	base, err := plan(nil)
+	o, _ := newOpt()
+	tr, err := train.Setup(device.Meta(), 0, build, o)
 	if err != nil {
-		return err
+		return nil, train.MemoryPlan{}, nil, err
 	}
-	// Ask the planner for the whole batch in one pass with the activation
-	// budget: it picks the cheapest recomputation that fits.
+	defer tr.Close()
+	base, err := tr.Plan(spec.Example(c.batch))
+	if err != nil {
+		return nil, train.MemoryPlan{}, nil, err
+	}
 	fixed := base.Parameters + base.Gradients + base.OptimizerState
 	res, err := budget.Fit(context.Background(), budget.Problem{
 		Build: build, Example: spec.Example, Batch: c.batch, NewOptimizer: newOpt,
@@ -99,12 +106,83 @@ func report(c config, steps int, target float64) error {
 		Policies: []string{"auto"},
 	})
 	if err != nil {
-		return err
+		return nil, train.MemoryPlan{}, nil, err
 	}
 	if res.Best.Accumulation != 1 {
-		return fmt.Errorf("%s: the planner split the batch (%d x %d); raise -target", c.model, res.Best.MicroBatch, res.Best.Accumulation)
+		return nil, train.MemoryPlan{}, nil, fmt.Errorf("%s: the planner split the batch (%d x %d); raise -target", c.model, res.Best.MicroBatch, res.Best.Accumulation)
 	}
-	auto, err := plan(res.Best.Remat)
+	return &spec, base, res, nil
+}
+
+// mixedReport runs one step on the cpu of the fp32 baseline and of
+// automatic checkpointing under precision prec, and prints the peak of
+// allocated bytes each one's allocator measured, next to the plans.
+func mixedReport(models, prec string, target float64) error {
+	p, err := transform.ParsePrecision(prec)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("| model | batch | fp32 peak allocated (planned) | automatic checkpointing + %s (planned) | ratio |\n|---|---|---|---|---|\n", prec)
+	for _, mb := range strings.Split(models, ",") {
+		var c config
+		name, n, _ := strings.Cut(mb, ":")
+		c.model = name
+		fmt.Sscan(n, &c.batch)
+		spec, _, res, err := autoRemat(c, target)
+		if err != nil {
+			return err
+		}
+		build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+		r := rand.New(rand.NewSource(1))
+		xm, ym := spec.Example(c.batch)
+		x, y := random(r, xm, 10), random(r, ym, 10)
+		measure := func(remat transform.Policy, prec transform.Precision) (peak, planned int64, err error) {
+			o, _ := optim.NewAdam(optim.AdamDefaults())
+			tr, err := train.Setup(device.CPU(), 1, build, o)
+			if err != nil {
+				return 0, 0, err
+			}
+			defer tr.Close()
+			tr.Remat = remat
+			tr.SetPrecision(prec)
+			plan, err := tr.Plan(xm, ym)
+			if err != nil {
+				return 0, 0, err
+			}
+			if _, err := tr.Step(context.Background(), x, y); err != nil {
+				return 0, 0, err
+			}
+			return tr.Device.Alloc.Stats().AllocatedBytes.Peak, plan.Total(), nil
+		}
+		bPeak, bPlan, err := measure(nil, transform.FP32)
+		if err != nil {
+			return err
+		}
+		mPeak, mPlan, err := measure(res.Best.Remat, p)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %s | %d | %s (%s) | %s (%s) | %.0f%% |\n", c.model, c.batch,
+			device.FormatBytes(bPeak), device.FormatBytes(bPlan), device.FormatBytes(mPeak), device.FormatBytes(mPlan), 100*float64(mPeak)/float64(bPeak))
+	}
+	return nil
+}
+
+func report(c config, steps int, target float64) error {
+	spec, base, res, err := autoRemat(c, target)
+	if err != nil {
+		return err
+	}
+	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
+	o, _ := newOpt()
+	mt, err := train.Setup(device.Meta(), 0, build, o)
+	if err != nil {
+		return err
+	}
+	mt.Remat = res.Best.Remat
+	auto, err := mt.Plan(spec.Example(c.batch))
+	mt.Close()
 	if err != nil {
 		return err
 	}
@@ -151,11 +229,65 @@ func report(c config, steps int, target float64) error {
 			*v.out = append(*v.out, time.Since(start).Seconds())
 		}
 	}
+	if profileRecompute {
+		if err := recomputeProfile(b, x, y); err != nil {
+			return err
+		}
+	}
 	ma, mb := median(ta), median(tb)
 	fmt.Printf("| %s | %d | %s | %s | %.0f%% | %d | %.2f s (%.2f–%.2f) | %.2f s (%.2f–%.2f) | %+.0f%% |\n",
 		c.model, c.batch, device.FormatBytes(base.Activations), device.FormatBytes(auto.Activations),
 		100*(1-float64(auto.Activations)/float64(base.Activations)), res.Best.Recomputed,
 		ma, minOf(ta), maxOf(ta), mb, minOf(tb), maxOf(tb), 100*(mb/ma-1))
+	return nil
+}
+
+var profileRecompute bool
+
+// recomputeProfile runs one step of tr timing every node, and prints the
+// time the recomputed nodes took by op, next to what the cost model
+// estimated for them: the measured price of the recomputation, free of the
+// noise of comparing two step times.
+func recomputeProfile(tr *train.Trainer, x, y *tensor.Tensor) error {
+	type acc struct {
+		n         int
+		meas, est float64
+	}
+	byOp := map[string]*acc{}
+	var step, rec, est, estStep float64
+	tr.RunOptions = &exec.Options{Observe: func(_ int, n *trace.Node, d time.Duration) {
+		s := d.Seconds()
+		step += s
+		estStep += budget.DefaultCost.Node(n)
+		if !n.Recompute {
+			return
+		}
+		a := byOp[n.Op.Name()]
+		if a == nil {
+			a = &acc{}
+			byOp[n.Op.Name()] = a
+		}
+		a.n++
+		a.meas += s
+		a.est += budget.DefaultCost.Node(n)
+		rec += s
+		est += budget.DefaultCost.Node(n)
+	}}
+	defer func() { tr.RunOptions = nil }()
+	if _, err := tr.Step(context.Background(), x, y); err != nil {
+		return err
+	}
+	ops := make([]string, 0, len(byOp))
+	for k := range byOp {
+		ops = append(ops, k)
+	}
+	sort.Slice(ops, func(i, j int) bool { return byOp[ops[i]].meas > byOp[ops[j]].meas })
+	fmt.Fprintf(os.Stderr, "recomputation: %.3f s of a %.3f s step (%.1f%%); the cost model: %.3f s of %.3f s (%.1f%%)\n",
+		rec, step, 100*rec/step, est, estStep, 100*est/estStep)
+	for _, k := range ops {
+		a := byOp[k]
+		fmt.Fprintf(os.Stderr, "  %-24s %4d nodes  measured %7.3f s  estimated %7.3f s  (x%.2f)\n", k, a.n, a.meas, a.est, a.meas/max(a.est, 1e-12))
+	}
 	return nil
 }
 
