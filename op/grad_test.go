@@ -4,6 +4,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/headroom-ml/headroom/autodiff"
 	"github.com/headroom-ml/headroom/internal/check"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
@@ -62,6 +63,9 @@ func TestCoreGradients(t *testing.T) {
 		{name: "sigmoid", shapes: []tensor.Shape{s}, f: un(op.Sigmoid)},
 		{name: "relu", shapes: []tensor.Shape{s}, f: un(op.ReLU)},
 		{name: "leaky_relu", shapes: []tensor.Shape{s}, f: un(func(x *trace.Tensor) *trace.Tensor { return op.LeakyReLU(x, 0.1) })},
+		// A negative slope flips the output's sign: the backward must read
+		// the input then, not the output.
+		{name: "leaky_relu_negative_slope", shapes: []tensor.Shape{s}, f: un(func(x *trace.Tensor) *trace.Tensor { return op.LeakyReLU(x, -0.5) })},
 		{name: "silu", shapes: []tensor.Shape{s}, f: un(op.SiLU)},
 		{name: "gelu", shapes: []tensor.Shape{s}, f: un(func(x *trace.Tensor) *trace.Tensor { return op.GELU(x, "none") })},
 		{name: "gelu_tanh", shapes: []tensor.Shape{s}, f: un(func(x *trace.Tensor) *trace.Tensor { return op.GELU(x, "tanh") })},
@@ -98,5 +102,41 @@ func TestShapeErrorNamesModuleOpShapes(t *testing.T) {
 	want := "module encoder.fc1: matmul(float32[2, 3], float32[4, 5]): inner dimensions differ: 3 vs 4"
 	if err.Error() != want {
 		t.Fatalf("got %q\nwant %q", err, want)
+	}
+}
+
+// LeakyReLU's backward reads its output when the slope is >= 0 (so the
+// pre-activation is not kept for the backward pass) and its input otherwise.
+func TestLeakyReLUBackwardReadsOutput(t *testing.T) {
+	for _, tc := range []struct {
+		slope      float64
+		wantOutput bool
+	}{{0.2, true}, {0, true}, {-0.5, false}} {
+		g := trace.New()
+		var x, y *trace.Tensor
+		var grads []*trace.Tensor
+		err := trace.Capture(func() {
+			x = g.Input("x", tensor.Float32, tensor.Shape{4})
+			y = op.LeakyReLU(x, tc.slope)
+			var err error
+			grads, err = autodiff.Backward(op.Sum(y, false), []*trace.Tensor{x})
+			if err != nil {
+				panic(err)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bw := grads[0].Node
+		if _, ok := bw.Op.(*op.UnaryBackward); !ok {
+			t.Fatalf("slope %v: gradient made by %s, want leaky_relu_backward", tc.slope, bw.Op.Name())
+		}
+		want := x
+		if tc.wantOutput {
+			want = y
+		}
+		if bw.Inputs[1] != want {
+			t.Errorf("slope %v: backward reads %s, want %s", tc.slope, bw.Inputs[1].Node.Label(), want.Node.Label())
+		}
 	}
 }
