@@ -347,11 +347,26 @@ func normLayerStatShape(s tensor.Shape, dims int) tensor.Shape {
 }
 
 func (o *LayerNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	return normInfer(in, o.HasWeight, o.HasBias, o.shapes)
+}
+
+// shapes checks x and returns the shapes of the weight and bias and of the
+// statistics.
+func (o *LayerNormOp) shapes(x trace.Meta) (param, stat tensor.Shape, err error) {
+	if o.Dims < 1 || o.Dims > len(x.Shape) {
+		return nil, nil, fmt.Errorf("cannot normalize over the last %d dimensions of a %d-D input", o.Dims, len(x.Shape))
+	}
+	return x.Shape[len(x.Shape)-o.Dims:], normLayerStatShape(x.Shape, o.Dims), nil
+}
+
+// normInfer is the shape rule of layer and group norm: x, then weight and
+// bias if present, shaped by shapes; outputs y (like x), mean and rstd.
+func normInfer(in []trace.Meta, hasWeight, hasBias bool, shapes func(trace.Meta) (param, stat tensor.Shape, err error)) ([]trace.Meta, error) {
 	want := 1
-	if o.HasWeight {
+	if hasWeight {
 		want++
 	}
-	if o.HasBias {
+	if hasBias {
 		want++
 	}
 	if err := wantInputs(in, want); err != nil {
@@ -361,24 +376,57 @@ func (o *LayerNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantFloat(x); err != nil {
 		return nil, err
 	}
-	if o.Dims < 1 || o.Dims > len(x.Shape) {
-		return nil, fmt.Errorf("cannot normalize over the last %d dimensions of a %d-D input", o.Dims, len(x.Shape))
+	ps, st, err := shapes(x)
+	if err != nil {
+		return nil, err
 	}
-	ns := x.Shape[len(x.Shape)-o.Dims:]
 	for k := 1; k < want; k++ {
 		what := "weight"
-		if k == 2 || !o.HasWeight {
+		if k == 2 || !hasWeight {
 			what = "bias"
 		}
-		if err := normCheckParam(what, in[k], x.DType, ns); err != nil {
+		if err := normCheckParam(what, in[k], x.DType, ps); err != nil {
 			return nil, err
 		}
 	}
-	st := normLayerStatShape(x.Shape, o.Dims)
 	return []trace.Meta{x, {DType: x.DType, Shape: st}, {DType: x.DType, Shape: st.Clone()}}, nil
 }
 
-func (o *LayerNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
+// normBackwardInfer is the shape rule of layer and group norm's backward:
+// gy, x, mean, rstd, then weight if present.
+func normBackwardInfer(in []trace.Meta, hasWeight, hasBias bool, shapes func(trace.Meta) (param, stat tensor.Shape, err error)) ([]trace.Meta, error) {
+	want := 4
+	if hasWeight {
+		want++
+	}
+	if err := wantInputs(in, want); err != nil {
+		return nil, err
+	}
+	if err := sameDType(in); err != nil {
+		return nil, err
+	}
+	x := in[1]
+	if !in[0].Shape.Equal(x.Shape) {
+		return nil, fmt.Errorf("gradient %v and input %v differ", in[0].Shape, x.Shape)
+	}
+	ps, st, err := shapes(x)
+	if err != nil {
+		return nil, err
+	}
+	for i := 2; i < 4; i++ {
+		if !in[i].Shape.Equal(st) {
+			return nil, fmt.Errorf("statistic %d has shape %v, expected %v", i, in[i].Shape, st)
+		}
+	}
+	if hasWeight && !in[4].Shape.Equal(ps) {
+		return nil, fmt.Errorf("weight has shape %v, expected %v", in[4].Shape, ps)
+	}
+	return normBackwardMetas(x, ps, hasWeight, hasBias), nil
+}
+
+// normGrad applies the fused backward op bw of a layer or group norm node n
+// (inputs gy, x, mean, rstd, weight).
+func normGrad(n *trace.Node, gouts []*trace.Tensor, bw trace.Op, hasWeight, hasBias bool) []*trace.Tensor {
 	normNoStatGrads(n, gouts)
 	gy := gouts[0]
 	if gy == nil {
@@ -386,11 +434,14 @@ func (o *LayerNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 	}
 	x := n.Inputs[0]
 	ins := []*trace.Tensor{gy, x, n.Outputs[1], n.Outputs[2]}
-	if o.HasWeight {
+	if hasWeight {
 		ins = append(ins, n.Inputs[1])
 	}
-	outs := x.Graph().Apply(&LayerNormBackward{Dims: o.Dims, HasWeight: o.HasWeight, HasBias: o.HasBias}, ins...)
-	return normGradInputs(n, outs, o.HasWeight, o.HasBias)
+	return normGradInputs(n, x.Graph().Apply(bw, ins...), hasWeight, hasBias)
+}
+
+func (o *LayerNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
+	return normGrad(n, gouts, &LayerNormBackward{Dims: o.Dims, HasWeight: o.HasWeight, HasBias: o.HasBias}, o.HasWeight, o.HasBias)
 }
 
 // LayerNormBackward is layer norm's fused backward. Inputs: gy, x, mean,
@@ -405,34 +456,7 @@ type LayerNormBackward struct {
 func (o *LayerNormBackward) Name() string { return "layer_norm_backward" }
 
 func (o *LayerNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
-	want := 4
-	if o.HasWeight {
-		want++
-	}
-	if err := wantInputs(in, want); err != nil {
-		return nil, err
-	}
-	if err := sameDType(in); err != nil {
-		return nil, err
-	}
-	x := in[1]
-	if !in[0].Shape.Equal(x.Shape) {
-		return nil, fmt.Errorf("gradient %v and input %v differ", in[0].Shape, x.Shape)
-	}
-	if o.Dims < 1 || o.Dims > len(x.Shape) {
-		return nil, fmt.Errorf("cannot normalize over the last %d dimensions of a %d-D input", o.Dims, len(x.Shape))
-	}
-	st := normLayerStatShape(x.Shape, o.Dims)
-	for i := 2; i < 4; i++ {
-		if !in[i].Shape.Equal(st) {
-			return nil, fmt.Errorf("statistic %d has shape %v, expected %v", i, in[i].Shape, st)
-		}
-	}
-	ns := x.Shape[len(x.Shape)-o.Dims:]
-	if o.HasWeight && !in[4].Shape.Equal(ns) {
-		return nil, fmt.Errorf("weight has shape %v, expected %v", in[4].Shape, ns)
-	}
-	return normBackwardMetas(x, ns, o.HasWeight, o.HasBias), nil
+	return normBackwardInfer(in, o.HasWeight, o.HasBias, (&LayerNormOp{Dims: o.Dims}).shapes)
 }
 
 // LayerNorm is torch.nn.functional.layer_norm: x is normalized over its last
@@ -481,50 +505,20 @@ func normCheckGroups(x trace.Meta, groups int) error {
 }
 
 func (o *GroupNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
-	want := 1
-	if o.HasWeight {
-		want++
-	}
-	if o.HasBias {
-		want++
-	}
-	if err := wantInputs(in, want); err != nil {
-		return nil, err
-	}
-	x := in[0]
-	if err := wantFloat(x); err != nil {
-		return nil, err
-	}
+	return normInfer(in, o.HasWeight, o.HasBias, o.shapes)
+}
+
+// shapes checks x and returns the shapes of the weight and bias and of the
+// statistics.
+func (o *GroupNormOp) shapes(x trace.Meta) (param, stat tensor.Shape, err error) {
 	if err := normCheckGroups(x, o.Groups); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cs := tensor.Shape{x.Shape[1]}
-	for k := 1; k < want; k++ {
-		what := "weight"
-		if k == 2 || !o.HasWeight {
-			what = "bias"
-		}
-		if err := normCheckParam(what, in[k], x.DType, cs); err != nil {
-			return nil, err
-		}
-	}
-	st := tensor.Shape{x.Shape[0], o.Groups}
-	return []trace.Meta{x, {DType: x.DType, Shape: st}, {DType: x.DType, Shape: st.Clone()}}, nil
+	return tensor.Shape{x.Shape[1]}, tensor.Shape{x.Shape[0], o.Groups}, nil
 }
 
 func (o *GroupNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
-	normNoStatGrads(n, gouts)
-	gy := gouts[0]
-	if gy == nil {
-		return nil
-	}
-	x := n.Inputs[0]
-	ins := []*trace.Tensor{gy, x, n.Outputs[1], n.Outputs[2]}
-	if o.HasWeight {
-		ins = append(ins, n.Inputs[1])
-	}
-	outs := x.Graph().Apply(&GroupNormBackward{Groups: o.Groups, HasWeight: o.HasWeight, HasBias: o.HasBias}, ins...)
-	return normGradInputs(n, outs, o.HasWeight, o.HasBias)
+	return normGrad(n, gouts, &GroupNormBackward{Groups: o.Groups, HasWeight: o.HasWeight, HasBias: o.HasBias}, o.HasWeight, o.HasBias)
 }
 
 // GroupNormBackward is group norm's fused backward. Inputs: gy, x, mean
@@ -539,34 +533,7 @@ type GroupNormBackward struct {
 func (o *GroupNormBackward) Name() string { return "group_norm_backward" }
 
 func (o *GroupNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
-	want := 4
-	if o.HasWeight {
-		want++
-	}
-	if err := wantInputs(in, want); err != nil {
-		return nil, err
-	}
-	if err := sameDType(in); err != nil {
-		return nil, err
-	}
-	x := in[1]
-	if !in[0].Shape.Equal(x.Shape) {
-		return nil, fmt.Errorf("gradient %v and input %v differ", in[0].Shape, x.Shape)
-	}
-	if err := normCheckGroups(x, o.Groups); err != nil {
-		return nil, err
-	}
-	st := tensor.Shape{x.Shape[0], o.Groups}
-	for i := 2; i < 4; i++ {
-		if !in[i].Shape.Equal(st) {
-			return nil, fmt.Errorf("statistic %d has shape %v, expected %v", i, in[i].Shape, st)
-		}
-	}
-	cs := tensor.Shape{x.Shape[1]}
-	if o.HasWeight && !in[4].Shape.Equal(cs) {
-		return nil, fmt.Errorf("weight has shape %v, expected %v", in[4].Shape, cs)
-	}
-	return normBackwardMetas(x, cs, o.HasWeight, o.HasBias), nil
+	return normBackwardInfer(in, o.HasWeight, o.HasBias, (&GroupNormOp{Groups: o.Groups}).shapes)
 }
 
 // GroupNorm is torch.nn.functional.group_norm: [N, C, *] input, C divisible
