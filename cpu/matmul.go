@@ -28,17 +28,38 @@ func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 	if err != nil {
 		return err
 	}
-	a, b, c := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	lda, ldb := as[len(as)-1], bs[len(bs)-1]
 	aBatch := bstrides(as[:len(as)-2], batch)
 	bBatch := bstrides(bs[:len(bs)-2], batch)
 	aMat, bMat := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
 	bOffs := offsets(batch, bBatch)
+	if in[0].DType != out[0].DType || in[1].DType != out[0].DType {
+		// A mixed product: 16-bit operands converted as the kernel packs them.
+		c := out[0].F32()
+		for bi, ao := range offsets(batch, aBatch) {
+			a, b := gemmOperand(in[0], ao*aMat), gemmOperand(in[1], bOffs[bi]*bMat)
+			blas.SgemmMixed(o.TransA, o.TransB, m, nn, k, 1, a, lda, b, ldb, 0, c[bi*m*nn:], nn)
+		}
+		return nil
+	}
+	a, b, c := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	for bi, ao := range offsets(batch, aBatch) {
 		bo := bOffs[bi]
 		gemm(o.TransA, o.TransB, m, nn, k, a[ao*aMat:], lda, b[bo*bMat:], ldb, c[bi*m*nn:], nn)
 	}
 	return nil
+}
+
+// gemmOperand is t's elements from off as a GEMM operand (float32,
+// bfloat16 or float16).
+func gemmOperand(t *tensor.Tensor, off int) blas.Matrix {
+	switch t.DType {
+	case tensor.BFloat16:
+		return blas.BF16(t.U16()[off:])
+	case tensor.Float16:
+		return blas.F16(t.U16()[off:])
+	}
+	return blas.F32(t.F32()[off:])
 }
 
 func sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {

@@ -21,9 +21,11 @@ import (
 // the order of the float32 summation. Saved activations held in low
 // precision are stored in their 16-bit form between forward and backward
 // (Compress), so activation memory behaves like real mixed precision;
-// values in flight inside the forward or backward pass stay 4 bytes, and a
-// low-precision op reads transient float32 copies of its rounded operands
-// where a native kernel would read 2-byte ones (the plan counts them).
+// values in flight inside the forward or backward pass stay 4 bytes. A
+// matmul reads its 16-bit operands in place (ReadLow, which
+// ApplyPrecision runs last); other low-precision ops (convolution,
+// attention) read transient float32 copies of their rounded operands where
+// a native kernel would read 2-byte ones (the plan counts them).
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast. Ops of LowPrecisionOps
@@ -608,6 +610,95 @@ func ApplyPrecision(g *trace.Graph, p Precision, c CompressPolicy) (*trace.Graph
 	if p != FP32 {
 		c = low.Storing(c)
 	}
-	g, _, err = Compress(g, c)
+	if g, _, err = Compress(g, c); err != nil || p == FP32 || !readLow {
+		return g, err
+	}
+	g, _, err = ReadLow(g)
 	return g, err
+}
+
+// readLow is off only in tests that compare against the emulation's
+// float32 copies.
+var readLow = true
+
+// ReadLow returns a copy of g in which matrix products read 16-bit operands
+// in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
+// from it, as Autocast and Compress make) that only matmuls read is
+// dropped and the matmuls (op.MatMul with Mixed) read the 16-bit tensor;
+// a parameter rounded for matmuls only (op.Round) is cast to the 16-bit
+// type instead, a 2-byte copy rather than a 4-byte one. A mixed matmul
+// converts its operands exactly as it packs them and computes the same
+// float32 sums, so every value of g is unchanged, bit for bit; only the
+// transient float32 copies (what a native bf16 kernel does not need) go.
+// It returns how many copies it removed.
+func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// widened reports whether n makes a float32 copy of a 16-bit value
+	// (its 16-bit type, or Invalid) that only float32 matmuls read.
+	widened := func(n *trace.Node) tensor.DType {
+		if n.Kind != trace.KindOp || len(cons[n.ID]) == 0 {
+			return tensor.Invalid
+		}
+		lo := tensor.Invalid
+		switch o := n.Op.(type) {
+		case *op.Cast:
+			if d := n.Inputs[0].DType(); o.To == tensor.Float32 && (d == tensor.BFloat16 || d == tensor.Float16) {
+				lo = d
+			}
+		case *op.Round:
+			if n.Inputs[0].Node.Kind == trace.KindState {
+				lo = o.To
+			}
+		}
+		if lo == tensor.Invalid || outputs[n.Outputs[0]] {
+			return tensor.Invalid
+		}
+		for _, c := range cons[n.ID] {
+			if mm, ok := c.Op.(*op.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
+				return tensor.Invalid
+			}
+		}
+		return lo
+	}
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	removed := 0
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				ins[i] = mapped[in]
+			}
+			node := n
+			switch lo := widened(n); {
+			case lo != tensor.Invalid && n.Inputs[0].Node.Kind == trace.KindState:
+				// The parameter's 16-bit copy replaces its rounded one.
+				c := *n
+				c.Op = &op.Cast{To: lo}
+				node = &c
+				removed++
+			case lo != tensor.Invalid:
+				// Readers take the 16-bit value this cast widens.
+				mapped[n.Outputs[0]] = ins[0]
+				removed++
+				continue
+			}
+			if mm, ok := n.Op.(*op.MatMul); ok && !mm.Mixed && (!isF32(ins[0]) || !isF32(ins[1])) {
+				c := *n
+				c.Op = &op.MatMul{TransA: mm.TransA, TransB: mm.TransB, Mixed: true}
+				node = &c
+			}
+			for i, o := range out.Clone(node, ins) {
+				mapped[n.Outputs[i]] = o
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	return out, removed, err
 }

@@ -402,9 +402,11 @@ bits make them rarer).
 ## Memory
 
 Planned activation memory at the step's peak (train.Trainer.Plan on the meta device; the cpu
-runs measure the same). Under the mixed modes the emulation holds transient float32 copies of the
-rounded operands of each matmul and convolution (a native bf16 kernel reads 2-byte copies), which
-the plan counts; saved activations are stored in 16 bits.
+runs measure the same). Under the low-precision modes matmuls read their 16-bit operands in place
+(transform.ReadLow: the kernel converts them as it packs them); the emulation still holds transient
+float32 copies of the rounded operands of convolution and attention and of 16-bit values that
+elementwise ops read (a native bf16 kernel reads 2-byte copies), which the plan counts; saved
+activations are stored in 16 bits.
 
 ` + me.String() + `
 ## What each mode computes

@@ -123,6 +123,10 @@ type kernel[T float] struct {
 	// packBT, if not nil, packs nr full columns of a transposed B:
 	// dst[nr*p+r] = x[off+r*ld+p] for p < kc.
 	packBT func(x []T, ld, off, kc int, dst []T)
+
+	// half[t-1] (float32 kernels) holds the assembly conversions of 16-bit
+	// Type t for packing, or nil: portable Go.
+	half [2]*halfConv
 }
 
 // Blocking parameters (in elements). KC×NR of B (16 KiB for float32) stays
@@ -181,7 +185,7 @@ func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, 
 	if m > 0 && n > 0 && alpha != 0 && k > 0 {
 		checkLen("b", len(b), br, bc, ldb)
 	}
-	gemmCore(kern, pools, transA, transB, m, n, k, alpha, a, lda, b, ldb, Packer[T]{}, beta, c, ldc)
+	gemmCore(kern, pools, transA, transB, m, n, k, alpha, a, lda, b, ldb, Packer[T]{}, nil, beta, c, ldc)
 }
 
 func gemmFunc[T float](kern *kernel[T], pools *bufPools[T], transA bool, m, n, k int, alpha T, a []T, lda int, packB Packer[T], beta T, c []T, ldc int) {
@@ -191,12 +195,14 @@ func gemmFunc[T float](kern *kernel[T], pools *bufPools[T], transA bool, m, n, k
 	if packB.Pack == nil {
 		panic("gemm: nil packing function")
 	}
-	gemmCore(kern, pools, transA, false, m, n, k, alpha, a, lda, nil, 0, packB, beta, c, ldc)
+	gemmCore(kern, pools, transA, false, m, n, k, alpha, a, lda, nil, 0, packB, nil, beta, c, ldc)
 }
 
 // gemmCore is the blocked product; op(B) comes from b, or from packB when
-// that is not nil.
-func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, packB Packer[T], beta T, c []T, ldc int) {
+// that is not nil. With h (float32 only), a 16-bit A or B in h replaces a
+// or b and is converted as it is packed: the packed panels, and so the
+// result, are the same as for the operand converted first.
+func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, packB Packer[T], h *halves, beta T, c []T, ldc int) {
 	ar, ac := m, k
 	if transA {
 		ar, ac = k, m
@@ -211,7 +217,11 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool,
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	checkLen("a", len(a), ar, ac, lda)
+	alen := len(a)
+	if h != nil && h.a.Type != Float32 {
+		alen = len(h.a.U16)
+	}
+	checkLen("a", alen, ar, ac, lda)
 
 	mr, nr := kern.mr, kern.nr
 	threads := parallel.Threads()
@@ -261,6 +271,10 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool,
 				packN = kcur
 			}
 			pack := func(lo, hi int) {
+				if h != nil && h.b.Type != Float32 {
+					h.packB(any(kern).(*kernel[float32]), transB, ldb, pc, kcur, jc, ncur, lo, hi, any(bp).([]float32))
+					return
+				}
 				if packB.Pack != nil {
 					if packB.ByRows {
 						packB.Pack(bp, pc, kcur, jc, ncur, lo, hi, 0, nPanels, nr)
@@ -279,15 +293,21 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool,
 				}
 			}
 			compute := func(lo, hi int) {
-				abuf := getBuf[T](&pools.a, mc*kcur+mr*nr)
+				extra := 0
+				if h != nil {
+					extra = max(mr*kcur, mc) // rows of a 16-bit A converted
+				}
+				abuf := getBuf[T](&pools.a, mc*kcur+mr*nr+extra)
 				ap := *abuf
-				tmp := ap[mc*kcur:]
+				tmp := ap[mc*kcur : mc*kcur+mr*nr]
 				for t := lo; t < hi; t++ {
 					ib, jb := t/nSplit, t%nSplit
 					ic := ib * mc
 					mcur := min(mc, m-ic)
 					mPanels := ceilDiv(mcur, mr)
-					if transA {
+					if h != nil && h.a.Type != Float32 {
+						h.packA(any(kern).(*kernel[float32]), transA, lda, pc, kcur, ic, mcur, any(ap).([]float32), any(ap[mc*kcur+mr*nr:]).([]float32))
+					} else if transA {
 						// Stored A rows are contiguous in i: read them whole.
 						packATRows(a, lda, pc, kcur, ic, mcur, mr, ap)
 					} else {

@@ -2,8 +2,7 @@
 
 package gemm
 
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-func xgetbv() (eax, edx uint32)
+import "github.com/headroom-ml/headroom/internal/cpuid"
 
 // sgemmKernel6x16 is the AVX2+FMA micro-kernel in kernel_amd64.s. It reads
 // 6*k floats at a and 16*k at b, and reads/writes the 6x16 tile at c (row
@@ -13,28 +12,7 @@ func xgetbv() (eax, edx uint32)
 func sgemmKernel6x16(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int)
 
 // hasAVX2FMA reports whether the CPU and OS support AVX2 and FMA3.
-func hasAVX2FMA() bool {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const (
-		fma     = 1 << 12
-		osxsave = 1 << 27
-		avx     = 1 << 28
-	)
-	if ecx1&(fma|osxsave|avx) != fma|osxsave|avx {
-		return false
-	}
-	// The OS must save XMM (bit 1) and YMM (bit 2) state.
-	if xcr0, _ := xgetbv(); xcr0&6 != 6 {
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	const avx2 = 1 << 5
-	return ebx7&avx2 != 0
-}
+func hasAVX2FMA() bool { return cpuid.X86.AVX2FMA() }
 
 // TODO(avx512): a 6x32 (or 14x32/28x16) AVX-512 kernel would roughly double
 // the per-core peak on CPUs that have it; not written because the

@@ -86,3 +86,150 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// The 16-bit forms below widen as they load: bfloat16 is the upper half of
+// a float32 (zero-extend, shift left 16), float16 goes through F16C's
+// VCVTPH2PS; both are exact.
+
+// LOAD8_BF16 is LOAD8 from rows of 8 bfloat16 values (R8 the row stride in
+// bytes).
+#define LOAD8_BF16(A, B) \
+	VPMOVZXWD (A), Y0 \
+	VPMOVZXWD (A)(R8*1), Y1 \
+	VPMOVZXWD (A)(R8*2), Y2 \
+	VPMOVZXWD (A)(R9*1), Y3 \
+	VPMOVZXWD (B), Y4 \
+	VPMOVZXWD (B)(R8*1), Y5 \
+	VPMOVZXWD (B)(R8*2), Y6 \
+	VPMOVZXWD (B)(R9*1), Y7 \
+	VPSLLD $16, Y0, Y0 \
+	VPSLLD $16, Y1, Y1 \
+	VPSLLD $16, Y2, Y2 \
+	VPSLLD $16, Y3, Y3 \
+	VPSLLD $16, Y4, Y4 \
+	VPSLLD $16, Y5, Y5 \
+	VPSLLD $16, Y6, Y6 \
+	VPSLLD $16, Y7, Y7
+
+// LOAD8_F16 is LOAD8 from rows of 8 float16 values.
+#define LOAD8_F16(A, B) \
+	VCVTPH2PS (A), Y0 \
+	VCVTPH2PS (A)(R8*1), Y1 \
+	VCVTPH2PS (A)(R8*2), Y2 \
+	VCVTPH2PS (A)(R9*1), Y3 \
+	VCVTPH2PS (B), Y4 \
+	VCVTPH2PS (B)(R8*1), Y5 \
+	VCVTPH2PS (B)(R8*2), Y6 \
+	VCVTPH2PS (B)(R9*1), Y7
+
+// PACKT16_SETUP loads packT16's arguments for 16-bit rows.
+#define PACKT16_SETUP \
+	MOVQ src+0(FP), SI \
+	MOVQ ld+8(FP), R8 \
+	MOVQ blocks+16(FP), CX \
+	MOVQ dst+24(FP), DI \
+	SHLQ $1, R8 \
+	LEAQ (R8)(R8*2), R9 \
+	LEAQ (SI)(R8*4), R11 \
+	LEAQ (R11)(R8*4), R12 \
+	LEAQ (R12)(R8*4), R13
+
+// func packT16BF16(src *uint16, ld int, blocks int, dst *float32)
+//
+// packT16 from bfloat16: dst[16*p + r] = float32(src[r*ld + p]).
+TEXT ·packT16BF16(SB), NOSPLIT, $0-32
+	PACKT16_SETUP
+	TESTQ CX, CX
+	JZ done
+loop:
+	LOAD8_BF16(SI, R11)
+	TRANSPOSE8
+	STORE8(0)
+	LOAD8_BF16(R12, R13)
+	TRANSPOSE8
+	STORE8(32)
+	ADDQ $16, SI
+	ADDQ $16, R11
+	ADDQ $16, R12
+	ADDQ $16, R13
+	ADDQ $512, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
+// func packT16F16(src *uint16, ld int, blocks int, dst *float32)
+//
+// packT16 from float16 (needs F16C).
+TEXT ·packT16F16(SB), NOSPLIT, $0-32
+	PACKT16_SETUP
+	TESTQ CX, CX
+	JZ done
+loop:
+	LOAD8_F16(SI, R11)
+	TRANSPOSE8
+	STORE8(0)
+	LOAD8_F16(R12, R13)
+	TRANSPOSE8
+	STORE8(32)
+	ADDQ $16, SI
+	ADDQ $16, R11
+	ADDQ $16, R12
+	ADDQ $16, R13
+	ADDQ $512, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
+// func widenBF16x16(src *uint16, blocks int, dst *float32, stride int)
+//
+// dst[b*stride + l] = float32(src[16*b + l]) for b < blocks, l < 16.
+TEXT ·widenBF16x16(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	MOVQ stride+24(FP), R8
+	SHLQ $2, R8
+	TESTQ CX, CX
+	JZ done
+loop:
+	VPMOVZXWD (SI), Y0
+	VPMOVZXWD 16(SI), Y1
+	VPSLLD $16, Y0, Y0
+	VPSLLD $16, Y1, Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $32, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
+
+// func widenF16x16(src *uint16, blocks int, dst *float32, stride int)
+//
+// widenBF16x16 from float16 (needs F16C).
+TEXT ·widenF16x16(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	MOVQ stride+24(FP), R8
+	SHLQ $2, R8
+	TESTQ CX, CX
+	JZ done
+loop:
+	VCVTPH2PS (SI), Y0
+	VCVTPH2PS 16(SI), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $32, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET

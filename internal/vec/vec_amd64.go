@@ -2,8 +2,7 @@
 
 package vec
 
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-func xgetbv() (eax, edx uint32)
+import "github.com/headroom-ml/headroom/internal/cpuid"
 
 //go:noescape
 func geluAVX2(x, y *float32, n int)
@@ -11,30 +10,7 @@ func geluAVX2(x, y *float32, n int)
 //go:noescape
 func geluBackwardAVX2(dy, x, y *float32, n int)
 
-var enabled = hasAVX2FMA()
-
-// hasAVX2FMA reports whether the CPU and OS support AVX2 and FMA3.
-func hasAVX2FMA() bool {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	const (
-		fma     = 1 << 12
-		osxsave = 1 << 27
-		avx     = 1 << 28
-	)
-	if ecx1&(fma|osxsave|avx) != fma|osxsave|avx {
-		return false
-	}
-	if xcr0, _ := xgetbv(); xcr0&6 != 6 {
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	const avx2 = 1 << 5
-	return ebx7&avx2 != 0
-}
+var enabled = cpuid.X86.AVX2FMA()
 
 //go:noescape
 func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts)

@@ -1,0 +1,9 @@
+package transform
+
+// SetReadLow turns ApplyPrecision's ReadLow pass on or off and returns the
+// previous setting.
+func SetReadLow(on bool) bool {
+	old := readLow
+	readLow = on
+	return old
+}
