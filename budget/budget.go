@@ -1,8 +1,10 @@
 // Package budget chooses how to train within a memory budget: the
-// micro-batch size and number of accumulation steps, and which activations
-// to recompute, so that the step fits with the least estimated time. It
-// decides from memory plans on the meta device alone: no step runs, nothing
-// is allocated, nothing can run out of memory.
+// micro-batch size and number of accumulation steps, which activations to
+// recompute, the numeric precision, how saved activations are stored and
+// (when allowed) whether the optimizer runs in the backward pass, so that
+// the step fits with the least estimated time. It decides from memory
+// plans on the meta device alone: no step runs, nothing is allocated,
+// nothing can run out of memory.
 package budget
 
 import (
@@ -10,11 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
@@ -37,38 +42,149 @@ type Problem struct {
 	// Policies restricts the recomputation policies tried (default: none,
 	// selective, auto).
 	Policies []string
+	// Precisions lists the numeric precisions the planner may choose
+	// (transform.Precisions names). Default: fp32 only, so that the planner
+	// changes numerics only where it is allowed to (AutoPrecisions).
+	Precisions []string
+	// Compress lists the saved-activation storage policies the planner may
+	// choose (transform.Compressions names). Default: none only. For bf16,
+	// fp16, int8 and offload the planner also chooses which tensors: the
+	// largest ones, as few as fit (Choice.Compress).
+	Compress []string
+	// OptimizerInBackward lets the planner update parameters in the
+	// backward pass and free each gradient as it is consumed
+	// (train.Trainer.OptimizerInBackward): every plan with one micro-batch
+	// in fp32 then runs that way, since it gives the same results, is no
+	// slower and needs less memory; plans that accumulate micro-batches or
+	// round to a lower precision keep gradient buffers. It needs an
+	// optimizer that updates one parameter at a time (SGD, Adam, AdamW);
+	// with another it changes nothing.
+	OptimizerInBackward bool
+}
+
+// AutoPrecisions are the precisions `--precision auto` lets the planner
+// choose from. fp16-mixed needs dynamic loss scaling and bf16-true rounds
+// the weights themselves: the user asks for those by name.
+var AutoPrecisions = []string{"fp32", "bf16-mixed"}
+
+// AutoCompress are the saved-activation storage policies `--compress auto`
+// lets the planner choose from: none, ReLU masks as bits (exact), and bf16
+// or int8 with masks as bits. fp16 (overflow above 65504) and offload (host
+// memory and copies) are asked for by name.
+var AutoCompress = []string{"none", "masks", "bf16", "int8"}
+
+// ParsePrecisions reads a --precision value: "auto" (AutoPrecisions) or
+// one or more comma-separated transform.Precisions names.
+func ParsePrecisions(s string) ([]string, error) {
+	return parseList(s, "precision", AutoPrecisions, transform.Precisions, func(n string) error {
+		_, err := transform.ParsePrecision(n)
+		return err
+	})
+}
+
+// ParseCompressions reads a --compress value: "auto" (AutoCompress) or one
+// or more comma-separated transform.Compressions names.
+func ParseCompressions(s string) ([]string, error) {
+	return parseList(s, "compression policy", AutoCompress, transform.Compressions, func(n string) error {
+		_, err := transform.ParseCompress(n)
+		return err
+	})
+}
+
+func parseList(s, what string, auto, valid []string, check func(string) error) ([]string, error) {
+	if s == "auto" {
+		return slices.Clone(auto), nil
+	}
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if check(n) != nil || n == "" {
+			return nil, fmt.Errorf("unknown %s %q (valid: auto, %s, or a comma-separated list of them)", what, n, strings.Join(valid, ", "))
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // Choice is one way to run the step.
 type Choice struct {
 	MicroBatch   int // samples per forward/backward pass
 	Accumulation int // passes per optimizer step
-	Policy       string
-	Remat        transform.Policy // nil for "none"
-	Recomputed   int              // forward nodes recomputed
-	Memory       train.MemoryPlan // of a full micro-batch
-	Time         float64          // estimated seconds per optimizer step
+	Precision    transform.Precision
+	// Compression names the saved-activation storage policy (a
+	// transform.Compressions name); Compress is the policy to set on the
+	// trainer (nil for "none"), with the size threshold the planner chose.
+	Compression string
+	Compress    transform.CompressPolicy
+	Policy      string
+	Remat       transform.Policy // nil for "none"
+	Recomputed  int              // forward nodes recomputed
+	// InBackward runs the optimizer in the backward pass
+	// (train.Trainer.OptimizerInBackward): no gradient buffers, each
+	// gradient freed by its parameter's update. Only with one micro-batch
+	// in fp32.
+	InBackward bool
+	Memory     train.MemoryPlan // of a full micro-batch
+	Time       float64          // estimated seconds per optimizer step
 	// Reserved is the device memory the run needs: the segments the
 	// allocator maps for parameters, gradients, optimizer state and the
 	// step's arena, simulated with the same allocator on the meta device
-	// (capped at the budget when it fits there, else uncapped).
+	// (capped at the budget when it fits there, else uncapped); with the
+	// optimizer in the backward pass at least what setting up reserves,
+	// gradient buffers included, since they are freed only by the first
+	// step.
 	Reserved int64
 	// Fits reports whether the run fits on a device capped at the budget
 	// (simulated: under a capacity the allocator maps tighter segments, so
 	// a run may fit a budget below its uncapped Reserved).
 	Fits bool
+
+	// Filled in for Result.Best only (Fit's describe): what the precision
+	// and compression do to a full micro-batch.
+	Rounded int                     // values rounded to the low precision
+	Saved   transform.CompressStats // saved activations and how they are stored
 }
 
 // Bytes is what the choice needs from the device (Reserved).
 func (c Choice) Bytes() int64 { return c.Reserved }
 
+// Apply configures tr to run the choice's micro-batches: precision,
+// saved-activation storage, recomputation and where the optimizer runs.
+// The caller splits each batch into Accumulation micro-batches
+// (train.Split).
+func (c Choice) Apply(tr *train.Trainer) {
+	tr.SetPrecision(c.Precision)
+	tr.Compress = c.Compress
+	tr.SetRemat(c.Remat) // also drops steps compiled with the old storage
+	tr.OptimizerInBackward = c.InBackward
+}
+
+// minBytes is the compression size threshold of a choice (0: none).
+func (c Choice) minBytes() int64 {
+	if cp, ok := c.Compress.(transform.Compression); ok && cp.To != transform.Keep {
+		return cp.MinBytes
+	}
+	return 0
+}
+
 // Result is the chosen plan and what it was compared with.
 type Result struct {
 	Best Choice
-	// Baseline is the whole batch at once with nothing recomputed (which
-	// may not fit): the reference for the slowdown.
+	// Baseline is the whole batch at once in the first allowed precision
+	// (fp32 by default) with nothing recomputed or compressed, which may
+	// not fit: the reference for the slowdown.
 	Baseline   Choice
 	Candidates []Choice
+	// Pruned counts the (precision, compression, recomputation) settings
+	// not searched because their cheapest possible step was already slower
+	// than a plan that fits.
+	Pruned int
+	// notInBackward says why Best keeps gradient buffers although
+	// Problem.OptimizerInBackward allowed otherwise ("" when not asked, or
+	// when Best runs the optimizer in the backward pass).
+	notInBackward string
 }
 
 // Slowdown is the best choice's estimated time over the baseline's.
@@ -79,9 +195,17 @@ var ErrBudget = errors.New("budget too small")
 
 // TooSmallError says the budget cannot hold the run, and what would.
 type TooSmallError struct {
-	Budget  int64
-	Minimum int64 // the smallest budget that works
-	Reason  string
+	Budget int64
+	// Minimum is the smallest budget that works within the allowed
+	// precisions, compressions and recomputation policies: accepted at
+	// Minimum, refused at Minimum-1.
+	Minimum int64
+	// Persistent is what parameters, gradients and optimizer state
+	// allocate: no budget below it can work, with the optimizer in the
+	// backward pass too (a run allocates the gradient buffers with the
+	// model, before its first step frees them).
+	Persistent int64
+	Reason     string
 }
 
 func (e *TooSmallError) Error() string {
@@ -104,23 +228,141 @@ func ParsePolicy(s string) (string, error) {
 	return "", fmt.Errorf("unknown recomputation policy %q (valid: none, selective, auto)", s)
 }
 
+// setting is a precision and a saved-activation storage policy: the
+// numerics of a plan, searched together with micro-batching and
+// recomputation.
+type setting struct {
+	prec transform.Precision
+	comp string                   // transform.Compressions name
+	cpol transform.CompressPolicy // at its default threshold; nil for none
+}
+
+// refinable reports whether the planner chooses which tensors s compresses
+// (a size threshold): formats that cost a pass per tensor.
+func (s setting) refinable() bool {
+	cp, ok := s.cpol.(transform.Compression)
+	return ok && cp.To != transform.Keep
+}
+
+// withMin is s's policy compressing only tensors of at least b bytes (0:
+// the default threshold).
+func (s setting) withMin(b int64) transform.CompressPolicy {
+	if b == 0 || !s.refinable() {
+		return s.cpol
+	}
+	cp := s.cpol.(transform.Compression)
+	cp.MinBytes = b
+	return cp
+}
+
+// settings is the cross product of the allowed precisions and compression
+// policies, in the order given (the first is the baseline's).
+func settings(p Problem) ([]setting, error) {
+	precs, comps := p.Precisions, p.Compress
+	if len(precs) == 0 {
+		precs = []string{"fp32"}
+	}
+	if len(comps) == 0 {
+		comps = []string{"none"}
+	}
+	var out []setting
+	for _, pn := range precs {
+		prec, err := transform.ParsePrecision(pn)
+		if err != nil {
+			return nil, err
+		}
+		for _, cn := range comps {
+			cp, err := transform.ParseCompress(cn)
+			if err != nil {
+				return nil, err
+			}
+			if cn == "" {
+				cn = "none"
+			}
+			out = append(out, setting{prec, cn, cp})
+		}
+	}
+	return out, nil
+}
+
 type fitter struct {
-	p   Problem
-	tr  *train.Trainer
-	dev *device.Device
-	// fixed is the memory reserved for parameters, gradients and
-	// optimizer state, before any step.
-	fixed int64
-	// check holds the persistent state on a meta device capped at the
-	// budget (nil if it does not fit there): candidates are tried on it.
-	check *device.Device
+	p    Problem
+	sets []setting
+	// tr plans steps with gradient buffers and trIB (when inBack) steps
+	// with the optimizer in the backward pass, each on a meta device of
+	// its own: planning a step frees or allocates the gradient buffers as
+	// the step will, and the bytes it reports are read from the device.
+	tr, trIB *train.Trainer
+	// inBack: Problem.OptimizerInBackward, and the optimizer can do it;
+	// else inBackErr says why not.
+	inBack    bool
+	inBackErr error
+	// full holds the persistent state of a run with gradient buffers
+	// (full[0]) and of one with the optimizer in the backward pass
+	// (full[1], when inBack) on uncapped meta devices; persistent is what
+	// parameters, gradients and optimizer state allocate.
+	full       [2]*runState
+	persistent int64
+	// check is the same on meta devices capped at the budget (nil if the
+	// persistent state does not fit there): candidates are tried on it.
+	check [2]*runState
 	cost  CostModel
 	// cands caches, per micro-batch size, the auto policy's candidate
 	// nodes in the order they are given up.
 	cands map[int][]int
+	// graphs caches, per micro-batch size, the traced step as
+	// Rematerialize receives it, whose node IDs name the auto policy's
+	// nodes under any precision or compression (they come after it) and in
+	// either optimizer mode (the steps differ only after the backward
+	// pass).
+	graphs map[int]*trace.Graph
+	// memo caches evaluations: the search asks for some of them twice
+	// (bounds, least-memory plans).
+	memo map[evalKey]Choice
+}
+
+type evalKey struct {
+	batch, m   int
+	prec       transform.Precision
+	comp, pol  string
+	prefix     int
+	minBytes   int64
+	inBackward bool
+}
+
+// runState is a run's persistent state, set up on a meta device in the
+// order a real run sets it up: candidates' arenas are tried next to it.
+type runState struct {
+	dev *device.Device
+	// floor is what setting up reserved. The model is materialized with
+	// its gradient buffers before the optimizer state is allocated, so a
+	// run with the optimizer in the backward pass needs this much too,
+	// although its first step frees the gradients.
+	floor int64
+}
+
+// mode indexes fitter.full and fitter.check.
+func mode(inBackward bool) int {
+	if inBackward {
+		return 1
+	}
+	return 0
 }
 
 // Fit chooses the fastest plan within the budget.
+//
+// The search: every allowed (precision, compression) setting is planned
+// for the whole batch with nothing recomputed, which bounds from below
+// every plan of that setting (micro-batches repeat per-node overheads and
+// parameter reads, recomputation and compression add nodes, and the cost
+// model is additive). Settings are searched in order of that bound and
+// skipped once a plan that fits is as fast. Within a setting each
+// recomputation policy finds the largest micro-batch that fits (the most
+// memory the policy can save), then for auto the fewest recomputed nodes,
+// then for bf16/fp16/int8/offload the fewest compressed tensors (largest
+// first) that still fit. With Problem.OptimizerInBackward, a plan of one
+// micro-batch in fp32 runs the optimizer in the backward pass, and the
+// least-memory plan may be the whole batch that way.
 func Fit(ctx context.Context, p Problem) (*Result, error) {
 	if p.Batch < 1 {
 		return nil, fmt.Errorf("budget: batch size must be positive, got %d", p.Batch)
@@ -138,112 +380,289 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.tr.Close()
+	defer f.close()
+	if f.check[0] == nil {
+		// Refused before any search: nothing else fits if these do not
+		// (setting up is the same in either optimizer mode).
+		reason := fmt.Sprintf("parameters, gradients and optimizer state alone (%s) do not fit", device.FormatBytes(f.persistent))
+		if f.inBack {
+			reason += " (with the optimizer in the backward pass too: the gradient buffers are allocated with the model and freed at the first step)"
+		}
+		return nil, f.tooSmall(pols, reason)
+	}
 
 	res := &Result{}
-	if res.Baseline, err = f.eval(p.Batch, "none", 0); err != nil {
+	// The baseline keeps gradient buffers: it is the step as it runs
+	// without the planner.
+	if res.Baseline, err = f.plan(setting{prec: f.sets[0].prec, comp: "none"}, p.Batch, "none", 0, 0, false); err != nil {
 		return nil, err
 	}
-	// The least any plan can need: one sample at a time, everything
-	// recomputable recomputed.
-	least, err := f.eval(1, "auto", -1)
-	if err != nil {
-		return nil, err
+	bound := make([]float64, len(f.sets))
+	for i, s := range f.sets {
+		if s.refinable() {
+			// Compressing fewer tensors costs less, down to nothing.
+			s = setting{prec: s.prec, comp: "none"}
+		}
+		// The whole batch in either optimizer mode: micro-batched plans
+		// keep gradient buffers.
+		for _, ib := range []bool{false, true} {
+			c, err := f.plan(s, p.Batch, "none", 0, 0, ib)
+			if err != nil {
+				return nil, err
+			}
+			if !ib || c.InBackward {
+				if bound[i] == 0 || c.Time < bound[i] {
+					bound[i] = c.Time
+				}
+			}
+		}
 	}
-	if !least.Fits {
-		reason := "even one sample per micro-batch with every activation recomputed does not fit"
-		if f.check == nil {
-			reason = "parameters, gradients and optimizer state alone do not fit"
-		}
-		return nil, &TooSmallError{Budget: p.Budget, Minimum: f.minimum(least.Memory.ArenaBytes, least.Reserved), Reason: reason}
+	order := make([]int, len(f.sets))
+	for i := range order {
+		order[i] = i
 	}
-	for _, pol := range pols {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		c, ok, err := f.best(pol)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
+	sort.SliceStable(order, func(a, b int) bool { return bound[order[a]] < bound[order[b]] })
+	bestTime := 0.0 // 0: nothing fits yet
+	for _, i := range order {
+		s := f.sets[i]
+		for _, pol := range pols {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if bestTime > 0 && bound[i] >= bestTime {
+				res.Pruned++
+				continue
+			}
+			c, ok, err := f.best(s, pol, bestTime)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			if c, err = f.refine(s, c); err != nil {
+				return nil, err
+			}
+			if c.Policy == "auto" && c.Recomputed == 0 {
+				c.Policy, c.Remat = "none", nil
+			}
+			if j := slices.IndexFunc(res.Candidates, c.same); j >= 0 {
+				// Name it by the simpler storage (a threshold above
+				// every tensor leaves only the masks).
+				if slices.Index(transform.Compressions, c.Compression) < slices.Index(transform.Compressions, res.Candidates[j].Compression) {
+					res.Candidates[j] = c
+				}
+				continue
+			}
 			res.Candidates = append(res.Candidates, c)
+			if bestTime == 0 || c.Time < bestTime {
+				bestTime = c.Time
+			}
 		}
 	}
 	if len(res.Candidates) == 0 {
-		return nil, &TooSmallError{Budget: p.Budget, Minimum: f.minimum(least.Memory.ArenaBytes, least.Reserved), Reason: "no policy tried fits (allow the auto policy)"}
+		return nil, f.tooSmall(pols, "")
 	}
 	sort.SliceStable(res.Candidates, func(i, j int) bool { return res.Candidates[i].Time < res.Candidates[j].Time })
 	res.Best = res.Candidates[0]
+	if err := f.describe(&res.Best); err != nil {
+		return nil, err
+	}
+	if b := res.Best; p.OptimizerInBackward && !b.InBackward {
+		switch {
+		case f.inBackErr != nil:
+			res.notInBackward = strings.TrimPrefix(f.inBackErr.Error(), "train: optimizer in backward: ")
+		case b.Accumulation > 1:
+			res.notInBackward = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
+		default:
+			res.notInBackward = fmt.Sprintf("not with %v precision", b.Precision)
+		}
+	}
 	return res, nil
 }
 
+// tooSmall is the error for a budget nothing fits: the least-memory plan
+// of the allowed search space and the smallest capacity that holds it.
+// With gradient buffers that is one sample per micro-batch, the most each
+// policy recomputes, each setting's full compression; with the optimizer
+// in the backward pass (one micro-batch, so the whole batch) the same
+// recomputation and compression in fp32. The two modes set up different
+// persistent state, so each has its own smallest capacity; the smaller
+// one is the minimum.
+func (f *fitter) tooSmall(pols []string, reason string) error {
+	var least [2]Choice // per mode: the smallest arena
+	consider := func(s setting, m int, pol string) error {
+		c, err := f.eval(s, m, pol, effort(pol), 0)
+		if err != nil {
+			return err
+		}
+		if l := &least[mode(c.InBackward)]; l.MicroBatch == 0 || c.Memory.ArenaBytes < l.Memory.ArenaBytes {
+			*l = c
+		}
+		return nil
+	}
+	for _, s := range f.sets {
+		for _, pol := range pols {
+			if err := consider(s, 1, pol); err != nil {
+				return err
+			}
+			if f.inBack && s.prec == transform.FP32 && f.p.Batch > 1 {
+				if err := consider(s, f.p.Batch, pol); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	var best Choice
+	lowest := int64(-1)
+	for _, c := range least {
+		if c.MicroBatch == 0 {
+			continue
+		}
+		if m := f.minimum(c.Memory.ArenaBytes, c.Reserved, c.InBackward); lowest < 0 || m < lowest {
+			best, lowest = c, m
+		}
+	}
+	if reason == "" {
+		how := "one sample per micro-batch"
+		if best.InBackward {
+			how = fmt.Sprintf("%d samples in one pass with the optimizer in the backward pass", best.MicroBatch)
+		}
+		reason = fmt.Sprintf("even the plan that needs the least memory (%s, %s, saved activations %s, recomputation %s) needs %s",
+			how, best.Precision, best.Compression, best.Policy, device.FormatBytes(best.Memory.Total()))
+	}
+	return &TooSmallError{Budget: f.p.Budget, Minimum: lowest, Persistent: f.persistent, Reason: reason}
+}
+
+// effort is the prefix of the auto candidate list that saves the most
+// memory (-1: all of it); other policies have no prefix.
+func effort(pol string) int {
+	if pol == "auto" {
+		return -1
+	}
+	return 0
+}
+
 func newFitter(p Problem) (*fitter, error) {
-	f := &fitter{p: p, cost: p.Cost, cands: map[int][]int{}}
+	sets, err := settings(p)
+	if err != nil {
+		return nil, err
+	}
+	f := &fitter{p: p, sets: sets, cost: p.Cost, cands: map[int][]int{}, graphs: map[int]*trace.Graph{}, memo: map[evalKey]Choice{}}
 	if f.cost == (CostModel{}) {
 		f.cost = DefaultCost
 	}
-	dev := device.Meta()
 	opt, err := p.NewOptimizer()
 	if err != nil {
 		return nil, err
 	}
-	if f.tr, err = train.Setup(dev, 0, p.Build, opt); err != nil {
+	if f.tr, err = train.Setup(device.Meta(), 0, p.Build, opt); err != nil {
 		return nil, err
 	}
-	f.dev = dev
-	f.fixed = dev.Alloc.Stats().ReservedBytes.Current
-	if p.Budget > 0 {
-		f.check, _ = f.setup(p.Budget) // nil: the persistent state alone does not fit
+	if p.OptimizerInBackward {
+		// The trainer is fp32 with no scaler or clipping: only the
+		// optimizer can refuse here.
+		f.inBackErr = f.tr.CheckOptimizerInBackward(1)
+		f.inBack = f.inBackErr == nil
 	}
+	if f.inBack {
+		if opt, err = p.NewOptimizer(); err == nil {
+			f.trIB, err = train.Setup(device.Meta(), 0, p.Build, opt)
+		}
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		f.trIB.OptimizerInBackward = true
+	}
+	for _, ib := range []bool{false, true} {
+		if ib && !f.inBack {
+			break
+		}
+		if f.full[mode(ib)], err = f.setup(0, ib); err != nil {
+			f.close()
+			return nil, err
+		}
+		if p.Budget > 0 {
+			f.check[mode(ib)], _ = f.setup(p.Budget, ib) // nil: the persistent state alone does not fit
+		}
+	}
+	f.persistent = f.full[0].dev.Alloc.Stats().AllocatedBytes.Current
 	return f, nil
 }
 
+func (f *fitter) close() {
+	f.tr.Close()
+	if f.trIB != nil {
+		f.trIB.Close()
+	}
+}
+
 // setup allocates the run's persistent state (parameters, gradients,
-// optimizer state) on a meta device capped at capacity, in the order a real
-// run allocates it; nil when it does not fit.
-func (f *fitter) setup(capacity int64) (*device.Device, error) {
-	dev, err := device.New(fmt.Sprintf("meta:mem=%d", capacity))
-	if err != nil {
-		return nil, err
+// optimizer state) on a meta device capped at capacity (0: uncapped), in
+// the order a real run allocates it; an error when it does not fit. With
+// inBackward the gradient buffers are then freed, as the run's first step
+// frees them, and their segments given back (a run gives them back when
+// its arena needs the room, which comes to the same: see fits).
+func (f *fitter) setup(capacity int64, inBackward bool) (*runState, error) {
+	dev := device.Meta()
+	if capacity > 0 {
+		var err error
+		if dev, err = device.New(fmt.Sprintf("meta:mem=%d", capacity)); err != nil {
+			return nil, err
+		}
 	}
 	opt, err := f.p.NewOptimizer()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := train.Setup(dev, 0, f.p.Build, opt); err != nil {
+	tr, err := train.Setup(dev, 0, f.p.Build, opt)
+	if err != nil {
 		return nil, err
 	}
-	return dev, nil
+	st := &runState{dev: dev, floor: dev.Alloc.Stats().ReservedBytes.Current}
+	if inBackward {
+		tr.Store.ReleaseGrads()
+		dev.Alloc.EmptyCache()
+	}
+	return st, nil
 }
 
 // fits reports whether an arena of this size can be reserved next to the
-// persistent state on dev, and the memory then reserved.
-func fits(dev *device.Device, arena int64) (int64, bool) {
-	if dev == nil {
+// persistent state st, and the memory the run then reserves (at least
+// what setting up reserved).
+//
+// The allocator first tries cached free blocks, then maps a segment, and
+// when that would exceed the capacity unmaps every wholly free segment and
+// retries: whether the arena fits does not depend on free segments still
+// being cached, so the state set up with gradients freed and their
+// segments given back stands for the run's.
+func fits(st *runState, arena int64) (int64, bool) {
+	if st == nil {
 		return 0, false
 	}
-	b, err := dev.Alloc.Reserve(arena, device.Tag{Category: device.Activation, Op: "arena"})
+	b, err := st.dev.Alloc.Reserve(arena, device.Tag{Category: device.Activation, Op: "arena"})
 	if err != nil {
 		return 0, false
 	}
-	r := dev.Alloc.Stats().ReservedBytes.Current
-	dev.Alloc.Release(b)
-	dev.Alloc.EmptyCache()
+	r := max(st.floor, st.dev.Alloc.Stats().ReservedBytes.Current)
+	st.dev.Alloc.Release(b)
+	st.dev.Alloc.EmptyCache()
 	return r, true
 }
 
-// minimum is the smallest capacity on which the persistent state and an
-// arena of this size fit: a binary search over capacities, each one
-// simulated; hi is known to fit.
-func (f *fitter) minimum(arena, hi int64) int64 {
+// minimum is the smallest capacity on which the persistent state of the
+// optimizer mode and an arena of this size fit: a binary search over
+// capacities, each one simulated; hi is known to fit.
+func (f *fitter) minimum(arena, hi int64, inBackward bool) int64 {
 	lo := int64(0) // does not fit
 	for hi-lo > 4096 {
 		mid := (lo + hi) / 2 / 4096 * 4096
 		if mid <= lo {
 			break
 		}
-		dev, err := f.setup(mid)
-		if _, ok := fits(dev, arena); err == nil && ok {
+		st, err := f.setup(mid, inBackward)
+		if _, ok := fits(st, arena); err == nil && ok {
 			hi = mid
 		} else {
 			lo = mid
@@ -253,23 +672,23 @@ func (f *fitter) minimum(arena, hi int64) int64 {
 }
 
 // reserved simulates the arena's reservation next to the persistent state
-// and returns the device memory reserved with it, as a real run on a device
-// with the same allocator would reserve.
-func (f *fitter) reserved(arena int64) (int64, error) {
-	b, err := f.dev.Alloc.Reserve(arena, device.Tag{Category: device.Activation, Op: "arena"})
-	if err != nil {
-		return 0, err
+// of the optimizer mode and returns the device memory reserved with it, as
+// a real run on a device with the same allocator would reserve.
+func (f *fitter) reserved(arena int64, inBackward bool) (int64, error) {
+	r, ok := fits(f.full[mode(inBackward)], arena)
+	if !ok {
+		return 0, fmt.Errorf("budget: an arena of %s does not fit on an uncapped device", device.FormatBytes(arena))
 	}
-	r := f.dev.Alloc.Stats().ReservedBytes.Current
-	f.dev.Alloc.Release(b)
-	f.dev.Alloc.EmptyCache()
 	return r, nil
 }
 
 // MaxBatch is the automatic batch size: the largest batch, up to p.Batch,
-// that fits the budget in one pass under policy, found from plans alone (no
-// trial steps): it fits and one more sample does not. It is 0 when not even
-// one sample fits.
+// that fits the budget in one pass under policy, in the first allowed
+// precision and compression (fp32 and none by default), with the
+// optimizer in the backward pass when p allows it and that precision is
+// fp32 (one pass is one micro-batch), found from plans alone (no trial
+// steps): it fits and one more sample does not. It is 0 when not even one
+// sample fits.
 func MaxBatch(ctx context.Context, p Problem, policy string) (int, error) {
 	if _, err := ParsePolicy(policy); err != nil {
 		return 0, err
@@ -278,14 +697,10 @@ func MaxBatch(ctx context.Context, p Problem, policy string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.tr.Close()
+	defer f.close()
 	fits := func(m int) (bool, error) {
 		f.p.Batch = m
-		prefix := 0
-		if policy == "auto" {
-			prefix = -1
-		}
-		c, err := f.eval(m, policy, prefix)
+		c, err := f.eval(f.sets[0], m, policy, effort(policy), 0)
 		return err == nil && c.Fits, err
 	}
 	lo, hi := 0, p.Batch
@@ -307,25 +722,36 @@ func MaxBatch(ctx context.Context, p Problem, policy string) (int, error) {
 	return lo, nil
 }
 
-// best finds, for one policy, the largest micro-batch that fits and the
-// cheapest recomputation at that size.
-func (f *fitter) best(pol string) (Choice, bool, error) {
+// best finds, for one setting and policy, the largest micro-batch that
+// fits and the cheapest recomputation at that size. A selective plan
+// slower than bound (when positive) even for the whole batch is skipped.
+func (f *fitter) best(s setting, pol string, bound float64) (Choice, bool, error) {
 	fits := func(m int) (Choice, bool, error) {
-		prefix := 0
-		if pol == "auto" {
-			prefix = -1 // everything recomputable: the most memory auto can save
-		}
-		c, err := f.eval(m, pol, prefix)
+		c, err := f.eval(s, m, pol, effort(pol), 0)
 		return c, err == nil && c.Fits, err
 	}
-	lo, hi := 0, f.p.Batch // lo fits (0 is a sentinel), hi+1 does not
-	if c, ok, err := fits(hi); err != nil {
+	n := f.p.Batch
+	c, ok, err := fits(n)
+	if err != nil {
 		return Choice{}, false, err
-	} else if ok {
-		lo = hi
-		if pol != "auto" {
-			return c, true, nil
+	}
+	if pol == "selective" && bound > 0 && c.Time >= bound {
+		return Choice{}, false, nil
+	}
+	lo, hi := 0, n // lo fits (0 is a sentinel), hi+1 does not
+	switch {
+	case ok && pol != "auto":
+		return c, true, nil
+	case ok:
+		lo = n
+	case n == 1:
+		return Choice{}, false, nil
+	default:
+		// One sample first: when it does not fit, no size does.
+		if _, ok, err := fits(1); err != nil || !ok {
+			return Choice{}, false, err
 		}
+		lo, hi = 1, n-1
 	}
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
@@ -339,57 +765,144 @@ func (f *fitter) best(pol string) (Choice, bool, error) {
 			hi = mid - 1
 		}
 	}
-	if lo == 0 {
-		return Choice{}, false, nil
-	}
 	if pol != "auto" {
-		c, err := f.eval(lo, pol, 0)
+		c, err := f.eval(s, lo, pol, 0, 0)
 		return c, err == nil, err
 	}
-	c, err := f.minimalAuto(lo)
+	c, err = f.minimalAuto(s, lo)
 	return c, err == nil, err
 }
 
 // minimalAuto recomputes the shortest prefix of the candidate list that
 // fits at micro-batch m.
-func (f *fitter) minimalAuto(m int) (Choice, error) {
+func (f *fitter) minimalAuto(s setting, m int) (Choice, error) {
 	cands, err := f.candidates(m)
 	if err != nil {
 		return Choice{}, err
 	}
 	lo, hi := 0, len(cands)
-	var best Choice
 	for lo < hi {
 		mid := (lo + hi) / 2
-		c, err := f.eval(m, "auto", mid)
+		c, err := f.eval(s, m, "auto", mid, 0)
 		if err != nil {
 			return Choice{}, err
 		}
 		if c.Fits {
-			hi, best = mid, c
+			hi = mid
 		} else {
 			lo = mid + 1
 		}
 	}
-	if best.MicroBatch == 0 || best.Recomputed != lo {
-		return f.eval(m, "auto", lo)
+	return f.eval(s, m, "auto", lo, 0)
+}
+
+// refine compresses, for a setting that compresses tensors one pass each,
+// only the largest saved tensors of c that it needs to fit: the highest
+// size threshold that still fits (compression costs per byte, so a pass
+// over a large tensor buys the most memory per node). It keeps c's
+// micro-batch and recomputation.
+func (f *fitter) refine(s setting, c Choice) (Choice, error) {
+	if !s.refinable() {
+		return c, nil
 	}
-	return best, nil
+	g, err := f.graph(c.MicroBatch)
+	if err != nil {
+		return c, err
+	}
+	if c.Remat != nil {
+		if g, _, err = transform.Rematerialize(g, c.Remat); err != nil {
+			return c, err
+		}
+	}
+	var sizes []int64
+	for _, sv := range transform.SavedValues(g) {
+		if b := sv.Bytes(); !sv.Statistic && b >= transform.DefaultMinBytes && sv.Value.DType() == tensor.Float32 {
+			sizes = append(sizes, b)
+		}
+	}
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	// sizes[0] compresses what the default threshold does, which fits.
+	prefix := 0
+	if c.Policy == "auto" {
+		prefix = c.Recomputed
+	}
+	lo, hi := 0, len(sizes)-1
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		r, err := f.eval(s, c.MicroBatch, c.Policy, prefix, sizes[mid])
+		if err != nil {
+			return c, err
+		}
+		if r.Fits {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo == 0 {
+		return c, nil
+	}
+	r, err := f.eval(s, c.MicroBatch, c.Policy, prefix, sizes[lo])
+	if err != nil || r.Time >= c.Time {
+		return c, err
+	}
+	return r, nil
+}
+
+// graph is the traced step at micro-batch m as the trainer hands it to
+// transform.Rematerialize: before precision, compression and fusion, so
+// its node IDs are the ones a transform.Nodes policy names.
+func (f *fitter) graph(m int) (*trace.Graph, error) {
+	if g, ok := f.graphs[m]; ok {
+		return g, nil
+	}
+	rec := &recorder{}
+	configure(f.tr, setting{}, rec, 0)
+	x, y := f.p.Example(m)
+	if _, err := f.tr.TrainProgram(x, y); err != nil {
+		return nil, err
+	}
+	if rec.g == nil {
+		return nil, fmt.Errorf("budget: the step has no recomputable node")
+	}
+	f.graphs[m] = rec.g
+	return rec.g, nil
+}
+
+// recorder is a recomputation policy that recomputes nothing and keeps
+// the graph it is asked about.
+type recorder struct{ g *trace.Graph }
+
+func (r *recorder) Recompute(n *trace.Node) bool {
+	if r.g == nil {
+		r.g = n.Outputs[0].Graph()
+	}
+	return false
+}
+
+func (r *recorder) Region(*trace.Node) int { return 0 }
+
+// configure sets tr's precision, storage and recomputation and
+// drops its compiled steps. The precision is set directly: planning on the
+// meta device needs no GradScaler.
+func configure(tr *train.Trainer, s setting, remat transform.Policy, minBytes int64) {
+	tr.Precision = s.prec
+	tr.Compress = s.withMin(minBytes)
+	tr.SetRemat(remat)
 }
 
 // candidates lists the forward nodes whose outputs the backward pass keeps,
-// cheapest recomputation per byte freed first.
+// cheapest recomputation per byte freed first, as node IDs of the traced
+// step (graph).
 func (f *fitter) candidates(m int) ([]int, error) {
 	if c, ok := f.cands[m]; ok {
 		return c, nil
 	}
-	x, y := f.p.Example(m)
-	f.tr.SetRemat(nil)
-	prog, err := f.tr.TrainProgram(x, y)
+	g, err := f.graph(m)
 	if err != nil {
 		return nil, err
 	}
-	g := prog.Graph
 	saved := make([]float64, len(g.Nodes))
 	for _, n := range g.Nodes {
 		if n.Phase == trace.Forward {
@@ -432,14 +945,23 @@ func (f *fitter) candidates(m int) ([]int, error) {
 	return ids, nil
 }
 
-// eval plans micro-batch m under policy pol; for "auto", prefix is how many
-// candidates are recomputed (-1: all).
-func (f *fitter) eval(m int, pol string, prefix int) (Choice, error) {
+// eval plans micro-batch m under setting s and policy pol; for "auto",
+// prefix is how many candidates are recomputed (-1: all); minBytes > 0 is
+// the compression size threshold (0: the setting's default). The
+// optimizer runs in the backward pass wherever it is allowed and applies.
+func (f *fitter) eval(s setting, m int, pol string, prefix int, minBytes int64) (Choice, error) {
+	return f.plan(s, m, pol, prefix, minBytes, f.inBack)
+}
+
+// plan is eval, with the optimizer in the backward pass only if
+// inBackward allows it (and it applies: one micro-batch in fp32).
+func (f *fitter) plan(s setting, m int, pol string, prefix int, minBytes int64, inBackward bool) (Choice, error) {
 	// The trainer splits a batch into k near-equal micro-batches
 	// (train.Split); the largest has ceil(N/k) samples, at most m.
 	k := (f.p.Batch + m - 1) / m
 	m = (f.p.Batch + k - 1) / k
-	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol}
+	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
+		InBackward: inBackward && f.inBack && k == 1 && s.prec == transform.FP32}
 	switch pol {
 	case "selective":
 		c.Remat = transform.CheapOps
@@ -457,44 +979,119 @@ func (f *fitter) eval(m int, pol string, prefix int) (Choice, error) {
 		}
 		c.Remat = set
 		c.Recomputed = prefix
+	default:
+		prefix = 0
 	}
-	f.tr.SetRemat(c.Remat)
+	key := evalKey{f.p.Batch, m, s.prec, s.comp, pol, prefix, minBytes, c.InBackward}
+	if r, ok := f.memo[key]; ok {
+		return r, nil
+	}
+	if pol == "selective" {
+		g, err := f.graph(m)
+		if err != nil {
+			return c, err
+		}
+		_, st, err := transform.Rematerialize(g, transform.CheapOps)
+		if err != nil {
+			return c, err
+		}
+		c.Recomputed = st.Recomputed
+	}
+	tr := f.tr
+	if c.InBackward {
+		tr = f.trIB
+	}
+	configure(tr, s, c.Remat, minBytes)
 	// N%k micro-batches of size m and the rest one smaller.
 	sizes, counts := []int{m}, []int{k}
 	if r := f.p.Batch % k; r != 0 {
 		sizes, counts = []int{m, m - 1}, []int{r, k - r}
 	}
-	for i, s := range sizes {
-		x, y := f.p.Example(s)
-		mem, err := f.tr.Plan(x, y)
+	for i, sz := range sizes {
+		x, y := f.p.Example(sz)
+		mem, err := tr.Plan(x, y)
 		if err != nil {
 			return c, err
 		}
-		prog, err := f.tr.TrainProgram(x, y)
+		program := tr.TrainProgram
+		if c.InBackward {
+			program = tr.InBackwardProgram
+		}
+		prog, err := program(x, y)
 		if err != nil {
 			return c, err
 		}
 		t := f.cost.Graph(prog.Plan.Order)
 		if i == 0 {
 			c.Memory = mem
-			if c.Reserved, err = f.reserved(mem.ArenaBytes); err != nil {
+			if c.Reserved, err = f.reserved(mem.ArenaBytes, c.InBackward); err != nil {
 				return c, err
 			}
-			if r, ok := fits(f.check, mem.ArenaBytes); ok {
+			if r, ok := fits(f.check[mode(c.InBackward)], mem.ArenaBytes); ok {
 				c.Reserved, c.Fits = r, true
 			}
 		}
 		c.Time += t * float64(counts[i])
 	}
-	if pol == "selective" {
-		prog, _ := f.tr.TrainProgram(f.p.Example(m))
-		for _, n := range prog.Graph.Nodes {
-			if n.Recompute {
-				c.Recomputed++
-			}
+	f.memo[key] = c
+	return c, nil
+}
+
+// describe fills in what c's precision and compression do to a full
+// micro-batch, going through the transforms as transform.ApplyPrecision
+// does (recomputation first, then Autocast, then Compress with the saved
+// low-precision values in 16 bits).
+func (f *fitter) describe(c *Choice) error {
+	g, err := f.graph(c.MicroBatch)
+	if err != nil {
+		return err
+	}
+	if c.Remat != nil {
+		if g, _, err = transform.Rematerialize(g, c.Remat); err != nil {
+			return err
 		}
 	}
-	return c, nil
+	g, low, ast, err := transform.Autocast(g, c.Precision)
+	if err != nil {
+		return err
+	}
+	c.Rounded = ast.Rounded
+	cp := c.Compress
+	if c.Precision != transform.FP32 {
+		cp = low.Storing(cp)
+	}
+	if cp != nil {
+		_, c.Saved, err = transform.Compress(g, cp)
+	}
+	return err
+}
+
+// same reports whether c and o are the same plan as far as the planner
+// can tell (same micro-batching, precision, recomputation, arena and
+// estimated time): auto recomputing nothing is none, storing ReLU masks as
+// bits in a model without ReLUs changes nothing, and so does a compression
+// threshold above every tensor but the masks.
+func (c Choice) same(o Choice) bool {
+	return c.MicroBatch == o.MicroBatch && c.Precision == o.Precision && c.Policy == o.Policy && c.Recomputed == o.Recomputed &&
+		c.InBackward == o.InBackward && c.Memory.ArenaBytes == o.Memory.ArenaBytes && c.Time == o.Time
+}
+
+// Describe is one line naming the choice's micro-batching, precision,
+// compression, recomputation and, when it runs there, the optimizer in the
+// backward pass.
+func (c Choice) Describe() string {
+	comp := c.Compression
+	if comp == "none" && c.Precision != transform.FP32 {
+		comp = "16-bit"
+	}
+	if b := c.minBytes(); b > transform.DefaultMinBytes {
+		comp += " >= " + device.FormatBytes(b)
+	}
+	d := fmt.Sprintf("micro-batch %d x %d, %s, saved %s, recompute %s", c.MicroBatch, c.Accumulation, c.Precision, comp, c.Policy)
+	if c.InBackward {
+		d += ", optimizer in backward"
+	}
+	return d
 }
 
 // Print writes the result as `headroom plan` shows it.
@@ -502,17 +1099,67 @@ func (r *Result) Print(w io.Writer, budget int64) {
 	b := r.Best
 	fmt.Fprintf(w, "plan within %s:\n", device.FormatBytes(budget))
 	fmt.Fprintf(w, "  micro-batch %d x %d accumulation steps (effective batch %d)\n", b.MicroBatch, b.Accumulation, r.Baseline.MicroBatch)
-	fmt.Fprintf(w, "  precision fp32; recomputation: %s (%d forward nodes recomputed)\n", b.Policy, b.Recomputed)
+	prec := b.Precision.String()
+	if b.Precision != transform.FP32 {
+		prec += fmt.Sprintf(" (%d values rounded per micro-batch; emulated on the cpu, so rounding costs time)", b.Rounded)
+	}
+	fmt.Fprintf(w, "  precision %s\n", prec)
+	fmt.Fprintf(w, "  saved activations: %s\n", b.storage())
+	fmt.Fprintf(w, "  recomputation: %s (%d forward nodes recomputed)\n", b.Policy, b.Recomputed)
+	switch {
+	case b.InBackward:
+		fmt.Fprintf(w, "  optimizer: in the backward pass (each parameter updated once its gradient is final; gradients freed as consumed, no gradient buffers)\n")
+	case r.notInBackward != "":
+		fmt.Fprintf(w, "  optimizer: after the backward pass, with gradient buffers (not in the backward pass: %s)\n", r.notInBackward)
+	}
 	b.Memory.Print(w)
 	fmt.Fprintf(w, "  %-22s %12s   (segments the allocator maps; budget %s)\n", "device memory needed", device.FormatBytes(b.Bytes()), device.FormatBytes(budget))
-	fmt.Fprintf(w, "  estimated slowdown     %11.2fx   (against the whole batch with nothing recomputed, which needs %s)\n",
-		r.Slowdown(), device.FormatBytes(r.Baseline.Bytes()))
+	base := r.Baseline
+	fmt.Fprintf(w, "  estimated slowdown     %11.2fx   (against the whole batch in %s with nothing recomputed or compressed, which needs %s)\n",
+		r.Slowdown(), base.Precision, device.FormatBytes(base.Bytes()))
 	if len(r.Candidates) > 1 {
 		fmt.Fprintln(w, "  also considered:")
 		for _, c := range r.Candidates[1:] {
-			fmt.Fprintf(w, "    %-9s micro-batch %d x %d, %s, est. %.2fx\n", c.Policy, c.MicroBatch, c.Accumulation, device.FormatBytes(c.Bytes()), c.Time/r.Baseline.Time)
+			fmt.Fprintf(w, "    %s: %s, est. %.2fx\n", c.Describe(), device.FormatBytes(c.Bytes()), c.Time/base.Time)
 		}
 	}
+	if r.Pruned > 0 {
+		fmt.Fprintf(w, "  %d more settings not searched: even their whole-batch step is slower than the plan chosen\n", r.Pruned)
+	}
+}
+
+// storage describes how the choice stores saved activations.
+func (c Choice) storage() string {
+	var how string
+	switch {
+	case c.Compression == "none" && c.Precision == transform.FP32:
+		how = "kept as produced"
+	case c.Compression == "none":
+		how = "low-precision values in 16 bits"
+	case c.Compression == "masks":
+		how = "ReLU masks as bits"
+	default:
+		how = c.Compression
+		if b := c.minBytes(); b > transform.DefaultMinBytes {
+			how += " for tensors of at least " + device.FormatBytes(b)
+		}
+		how += ", ReLU masks as bits"
+	}
+	st := c.Saved
+	if st.Saved == 0 {
+		return how
+	}
+	var parts []string
+	for f, n := range st.Tensors {
+		if n > 0 && transform.Format(f) != transform.Keep {
+			parts = append(parts, fmt.Sprintf("%d %s", n, transform.Format(f)))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%s (%d saved tensors)", how, st.Saved)
+	}
+	return fmt.Sprintf("%s (%d of %d saved tensors stored as %s; %s -> %s)", how, st.Saved-st.Tensors[transform.Keep], st.Saved,
+		strings.Join(parts, ", "), device.FormatBytes(st.Before), device.FormatBytes(st.After))
 }
 
 // residual reports whether n is an addition of two activations (a residual

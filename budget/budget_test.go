@@ -29,17 +29,32 @@ func cnnProblem(batch int, b int64) budget.Problem {
 }
 
 func TestTooSmallBudgetSaysTheMinimum(t *testing.T) {
-	_, err := budget.Fit(context.Background(), cnnProblem(32, 4<<20))
-	var ts *budget.TooSmallError
-	if !errors.As(err, &ts) || !errors.Is(err, budget.ErrBudget) {
-		t.Fatalf("want TooSmallError, got %v", err)
-	}
-	// The minimum it names must itself be accepted.
-	if _, err := budget.Fit(context.Background(), cnnProblem(32, ts.Minimum)); err != nil {
-		t.Fatalf("the named minimum %d is refused: %v", ts.Minimum, err)
-	}
-	if _, err := budget.Fit(context.Background(), cnnProblem(32, ts.Minimum-1)); err == nil {
-		t.Fatalf("one byte below the named minimum %d is accepted", ts.Minimum)
+	for _, tc := range []struct {
+		name         string
+		precs, comps []string
+	}{
+		{"fp32", nil, nil},
+		{"precision and compression auto", budget.AutoPrecisions, budget.AutoCompress},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prob := func(b int64) budget.Problem {
+				p := cnnProblem(32, b)
+				p.Precisions, p.Compress = tc.precs, tc.comps
+				return p
+			}
+			_, err := budget.Fit(context.Background(), prob(4<<20))
+			var ts *budget.TooSmallError
+			if !errors.As(err, &ts) || !errors.Is(err, budget.ErrBudget) {
+				t.Fatalf("want TooSmallError, got %v", err)
+			}
+			// The minimum it names must itself be accepted.
+			if _, err := budget.Fit(context.Background(), prob(ts.Minimum)); err != nil {
+				t.Fatalf("the named minimum %d is refused: %v", ts.Minimum, err)
+			}
+			if _, err := budget.Fit(context.Background(), prob(ts.Minimum-1)); err == nil {
+				t.Fatalf("one byte below the named minimum %d is accepted", ts.Minimum)
+			}
+		})
 	}
 }
 

@@ -93,41 +93,20 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
 		yy := y[o : o+cnt]
+		if sa == 1 && sb == 1 {
+			binaryRun(k, a[ia:ia+cnt], b[ib:ib+cnt], yy)
+			return
+		}
 		switch k {
 		case op.AddKind:
-			if sa == 1 && sb == 1 {
-				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
-				if a32, ok := any(aa).([]float32); ok {
-					done := vec.Add(a32, any(bb).([]float32), any(yy).([]float32))
-					aa, bb, yy = aa[done:], bb[done:], yy[done:]
-				}
-				for i := range yy {
-					yy[i] = aa[i] + bb[i]
-				}
-				return
-			}
 			for i := range yy {
 				yy[i] = a[ia+i*sa] + b[ib+i*sb]
 			}
 		case op.SubKind:
-			if sa == 1 && sb == 1 {
-				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
-				for i := range yy {
-					yy[i] = aa[i] - bb[i]
-				}
-				return
-			}
 			for i := range yy {
 				yy[i] = a[ia+i*sa] - b[ib+i*sb]
 			}
 		case op.MulKind:
-			if sa == 1 && sb == 1 {
-				aa, bb := a[ia:ia+cnt], b[ib:ib+cnt]
-				for i := range yy {
-					yy[i] = aa[i] * bb[i]
-				}
-				return
-			}
 			for i := range yy {
 				yy[i] = a[ia+i*sa] * b[ib+i*sb]
 			}
@@ -137,25 +116,67 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 			}
 		case op.MaxKind:
 			for i := range yy {
-				x, z := a[ia+i*sa], b[ib+i*sb]
-				if x != x || x > z {
-					yy[i] = x
-				} else {
-					yy[i] = z
-				}
+				yy[i] = maxNaN(a[ia+i*sa], b[ib+i*sb])
 			}
 		case op.MinKind:
 			for i := range yy {
-				x, z := a[ia+i*sa], b[ib+i*sb]
-				if x != x || x < z {
-					yy[i] = x
-				} else {
-					yy[i] = z
-				}
+				yy[i] = minNaN(a[ia+i*sa], b[ib+i*sb])
 			}
 		}
 	})
 	return nil
+}
+
+// binaryRun is y = a op b over slices of one length (the fused kernels
+// share it, so fused and unfused results agree bit for bit).
+func binaryRun[T Float](k op.BinaryKind, a, b, y []T) {
+	a, b = a[:len(y)], b[:len(y)]
+	switch k {
+	case op.AddKind:
+		if a32, ok := any(a).([]float32); ok {
+			done := vec.Add(a32, any(b).([]float32), any(y).([]float32))
+			a, b, y = a[done:], b[done:], y[done:]
+		}
+		for i := range y {
+			y[i] = a[i] + b[i]
+		}
+	case op.SubKind:
+		for i := range y {
+			y[i] = a[i] - b[i]
+		}
+	case op.MulKind:
+		for i := range y {
+			y[i] = a[i] * b[i]
+		}
+	case op.DivKind:
+		for i := range y {
+			y[i] = a[i] / b[i]
+		}
+	case op.MaxKind:
+		for i := range y {
+			y[i] = maxNaN(a[i], b[i])
+		}
+	case op.MinKind:
+		for i := range y {
+			y[i] = minNaN(a[i], b[i])
+		}
+	}
+}
+
+// maxNaN is torch.maximum: x if x is NaN or larger, else z.
+func maxNaN[T Float](x, z T) T {
+	if x != x || x > z {
+		return x
+	}
+	return z
+}
+
+// minNaN is torch.minimum: x if x is NaN or smaller, else z.
+func minNaN[T Float](x, z T) T {
+	if x != x || x < z {
+		return x
+	}
+	return z
 }
 
 func compareKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {

@@ -175,6 +175,12 @@ func normGradOutputs[T Float](out []*tensor.Tensor, hasWeight, hasBias bool) (gx
 // ---------------------------------------------------------------- batch norm
 
 func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	return batchNorm[T](n, in, out, ws, nil)
+}
+
+// batchNorm is the batch norm kernel; epi, when not nil, is called on each
+// part of y as soon as it is written (a fused epilogue, see fused.go).
+func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
 	o := n.Op.(*op.BatchNormOp)
 	N, C, S := normNCS(in[0].Shape)
 	x, y := slice[T](in[0]), slice[T](out[0])
@@ -243,6 +249,10 @@ func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 				for j, v := range xs {
 					ys[j] = v*alpha + beta
 				}
+			}
+			if epi != nil {
+				// Channels [c0, c1) of image i are contiguous.
+				epi((i*C+c0)*S, (i*C+c1)*S)
 			}
 		}
 	})

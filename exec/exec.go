@@ -12,6 +12,7 @@ import (
 
 	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/schedule"
 	"github.com/headroom-ml/headroom/tensor"
@@ -42,7 +43,8 @@ func Compile(g *trace.Graph, dev *device.Device) (*Program, error) {
 	order := schedule.Order(g)
 	for _, n := range order {
 		if n.Kind == trace.KindOp && !cpu.HasKernel(n.Op) {
-			if _, alias := n.Op.(trace.Aliaser); !alias {
+			_, alias := n.Op.(trace.Aliaser)
+			if _, step := n.Op.(*op.OptimizerStep); !alias && !step {
 				return nil, fmt.Errorf("exec: %s: op %s has no cpu kernel", n.Label(), n.Op.Name())
 			}
 		}
@@ -165,6 +167,35 @@ type Options struct {
 	// CheckFinite stops the run at the first node whose floating-point
 	// output holds a NaN or an infinity, with a *NonFiniteError naming it.
 	CheckFinite bool
+	// Update runs the op.OptimizerStep nodes of a step traced with the
+	// optimizer in the backward pass: it applies the optimizer to parameter
+	// param in place (value is its storage) from its gradient (grad, a
+	// view of the arena, dead once Update returns). The optimizer's state
+	// lives outside the graph, so it is bound here, at run time.
+	Update func(param string, value, grad *tensor.Tensor) error
+}
+
+// NonFiniteLossError stops a run at its first optimizer step because the
+// loss is NaN or infinite: every step reads the loss, so none has run and
+// no parameter changed.
+type NonFiniteLossError struct {
+	Loss float64
+}
+
+func (e *NonFiniteLossError) Error() string {
+	return fmt.Sprintf("exec: the loss is %v; the step stopped before any optimizer update", e.Loss)
+}
+
+// runStep runs an op.OptimizerStep node: ins are the parameter, its gradient
+// and the loss.
+func runStep(o *op.OptimizerStep, ins []*tensor.Tensor, opts *Options) error {
+	if l := ins[2].Float64s()[0]; math.IsNaN(l) || math.IsInf(l, 0) {
+		return &NonFiniteLossError{Loss: l}
+	}
+	if opts == nil || opts.Update == nil {
+		return fmt.Errorf("no optimizer bound to run %s of %q (exec.Options.Update)", o.Name(), o.Param)
+	}
+	return opts.Update(o.Param, ins[0], ins[1])
 }
 
 func category(c string) device.Category {
@@ -236,8 +267,11 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 		}
 	}()
 
+	// Once an optimizer step has run the run is committed: a cancellation
+	// is no longer heeded, so that parameters are never left half updated.
+	committed := false
 	for i, n := range p.Plan.Order {
-		if i%64 == 0 {
+		if i%64 == 0 && !committed {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -288,7 +322,23 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 				ws = mem[b.Offset : b.Offset+b.Bytes]
 			}
 			start := time.Now()
-			if err := cpu.Run(n, ins, outs, ws); err != nil {
+			var err error
+			if o, ok := n.Op.(*op.OptimizerStep); ok {
+				err = runStep(o, ins, opts)
+				committed = true
+			} else if _, fused := n.Op.(*op.Fused); fused && opts != nil && opts.CheckFinite {
+				// A diagnosis runs fused ops one by one, to name the op
+				// that made a non-finite value, not the fused node.
+				var bad *trace.Node
+				var j, k int
+				var v float64
+				if bad, j, k, v, err = cpu.RunFusedChecked(n, ins, outs, ws, firstNonFinite); err == nil && bad != nil {
+					return nil, &NonFiniteError{Node: bad, Output: j, Index: k, Value: v}
+				}
+			} else {
+				err = cpu.Run(n, ins, outs, ws)
+			}
+			if err != nil {
 				return nil, &NodeError{n, err}
 			}
 			if opts != nil && opts.Observe != nil {

@@ -171,6 +171,10 @@ func (o *Adam) Step(params []Param) error {
 	return nil
 }
 
+// StepParam updates one parameter (ParamStepper): the same code as Step,
+// whose updates and step counts are per parameter.
+func (o *Adam) StepParam(p Param) error { return o.Step([]Param{p}) }
+
 // Prepare allocates the moment buffers of every parameter now (Preparer).
 func (o *Adam) Prepare(params []Param) error {
 	if err := checkParams(params, func(string) (int, bool) { return 0, false }); err != nil {

@@ -125,6 +125,22 @@ var (
 	_ Scheduler = (*SequentialLR)(nil)
 )
 
+// ParamStepper is implemented by optimizers whose update of one parameter
+// depends only on that parameter, its gradient and its own state (SGD,
+// Adam, AdamW): StepParam(p) is Step([]Param{p}), and stepping parameters
+// one at a time, in any order, gives exactly Step's result. The engine uses
+// it to update each parameter inside the backward pass as soon as its
+// gradient is final (train.Trainer.OptimizerInBackward).
+type ParamStepper interface {
+	Optimizer
+	StepParam(p Param) error
+}
+
+var (
+	_ ParamStepper = (*SGD)(nil)
+	_ ParamStepper = (*Adam)(nil)
+)
+
 // Preparer is implemented by optimizers that can allocate their state
 // before the first step. PyTorch allocates state lazily in the first step;
 // allocating it up front makes an out-of-memory appear at start-up and lets

@@ -116,6 +116,10 @@ func (o *SGD) Step(params []Param) error {
 	return nil
 }
 
+// StepParam updates one parameter (ParamStepper): the same code as Step,
+// whose updates are per parameter.
+func (o *SGD) StepParam(p Param) error { return o.Step([]Param{p}) }
+
 func (o *SGD) prepare(params []Param, needGrad bool) error {
 	if o.cfg.Momentum == 0 {
 		return nil

@@ -30,6 +30,9 @@ const (
 	Input      = "input"
 	Workspace  = "workspace"
 	Constant   = "constant"
+	// Gradient is a parameter's gradient read by an update inside the step
+	// (trace.Updater): it lives in the arena until the optimizer consumed it.
+	Gradient = "gradient"
 )
 
 // Buffer is one allocation inside the step's arena.
@@ -60,6 +63,14 @@ type Plan struct {
 	PeakStep   int
 	// LiveAt[i] is the sum of live buffer sizes during step i.
 	LiveAt []int64
+}
+
+// InPlacer is an op whose kernel may write its output over one of its
+// inputs: element i of that input is read before element i of the output
+// is written, and never after. InPlaceInputs lists the inputs that may be
+// overwritten (elementwise ops, for inputs of the output's shape).
+type InPlacer interface {
+	InPlaceInputs(in []trace.Meta) []int
 }
 
 // WorkspaceFunc reports the scratch bytes a node's kernel needs (0 if none).
@@ -128,6 +139,14 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 			}
 		}
 	}
+	p.inPlace(g)
+	for _, n := range order {
+		if _, ok := n.Op.(trace.Updater); ok && n.Kind == trace.KindOp {
+			if b, ok := p.Of[Root(n.Inputs[1])]; ok {
+				b.Category = Gradient
+			}
+		}
+	}
 	for _, t := range g.Outputs {
 		b, ok := p.Of[Root(t)]
 		if !ok {
@@ -154,6 +173,79 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 	}
 	p.assignOffsets()
 	return p, nil
+}
+
+// inPlace gives an elementwise op's output the buffer of an input that dies
+// at that op (PyTorch's in-place ops, chosen by the planner where they are
+// safe): the two are never live together, so the step's peak drops by the
+// output's size wherever such an op runs at the peak. Only activations are
+// reused; inputs, constants and graph outputs are never overwritten.
+func (p *Plan) inPlace(g *trace.Graph) {
+	outputs := map[*Buffer]bool{}
+	for _, t := range g.Outputs {
+		if b, ok := p.Of[Root(t)]; ok {
+			outputs[b] = true
+		}
+	}
+	merged := map[*Buffer]*Buffer{} // output buffer -> the input buffer it took
+	find := func(b *Buffer) *Buffer {
+		for merged[b] != nil {
+			b = merged[b]
+		}
+		return b
+	}
+	for i, n := range p.Order {
+		ip, ok := n.Op.(InPlacer)
+		if !ok || n.Kind != trace.KindOp || len(n.Outputs) != 1 {
+			continue
+		}
+		out := n.Outputs[0]
+		ob, ok := p.Of[out]
+		if !ok || Root(out) != out || outputs[ob] {
+			continue
+		}
+		metas := make([]trace.Meta, len(n.Inputs))
+		for k, in := range n.Inputs {
+			metas[k] = in.Meta
+		}
+	candidates:
+		for _, k := range ip.InPlaceInputs(metas) {
+			in := n.Inputs[k]
+			b, ok := p.Of[in]
+			if !ok {
+				continue
+			}
+			ib := find(b)
+			if ib.Category != Activation || ib.End != i || outputs[ib] ||
+				in.Meta.DType != out.Meta.DType || !in.Meta.Shape.Equal(out.Meta.Shape) || ib.Size != ob.Size {
+				continue
+			}
+			// Another input reading the same bytes through another view
+			// (a slice, say) could be read after it was overwritten.
+			for j, o := range n.Inputs {
+				if ob2, ok := p.Of[o]; ok && j != k && find(ob2) == ib && o != in {
+					continue candidates
+				}
+			}
+			ib.End = ob.End
+			merged[ob] = ib
+			break
+		}
+	}
+	if len(merged) == 0 {
+		return
+	}
+	for t, b := range p.Of {
+		p.Of[t] = find(b)
+	}
+	kept := p.Buffers[:0]
+	for _, b := range p.Buffers {
+		if _, gone := merged[b]; !gone {
+			b.ID = len(kept)
+			kept = append(kept, b)
+		}
+	}
+	p.Buffers = kept
 }
 
 // assignOffsets places buffers with several greedy orders and keeps the
@@ -255,21 +347,22 @@ func (p *Plan) peakLowerBound() int64 {
 }
 
 // place assigns offsets in the given order and returns the arena size.
+// Placed buffers are kept sorted by offset, so the ones whose lifetimes
+// overlap b's come out in offset order without a sort per buffer (the
+// planner calls place thousands of times while searching budgets). Sizes
+// are at least Align, so overlapping buffers never share an offset and the
+// order is the one a sort would give.
 func place(bufs []*Buffer) int64 {
-	var placed []*Buffer
+	placed := make([]*Buffer, 0, len(bufs))
 	var size int64
 	for _, b := range bufs {
-		var conflicts []*Buffer
-		for _, o := range placed {
-			if o.Start <= b.End && b.Start <= o.End {
-				conflicts = append(conflicts, o)
-			}
-		}
-		sort.Slice(conflicts, func(i, j int) bool { return conflicts[i].Offset < conflicts[j].Offset })
 		off := int64(0)
 		best := int64(-1)
 		bestGap := int64(-1)
-		for _, o := range conflicts {
+		for _, o := range placed {
+			if o.Start > b.End || b.Start > o.End {
+				continue
+			}
 			if o.Offset >= off+b.Size {
 				// A gap before o fits; prefer the tightest gap (best fit).
 				gap := o.Offset - off
@@ -284,7 +377,10 @@ func place(bufs []*Buffer) int64 {
 		}
 		b.Offset = best
 		size = max(size, b.Offset+b.Size)
-		placed = append(placed, b)
+		i := sort.Search(len(placed), func(i int) bool { return placed[i].Offset > b.Offset })
+		placed = append(placed, nil)
+		copy(placed[i+1:], placed[i:])
+		placed[i] = b
 	}
 	return size
 }

@@ -34,23 +34,54 @@ func Order(g *trace.Graph) []*trace.Node {
 	after := make([][]*trace.Node, len(g.Nodes))
 	var first []*trace.Node // effects that read only state: run first
 	isEffect := make([]bool, len(g.Nodes))
-	for _, n := range g.Nodes {
-		if _, ok := n.Op.(trace.Effecter); ok && n.Kind == trace.KindOp && live[n.ID] {
-			ready := -1
-			for _, in := range n.Inputs {
-				// State tensors exist before the step; only computed
-				// inputs decide when the effect can run.
-				if in.Node.Kind != trace.KindState {
-					ready = max(ready, in.Node.ID)
+	// lastRead[s] is the latest slot (a node ID, or -1: before every node)
+	// after which each reader of state node s has run. An update
+	// (trace.Updater) of s waits for it: until then the old value is still
+	// being read.
+	lastRead := map[*trace.Node]int{}
+	readState := func(n *trace.Node, slot int) {
+		for _, in := range n.Inputs {
+			if r := root(in); r.Node.Kind == trace.KindState {
+				if v, ok := lastRead[r.Node]; !ok || slot > v {
+					lastRead[r.Node] = slot
 				}
 			}
-			if ready < 0 {
-				first = append(first, n)
-			} else {
-				after[ready] = append(after[ready], n)
-			}
-			isEffect[n.ID] = true
 		}
+	}
+	var effects, updates []*trace.Node
+	for _, n := range g.Nodes {
+		if !live[n.ID] || n.Kind != trace.KindOp {
+			continue
+		}
+		if _, ok := n.Op.(trace.Effecter); !ok {
+			readState(n, n.ID)
+		} else if _, ok := n.Op.(trace.Updater); ok {
+			updates = append(updates, n)
+		} else {
+			effects = append(effects, n)
+		}
+	}
+	place := func(n *trace.Node, ready int) {
+		if ready < 0 {
+			first = append(first, n)
+		} else {
+			after[ready] = append(after[ready], n)
+		}
+		isEffect[n.ID] = true
+	}
+	// Updates are placed last, so that in a shared slot they follow the
+	// other effects (which may read the state they overwrite).
+	for _, n := range effects {
+		ready := computedReady(n)
+		readState(n, ready)
+		place(n, ready)
+	}
+	for _, n := range updates {
+		ready := computedReady(n)
+		if v, ok := lastRead[root(n.Inputs[0]).Node]; ok {
+			ready = max(ready, v)
+		}
+		place(n, ready)
 	}
 	var order []*trace.Node
 	order = append(order, first...)
@@ -61,4 +92,29 @@ func Order(g *trace.Graph) []*trace.Node {
 		}
 	}
 	return order
+}
+
+// computedReady is the ID of the last node producing one of effect n's
+// computed inputs, or -1 when it reads only state: state tensors exist
+// before the step, so only computed inputs decide when it can run.
+func computedReady(n *trace.Node) int {
+	ready := -1
+	for _, in := range n.Inputs {
+		if in.Node.Kind != trace.KindState {
+			ready = max(ready, in.Node.ID)
+		}
+	}
+	return ready
+}
+
+// root follows aliases (reshapes) back to the value that owns the bytes.
+func root(t *trace.Tensor) *trace.Tensor {
+	for t.Node.Kind == trace.KindOp {
+		a, ok := t.Node.Op.(trace.Aliaser)
+		if !ok {
+			break
+		}
+		t = t.Node.Inputs[a.AliasOf()]
+	}
+	return t
 }

@@ -42,6 +42,18 @@ type Effecter interface {
 	Effect()
 }
 
+// Updater is implemented by effects that replace their state input 0 with
+// its value for the next step, computed from a gradient (input 1):
+// optimizer updates inside the step. The schedule runs an update after
+// every other reader of input 0, so each read in the step sees the old
+// value (a layer's input gradient reads its weight after the weight's
+// gradient exists; a tied weight is read in two places; recomputation
+// reads weights again), and the plan counts input 1's buffer as a gradient.
+type Updater interface {
+	Effecter
+	Update()
+}
+
 // Kind says where a node's value comes from.
 type Kind uint8
 

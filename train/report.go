@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -14,8 +16,12 @@ type MemoryPlan struct {
 	Gradients      int64
 	OptimizerState int64
 	Activations    int64 // the step's arena bytes live at the peak
-	ArenaBytes     int64 // the arena's size (peak plus packing overhead)
-	PeakStep       string
+	// TransientGradients is the part of Activations that is gradients
+	// waiting for their update inside the step (OptimizerInBackward); the
+	// persistent Gradients are then zero.
+	TransientGradients int64
+	ArenaBytes         int64 // the arena's size (peak plus packing overhead)
+	PeakStep           string
 }
 
 // Total is the predicted peak of allocated bytes.
@@ -24,9 +30,27 @@ func (m MemoryPlan) Total() int64 {
 }
 
 // Plan predicts the memory of a training step on inputs x and targets y.
+// It allocates or frees the gradient buffers as the step will (freed with
+// OptimizerInBackward, where the step holds gradients in its arena).
 func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
-	p, err := t.TrainProgram(x, y)
+	var p *exec.Program
+	var err error
+	inBackward := t.OptimizerInBackward && t.CheckOptimizerInBackward(1) == nil
+	if inBackward {
+		p, err = t.InBackwardProgram(x, y)
+	} else {
+		p, err = t.TrainProgram(x, y)
+	}
 	if err != nil {
+		return MemoryPlan{}, err
+	}
+	// The persistent memory is made what the step will hold, so that the
+	// allocator's count below is exact: steps with the optimizer in the
+	// backward pass free the gradient buffers, the usual step allocates
+	// them.
+	if inBackward {
+		t.Store.ReleaseGrads()
+	} else if err := t.Store.AllocGrads(); err != nil {
 		return MemoryPlan{}, err
 	}
 	var m MemoryPlan
@@ -41,6 +65,7 @@ func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
 	m.ArenaBytes = p.Plan.ArenaBytes
 	if len(p.Plan.Order) > 0 {
 		m.PeakStep = p.Plan.Order[p.Plan.PeakStep].Label()
+		m.TransientGradients = p.Plan.ByCategory(p.Plan.PeakStep)[plan.Gradient]
 	}
 	return m, nil
 }
@@ -51,8 +76,11 @@ func (m MemoryPlan) Print(w io.Writer) {
 	fmt.Fprintln(w, "memory plan (per step, before the first step runs):")
 	row("parameters", m.Parameters)
 	row("gradients", m.Gradients)
+	if m.TransientGradients > 0 {
+		fmt.Fprintf(w, "  %-22s %12s   (in the arena at the peak, freed by their update)\n", "gradients (transient)", device.FormatBytes(m.TransientGradients))
+	}
 	row("optimizer state", m.OptimizerState)
-	row("activations at peak", m.Activations)
+	row("activations at peak", m.Activations-m.TransientGradients)
 	fmt.Fprintf(w, "  %-22s %12s   (at %s)\n", "total peak", device.FormatBytes(m.Total()), m.PeakStep)
 	if m.Activations > 0 {
 		fmt.Fprintf(w, "  %-22s %12s   (%.1f%% packing overhead)\n", "arena reserved", device.FormatBytes(m.ArenaBytes), 100*(float64(m.ArenaBytes)/float64(m.Activations)-1))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -12,24 +13,50 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
 func cmdPlan(ctx context.Context, args []string) error {
+	return planMain(ctx, args, os.Stdout, os.Stderr)
+}
+
+// precisionHelp and compressHelp are the --precision and --compress texts
+// of plan and train: what auto lets the planner consider.
+var (
+	precisionHelp = "numeric precision: " + strings.Join(transform.Precisions, ", ") +
+		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
+		strings.Join(budget.AutoPrecisions, " and ") + "; fp16-mixed and bf16-true only when named). " +
+		"Low precision is emulated on the cpu (operands and outputs rounded, float32 arithmetic): it saves memory, not time"
+	compressHelp = "how saved activations are stored until the backward pass: " + strings.Join(transform.Compressions, ", ") +
+		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
+		strings.Join(budget.AutoCompress, ", ") + "; masks stores ReLU masks as bits, exactly, and bf16 and int8 do too and compress " +
+		"only the largest tensors the budget needs; fp16 and offload only when named)"
+)
+
+func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	model := fs.String("model", "cnn", "model: "+strings.Join(zoo.Names(), ", "))
 	batch := fs.Int("batch", 32, "effective batch size (samples per optimizer step)")
 	opt := fs.String("optimizer", "adam", "optimizer: adam, adamw or sgd")
-	budgetFlag := fs.String("budget", "", "memory budget (e.g. 2GiB): choose micro-batching and recomputation to fit it")
+	budgetFlag := fs.String("budget", "", "memory budget (e.g. 2GiB): choose micro-batching, recomputation, precision and compression to fit it")
 	policy := fs.String("policy", "", "restrict recomputation to one policy: none, selective or auto (default: try all)")
+	precision := fs.String("precision", "fp32", precisionHelp)
+	compress := fs.String("compress", "none", compressHelp)
+	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom plan [flags]
 
 Prints the memory plan of one training step, computed on the meta device
 (shapes only: nothing runs, nothing is allocated). With --budget it chooses the
-fastest way to fit: micro-batch size and gradient accumulation steps, and which
-activations to recompute, and prints the byte breakdown at the peak and the
-estimated slowdown; when nothing fits it says the smallest budget that would.
+fastest way to fit: micro-batch size and gradient accumulation steps, which
+activations to recompute, and, among those --precision and --compress allow
+(auto: fp32 or bf16-mixed; none, ReLU masks as bits, bf16 or int8), the
+precision and how saved activations are stored, and with --optimizer-in-backward
+whether to update parameters in the backward pass; it prints the byte breakdown
+at the peak and the estimated slowdown. When nothing fits it says the smallest
+budget that would.
 
 Flags:
 `)
@@ -37,6 +64,9 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("plan: unexpected argument %q", fs.Arg(0))
 	}
 	spec, err := zoo.Lookup(*model)
 	if err != nil {
@@ -48,16 +78,21 @@ Flags:
 	if *batch < 1 {
 		return fmt.Errorf("plan: --batch must be positive")
 	}
+	precs, comps, err := parseNumerics(*precision, *compress, *budgetFlag != "")
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3) }
 	if *budgetFlag == "" {
-		return printPlan(spec, build, newOpt, *batch)
+		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack)
 	}
 	b, err := device.ParseBytes(*budgetFlag)
 	if err != nil {
 		return fmt.Errorf("plan: --budget: %w", err)
 	}
-	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt}
+	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
+		OptimizerInBackward: *inBack}
 	if *policy != "" {
 		if _, err := budget.ParsePolicy(*policy); err != nil {
 			return err
@@ -68,12 +103,27 @@ Flags:
 	if err != nil {
 		return err
 	}
-	fmt.Printf("model %s, batch %d, optimizer %s\n", spec.Name, *batch, *opt)
-	res.Print(os.Stdout, b)
+	fmt.Fprintf(stdout, "model %s, batch %d, optimizer %s\n", spec.Name, *batch, *opt)
+	res.Print(stdout, b)
 	return nil
 }
 
-func printPlan(spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int) error {
+// parseNumerics reads --precision and --compress: a choice for the planner
+// (auto or a list) needs a budget to choose by.
+func parseNumerics(precision, compress string, haveBudget bool) (precs, comps []string, err error) {
+	if precs, err = budget.ParsePrecisions(precision); err != nil {
+		return nil, nil, err
+	}
+	if comps, err = budget.ParseCompressions(compress); err != nil {
+		return nil, nil, err
+	}
+	if !haveBudget && (len(precs) > 1 || len(comps) > 1) {
+		return nil, nil, fmt.Errorf("--precision %s --compress %s: a choice between several must be made with --budget (the planner chooses what fits it fastest)", precision, compress)
+	}
+	return precs, comps, nil
+}
+
+func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, precision, compress string, inBack bool) error {
 	dev := device.Meta()
 	store := nn.NewStore()
 	m, loss := build(store)
@@ -89,12 +139,29 @@ func printPlan(spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc
 		return err
 	}
 	defer tr.Close()
+	prec, err := transform.ParsePrecision(precision)
+	if err != nil {
+		return err
+	}
+	tr.SetPrecision(prec)
+	if tr.Compress, err = transform.ParseCompress(compress); err != nil {
+		return err
+	}
+	optimizer := ""
+	if inBack {
+		tr.OptimizerInBackward = true
+		if err := tr.CheckOptimizerInBackward(1); err != nil {
+			fmt.Fprintf(log, "headroom: --optimizer-in-backward does not apply, planning with gradient buffers: %v\n", err)
+		} else {
+			optimizer = ", optimizer in the backward pass"
+		}
+	}
 	x, y := spec.Example(batch)
 	mp, err := tr.Plan(x, y)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("model %s (%s), %d parameters, batch %d\n", spec.Name, spec.Description, store.NumParams(), batch)
-	mp.Print(os.Stdout)
+	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, precision, compress, optimizer)
+	mp.Print(w)
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -40,6 +41,7 @@ type trainFlags struct {
 	budget    string
 	recompute string
 	accum     int
+	inBack    bool
 	snapshot  string
 	summary   bool
 	history   int
@@ -49,6 +51,15 @@ type trainFlags struct {
 
 func cmdTrain(ctx context.Context, args []string) error {
 	var f trainFlags
+	fs := trainFlagSet(&f)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return runTrain(ctx, fs, f)
+}
+
+// trainFlagSet defines train's flags, stored in f.
+func trainFlagSet(f *trainFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom train [flags]
@@ -56,7 +67,11 @@ func cmdTrain(ctx context.Context, args []string) error {
 Trains a model on Fashion-MNIST and reports test accuracy. The data comes from
 $HEADROOM_FASHION_MNIST, else /usr/share/datasets/fashion-mnist (Debian package
 dataset-fashion-mnist), else the 2000/500-image subset built into the binary.
-Before the first step it prints the memory plan of a step.
+Before the first step it prints the memory plan of a step. With --budget it
+first chooses how to fit the budget (micro-batches, recomputation, and with
+--precision auto / --compress auto the precision among fp32 and bf16-mixed and
+the storage of saved activations among none, ReLU masks as bits, bf16 and
+int8), prints that plan, and trains with it on a device capped at the budget.
 
 Flags:
 `)
@@ -74,17 +89,20 @@ Flags:
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
 	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above)")
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all)")
-	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching and recomputation to fit it, and cap the device at it")
+	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching, recomputation and (with --precision/--compress auto) precision and compression to fit it, print the plan, and cap the device at it")
 	fs.StringVar(&f.recompute, "recompute", "none", "activations to recompute in the backward pass: none, selective (activations and norms) or auto (only with --budget)")
 	fs.StringVar(&f.snapshot, "memory-snapshot", "", "record the allocator's history and write a memory snapshot to this file at the end (.json, or .pickle for PyTorch's memory_viz)")
 	fs.IntVar(&f.history, "memory-history", 100000, "events kept in the history ring buffer with --memory-snapshot")
 	fs.BoolVar(&f.summary, "memory-summary", false, "print the allocator's memory summary at the end of each epoch")
-	fs.StringVar(&f.precision, "precision", "fp32", "numeric precision: fp32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true (low precision is emulated on the cpu: operands and outputs rounded, float32 arithmetic)")
-	fs.StringVar(&f.compress, "compress", "none", "store saved activations compressed until the backward pass: none, masks, bf16, fp16, int8 or offload")
+	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
+	fs.StringVar(&f.compress, "compress", "none", compressHelp)
+	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+	return fs
+}
+
+// runTrain checks the parsed flags and trains.
+func runTrain(ctx context.Context, fs *flag.FlagSet, f trainFlags) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("train: unexpected argument %q", fs.Arg(0))
 	}
@@ -97,11 +115,8 @@ Flags:
 	if _, err := budget.ParsePolicy(f.recompute); err != nil {
 		return err
 	}
-	if _, err := transform.ParsePrecision(f.precision); err != nil {
-		return err
-	}
-	if _, err := transform.ParseCompress(f.compress); err != nil {
-		return err
+	if _, _, err := parseNumerics(f.precision, f.compress, f.budget != ""); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
 	if f.recompute == "auto" && f.budget == "" {
 		return fmt.Errorf("train: --recompute auto needs --budget (auto chooses what to recompute to fit it)")
@@ -172,7 +187,13 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		n = f.limit
 	}
 	fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", source, n, testSet.Len())
-	accum, remat := max(f.accum, 1), policyByName(f.recompute)
+	accum, remat, policy, inBack := max(f.accum, 1), policyByName(f.recompute), f.recompute, f.inBack
+	precs, comps, err := parseNumerics(cmp.Or(f.precision, "fp32"), cmp.Or(f.compress, "none"), f.budget != "")
+	if err != nil {
+		return err
+	}
+	prec, _ := transform.ParsePrecision(precs[0])
+	compress, _ := transform.ParseCompress(comps[0])
 	if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
@@ -188,6 +209,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			},
 			Batch: f.batch, Budget: b,
 			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr) },
+			Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
 		}
 		if f.recompute != "none" {
 			prob.Policies = []string{f.recompute}
@@ -197,7 +219,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			return err
 		}
 		res.Print(out, b)
-		accum, remat = res.Best.Accumulation, res.Best.Remat
+		accum, remat, policy = res.Best.Accumulation, res.Best.Remat, res.Best.Policy
+		prec, compress = res.Best.Precision, res.Best.Compress
+		// The plan says where the optimizer runs, and why not in the
+		// backward pass when it was asked for.
+		inBack = res.Best.InBackward
 		if !strings.Contains(f.device, "mem=") {
 			f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
 		}
@@ -234,11 +260,20 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	defer tr.Close()
 	tr.Remat = remat
-	prec, _ := transform.ParsePrecision(f.precision)
 	tr.SetPrecision(prec)
-	tr.Compress, _ = transform.ParseCompress(f.compress)
-	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; precision %s; device %v; %d threads\n",
-		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, f.precision, dev, parallel.Threads())
+	tr.Compress = compress
+	if inBack {
+		tr.OptimizerInBackward = true
+		if err := tr.CheckOptimizerInBackward(accum); err != nil {
+			fmt.Fprintf(log, "headroom: --optimizer-in-backward does not apply, training with gradient buffers: %v\n", err)
+		}
+	}
+	storage := "kept"
+	if compress != nil {
+		storage = fmt.Sprint(compress)
+	}
+	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; precision %s; saved activations %s; device %v; %d threads\n",
+		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, prec, storage, dev, parallel.Threads())
 
 	micro := (f.batch + accum - 1) / accum
 	xMeta := trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{micro, 1, dataset.Rows, dataset.Cols}}
@@ -248,7 +283,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return err
 	}
 	if accum > 1 || remat != nil {
-		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, f.recompute)
+		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, policy)
 	}
 	mp.Print(out)
 

@@ -1,0 +1,454 @@
+package cpu
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Fused nodes (op.Fused) run their producer's own kernel, then their
+// elementwise program over the producer's output, a tile at a time: every
+// value of a tile is computed from the tile of its operands while those are
+// in L1, and only the program's outputs are stored. Each instruction is the
+// unfused op's own loop (unaryRange, unaryBackwardRange, binaryRun) on the
+// tile, so results are bit for bit those of the unfused graph.
+//
+// Where the producer has an epilogue hook (batch norm: fusedEpilogue), the
+// program runs on each piece of output right after the producer wrote it,
+// while it is still in cache; otherwise in a pass of its own after it.
+
+func init() {
+	Register[*op.Fused](fusedKernel)
+	RegisterWorkspace[*op.Fused](func(n *trace.Node) int64 {
+		if n.Op.(*op.Fused).Producer == nil {
+			return 0
+		}
+		p, err := fusedProducer(n)
+		if err != nil {
+			return 0
+		}
+		return Workspace(p)
+	})
+}
+
+// A program computes a tile of elements of each value at once. The values
+// it keeps in scratch (broadcast inputs, results that are not outputs)
+// share fusedL1 bytes, so they stay in L1 while the tile's instructions
+// run; tiles hold fusedMinTile to fusedMaxTile elements.
+const (
+	fusedL1      = 16 << 10
+	fusedMinTile = 256
+	fusedMaxTile = 4096
+)
+
+// fusedProducer is the node the producer's kernel runs as: the fused
+// node's first inputs and the producer's outputs.
+func fusedProducer(n *trace.Node) (*trace.Node, error) {
+	o := n.Op.(*op.Fused)
+	p := &trace.Node{ID: n.ID, Kind: trace.KindOp, Op: o.Producer, Inputs: n.Inputs[:o.NProd],
+		Module: n.Module, Phase: n.Phase, Region: n.Region, Recompute: n.Recompute}
+	metas := make([]trace.Meta, o.NProd)
+	for i, t := range p.Inputs {
+		metas[i] = t.Meta
+	}
+	outs, err := o.Producer.Infer(metas)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range outs {
+		p.Outputs = append(p.Outputs, &trace.Tensor{Node: p, Index: i, Meta: m})
+	}
+	return p, nil
+}
+
+// epilogueKernel is a producer's kernel that runs the program on each part
+// of its output 0 as soon as it wrote it: it calls epi(lo, hi) for
+// disjoint flat ranges covering output 0, possibly concurrently.
+type epilogueKernel func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error
+
+// fusedEpilogue holds the producers' epilogue kernels, by op type.
+var fusedEpilogue = map[reflect.Type]epilogueKernel{
+	reflect.TypeFor[*op.BatchNormOp](): func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
+		return dispatch(n, out[0].DType,
+			func() error { return batchNorm[float32](n, in, out, ws, epi) },
+			func() error { return batchNorm[float64](n, in, out, ws, epi) })
+	},
+}
+
+func fusedKernel(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	o := n.Op.(*op.Fused)
+	main := o.MainOut()
+	if main < 0 {
+		return fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
+	}
+	return dispatch(n, out[main].DType,
+		func() error { return fusedRun[float32](n, o, in, out, ws) },
+		func() error { return fusedRun[float64](n, o, in, out, ws) })
+}
+
+func fusedRun[T Float](n *trace.Node, o *op.Fused, in, out []*tensor.Tensor, ws []byte) error {
+	first := o.FirstInstr()
+	// full[v] is value v whole where it is stored whole (producer output
+	// 0, inputs read element for element); others are built per tile.
+	full := make([][]T, first)
+	var partial []int
+	for i, l := range o.Loads {
+		v := o.FirstLoad() + i
+		if l.Full(o.Elems) {
+			full[v] = slice[T](in[o.NProd+l.Input])[:o.Elems]
+		} else {
+			partial = append(partial, i)
+		}
+	}
+	dst := make([][]T, len(o.Outs))
+	for j, f := range o.Outs {
+		if f.Value >= first {
+			dst[j] = slice[T](out[j])
+		}
+	}
+	// borrowed is the output whose buffer holds the producer's output 0
+	// when only the program reads it (-1: none).
+	borrowed := -1
+	if o.Producer != nil {
+		borrowed = o.MainOut()
+		for _, f := range o.Outs {
+			if f.Value == 0 {
+				borrowed = -1
+			}
+		}
+	}
+	// shares[j] lists the values stored in output j's memory: the
+	// producer's output 0 when it is borrowed, an input the planner let
+	// the output overwrite (op.Fused.InPlaceInputs).
+	shares := make([][]int, len(o.Outs))
+	if borrowed >= 0 {
+		shares[borrowed] = []int{0}
+	}
+	for j := range o.Outs {
+		for v, s := range full[o.FirstLoad():] {
+			if s != nil && dst[j] != nil && len(s) > 0 && &s[0] == &dst[j][0] {
+				shares[j] = append(shares[j], o.FirstLoad()+v)
+			}
+		}
+	}
+	// An instruction whose result is an output writes it in place, unless
+	// that would overwrite a value a later instruction of the tile reads;
+	// the others go through a tile and are stored after the last.
+	direct := make([]int, len(o.Prog))
+	later := map[int]bool{} // values read after instruction i
+	for i := len(o.Prog) - 1; i >= 0; i-- {
+		direct[i] = -1
+		for j, f := range o.Outs {
+			if f.Value != first+i {
+				continue
+			}
+			direct[i] = j
+			for _, v := range shares[j] {
+				if later[v] {
+					direct[i] = -1
+				}
+			}
+		}
+		for _, a := range o.Prog[i].Args {
+			later[a] = true
+		}
+	}
+	stored := make([]bool, len(o.Outs))
+	for _, j := range direct {
+		if j >= 0 {
+			stored[j] = true
+		}
+	}
+	run := make([]func(args [][]T, y []T), len(o.Prog))
+	for i, ins := range o.Prog {
+		run[i] = fusedInstr[T](ins.Op)
+	}
+	extra := in[o.NProd:]
+	grain := elemGrain
+	for _, ins := range o.Prog {
+		if !cheapElementwise(ins.Op) {
+			grain = elemGrain / 16
+		}
+	}
+	// Tiles as long as the scratch values of one still fit in L1
+	// together: per-tile costs (calls, slicing) then vanish.
+	scratch := len(partial)
+	for _, j := range direct {
+		if j < 0 {
+			scratch++
+		}
+	}
+	var z T
+	tile := fusedL1 / int(unsafe.Sizeof(z)) / max(1, scratch)
+	tile = max(fusedMinTile, min(fusedMaxTile, tile)) &^ 63
+	program := func(lo, hi int) {
+		sc := getFusedScratch[T]((len(partial)+len(o.Prog))*tile, first+len(o.Prog))
+		defer fusedScratches.Put(sc)
+		buf, cur, args := sc.tiles, sc.cur, sc.args
+		for t0 := lo; t0 < hi; t0 += tile {
+			t1 := min(t0+tile, hi)
+			w := t1 - t0
+			for v, s := range full {
+				if s != nil {
+					cur[v] = s[t0:t1]
+				}
+			}
+			for k, i := range partial {
+				l := o.Loads[i]
+				b := buf[k*tile:][:w]
+				fillLoad(b, slice[T](extra[l.Input]), l, t0)
+				cur[o.FirstLoad()+i] = b
+			}
+			for i, ins := range o.Prog {
+				var y []T
+				if j := direct[i]; j >= 0 {
+					y = dst[j][t0:t1]
+				} else {
+					y = buf[(len(partial)+i)*tile:][:w]
+				}
+				args = args[:0]
+				for _, a := range ins.Args {
+					args = append(args, cur[a])
+				}
+				run[i](args, y)
+				cur[first+i] = y
+			}
+			// The rest are stored last: the producer's output 0 may live
+			// in an output's buffer, and every instruction of the tile
+			// must have read it first.
+			for j, f := range o.Outs {
+				if dst[j] != nil && !stored[j] {
+					copy(dst[j][t0:t1], cur[f.Value])
+				}
+			}
+		}
+	}
+	if o.Producer == nil {
+		parallel.For(o.Elems, grain, program)
+		return nil
+	}
+	p, err := fusedProducer(n)
+	if err != nil {
+		return err
+	}
+	pouts := make([]*tensor.Tensor, o.NProdOut)
+	view := func(j, i int) *tensor.Tensor {
+		m := p.Outputs[i].Meta
+		return &tensor.Tensor{DType: m.DType, Shape: m.Shape, Data: out[j].Data}
+	}
+	for j, f := range o.Outs {
+		if f.Value < o.NProdOut && pouts[f.Value] == nil {
+			pouts[f.Value] = view(j, f.Value)
+		}
+	}
+	if borrowed >= 0 {
+		// Only the program reads output 0: the producer writes it into
+		// the buffer of an output of the program, which the program then
+		// overwrites tile by tile.
+		pouts[0] = view(borrowed, 0)
+	}
+	for i, t := range pouts {
+		if t == nil {
+			return fmt.Errorf("cpu: %s: producer output %d has no buffer", n.Label(), i)
+		}
+	}
+	full[0] = slice[T](pouts[0])[:o.Elems]
+	if hook, ok := fusedEpilogue[reflect.TypeOf(o.Producer)]; ok {
+		return hook(p, in[:o.NProd], pouts, ws, program)
+	}
+	if err := Run(p, in[:o.NProd], pouts, ws); err != nil {
+		return err
+	}
+	parallel.For(o.Elems, grain, program)
+	return nil
+}
+
+// fillLoad writes elements [t0, t0+len(b)) of load l of src into b.
+func fillLoad[T Float](b, src []T, l op.FusedLoad, t0 int) {
+	if l.Inner == 1 {
+		k := t0 % l.Mid
+		for len(b) > 0 {
+			c := copy(b, src[k:l.Mid])
+			b, k = b[c:], 0
+		}
+		return
+	}
+	for i := t0; len(b) > 0; {
+		m := min(l.Inner-i%l.Inner, len(b))
+		v := src[(i/l.Inner)%l.Mid]
+		for x := range b[:m] {
+			b[x] = v
+		}
+		b, i = b[m:], i+m
+	}
+}
+
+// fusedInstr returns the loop of one instruction over a tile: the unfused
+// kernel's own. y may be one of the operands (elementwise, in place).
+func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
+	switch o := o.(type) {
+	case *op.Unary:
+		return func(args [][]T, y []T) { unaryRange(o, args[0], y) }
+	case *op.UnaryBackward:
+		return func(args [][]T, y []T) { unaryBackwardRange(o, args[0], args[1], y) }
+	case *op.Binary:
+		return func(args [][]T, y []T) { binaryRun(o.Kind, args[0], args[1], y) }
+	}
+	panic(fmt.Sprintf("cpu: %s is not a fused instruction", o.Name()))
+}
+
+// cheapElementwise reports whether o costs about a load and a store per
+// element (no transcendental functions), for parallel grains.
+func cheapElementwise(o trace.Op) bool {
+	switch o := o.(type) {
+	case *op.Binary:
+		return true
+	case *op.Unary:
+		switch o.Kind {
+		case op.NegKind, op.ReLUKind, op.ScaleKind, op.AddConstKind, op.SquareKind, op.LeakyReLUKind, op.AbsKind:
+			return true
+		}
+	case *op.UnaryBackward:
+		switch o.Kind {
+		case op.ReLUKind, op.TanhKind, op.SigmoidKind, op.LeakyReLUKind:
+			return true
+		}
+	}
+	return false
+}
+
+// fusedScratch is what one call of a program works in: its tiles and the
+// current tile of each value. Epilogues call programs on small parts of
+// an output, many times per node, so it is pooled.
+type fusedScratch[T Float] struct {
+	tiles []T
+	cur   [][]T
+	args  [][]T
+}
+
+var fusedScratches sync.Pool // *fusedScratch[T], by element type
+
+func getFusedScratch[T Float](tiles, vals int) *fusedScratch[T] {
+	sc, ok := fusedScratches.Get().(*fusedScratch[T])
+	if !ok {
+		sc = &fusedScratch[T]{args: make([][]T, 0, 2)}
+	}
+	if len(sc.tiles) < tiles {
+		sc.tiles = make([]T, tiles)
+	}
+	if len(sc.cur) < vals {
+		sc.cur = make([][]T, vals)
+	}
+	return sc
+}
+
+// NonFinite finds the first NaN or infinity in a tensor: its flat index
+// and value.
+type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
+
+// RunFusedChecked runs fused node n as the nodes it replaced, one after
+// the other, each value in memory of its own, and checks each value with
+// bad as it is made. It writes n's outputs as Run does, unless a value is
+// not finite: then it returns a node standing for the op that made it (its
+// op, module, phase and output metadata), the output's index and bad's
+// findings. A diagnosis run (exec.Options.CheckFinite) uses it to name the
+// op and module that produced a NaN even where it was fused with others.
+func RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad NonFinite) (culprit *trace.Node, output, index int, value float64, err error) {
+	o := n.Op.(*op.Fused)
+	j := o.MainOut()
+	if j < 0 {
+		return nil, 0, 0, 0, fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
+	}
+	c := &fusedCheck{n: n, o: o, bad: bad}
+	err = dispatch(n, out[j].DType,
+		func() error { return fusedChecked[float32](c, in, out, ws) },
+		func() error { return fusedChecked[float64](c, in, out, ws) })
+	return c.culprit, c.output, c.index, c.value, err
+}
+
+type fusedCheck struct {
+	n       *trace.Node
+	o       *op.Fused
+	bad     NonFinite
+	culprit *trace.Node
+	output  int
+	index   int
+	value   float64
+}
+
+// found reports whether t holds a non-finite value, recording it as
+// output i of node m.
+func (c *fusedCheck) found(m *trace.Node, i int, t *tensor.Tensor) bool {
+	k, v, b := c.bad(t)
+	if b {
+		c.culprit, c.output, c.index, c.value = m, i, k, v
+	}
+	return b
+}
+
+func fusedChecked[T Float](c *fusedCheck, in, out []*tensor.Tensor, ws []byte) error {
+	n, o := c.n, c.o
+	vals := make([][]T, o.FirstInstr()+len(o.Prog))
+	var dt tensor.DType
+	if o.Producer != nil {
+		p, err := fusedProducer(n)
+		if err != nil {
+			return err
+		}
+		pouts := make([]*tensor.Tensor, o.NProdOut)
+		for i, t := range p.Outputs {
+			pouts[i] = tensor.New(t.Meta.DType, t.Meta.Shape)
+		}
+		if err := Run(p, in[:o.NProd], pouts, ws); err != nil {
+			return err
+		}
+		for i, t := range pouts {
+			if c.found(p, i, t) {
+				return nil
+			}
+		}
+		for j, f := range o.Outs {
+			if f.Value < o.NProdOut {
+				copy(out[j].Data, pouts[f.Value].Data)
+			}
+		}
+		vals[0], dt = slice[T](pouts[0]), pouts[0].DType
+	}
+	for i, l := range o.Loads {
+		x := in[o.NProd+l.Input]
+		v := make([]T, o.Elems)
+		fillLoad(v, slice[T](x), l, 0)
+		vals[o.FirstLoad()+i], dt = v, x.DType
+	}
+	for i, ins := range o.Prog {
+		shape := ins.Shape
+		if shape.NumElements() != o.Elems {
+			shape = tensor.Shape{o.Elems}
+		}
+		t := tensor.New(dt, shape)
+		y := slice[T](t)
+		args := make([][]T, len(ins.Args))
+		for j, a := range ins.Args {
+			args[j] = vals[a]
+		}
+		fusedInstr[T](ins.Op)(args, y)
+		vals[o.FirstInstr()+i] = y
+		m := &trace.Node{ID: n.ID, Kind: trace.KindOp, Op: ins.Op, Module: ins.Module, Phase: n.Phase, Region: n.Region, Recompute: n.Recompute}
+		m.Outputs = []*trace.Tensor{{Node: m, Meta: trace.Meta{DType: dt, Shape: shape}}}
+		if c.found(m, 0, t) {
+			return nil
+		}
+	}
+	for j, f := range o.Outs {
+		if f.Value >= o.FirstInstr() {
+			copy(slice[T](out[j]), vals[f.Value])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package op
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Fused runs a chain of elementwise ops as one kernel, optionally as the
+// epilogue of a producer op (a matrix product, a convolution, a
+// normalization) whose output 0 it transforms in place, so that values only
+// the chain reads are never written to memory. transform.Fuse builds it
+// after autodiff; it has no gradient.
+//
+// The node's inputs are the producer's NProd inputs, then the extra inputs
+// the epilogue reads. The program works on values, numbered in this order:
+// the producer's outputs, then Loads (views of extra inputs broadcast to
+// the program's length), then one value per instruction. Every value but
+// the producer's outputs 1.. has Elems elements (producer output 0 too);
+// the program treats them as flat vectors, so reshapes inside a chain cost
+// nothing.
+type Fused struct {
+	Producer trace.Op // nil: elementwise ops only
+	NProd    int      // inputs of the producer (the node's first inputs)
+	NProdOut int      // outputs of the producer (0 without one)
+	Elems    int      // elements of every program value
+	Loads    []FusedLoad
+	Prog     []FusedInstr
+	Outs     []FusedOut
+}
+
+// FusedLoad is extra input Input (0 is the node's input NProd) read as a
+// vector of the program's length: element i is input element (i/Inner)%Mid,
+// which covers broadcasting over leading axes (a bias [N] over [M, N]:
+// Inner 1, Mid N), over trailing ones (a channel bias [C, 1, 1] over
+// [N, C, H, W]: Inner H*W, Mid C) and scalars (Mid 1). Mid is the input's
+// element count.
+type FusedLoad struct {
+	Input, Inner, Mid int
+}
+
+// Full reports whether the load is the input itself, element for element.
+func (l FusedLoad) Full(elems int) bool { return l.Inner == 1 && l.Mid == elems }
+
+// FusedInstr applies Op (a *Binary, *Unary or *UnaryBackward) to values
+// Args. Module and Shape are those of the node it replaces, for reports
+// (a diagnosis names the op that made a NaN, not the fused node).
+type FusedInstr struct {
+	Op     trace.Op
+	Args   []int
+	Module string
+	Shape  tensor.Shape
+}
+
+// FusedOut is an output of the node: value Value with shape Shape (a
+// reshape of it, as the op it replaces returned it).
+type FusedOut struct {
+	Value int
+	Shape tensor.Shape
+}
+
+// FusedElementwise reports whether o can be an instruction of a Fused.
+func FusedElementwise(o trace.Op) bool {
+	switch o.(type) {
+	case *Binary, *Unary, *UnaryBackward:
+		return true
+	}
+	return false
+}
+
+func (o *Fused) Name() string {
+	var parts []string
+	if o.Producer != nil {
+		parts = append(parts, o.Producer.Name())
+	}
+	for _, in := range o.Prog {
+		parts = append(parts, in.Op.Name())
+	}
+	return strings.Join(parts, "+")
+}
+
+// InPlaceInputs lists the inputs the program reads element for element
+// (plan.InPlacer), for nodes without a producer (which would write output
+// 0 first) and with one output: the kernel stores a tile of an output
+// that shares an input's memory only after every instruction of the tile
+// read that input.
+func (o *Fused) InPlaceInputs(in []trace.Meta) []int {
+	if o.Producer != nil || len(o.Outs) != 1 {
+		return nil
+	}
+	var ks []int
+	for _, l := range o.Loads {
+		if l.Full(o.Elems) {
+			ks = append(ks, o.NProd+l.Input)
+		}
+	}
+	return ks
+}
+
+// MainOut is the first output of the program's length (producer output 0
+// or an instruction's result), -1 if none: the kernel's element type, and
+// where the producer writes output 0 when only the program reads it.
+func (o *Fused) MainOut() int {
+	for j, f := range o.Outs {
+		if f.Value == 0 || f.Value >= o.FirstInstr() {
+			return j
+		}
+	}
+	return -1
+}
+
+// FirstLoad is the value number of Loads[0]; instruction i's result is
+// value FirstLoad()+len(Loads)+i.
+func (o *Fused) FirstLoad() int { return o.NProdOut }
+
+// FirstInstr is the value number of the first instruction's result.
+func (o *Fused) FirstInstr() int { return o.NProdOut + len(o.Loads) }
+
+func (o *Fused) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	if o.NProd > len(in) {
+		return nil, fmt.Errorf("expected at least %d inputs, got %d", o.NProd, len(in))
+	}
+	var vals []trace.Meta
+	if o.Producer != nil {
+		pm, err := o.Producer.Infer(in[:o.NProd])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Producer.Name(), err)
+		}
+		if len(pm) != o.NProdOut {
+			return nil, fmt.Errorf("%s has %d outputs, not %d", o.Producer.Name(), len(pm), o.NProdOut)
+		}
+		if pm[0].Shape.NumElements() != o.Elems {
+			return nil, fmt.Errorf("%s output %v does not have %d elements", o.Producer.Name(), pm[0].Shape, o.Elems)
+		}
+		vals = append(vals, pm...)
+	} else if o.NProd != 0 || o.NProdOut != 0 {
+		return nil, fmt.Errorf("producer inputs or outputs without a producer")
+	}
+	extra := in[o.NProd:]
+	flat := tensor.Shape{o.Elems}
+	for _, l := range o.Loads {
+		if l.Input < 0 || l.Input >= len(extra) {
+			return nil, fmt.Errorf("load of input %d of %d", l.Input, len(extra))
+		}
+		m := extra[l.Input]
+		if l.Inner < 1 || l.Mid != m.Shape.NumElements() || l.Mid < 1 || o.Elems%(l.Inner*l.Mid) != 0 {
+			return nil, fmt.Errorf("input %v cannot be read as %d×%d of %d elements", m, l.Mid, l.Inner, o.Elems)
+		}
+		vals = append(vals, trace.Meta{DType: m.DType, Shape: flat})
+	}
+	for i, ins := range o.Prog {
+		if !FusedElementwise(ins.Op) {
+			return nil, fmt.Errorf("instruction %d: %s is not elementwise", i, ins.Op.Name())
+		}
+		args := make([]trace.Meta, len(ins.Args))
+		for j, a := range ins.Args {
+			// Only producer output 0 has the program's length.
+			if a < 0 || a >= len(vals) || a > 0 && a < o.NProdOut {
+				return nil, fmt.Errorf("instruction %d reads value %d", i, a)
+			}
+			args[j] = trace.Meta{DType: vals[a].DType, Shape: flat}
+		}
+		m, err := ins.Op.Infer(args)
+		if err != nil {
+			return nil, fmt.Errorf("instruction %d (%s): %w", i, ins.Op.Name(), err)
+		}
+		if len(m) != 1 || !m[0].Shape.Equal(flat) {
+			return nil, fmt.Errorf("instruction %d (%s) is not elementwise", i, ins.Op.Name())
+		}
+		vals = append(vals, m[0])
+	}
+	// One element type for the whole program: the kernel's.
+	if o.Producer == nil && len(o.Loads) == 0 {
+		return nil, fmt.Errorf("no producer and no inputs")
+	}
+	dt := vals[0].DType
+	for i := o.FirstLoad(); i < len(vals); i++ {
+		if vals[i].DType != dt || !dt.IsFloat() {
+			return nil, fmt.Errorf("value %d is %v, the program computes in %v", i, vals[i].DType, dt)
+		}
+	}
+	out := make([]trace.Meta, len(o.Outs))
+	main := false
+	for i, f := range o.Outs {
+		main = main || f.Value == 0 || f.Value >= o.FirstInstr()
+		if f.Value < 0 || f.Value >= len(vals) || f.Value >= o.FirstLoad() && f.Value < o.FirstInstr() {
+			return nil, fmt.Errorf("output %d is value %d", i, f.Value)
+		}
+		v := vals[f.Value]
+		if f.Shape.NumElements() != v.Shape.NumElements() {
+			return nil, fmt.Errorf("output %d: shape %v for %v", i, f.Shape, v)
+		}
+		out[i] = trace.Meta{DType: v.DType, Shape: f.Shape.Clone()}
+	}
+	if !main {
+		// The kernel needs one buffer of the program's length to work in.
+		return nil, fmt.Errorf("no output of the program's length")
+	}
+	return out, nil
+}

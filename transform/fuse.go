@@ -1,0 +1,799 @@
+package transform
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// FuseStats describes what Fuse did.
+type FuseStats struct {
+	Groups   int            // fused nodes made
+	Merged   int            // elementwise nodes merged into them
+	Patterns map[string]int // fused nodes by name ("matmul+add+relu")
+	// Elided is the bytes of values that are no longer materialized (each
+	// counted once per step, whatever its lifetime was).
+	Elided int64
+}
+
+// maxFusedInstrs bounds a program: longer chains gain nothing more and
+// each instruction takes a tile of scratch.
+const maxFusedInstrs = 16
+
+// maxFuseWindow bounds how far apart (in nodes) a chain's first and last
+// member and its anchor may be, which bounds the checks' cost too.
+const maxFuseWindow = 256
+
+// fuseProducer reports whether o may be the producer of an op.Fused: the
+// ops whose output 0 elementwise chains commonly read (products,
+// convolutions, normalizations and their backward ops), all with cpu
+// kernels; listed here so that the pass need not ask the backend.
+func fuseProducer(o trace.Op) bool {
+	switch o.(type) {
+	case *op.MatMul, *op.Conv2dOp, *op.Conv2dBackwardInput, *op.BatchNormOp, *op.BatchNormBackward,
+		*op.LayerNormOp, *op.LayerNormBackward, *op.GroupNormOp, *op.GroupNormBackward,
+		*op.EmbeddingOp, *op.AttentionOp, *op.SoftmaxOp, *op.SoftmaxBackward, *op.DropoutBackward,
+		*op.UpsampleNearest2dOp, *op.AdaptiveAvgPool2dOp, *op.MaxPool2dBackward:
+		return true
+	}
+	return false
+}
+
+// Fuse returns a copy of g in which chains of elementwise ops (add, mul,
+// relu, gelu, leaky_relu, their backward ops, ...) run as one op.Fused
+// node each, together with the op that produces their first operand
+// (matmul + bias + activation, convolution + activation, batch norm +
+// residual add + relu, convolution input gradient + gradient sum + relu
+// backward, ...). Values only the chain reads are never materialized;
+// values read elsewhere (a pre-activation gelu's backward needs, a relu
+// output the next layer and relu's backward read, saved tensors, graph
+// outputs) become outputs of the fused node. Results are bit for bit those
+// of g: each instruction is the unfused kernel's loop.
+//
+// The fused node runs in its root's place, or right after the last node
+// producing one of its inputs, so members run earlier or later than in g.
+// A chain is fused only where that keeps the plan's peak: every reader of
+// a value it computes still comes after it (effects and reshapes are
+// moved after it), a member run later does not keep its inputs alive
+// longer, at each node in between that allocates the chain holds no more
+// than it did in g, and the fused node's own step, where its inputs and
+// outputs are all live, holds no more than the busiest step of the nodes
+// it replaces. Members share the root's phase, recomputation flag and
+// checkpoint region: nothing crosses a region or the forward and backward
+// boundary. Run it last, after Rematerialize and ApplyPrecision.
+//
+// HEADROOM_FUSE=0 in the environment turns it off (for comparisons).
+func Fuse(g *trace.Graph) (*trace.Graph, FuseStats, error) {
+	st := FuseStats{Patterns: map[string]int{}}
+	if os.Getenv("HEADROOM_FUSE") == "0" {
+		return g, st, nil
+	}
+	f := newFuser(g)
+	f.findGroups()
+	if len(f.groups) == 0 {
+		return g, st, nil
+	}
+	out, err := f.rebuild(&st)
+	if err != nil {
+		return nil, st, err
+	}
+	return out, st, nil
+}
+
+type fuser struct {
+	g    *trace.Graph
+	live []bool
+	// readers of each value (live nodes, each once).
+	readers map[*trace.Tensor][]*trace.Node
+	// lastUse of each value that owns bytes, through aliases; graph
+	// outputs are used at len(g.Nodes).
+	lastUse map[*trace.Tensor]int
+	// noisy[i] counts live nodes before ID i that allocate arena bytes.
+	noisy  []int
+	output map[*trace.Tensor]bool
+	groups []*fuseGroup
+	of     map[*trace.Node]*fuseGroup // members (and producer roots)
+}
+
+type fuseGroup struct {
+	root    *trace.Node
+	prod    bool          // root is the producer (else the first member)
+	members []*trace.Node // elementwise members in ID order
+	member  map[*trace.Node]bool
+	// value marks the tensors the program computes: members' outputs, the
+	// producer's output 0 and reshapes of those (alias).
+	value map[*trace.Tensor]bool
+	alias map[*trace.Tensor]*trace.Tensor // reshape output -> its input
+	at    int                             // emitted after node at (root.ID: in the root's place)
+	// exposed values (read outside the program) and alias nodes kept.
+	exposed map[*trace.Tensor]bool
+	keep    map[*trace.Node]bool
+	// the fused node: its op, its inputs and the values its outputs are.
+	op        *op.Fused
+	ins, outs []*trace.Tensor
+}
+
+func newFuser(g *trace.Graph) *fuser {
+	f := &fuser{g: g, live: make([]bool, len(g.Nodes)), readers: map[*trace.Tensor][]*trace.Node{},
+		lastUse: map[*trace.Tensor]int{}, noisy: make([]int, len(g.Nodes)+1), output: map[*trace.Tensor]bool{},
+		of: map[*trace.Node]*fuseGroup{}}
+	var mark func(n *trace.Node)
+	mark = func(n *trace.Node) {
+		if f.live[n.ID] {
+			return
+		}
+		f.live[n.ID] = true
+		for _, in := range n.Inputs {
+			mark(in.Node)
+		}
+	}
+	for _, t := range g.Outputs {
+		mark(t.Node)
+		f.output[t] = true
+		f.lastUse[root(t)] = len(g.Nodes)
+	}
+	for _, n := range g.Nodes {
+		if isEffect(n) {
+			mark(n)
+		}
+	}
+	for _, n := range g.Nodes {
+		noisy := 0
+		if f.live[n.ID] && n.Kind == trace.KindOp && len(n.Outputs) > 0 && !isAlias(n) {
+			noisy = 1
+		}
+		f.noisy[n.ID+1] = f.noisy[n.ID] + noisy
+		if !f.live[n.ID] {
+			continue
+		}
+		for _, in := range n.Inputs {
+			if r := f.readers[in]; len(r) == 0 || r[len(r)-1] != n {
+				f.readers[in] = append(r, n)
+			}
+			f.lastUse[root(in)] = max(f.lastUse[root(in)], n.ID)
+		}
+	}
+	return f
+}
+
+func isAlias(n *trace.Node) bool {
+	_, ok := n.Op.(trace.Aliaser)
+	return n.Kind == trace.KindOp && ok
+}
+
+// noisyBetween reports whether a live node strictly between IDs a and b,
+// other than nodes of gr, allocates arena bytes.
+func (f *fuser) noisyBetween(gr *fuseGroup, a, b int) bool {
+	if a > b {
+		a, b = b, a
+	}
+	n := f.noisy[b] - f.noisy[a+1]
+	for _, m := range gr.members {
+		if a < m.ID && m.ID < b {
+			n-- // members allocate in g, not in the fused graph
+		}
+	}
+	if r := gr.root; gr.prod && a < r.ID && r.ID < b {
+		n--
+	}
+	return n > 0
+}
+
+// pos is where node n runs in the fused graph, in g's node IDs: its
+// group's anchor, or its own ID.
+func (f *fuser) pos(n *trace.Node) int {
+	if gr, ok := f.of[n]; ok {
+		return gr.at
+	}
+	return n.ID
+}
+
+// floatOut reports whether t is a value a program can compute on.
+func floatOut(t *trace.Tensor) bool {
+	return t.DType() == tensor.Float32 || t.DType() == tensor.Float64
+}
+
+func (f *fuser) findGroups() {
+	for _, n := range f.g.Nodes {
+		if !f.live[n.ID] || n.Kind != trace.KindOp || f.of[n] != nil || len(n.Outputs) == 0 || !floatOut(n.Outputs[0]) {
+			continue
+		}
+		prod := fuseProducer(n.Op)
+		if !prod && !op.FusedElementwise(n.Op) {
+			continue
+		}
+		gr := f.grow(n, prod)
+		if gr == nil {
+			continue
+		}
+		f.groups = append(f.groups, gr)
+		f.of[n] = gr
+		for _, m := range gr.members {
+			f.of[m] = gr
+		}
+	}
+}
+
+// grow builds the largest valid group rooted at r by adding elementwise
+// readers of its values in ID order; nil when nothing joins.
+func (f *fuser) grow(r *trace.Node, prod bool) *fuseGroup {
+	gr := &fuseGroup{root: r, prod: prod, member: map[*trace.Node]bool{}, value: map[*trace.Tensor]bool{},
+		alias: map[*trace.Tensor]*trace.Tensor{}}
+	if !prod {
+		if !f.joinable(gr, r) {
+			return nil
+		}
+		gr.members = []*trace.Node{r}
+		gr.member[r] = true
+	}
+	tried := map[*trace.Node]bool{}
+	var cand []*trace.Node
+	var addValue func(t *trace.Tensor)
+	addValue = func(t *trace.Tensor) {
+		gr.value[t] = true
+		for _, c := range f.readers[t] {
+			if isAlias(c) && f.of[c] == nil {
+				gr.alias[c.Outputs[0]] = t
+				addValue(c.Outputs[0])
+				continue
+			}
+			if !tried[c] && !gr.member[c] {
+				tried[c] = true
+				cand = append(cand, c)
+			}
+		}
+	}
+	addValue(r.Outputs[0])
+	if ok, _ := f.check(gr); !ok && !prod {
+		return nil
+	}
+	for len(gr.members) < maxFusedInstrs {
+		sort.Slice(cand, func(i, j int) bool { return cand[i].ID < cand[j].ID })
+		if len(cand) == 0 {
+			break
+		}
+		c := cand[0]
+		cand = cand[1:]
+		if !f.joinable(gr, c) {
+			continue
+		}
+		gr.members = append(gr.members, c)
+		gr.member[c] = true
+		if ok, _ := f.check(gr); !ok {
+			gr.members = gr.members[:len(gr.members)-1]
+			delete(gr.member, c)
+			continue
+		}
+		addValue(c.Outputs[0])
+	}
+	sort.Slice(gr.members, func(i, j int) bool { return gr.members[i].ID < gr.members[j].ID })
+	if len(gr.members) == 0 || !prod && len(gr.members) < 2 {
+		return nil
+	}
+	_, at := f.check(gr)
+	gr.at = at
+	f.expose(gr)
+	gr.op, gr.ins, gr.outs = gr.fusedOp()
+	return gr
+}
+
+// joinable reports whether elementwise node c may be a member of gr, as
+// far as c itself goes: its kind, phase, region, element count and type,
+// and how it reads its inputs.
+func (f *fuser) joinable(gr *fuseGroup, c *trace.Node) bool {
+	r := gr.root
+	if !f.live[c.ID] || c.Kind != trace.KindOp || f.of[c] != nil || !op.FusedElementwise(c.Op) || len(c.Outputs) != 1 {
+		return false
+	}
+	if c.Phase != r.Phase || c.Recompute != r.Recompute || c.Region != r.Region {
+		return false
+	}
+	base := r.Outputs[0]
+	out := c.Outputs[0]
+	if out.DType() != base.DType() || out.Shape().NumElements() != base.Shape().NumElements() || !floatOut(out) {
+		return false
+	}
+	for _, in := range c.Inputs {
+		if in.DType() != base.DType() {
+			return false
+		}
+		if gr.value[in] {
+			if in.Shape().NumElements() != base.Shape().NumElements() {
+				return false
+			}
+			continue
+		}
+		if _, _, ok := loadPattern(in.Shape(), out.Shape()); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// external lists the inputs of member m that the program does not compute.
+func (gr *fuseGroup) external(m *trace.Node) []*trace.Tensor {
+	var ext []*trace.Tensor
+	for _, in := range m.Inputs {
+		if !gr.value[in] || !gr.member[m] {
+			ext = append(ext, in)
+		}
+	}
+	return ext
+}
+
+// outsideReaders calls fn for each reader of value t (through aliases the
+// group computes) that is not a member; alias nodes are followed, not
+// reported. It reports whether t is a graph output (directly or through an
+// alias).
+func (f *fuser) outsideReaders(gr *fuseGroup, t *trace.Tensor, fn func(u *trace.Node)) bool {
+	isOut := f.output[t]
+	for _, u := range f.readers[t] {
+		if gr.member[u] {
+			continue
+		}
+		if isAlias(u) && gr.alias[u.Outputs[0]] == t {
+			isOut = f.outsideReaders(gr, u.Outputs[0], fn) || isOut
+			continue
+		}
+		fn(u)
+	}
+	return isOut
+}
+
+// check reports whether gr may be emitted as one node, and where: after
+// the last node producing one of its inputs, or in its root's place.
+func (f *fuser) check(gr *fuseGroup) (bool, int) {
+	r := gr.root
+	at := r.ID
+	nodes := gr.members
+	if gr.prod {
+		nodes = append([]*trace.Node{r}, nodes...)
+	}
+	for _, m := range nodes {
+		for _, in := range gr.external(m) {
+			if in.Node.Kind != trace.KindState {
+				at = max(at, f.pos(in.Node))
+			}
+		}
+	}
+	// Values the program computes keep their readers after it, except
+	// effects and reshapes, which the rebuild moves after it. lastOut is
+	// the last reader of a value outside the program (-1: none).
+	lastOut := map[*trace.Tensor]int{}
+	var vals []*trace.Tensor
+	for _, m := range nodes {
+		ok := true
+		t := m.Outputs[0]
+		vals = append(vals, t)
+		lastOut[t] = -1
+		if f.outsideReaders(gr, t, func(u *trace.Node) {
+			lastOut[t] = max(lastOut[t], u.ID)
+			if !isEffect(u) && !isAlias(u) && f.pos(u) <= at {
+				ok = false
+			}
+		}) {
+			lastOut[t] = len(f.g.Nodes)
+		}
+		if gr.prod && m == r {
+			for _, t := range m.Outputs[1:] {
+				f.outsideReaders(gr, t, func(u *trace.Node) {
+					if !isEffect(u) && !isAlias(u) && f.pos(u) <= at {
+						ok = false
+					}
+				})
+			}
+		}
+		if !ok {
+			return false, at
+		}
+	}
+	// Members run at the anchor: delayed ones must not keep their inputs
+	// alive longer,
+	lo, hi := at, at
+	for _, m := range nodes {
+		lo, hi = min(lo, m.ID), max(hi, m.ID)
+		// (the anchor itself runs before the fused node)
+		if m.ID < at && f.noisyBetween(gr, m.ID, at+1) {
+			for _, in := range gr.external(m) {
+				if in.Node.Kind != trace.KindState && f.lastUse[root(in)] < at {
+					return false, at
+				}
+			}
+		}
+	}
+	if hi-lo > maxFuseWindow {
+		return false, at
+	}
+	// and at every node that allocates in between, the program's values
+	// live there (its outputs, made at the anchor, until their last
+	// reader) must be no more than g had live there (values of the chain
+	// made before and read after). All have the same size.
+	for s := lo + 1; s < hi; s++ {
+		if !f.noisyBetween(gr, s-1, s+1) {
+			continue
+		}
+		was, now := 0, 0
+		for _, v := range vals {
+			if v.Node.ID < s && f.lastUse[v] >= s {
+				was++
+			}
+			if at < s && lastOut[v] >= s {
+				now++
+			}
+		}
+		if now > was {
+			return false, at
+		}
+	}
+	// The fused node's own step holds all its inputs and outputs at once:
+	// no more than the busiest step of the nodes it replaces held of them.
+	if f.stepBytes(gr, nodes, vals, lastOut) {
+		return false, at
+	}
+	return true, at
+}
+
+// stepBytes reports whether the fused node's step would hold more bytes
+// of the group's inputs and values than any step of nodes held in g.
+func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tensor, lastOut map[*trace.Tensor]int) bool {
+	seen := map[*trace.Tensor]bool{}
+	var ext []*trace.Tensor
+	var fused int64
+	for _, m := range nodes {
+		for _, in := range gr.external(m) {
+			if r := root(in); r.Node.Kind != trace.KindState && !seen[r] {
+				seen[r] = true
+				ext = append(ext, r)
+				fused += r.Meta.Bytes()
+			}
+		}
+	}
+	for _, v := range vals {
+		if lastOut[v] >= 0 {
+			fused += v.Meta.Bytes()
+		}
+	}
+	if gr.prod {
+		for _, t := range gr.root.Outputs[1:] {
+			fused += t.Meta.Bytes()
+		}
+	}
+	all := append(ext, vals...)
+	var busiest int64
+	for _, m := range nodes {
+		var b int64
+		for _, t := range all {
+			if t.Node.ID <= m.ID && m.ID <= f.lastUse[t] || t.Node == m {
+				b += t.Meta.Bytes()
+			}
+		}
+		if gr.prod && m == gr.root {
+			for _, t := range m.Outputs[1:] {
+				b += t.Meta.Bytes()
+			}
+		}
+		busiest = max(busiest, b)
+	}
+	return fused > busiest
+}
+
+// expose records which values the fused node outputs and which reshapes
+// of them are kept.
+func (f *fuser) expose(gr *fuseGroup) {
+	gr.exposed, gr.keep = map[*trace.Tensor]bool{}, map[*trace.Node]bool{}
+	// keepAlias reports whether alias value t has readers outside.
+	var keepAlias func(t *trace.Tensor) bool
+	keepAlias = func(t *trace.Tensor) bool {
+		need := f.output[t]
+		for _, u := range f.readers[t] {
+			if gr.member[u] {
+				continue
+			}
+			if isAlias(u) && gr.alias[u.Outputs[0]] == t {
+				if keepAlias(u.Outputs[0]) {
+					need = true
+				}
+				continue
+			}
+			need = true
+		}
+		if need {
+			gr.keep[t.Node] = true
+		}
+		return need
+	}
+	vals := []*trace.Tensor{gr.root.Outputs[0]}
+	for _, m := range gr.members {
+		vals = append(vals, m.Outputs[0])
+	}
+	for _, t := range vals {
+		need := f.output[t]
+		for _, u := range f.readers[t] {
+			if gr.member[u] {
+				continue
+			}
+			if isAlias(u) && gr.alias[u.Outputs[0]] == t {
+				if keepAlias(u.Outputs[0]) {
+					need = true
+				}
+				continue
+			}
+			need = true
+		}
+		if need {
+			gr.exposed[t] = true
+		}
+	}
+}
+
+// loadPattern says how an input of shape in, broadcast to shape out, is
+// read as a flat vector of out's length (op.FusedLoad): the axes it does
+// not broadcast over must be consecutive (ignoring axes of size 1).
+func loadPattern(in, out tensor.Shape) (inner, mid int, ok bool) {
+	if len(in) > len(out) {
+		return 0, 0, false
+	}
+	off := len(out) - len(in)
+	first, last := -1, -1
+	for j := range out {
+		d := 1
+		if j >= off {
+			d = in[j-off]
+		}
+		switch {
+		case out[j] == 1:
+			if d != 1 {
+				return 0, 0, false
+			}
+		case d == out[j]:
+			if first >= 0 && last != j-1 && !allOnes(out[last+1:j]) {
+				return 0, 0, false
+			}
+			if first < 0 {
+				first = j
+			}
+			last = j
+		case d != 1:
+			return 0, 0, false
+		}
+	}
+	if first < 0 {
+		return out.NumElements(), 1, true
+	}
+	return out[last+1:].NumElements(), out[first : last+1].NumElements(), true
+}
+
+func allOnes(s tensor.Shape) bool {
+	for _, d := range s {
+		if d != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// fusedOp builds the op of group gr, the inputs it reads and the values
+// (of g) its outputs replace.
+func (gr *fuseGroup) fusedOp() (*op.Fused, []*trace.Tensor, []*trace.Tensor) {
+	r := gr.root
+	fo := &op.Fused{Elems: r.Outputs[0].Shape().NumElements()}
+	var inputs []*trace.Tensor
+	if gr.prod {
+		fo.Producer, fo.NProd, fo.NProdOut = r.Op, len(r.Inputs), len(r.Outputs)
+		inputs = append(inputs, r.Inputs...)
+	}
+	// Loads first: they are numbered before the instructions' results.
+	type loadKey struct {
+		t          *trace.Tensor
+		inner, mid int
+	}
+	extra := map[*trace.Tensor]int{}
+	loads := map[loadKey]int{}
+	load := func(m *trace.Node, in *trace.Tensor) int {
+		inner, mid, _ := loadPattern(in.Shape(), m.Outputs[0].Shape())
+		e, ok := extra[in]
+		if !ok {
+			e = len(extra)
+			extra[in] = e
+			inputs = append(inputs, in)
+		}
+		k := loadKey{in, inner, mid}
+		l, ok := loads[k]
+		if !ok {
+			l = len(fo.Loads)
+			loads[k] = l
+			fo.Loads = append(fo.Loads, op.FusedLoad{Input: e, Inner: inner, Mid: mid})
+		}
+		return fo.NProdOut + l
+	}
+	for _, m := range gr.members {
+		for _, in := range m.Inputs {
+			if !gr.value[in] {
+				load(m, in)
+			}
+		}
+	}
+	num := map[*trace.Tensor]int{}
+	if gr.prod {
+		num[r.Outputs[0]] = 0
+	}
+	for i, m := range gr.members {
+		num[m.Outputs[0]] = fo.FirstInstr() + i
+	}
+	for _, m := range gr.members {
+		ins := op.FusedInstr{Op: m.Op, Module: m.Module, Shape: m.Outputs[0].Shape().Clone()}
+		for _, in := range m.Inputs {
+			if gr.value[in] {
+				ins.Args = append(ins.Args, num[gr.underlying(in)])
+			} else {
+				ins.Args = append(ins.Args, load(m, in))
+			}
+		}
+		fo.Prog = append(fo.Prog, ins)
+	}
+	var outs []*trace.Tensor
+	if gr.prod {
+		for i, t := range r.Outputs {
+			if i > 0 || gr.exposed[t] {
+				fo.Outs = append(fo.Outs, op.FusedOut{Value: i, Shape: t.Shape().Clone()})
+				outs = append(outs, t)
+			}
+		}
+	}
+	for _, m := range gr.members {
+		if t := m.Outputs[0]; gr.exposed[t] {
+			fo.Outs = append(fo.Outs, op.FusedOut{Value: num[t], Shape: t.Shape().Clone()})
+			outs = append(outs, t)
+		}
+	}
+	return fo, inputs, outs
+}
+
+// underlying follows aliases to the value a member or the producer output.
+func (gr *fuseGroup) underlying(t *trace.Tensor) *trace.Tensor {
+	for {
+		a, ok := gr.alias[t]
+		if !ok {
+			return t
+		}
+		t = a
+	}
+}
+
+// rebuild copies g with each group replaced by its fused node.
+func (f *fuser) rebuild(st *FuseStats) (*trace.Graph, error) {
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	after := map[int][]*fuseGroup{}
+	skip := map[*trace.Node]bool{}
+	for _, gr := range f.groups {
+		if gr.at != gr.root.ID {
+			after[gr.at] = append(after[gr.at], gr)
+		}
+		for t := range gr.alias {
+			if !gr.keep[t.Node] {
+				skip[t.Node] = true
+			}
+		}
+	}
+	ready := func(ins []*trace.Tensor) bool {
+		for _, t := range ins {
+			if mapped[t] == nil {
+				return false
+			}
+		}
+		return true
+	}
+	clone := func(n *trace.Node) {
+		ins := make([]*trace.Tensor, len(n.Inputs))
+		for i, t := range n.Inputs {
+			ins[i] = mapped[t]
+		}
+		for i, o := range out.Clone(n, ins) {
+			mapped[n.Outputs[i]] = o
+		}
+	}
+	emit := func(gr *fuseGroup) {
+		fo, ins, outs := gr.op, gr.ins, gr.outs
+		r := gr.root
+		syn := &trace.Node{Kind: trace.KindOp, Op: fo, Module: r.Module, Phase: r.Phase, Region: r.Region, Recompute: r.Recompute}
+		mins := make([]*trace.Tensor, len(ins))
+		for i, t := range ins {
+			mins[i] = mapped[t]
+		}
+		for i, o := range out.Clone(syn, mins) {
+			mapped[outs[i]] = o
+		}
+		st.Groups++
+		st.Merged += len(gr.members)
+		st.Patterns[fo.Name()]++
+		vals := []*trace.Tensor{r.Outputs[0]}
+		for _, m := range gr.members {
+			vals = append(vals, m.Outputs[0])
+		}
+		for _, t := range vals {
+			if !gr.exposed[t] {
+				st.Elided += t.Meta.Bytes()
+			}
+		}
+	}
+	// Nodes and groups whose inputs are not ready yet (effects and
+	// reshapes that read a group's output, groups after groups).
+	type item struct {
+		n  *trace.Node
+		gr *fuseGroup
+	}
+	var pending []item
+	inputsOf := func(it item) []*trace.Tensor {
+		if it.n != nil {
+			return it.n.Inputs
+		}
+		return it.gr.ins
+	}
+	run := func(it item) {
+		if it.n != nil {
+			clone(it.n)
+		} else {
+			emit(it.gr)
+		}
+	}
+	try := func(it item) {
+		if !ready(inputsOf(it)) {
+			pending = append(pending, it)
+			return
+		}
+		run(it)
+		for progress := true; progress; {
+			progress = false
+			for i := 0; i < len(pending); i++ {
+				if p := pending[i]; ready(inputsOf(p)) {
+					pending = append(pending[:i], pending[i+1:]...)
+					run(p)
+					progress = true
+					break
+				}
+			}
+		}
+	}
+	err := trace.Capture(func() {
+		for _, n := range f.g.Nodes {
+			switch gr := f.of[n]; {
+			case gr != nil:
+				if n == gr.root && gr.at == n.ID {
+					try(item{gr: gr})
+				}
+			case skip[n] || n.Kind == trace.KindOp && !f.live[n.ID]:
+				// Dead code (the schedule drops it anyway) may read
+				// values the program no longer materializes.
+			default:
+				try(item{n: n})
+			}
+			for _, gr := range after[n.ID] {
+				try(item{gr: gr})
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(pending) > 0 {
+		// The analysis orders groups so that this cannot happen.
+		return nil, fmt.Errorf("transform: fuse: %d nodes were never ready", len(pending))
+	}
+	for i, t := range f.g.Outputs {
+		out.Output(f.g.OutputNames[i], mapped[t])
+	}
+	return out, nil
+}
+
+// root follows aliases (reshapes) back to the value that owns the bytes.
+func root(t *trace.Tensor) *trace.Tensor {
+	for isAlias(t.Node) {
+		t = t.Node.Inputs[t.Node.Op.(trace.Aliaser).AliasOf()]
+	}
+	return t
+}
