@@ -358,21 +358,7 @@ func TestPrecisionCurves(t *testing.T) {
 		}
 	}
 	// Planned activation memory of larger models (meta device).
-	var me strings.Builder
-	me.WriteString("| model | batch | mode | activations at peak | change | total peak (parameters, gradients, Adam state, activations) |\n|---|---:|---|---:|---:|---:|\n")
-	for _, c := range []struct {
-		model string
-		batch int
-	}{{"cnn", 64}, {"resnet18", 8}, {"gpt-shakespeare-char", 8}, {"rrdbnet", 2}} {
-		spec := mustSpec(t, c.model)
-		base := planOnly(t, spec, c.batch, setup{})
-		for _, m := range append(modes, mode{"bf16-mixed + int8 saved", setup{precision: transform.BF16Mixed, compress: int8Compress}},
-			mode{"fp32 + offload saved", setup{compress: transform.Compression{To: transform.Offload, MinBytes: transform.DefaultMinBytes, Masks: true}}}) {
-			got := planOnly(t, spec, c.batch, m.s)
-			fmt.Fprintf(&me, "| %s | %d | %s | %.1f MiB | %+.0f%% | %.1f MiB |\n", c.model, c.batch, m.name, mib(got.Activations),
-				100*(float64(got.Activations)/float64(base.Activations)-1), mib(got.Total()))
-		}
-	}
+	me := memoryTable(t)
 	doc := `# Mixed precision and saved-activation compression: effect on training
 
 Produced by
@@ -401,14 +387,16 @@ bits make them rarer).
 ` + ge.String() + `
 ## Memory
 
-Planned activation memory at the step's peak (train.Trainer.Plan on the meta device; the cpu
+Planned activation memory at the step's peak, kept current by TestPrecisionDocMemoryTable (the
+training tables above are from the engine of their run; later changes such as fusion and
+leaky ReLU's backward reading its output lowered some plans; train.Trainer.Plan on the meta device, and the cpu
 runs measure the same). Under the low-precision modes matmuls read their 16-bit operands in place
 (transform.ReadLow: the kernel converts them as it packs them); the emulation still holds transient
 float32 copies of the rounded operands of convolution and attention and of 16-bit values that
 elementwise ops read (a native bf16 kernel reads 2-byte copies), which the plan counts; saved
 activations are stored in 16 bits.
 
-` + me.String() + `
+` + me + `
 ## What each mode computes
 
 The cpu kernels compute in float32. A value "in bf16" is a float32 tensor holding bfloat16
@@ -439,4 +427,53 @@ numbers, made by rounding (cast to bfloat16 and back, round-to-nearest-even).
 	if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// memoryTable is docs/precision.md's memory table, from the plans (meta
+// device).
+func memoryTable(t testing.TB) string {
+	var me strings.Builder
+	me.WriteString("| model | batch | mode | activations at peak | change | total peak (parameters, gradients, Adam state, activations) |\n|---|---:|---|---:|---:|---:|\n")
+	for _, c := range []struct {
+		model string
+		batch int
+	}{{"cnn", 64}, {"resnet18", 8}, {"gpt-shakespeare-char", 8}, {"rrdbnet", 2}} {
+		spec := mustSpec(t, c.model)
+		base := planOnly(t, spec, c.batch, setup{})
+		for _, m := range append(modes, mode{"bf16-mixed + int8 saved", setup{precision: transform.BF16Mixed, compress: int8Compress}},
+			mode{"fp32 + offload saved", setup{compress: transform.Compression{To: transform.Offload, MinBytes: transform.DefaultMinBytes, Masks: true}}}) {
+			got := planOnly(t, spec, c.batch, m.s)
+			fmt.Fprintf(&me, "| %s | %d | %s | %.1f MiB | %+.0f%% | %.1f MiB |\n", c.model, c.batch, m.name, mib(got.Activations),
+				100*(float64(got.Activations)/float64(base.Activations)-1), mib(got.Total()))
+		}
+	}
+	return me.String()
+}
+
+// The memory table in docs/precision.md is what the plans give today (the
+// rest of that file needs hours of training; this part is exact and cheap).
+// HEADROOM_UPDATE_DOC=1 rewrites it.
+func TestPrecisionDocMemoryTable(t *testing.T) {
+	const path = "../docs/precision.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, want := string(b), memoryTable(t)
+	if strings.Contains(doc, want) {
+		return
+	}
+	header := want[:strings.Index(want, "\n")+1]
+	i := strings.Index(doc, header)
+	if i < 0 {
+		t.Fatalf("%s has no memory table", path)
+	}
+	j := i + strings.Index(doc[i:], "\n\n") + 1
+	if os.Getenv("HEADROOM_UPDATE_DOC") != "" {
+		if err := os.WriteFile(path, []byte(doc[:i]+want+doc[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s: the memory table is stale; HEADROOM_UPDATE_DOC=1 go test ./transform -run TestPrecisionDocMemoryTable rewrites it. Now:\n%s", path, want)
 }
