@@ -381,12 +381,11 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		return nil, err
 	}
 	defer f.close()
-	if f.check[0] == nil {
-		// Refused before any search: nothing else fits if these do not
-		// (setting up is the same in either optimizer mode).
+	if f.check[0] == nil && (!f.inBack || f.check[1] == nil) {
+		// Refused before any search: nothing else fits if these do not.
 		reason := fmt.Sprintf("parameters, gradients and optimizer state alone (%s) do not fit", device.FormatBytes(f.persistent))
 		if f.inBack {
-			reason += " (with the optimizer in the backward pass too: the gradient buffers are allocated with the model and freed at the first step)"
+			reason = fmt.Sprintf("parameters and optimizer state alone (%s) do not fit", device.FormatBytes(f.full[1].dev.Alloc.Stats().AllocatedBytes.Current))
 		}
 		return nil, f.tooSmall(pols, reason)
 	}
@@ -598,12 +597,11 @@ func (f *fitter) close() {
 	}
 }
 
-// setup allocates the run's persistent state (parameters, gradients,
-// optimizer state) on a meta device capped at capacity (0: uncapped), in
-// the order a real run allocates it; an error when it does not fit. With
-// inBackward the gradient buffers are then freed, as the run's first step
-// frees them, and their segments given back (a run gives them back when
-// its arena needs the room, which comes to the same: see fits).
+// setup allocates the run's persistent state on a meta device capped at
+// capacity (0: uncapped), in the order a real run allocates it: parameters
+// (nn.Store.Materialize), optimizer state (train.New), then, unless the
+// run updates in the backward pass, the gradient buffers (its first step
+// or plan); an error when it does not fit.
 func (f *fitter) setup(capacity int64, inBackward bool) (*runState, error) {
 	dev := device.Meta()
 	if capacity > 0 {
@@ -620,12 +618,15 @@ func (f *fitter) setup(capacity int64, inBackward bool) (*runState, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &runState{dev: dev, floor: dev.Alloc.Stats().ReservedBytes.Current}
-	if inBackward {
-		tr.Store.ReleaseGrads()
-		dev.Alloc.EmptyCache()
+	// Gradient buffers come with the first step, after the optimizer
+	// state (nn.Store.Materialize leaves them to AllocGrads); a run that
+	// updates in the backward pass never has them.
+	if !inBackward {
+		if err := tr.Store.AllocGrads(); err != nil {
+			return nil, err
+		}
 	}
-	return st, nil
+	return &runState{dev: dev, floor: dev.Alloc.Stats().ReservedBytes.Current}, nil
 }
 
 // fits reports whether an arena of this size can be reserved next to the

@@ -123,7 +123,10 @@ func (s *Store) ParamBytes() (values, grads int64) {
 
 // Materialize allocates every parameter on dev, initializes it with a
 // generator seeded by seed (each parameter from its own stream, so adding a
-// layer does not change the others), and allocates zeroed gradients.
+// layer does not change the others). Gradients are allocated when first
+// needed (AllocGrads: the trainer's first step or plan), as PyTorch's
+// p.grad is None until the first backward pass, so a run that updates
+// parameters in the backward pass never allocates them.
 func (s *Store) Materialize(dev *device.Device, seed int64) error {
 	if s.dev != nil {
 		return errors.New("nn: store already materialized")
@@ -143,10 +146,6 @@ func (s *Store) Materialize(dev *device.Device, seed int64) error {
 			p.Init(rand.New(rand.NewSource(seed+int64(i)*7919)), h)
 			copy(p.Value.Data, h.Data)
 		}
-	}
-	if err := s.AllocGrads(); err != nil {
-		s.Release()
-		return err
 	}
 	return nil
 }
