@@ -71,8 +71,8 @@ type Trainer struct {
 	// other read of the parameter in the step, and the gradient's arena
 	// buffer is then dead and reused (PyTorch's optimizer step in backward,
 	// register_post_accumulate_grad_hook). Gradients are no longer kept
-	// between steps: the persistent gradient buffers are freed (as
-	// zero_grad(set_to_none=True)) and gradients live in the step's arena
+	// between steps: gradient buffers, if an earlier usual step made any,
+	// are freed (as zero_grad(set_to_none=True)) and gradients live in the step's arena
 	// only while in flight, which lowers the peak by about the gradients'
 	// bytes. Results are bit-identical to the usual step.
 	//

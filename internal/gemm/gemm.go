@@ -432,26 +432,34 @@ func packATRows[T float](a []T, lda, p0, kc, i0, mcur, mr int, dst []T) {
 		packATRows6F32(a32, lda, p0, kc, i0, mcur, any(dst).([]float32))
 		return
 	}
-	full := mcur / mr * mr
 	for p := 0; p < kc; p++ {
-		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+mcur]
-		o := p * mr
-		if mr == 6 {
-			for i := 0; i < full; i += 6 {
-				*(*[6]T)(dst[o:]) = *(*[6]T)(src[i:])
-				o += 6 * kc
-			}
-		} else {
-			for i := 0; i < full; i += mr {
-				copy(dst[o:o+mr], src[i:i+mr])
-				o += mr * kc
-			}
+		spreadRow(dst, a[(p0+p)*lda+i0:(p0+p)*lda+i0+mcur], p, kc, mr)
+	}
+}
+
+// spreadRow writes src, row p of a kc-deep block of op(A), across the
+// mr-row panels of dst: value i goes to panel i/mr, group p, lane i%mr;
+// the last panel's lanes past len(src) are zeroed.
+func spreadRow[T float](dst, src []T, p, kc, mr int) {
+	mcur := len(src)
+	full := mcur / mr * mr
+	o := p * mr
+	if mr == 6 {
+		// Concrete array copies inline; copy of 6 values calls memmove.
+		for i := 0; i < full; i += 6 {
+			*(*[6]T)(dst[o:]) = *(*[6]T)(src[i:])
+			o += 6 * kc
 		}
-		if full < mcur {
-			d := dst[o : o+mr]
-			copy(d, src[full:])
-			clear(d[mcur-full:])
+	} else {
+		for i := 0; i < full; i += mr {
+			copy(dst[o:o+mr], src[i:i+mr])
+			o += mr * kc
 		}
+	}
+	if full < mcur {
+		d := dst[o : o+mr]
+		copy(d, src[full:])
+		clear(d[mcur-full:])
 	}
 }
 

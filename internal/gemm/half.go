@@ -240,28 +240,9 @@ func (h *halves) packA(kern *kernel[float32], transA bool, lda, pc, kcur, ic, mc
 		// Stored row p is column p of op(A): convert its mcur values, then
 		// spread them over the panels.
 		row := tmp[:mcur]
-		full := mcur / mr * mr
 		for p := 0; p < kcur; p++ {
 			widen(t, hc, row, a[(pc+p)*lda+ic:(pc+p)*lda+ic+mcur])
-			o := p * mr
-			if mr == 6 {
-				// Concrete array copies inline; copy of 6 floats calls memmove.
-				for i := 0; i < full; i += 6 {
-					d, s := (*[6]float32)(ap[o:o+6]), (*[6]float32)(row[i:i+6])
-					d[0], d[1], d[2], d[3], d[4], d[5] = s[0], s[1], s[2], s[3], s[4], s[5]
-					o += 6 * kcur
-				}
-			} else {
-				for i := 0; i < full; i += mr {
-					copy(ap[o:o+mr], row[i:i+mr])
-					o += mr * kcur
-				}
-			}
-			if full < mcur {
-				d := ap[o : o+mr]
-				copy(d, row[full:])
-				clear(d[mcur-full:])
-			}
+			spreadRow(ap, row, p, kcur, mr)
 		}
 		return
 	}
