@@ -100,11 +100,21 @@ func autoRemat(c config, target float64) (*zoo.Spec, train.MemoryPlan, *budget.R
 		return nil, train.MemoryPlan{}, nil, err
 	}
 	fixed := base.Parameters + base.Gradients + base.OptimizerState
-	res, err := budget.Fit(context.Background(), budget.Problem{
-		Build: build, Example: spec.Example, Batch: c.batch, NewOptimizer: newOpt,
-		Budget:   fixed + int64(target*float64(base.Activations)) + 64<<20, // segment slack
-		Policies: []string{"auto"},
-	})
+	limit := int64(target * float64(base.Activations))
+	// The budget also covers the allocator's segment rounding: the
+	// largest slack whose plan keeps the activations within the target.
+	var res *budget.Result
+	for slack := int64(64 << 20); ; slack -= 4 << 20 {
+		res, err = budget.Fit(context.Background(), budget.Problem{
+			Build: build, Example: spec.Example, Batch: c.batch, NewOptimizer: newOpt,
+			Budget:   fixed + limit + slack,
+			Policies: []string{"auto"},
+		})
+		if err == nil && res.Best.Memory.Activations > limit && slack > 0 {
+			continue
+		}
+		break
+	}
 	if err != nil {
 		return nil, train.MemoryPlan{}, nil, err
 	}
