@@ -2,4 +2,4 @@
 
 package gemm
 
-func hasAVX2FMAForTest() bool { return hasAVX2FMA() }
+func asmKernelsForTest() []*kernel[float32] { return asmKernels() }

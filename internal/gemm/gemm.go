@@ -5,8 +5,9 @@
 // into column panels NR wide; op(A) is packed, MC×KC at a time, into row
 // panels MR tall; a register-blocked MR×NR micro-kernel multiplies one A panel
 // by one B panel. Blocks of C are split across the worker pool of package
-// parallel. On amd64 with AVX2 and FMA the single-precision micro-kernel is
-// assembly (6×16); elsewhere, and for float64, it is portable Go.
+// parallel. On amd64 the single-precision micro-kernel is assembly, 24×16
+// with AVX-512 or 6×16 with AVX2 and FMA, chosen from the CPU's features at
+// start-up; elsewhere, and for float64, it is portable Go.
 //
 // All matrices are row-major. Scratch buffers come from sync.Pools and are
 // reused across calls. Results are bitwise the same for every thread count
@@ -106,9 +107,13 @@ func SetThreads(n int) int { return parallel.SetThreads(n) }
 // Threads reports the number of threads GEMM uses.
 func Threads() int { return parallel.Threads() }
 
-// Kernel reports which single-precision micro-kernel Sgemm uses: "avx2" or
-// "go".
+// Kernel reports which single-precision micro-kernel Sgemm uses: "avx512",
+// "avx2" or "go". The best one the CPU supports is chosen at start-up; the
+// environment variable HEADROOM_SGEMM_KERNEL names a slower one to use
+// instead (for comparisons), and is ignored when the CPU cannot run it.
 func Kernel() string { return sgemmKern.name }
+
+const kernelEnv = "HEADROOM_SGEMM_KERNEL"
 
 type float interface{ ~float32 | ~float64 }
 
@@ -351,20 +356,18 @@ func macroKernel[T float](kern *kernel[T], mcur, ncur, kcur int, ap, bp []T, jpL
 				fn(kcur, apan, bpan, c[off:], ldc, alpha, beta, beta0)
 				continue
 			}
-			// Edge tile: full tile into tmp, then the valid part into C.
-			fn(kcur, apan, bpan, tmp, nr, 1, 0, true)
-			for i := 0; i < mm; i++ {
-				crow := c[off+i*ldc : off+i*ldc+nn]
-				trow := tmp[i*nr : i*nr+nn]
-				if beta0 {
-					for j := range crow {
-						crow[j] = alpha * trow[j]
-					}
-				} else {
-					for j := range crow {
-						crow[j] = alpha*trow[j] + beta*crow[j]
-					}
+			// Edge tile: the kernel runs on a full tile in tmp holding the
+			// valid part of C, so that every element is scaled and rounded
+			// as in a full tile (the result does not depend on where the
+			// tile edges fall, and so not on the kernel's tile size).
+			if !beta0 {
+				for i := 0; i < mm; i++ {
+					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
 				}
+			}
+			fn(kcur, apan, bpan, tmp, nr, alpha, beta, beta0)
+			for i := 0; i < mm; i++ {
+				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
 			}
 		}
 	}

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,11 +14,15 @@ import (
 )
 
 // kernels32 lists every float32 micro-kernel usable on this machine, so the
-// tests exercise the assembly and the portable one alike.
+// tests exercise the assembly ones and the portable one alike.
+// HEADROOM_GEMM_TEST_KERNELS (a comma-separated list of names) narrows it,
+// for slow runs such as scripts/bochs (the AVX-512 kernel under emulation).
 func kernels32() []*kernel[float32] {
-	ks := []*kernel[float32]{kernGo32}
-	if sgemmKern != kernGo32 {
-		ks = append(ks, sgemmKern)
+	ks := append([]*kernel[float32]{kernGo32}, asmKernelsForTest()...)
+	if only := os.Getenv("HEADROOM_GEMM_TEST_KERNELS"); only != "" {
+		ks = slices.DeleteFunc(ks, func(k *kernel[float32]) bool {
+			return !slices.Contains(strings.Split(only, ","), k.name)
+		})
 	}
 	return ks
 }
@@ -43,7 +50,7 @@ func cases() []gemmCase {
 		{1, 1, 1}, {1, 1, 7}, {2, 3, 4}, {5, 7, 3}, {6, 16, 1}, {6, 16, 9}, {7, 17, 5},
 		{12, 32, 64}, {13, 33, 65}, {1, 100, 50}, {100, 1, 50}, {31, 29, 257},
 		{145, 20, 300}, {64, 64, 64}, {150, 4100, 3}, {200, 130, 520}, {3, 300, 40},
-		{1023, 1025, 17},
+		{1023, 1025, 17}, {24, 16, 7}, {48, 48, 6}, {49, 31, 11},
 	}
 	var cs []gemmCase
 	for i, s := range shapes {
@@ -389,8 +396,44 @@ func TestEmptyAndPanics(t *testing.T) {
 
 func TestKernelSelected(t *testing.T) {
 	t.Logf("sgemm kernel: %s, threads: %d", Kernel(), Threads())
-	if hasAVX2FMAForTest() && Kernel() != "avx2" {
-		t.Fatalf("CPU has AVX2+FMA but kernel is %q", Kernel())
+	if os.Getenv(kernelEnv) != "" {
+		t.Logf("%s=%s", kernelEnv, os.Getenv(kernelEnv))
+		return
+	}
+	want := "go"
+	if ks := asmKernelsForTest(); len(ks) > 0 {
+		want = ks[0].name
+	}
+	if Kernel() != want {
+		t.Fatalf("kernel %q, want %q (the best this CPU runs)", Kernel(), want)
+	}
+}
+
+// The assembly kernels sum every element in the same order with the same
+// roundings, so they agree bit for bit (and results do not depend on which
+// machine ran them).
+func TestAsmKernelsAgree(t *testing.T) {
+	ks := asmKernelsForTest()
+	if len(ks) < 2 {
+		t.Logf("only %d assembly kernel(s) on this CPU; nothing to compare", len(ks))
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range cases() {
+		mt := makeMats(tc, rng)
+		var first []float32
+		for i, k := range ks {
+			var got []float32
+			withKernel(k, func() { got = runSgemm(tc, mt) })
+			if i == 0 {
+				first = got
+				continue
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(first[j]) {
+					t.Fatalf("%v: %s and %s differ at %d: %g vs %g", tc, ks[0].name, k.name, j, first[j], got[j])
+				}
+			}
+		}
 	}
 }
 

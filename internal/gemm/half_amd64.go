@@ -20,12 +20,15 @@ func widenF16x16(src *uint16, blocks int, dst *float32, stride int)
 
 func init() {
 	// The routines use AVX2 (VPMOVZXWD on YMM), which the 6x16 kernel
-	// needs anyway; they serve only that kernel's 16-wide panels.
+	// needs anyway, and AVX-512 CPUs all have.
 	if !hasAVX2FMA() {
 		return
 	}
-	kernAVX2.half[BFloat16-1] = &halfConv{rows16: widenBF16x16, packT16: packT16BF16}
-	if cpuid.X86.F16C {
-		kernAVX2.half[Float16-1] = &halfConv{rows16: widenF16x16, packT16: packT16F16}
+	// Both assembly kernels take 16-wide B panels.
+	for _, k := range []*kernel[float32]{kernAVX2, kernAVX512} {
+		k.half[BFloat16-1] = &halfConv{rows16: widenBF16x16, packT16: packT16BF16}
+		if cpuid.X86.F16C {
+			k.half[Float16-1] = &halfConv{rows16: widenF16x16, packT16: packT16F16}
+		}
 	}
 }
