@@ -230,7 +230,7 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 		if v, ok := views[t]; ok {
 			return v, nil
 		}
-		r := plan.Root(t)
+		r := trace.Root(t)
 		var v *tensor.Tensor
 		if r.Node.Kind == trace.KindState {
 			s, ok := states.State(r.Node.Name)

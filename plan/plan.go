@@ -76,18 +76,6 @@ type InPlacer interface {
 // WorkspaceFunc reports the scratch bytes a node's kernel needs (0 if none).
 type WorkspaceFunc func(n *trace.Node) int64
 
-// Root follows aliases (reshapes) back to the value that owns the bytes.
-func Root(t *trace.Tensor) *trace.Tensor {
-	for t.Node.Kind == trace.KindOp {
-		a, ok := t.Node.Op.(trace.Aliaser)
-		if !ok {
-			break
-		}
-		t = t.Node.Inputs[a.AliasOf()]
-	}
-	return t
-}
-
 // Make plans order (from schedule.Order). Graph outputs stay live to the end.
 func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) {
 	p := &Plan{Order: order, Step: map[*trace.Node]int{}, Of: map[*trace.Tensor]*Buffer{}, Workspace: make([]*Buffer, len(order))}
@@ -98,7 +86,7 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 	// Create buffers for values that own bytes.
 	for i, n := range order {
 		for _, out := range n.Outputs {
-			if Root(out) != out || n.Kind == trace.KindState {
+			if trace.Root(out) != out || n.Kind == trace.KindState {
 				continue
 			}
 			cat := Activation
@@ -127,14 +115,14 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 	// Extend lifetimes to the last reader, through aliases.
 	for i, n := range order {
 		for _, in := range n.Inputs {
-			r := Root(in)
+			r := trace.Root(in)
 			if b, ok := p.Of[r]; ok {
 				b.End = max(b.End, i)
 				p.Of[in] = b
 			}
 		}
 		for _, out := range n.Outputs {
-			if b, ok := p.Of[Root(out)]; ok {
+			if b, ok := p.Of[trace.Root(out)]; ok {
 				p.Of[out] = b
 			}
 		}
@@ -142,13 +130,13 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 	p.inPlace(g)
 	for _, n := range order {
 		if _, ok := n.Op.(trace.Updater); ok && n.Kind == trace.KindOp {
-			if b, ok := p.Of[Root(n.Inputs[1])]; ok {
+			if b, ok := p.Of[trace.Root(n.Inputs[1])]; ok {
 				b.Category = Gradient
 			}
 		}
 	}
 	for _, t := range g.Outputs {
-		b, ok := p.Of[Root(t)]
+		b, ok := p.Of[trace.Root(t)]
 		if !ok {
 			continue // an output that is a state needs no arena bytes
 		}
@@ -183,7 +171,7 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 func (p *Plan) inPlace(g *trace.Graph) {
 	outputs := map[*Buffer]bool{}
 	for _, t := range g.Outputs {
-		if b, ok := p.Of[Root(t)]; ok {
+		if b, ok := p.Of[trace.Root(t)]; ok {
 			outputs[b] = true
 		}
 	}
@@ -201,7 +189,7 @@ func (p *Plan) inPlace(g *trace.Graph) {
 		}
 		out := n.Outputs[0]
 		ob, ok := p.Of[out]
-		if !ok || Root(out) != out || outputs[ob] {
+		if !ok || trace.Root(out) != out || outputs[ob] {
 			continue
 		}
 		metas := make([]trace.Meta, len(n.Inputs))

@@ -41,7 +41,7 @@ func Order(g *trace.Graph) []*trace.Node {
 	lastRead := map[*trace.Node]int{}
 	readState := func(n *trace.Node, slot int) {
 		for _, in := range n.Inputs {
-			if r := root(in); r.Node.Kind == trace.KindState {
+			if r := trace.Root(in); r.Node.Kind == trace.KindState {
 				if v, ok := lastRead[r.Node]; !ok || slot > v {
 					lastRead[r.Node] = slot
 				}
@@ -78,7 +78,7 @@ func Order(g *trace.Graph) []*trace.Node {
 	}
 	for _, n := range updates {
 		ready := computedReady(n)
-		if v, ok := lastRead[root(n.Inputs[0]).Node]; ok {
+		if v, ok := lastRead[trace.Root(n.Inputs[0]).Node]; ok {
 			ready = max(ready, v)
 		}
 		place(n, ready)
@@ -105,16 +105,4 @@ func computedReady(n *trace.Node) int {
 		}
 	}
 	return ready
-}
-
-// root follows aliases (reshapes) back to the value that owns the bytes.
-func root(t *trace.Tensor) *trace.Tensor {
-	for t.Node.Kind == trace.KindOp {
-		a, ok := t.Node.Op.(trace.Aliaser)
-		if !ok {
-			break
-		}
-		t = t.Node.Inputs[a.AliasOf()]
-	}
-	return t
 }

@@ -35,6 +35,18 @@ type Aliaser interface {
 	AliasOf() int
 }
 
+// Root follows aliases (reshapes) back to the value that owns the bytes.
+func Root(t *Tensor) *Tensor {
+	for t.Node.Kind == KindOp {
+		a, ok := t.Node.Op.(Aliaser)
+		if !ok {
+			break
+		}
+		t = t.Node.Inputs[a.AliasOf()]
+	}
+	return t
+}
+
 // Effecter is implemented by ops that write into their input 0, which must be
 // an external (state) value: gradient accumulation, running statistics,
 // optimizer updates. Such nodes are never removed as dead code.

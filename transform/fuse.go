@@ -134,7 +134,7 @@ func newFuser(g *trace.Graph) *fuser {
 	for _, t := range g.Outputs {
 		mark(t.Node)
 		f.output[t] = true
-		f.lastUse[root(t)] = len(g.Nodes)
+		f.lastUse[trace.Root(t)] = len(g.Nodes)
 	}
 	for _, n := range g.Nodes {
 		if isEffect(n) {
@@ -154,7 +154,7 @@ func newFuser(g *trace.Graph) *fuser {
 			if r := f.readers[in]; len(r) == 0 || r[len(r)-1] != n {
 				f.readers[in] = append(r, n)
 			}
-			f.lastUse[root(in)] = max(f.lastUse[root(in)], n.ID)
+			f.lastUse[trace.Root(in)] = max(f.lastUse[trace.Root(in)], n.ID)
 		}
 	}
 	return f
@@ -399,7 +399,7 @@ func (f *fuser) check(gr *fuseGroup) (bool, int) {
 		// (the anchor itself runs before the fused node)
 		if m.ID < at && f.noisyBetween(gr, m.ID, at+1) {
 			for _, in := range gr.external(m) {
-				if in.Node.Kind != trace.KindState && f.lastUse[root(in)] < at {
+				if in.Node.Kind != trace.KindState && f.lastUse[trace.Root(in)] < at {
 					return false, at
 				}
 			}
@@ -445,7 +445,7 @@ func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tens
 	var fused int64
 	for _, m := range nodes {
 		for _, in := range gr.external(m) {
-			if r := root(in); r.Node.Kind != trace.KindState && !seen[r] {
+			if r := trace.Root(in); r.Node.Kind != trace.KindState && !seen[r] {
 				seen[r] = true
 				ext = append(ext, r)
 				fused += r.Meta.Bytes()
@@ -485,24 +485,24 @@ func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tens
 // of them are kept.
 func (f *fuser) expose(gr *fuseGroup) {
 	gr.exposed, gr.keep = map[*trace.Tensor]bool{}, map[*trace.Node]bool{}
-	// keepAlias reports whether alias value t has readers outside.
-	var keepAlias func(t *trace.Tensor) bool
-	keepAlias = func(t *trace.Tensor) bool {
+	// outside reports whether value t is read outside the group, directly
+	// or through the group's aliases of it; the aliases read outside are
+	// kept.
+	var outside func(t *trace.Tensor) bool
+	outside = func(t *trace.Tensor) bool {
 		need := f.output[t]
 		for _, u := range f.readers[t] {
 			if gr.member[u] {
 				continue
 			}
 			if isAlias(u) && gr.alias[u.Outputs[0]] == t {
-				if keepAlias(u.Outputs[0]) {
+				if outside(u.Outputs[0]) {
+					gr.keep[u] = true
 					need = true
 				}
 				continue
 			}
 			need = true
-		}
-		if need {
-			gr.keep[t.Node] = true
 		}
 		return need
 	}
@@ -511,20 +511,7 @@ func (f *fuser) expose(gr *fuseGroup) {
 		vals = append(vals, m.Outputs[0])
 	}
 	for _, t := range vals {
-		need := f.output[t]
-		for _, u := range f.readers[t] {
-			if gr.member[u] {
-				continue
-			}
-			if isAlias(u) && gr.alias[u.Outputs[0]] == t {
-				if keepAlias(u.Outputs[0]) {
-					need = true
-				}
-				continue
-			}
-			need = true
-		}
-		if need {
+		if outside(t) {
 			gr.exposed[t] = true
 		}
 	}
@@ -788,12 +775,4 @@ func (f *fuser) rebuild(st *FuseStats) (*trace.Graph, error) {
 		out.Output(f.g.OutputNames[i], mapped[t])
 	}
 	return out, nil
-}
-
-// root follows aliases (reshapes) back to the value that owns the bytes.
-func root(t *trace.Tensor) *trace.Tensor {
-	for isAlias(t.Node) {
-		t = t.Node.Inputs[t.Node.Op.(trace.Aliaser).AliasOf()]
-	}
-	return t
 }

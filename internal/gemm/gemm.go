@@ -475,26 +475,9 @@ func packBRows[T float](b []T, ldb, p0, np, pOff, kc, j0, ncur, nr int, dst []T)
 		packBRows16F32(b32, ldb, p0, np, pOff, kc, j0, ncur, any(dst).([]float32))
 		return
 	}
-	full := ncur / nr * nr
 	for p := 0; p < np; p++ {
-		src := b[(p0+p)*ldb+j0 : (p0+p)*ldb+j0+ncur]
-		o := (pOff + p) * nr
-		if nr == 16 {
-			for j := 0; j < full; j += 16 {
-				*(*[16]T)(dst[o:]) = *(*[16]T)(src[j:])
-				o += 16 * kc
-			}
-		} else {
-			for j := 0; j < full; j += nr {
-				copy(dst[o:o+nr], src[j:j+nr])
-				o += nr * kc
-			}
-		}
-		if full < ncur {
-			d := dst[o : o+nr]
-			copy(d, src[full:])
-			clear(d[ncur-full:])
-		}
+		// Row p of B spreads over the panels as a row of Aᵀ does.
+		spreadRow(dst, b[(p0+p)*ldb+j0:(p0+p)*ldb+j0+ncur], pOff+p, kc, nr)
 	}
 }
 
