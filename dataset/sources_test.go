@@ -349,7 +349,7 @@ func TestTokenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() }) // after the loader's Close: cleanups run last-in first-out
 	l := newLoader(t, f, Config{BatchSize: 2, DropLast: true})
 	b, err := l.Next(t.Context())
 	if err != nil {

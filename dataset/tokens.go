@@ -142,7 +142,8 @@ func (t *TokenFile) Get(i int, ex *Example) error {
 	return nil
 }
 
-// Close unmaps the file; the source must not be used afterwards.
+// Close unmaps the file. Close any loader reading it first: its workers
+// would fault reading unmapped memory.
 func (t *TokenFile) Close() error {
 	if t.unmap == nil {
 		return nil
