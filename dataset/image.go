@@ -24,6 +24,12 @@ const MaxImagePixels = 1 << 26
 // The standard library's decoders allocate the decoded image on each call;
 // that garbage, not dst, is the per-sample allocation of image sources.
 func DecodeImage(data []byte, name string, channels int, dst []float32) (out []float32, h, w int, err error) {
+	return decodeImage(data, name, channels, dst, MaxImagePixels)
+}
+
+// decodeImage is DecodeImage with the pixel bound a parameter (the fuzz
+// test keeps it small).
+func decodeImage(data []byte, name string, channels int, dst []float32, maxPixels int64) (out []float32, h, w int, err error) {
 	if channels != 1 && channels != 3 {
 		return dst, 0, 0, fmt.Errorf("dataset: %s: %d channels requested, want 1 or 3", name, channels)
 	}
@@ -31,8 +37,8 @@ func DecodeImage(data []byte, name string, channels int, dst []float32) (out []f
 	if err != nil {
 		return dst, 0, 0, sampleErr(name, err)
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
-		return dst, 0, 0, sampleErr(name, fmt.Errorf("image is %dx%d, outside 1..%d pixels", cfg.Width, cfg.Height, MaxImagePixels))
+	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxPixels {
+		return dst, 0, 0, sampleErr(name, fmt.Errorf("image is %dx%d, outside 1..%d pixels", cfg.Width, cfg.Height, maxPixels))
 	}
 	img, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {

@@ -234,6 +234,12 @@ func (t *tarStream) readRecord(ctx context.Context, r *Record) error {
 			}
 		}
 		if h.Typeflag != tar.TypeReg {
+			if h.Size > 0 {
+				// Skipping it would mean reading it: a sparse member's
+				// logical size may be terabytes of holes.
+				return &SampleError{File: name, Member: h.Name, Offset: -1, Index: -1,
+					Err: fmt.Errorf("member of type %q with %d bytes; a WebDataset shard holds regular files", h.Typeflag, h.Size)}
+			}
 			continue
 		}
 		key, ext := splitKey(h.Name)
