@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -356,5 +357,25 @@ func TestStreamLoaderCancelBlockedRead(t *testing.T) {
 	l.Close()
 	if !settle(base) {
 		t.Errorf("%d goroutines after Close, %d before", runtime.NumGoroutine(), base)
+	}
+}
+
+// A non-regular member carrying data is refused rather than skipped:
+// skipping means reading it, and a sparse member's logical size can be
+// terabytes of holes.
+func TestShardsNonRegularMember(t *testing.T) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if err := tw.WriteHeader(&tar.Header{Name: "000001.dat", Typeflag: tar.TypeChar, Size: 4, Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte("abcd"))
+	tw.Close()
+	p := filepath.Join(t.TempDir(), "s.tar")
+	writeFile(t, p, b.Bytes())
+	_, err := readAll(t, &Shards{Paths: []string{p}})
+	var se *SampleError
+	if !errors.As(err, &se) || se.Member != "000001.dat" {
+		t.Errorf("non-regular member: %v", err)
 	}
 }
