@@ -16,6 +16,10 @@ import (
 // samples are the PNG and JPEG files under each, recursively, in sorted path
 // order. Samples decode to float32 CHW in [0,1] with Channels channels.
 //
+// Unlike torchvision, folders whose names start with a dot (such as
+// .ipynb_checkpoints) are not classes, symbolic links to folders are not
+// followed, and only PNG and JPEG files are images.
+//
 // Only the list of paths is held in memory; each Get reads and decodes one
 // file.
 type ImageFolder struct {
@@ -72,9 +76,15 @@ func OpenImageFolder(root string, channels int) (*ImageFolder, error) {
 		if len(f.Paths) == n {
 			return nil, fmt.Errorf("dataset: image folder %s: class %q: %w", root, name, ErrEmptyClass)
 		}
-		// WalkDir visits in lexical order already; sorting keeps that a
-		// stated property rather than an accident of the walk.
-		slices.Sort(f.Paths[n:])
+		// torchvision's order: directories sorted as strings, then the
+		// files of each sorted (sorted(os.walk(...)) and sorted(fnames)),
+		// which differs from sorting whole paths once folders nest.
+		slices.SortFunc(f.Paths[n:], func(a, b string) int {
+			if c := strings.Compare(filepath.Dir(a), filepath.Dir(b)); c != 0 {
+				return c
+			}
+			return strings.Compare(filepath.Base(a), filepath.Base(b))
+		})
 	}
 	return f, nil
 }

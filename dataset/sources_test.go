@@ -132,6 +132,25 @@ func TestImageFolder(t *testing.T) {
 	if f.Len() != 4 || filepath.Base(f.Paths[2]) != "1.jpg" || f.Name(3) != f.Paths[3] {
 		t.Fatalf("paths %v", f.Paths)
 	}
+	// Nested folders in torchvision's order: a folder's own files before
+	// its subfolders' ("c.png" before "b/z.png"), though the whole paths
+	// sort the other way.
+	nest := t.TempDir()
+	for _, p := range []string{"k/c.png", "k/b/z.png", "k/b-x.png"} {
+		writeFile(t, filepath.Join(nest, p), encodePNG(t, testImage(2, 2, 0)))
+	}
+	nf, err := OpenImageFolder(nest, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel []string
+	for _, p := range nf.Paths {
+		r, _ := filepath.Rel(nest, p)
+		rel = append(rel, filepath.ToSlash(r))
+	}
+	if want := []string{"k/b-x.png", "k/c.png", "k/b/z.png"}; !slices.Equal(rel, want) {
+		t.Errorf("nested order %v, want %v", rel, want)
+	}
 	var ex Example
 	if err := f.Get(3, &ex); err != nil {
 		t.Fatal(err)
