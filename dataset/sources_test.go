@@ -228,6 +228,20 @@ func TestIDXSources(t *testing.T) {
 			t.Fatalf("Get(%d) differs from Batch", i)
 		}
 	}
+	// Through a loader with Normalize: bit for bit NormalizedBatch.
+	nl := newLoader(t, d, Config{BatchSize: 7, Workers: 3, Transforms: []Transform{Normalize{Mean: []float32{TrainMean}, Std: []float32{TrainStd}}}})
+	b, err := nl.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := make([]float32, 7*Pixels)
+	ny := make([]int64, 7)
+	if err := d.NormalizedBatch([]int{0, 1, 2, 3, 4, 5, 6}, nb, ny, TrainMean, TrainStd); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.X, nb) || !slices.Equal(b.Y, ny) {
+		t.Error("loader with Normalize differs from NormalizedBatch")
+	}
 	// The generic IDX source over the same files.
 	raw := func(name string) *idx.File {
 		fh, err := Subset().Open(name)

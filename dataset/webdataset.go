@@ -34,6 +34,11 @@ type Shards struct {
 	// SkipBad makes a shard cut in the middle end that shard (counted in
 	// the loader's skipped samples) instead of the stream.
 	SkipBad bool
+	// ShuffleShards reads the shards in a new order each epoch, a
+	// permutation seeded by Seed and the epoch (the loader's shuffle
+	// buffer then mixes samples within that order).
+	ShuffleShards bool
+	Seed          uint64
 }
 
 // DefaultMaxRecordBytes is Shards.MaxRecordBytes when unset.
@@ -53,13 +58,22 @@ func (s *Shards) channels() int {
 	return s.Channels
 }
 
-// Open starts a pass over the shards (in the given order, whatever the
-// epoch; the loader's shuffle buffer does the shuffling).
+// Open starts a pass over the shards: in the order given, or permuted for
+// the epoch with ShuffleShards.
 func (s *Shards) Open(ctx context.Context, epoch int) (Stream, error) {
 	if len(s.Paths) == 0 {
 		return nil, errors.New("dataset: no shards")
 	}
-	return &tarStream{src: s, open: func(p string) (io.ReadCloser, error) { return os.Open(p) }}, nil
+	paths := s.Paths
+	if s.ShuffleShards {
+		st := s.Seed ^ uint64(epoch)*0xD1B54A32D192ED03
+		perm := Permutation(len(paths), splitmix64(&st))
+		paths = make([]string, len(perm))
+		for i, j := range perm {
+			paths[i] = s.Paths[j]
+		}
+	}
+	return &tarStream{src: s, paths: paths, open: func(p string) (io.ReadCloser, error) { return os.Open(p) }}, nil
 }
 
 // Decode decodes a record's image and class.
@@ -111,6 +125,7 @@ func (s *Shards) Decode(r *Record, ex *Example) error {
 // tarStream walks the shards member by member.
 type tarStream struct {
 	src   *Shards
+	paths []string // the shards in this pass's order
 	open  func(string) (io.ReadCloser, error)
 	shard int // index of the shard being read
 	f     io.ReadCloser
@@ -143,7 +158,7 @@ func (t *tarStream) Next(ctx context.Context, r *Record) error {
 			return err
 		}
 		if t.tr == nil {
-			if t.shard >= len(t.src.Paths) {
+			if t.shard >= len(t.paths) {
 				return io.EOF
 			}
 			if err := t.openShard(); err != nil {
@@ -154,7 +169,7 @@ func (t *tarStream) Next(ctx context.Context, r *Record) error {
 		if err == nil {
 			return nil
 		}
-		name := t.src.Paths[t.shard]
+		name := t.paths[t.shard]
 		t.closeShard()
 		t.shard++
 		if err == io.EOF {
@@ -181,7 +196,7 @@ func (t *tarStream) openShard() error {
 	if t.closed {
 		return errors.New("dataset: stream closed")
 	}
-	f, err := t.open(t.src.Paths[t.shard])
+	f, err := t.open(t.paths[t.shard])
 	if err != nil {
 		return fmt.Errorf("dataset: %w", err)
 	}
@@ -202,7 +217,7 @@ func (t *tarStream) closeShard() {
 // readRecord reads the members of the next key into r. It returns io.EOF at
 // the end of the shard, with r.n > 0 when a last record was read.
 func (t *tarStream) readRecord(ctx context.Context, r *Record) error {
-	name := t.src.Paths[t.shard]
+	name := t.paths[t.shard]
 	r.reset(name, "")
 	total := 0
 	for {

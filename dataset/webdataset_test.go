@@ -316,7 +316,7 @@ type pipeShards struct {
 
 func (p *pipeShards) Open(ctx context.Context, epoch int) (Stream, error) {
 	first := p.opens.Add(1) == 1
-	return &tarStream{src: &p.Shards, open: func(string) (io.ReadCloser, error) {
+	return &tarStream{src: &p.Shards, paths: p.Paths, open: func(string) (io.ReadCloser, error) {
 		if first {
 			return io.NopCloser(bytes.NewReader(p.full)), nil
 		}
@@ -377,5 +377,40 @@ func TestShardsNonRegularMember(t *testing.T) {
 	var se *SampleError
 	if !errors.As(err, &se) || se.Member != "000001.dat" {
 		t.Errorf("non-regular member: %v", err)
+	}
+}
+
+func TestShardsShuffle(t *testing.T) {
+	paths := makeShards(t, 6, 1)
+	src := &Shards{Paths: paths, ShuffleShards: true, Seed: 4}
+	order := func(epoch int) []string {
+		st, err := src.Open(t.Context(), epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		var keys []string
+		var r Record
+		for st.Next(t.Context(), &r) == nil {
+			keys = append(keys, r.Key)
+		}
+		return keys
+	}
+	e0, e1, again := order(0), order(1), order(0)
+	if len(e0) != 6 || !slices.Equal(e0, again) || slices.Equal(e0, e1) || slices.IsSorted(e0) && slices.IsSorted(e1) {
+		t.Errorf("shard orders %v, %v, again %v", e0, e1, again)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(e1)), []string{"000000", "000001", "000002", "000003", "000004", "000005"}) {
+		t.Errorf("epoch 1 reads %v", e1)
+	}
+	// The loader's memory report for a stream, planned and held.
+	cfg := Config{BatchSize: 2, Shuffle: true, ShuffleBuffer: 3, MaxRecordBytes: 1000, Depth: 2, Workers: 2}
+	m, err := PlanMemory(src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newStreamLoader(t, src, cfg)
+	if m != l.Memory() || m.Shuffle != (3+3*2)*1000 || m.StagingBuffer != 2*(3*4*4*4+8) {
+		t.Errorf("planned %+v, held %+v", m, l.Memory())
 	}
 }
