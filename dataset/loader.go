@@ -125,6 +125,9 @@ type Stats struct {
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("dataset: loader closed")
 
+// errEpochDone is the reason stop is given at the end of an epoch.
+var errEpochDone = errors.New("dataset: epoch done")
+
 // Loader reads batches from a map or stream source with parallel workers
 // into a fixed pool of staging buffers.
 //
@@ -508,8 +511,8 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 			return nil, l.stop(ctx.Err())
 		}
 		if s == nil { // order closed: the producer is done
-			if err := l.stop(nil); err != nil {
-				return nil, err
+			if err := l.stop(errEpochDone); err != errEpochDone {
+				return nil, err // the pipeline's failure
 			}
 			l.state = State{Epoch: l.state.Epoch + 1}
 			return nil, io.EOF
@@ -546,6 +549,11 @@ func (l *Loader) stop(ctxErr error) error {
 	if ep.err != nil {
 		l.err = ep.err
 		return ep.err
+	}
+	if ctxErr == nil {
+		// Only a failure or the consumer stops a pipeline; never hand
+		// back a nil batch without an error.
+		return errors.New("dataset: loader pipeline stopped without a cause")
 	}
 	return ctxErr
 }
