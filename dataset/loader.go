@@ -12,18 +12,20 @@ import (
 	"unsafe"
 )
 
-// AllocFunc allocates one staging buffer of the given size. The loader calls
-// it Depth times per buffer kind (inputs, targets) when it is made, and
-// never again: the trainer passes one that allocates from the device
-// allocator (category input), tests a plain slice allocator. The memory must
-// be 8-byte aligned and stay valid until the loader is closed.
-type AllocFunc func(what string, bytes int64) ([]byte, error)
+// AllocFunc allocates one staging buffer of the given size and returns it
+// with the function that frees it (nil when the garbage collector does).
+// The loader calls it Depth times per buffer kind ("inputs" or "tokens",
+// and "targets") when it is made, never again, and calls the free
+// functions from Close: the trainer passes one that allocates from the
+// device allocator (category input), tests a plain slice allocator. The
+// memory must be 8-byte aligned and stay valid until freed.
+type AllocFunc func(what string, bytes int64) (buf []byte, free func(), err error)
 
 // SliceAlloc allocates staging buffers on the Go heap.
-func SliceAlloc(_ string, bytes int64) ([]byte, error) {
+func SliceAlloc(_ string, bytes int64) ([]byte, func(), error) {
 	// []uint64 storage gives the 8-byte alignment the views need.
 	words := make([]uint64, (bytes+7)/8)
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8)[:bytes], nil
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8)[:bytes], nil, nil
 }
 
 // Config configures a Loader.
@@ -50,10 +52,8 @@ type Config struct {
 	MaxRecordBytes int
 	// Transforms run in order on each sample, in the workers.
 	Transforms []Transform
-	// Alloc allocates the staging buffers; nil means SliceAlloc. Free, if
-	// set, is given them back by Close.
+	// Alloc allocates the staging buffers; nil means SliceAlloc.
 	Alloc AllocFunc
-	Free  func([]byte)
 	// SkipBad drops samples whose reading fails with a *SampleError,
 	// counting them (Stats.Skipped) instead of stopping. The batch holding
 	// one is delivered shorter.
@@ -167,7 +167,7 @@ type slot struct {
 	x       []float32
 	tok     []int64
 	y       []int64
-	bufs    [][]byte
+	frees   []func()
 	batch   Batch
 	n       int
 	bad     []bool
@@ -378,24 +378,12 @@ func (l *Loader) init() error {
 		l.slots = append(l.slots, s)
 		var err error
 		if l.tok {
-			var buf []byte
-			if buf, err = c.Alloc("tokens", int64(b*l.elems*8)); err == nil {
-				s.bufs = append(s.bufs, buf)
-				s.tok, err = view[int64](buf, b*l.elems)
-			}
+			s.tok, err = allocView[int64](s, c.Alloc, "tokens", b*l.elems)
 		} else {
-			var buf []byte
-			if buf, err = c.Alloc("inputs", int64(b*l.elems*4)); err == nil {
-				s.bufs = append(s.bufs, buf)
-				s.x, err = view[float32](buf, b*l.elems)
-			}
+			s.x, err = allocView[float32](s, c.Alloc, "inputs", b*l.elems)
 		}
 		if err == nil {
-			var buf []byte
-			if buf, err = c.Alloc("targets", int64(b*l.ylen*8)); err == nil {
-				s.bufs = append(s.bufs, buf)
-				s.y, err = view[int64](buf, b*l.ylen)
-			}
+			s.y, err = allocView[int64](s, c.Alloc, "targets", b*l.ylen)
 		}
 		if err != nil {
 			l.freeStaging()
@@ -419,6 +407,20 @@ func (l *Loader) init() error {
 	return nil
 }
 
+// allocView allocates n elements of T for a slot, keeping the free
+// function.
+func allocView[T float32 | int64](s *slot, alloc AllocFunc, what string, n int) ([]T, error) {
+	var z T
+	buf, free, err := alloc(what, int64(n)*int64(unsafe.Sizeof(z)))
+	if err != nil {
+		return nil, err
+	}
+	if free != nil {
+		s.frees = append(s.frees, free)
+	}
+	return view[T](buf, n)
+}
+
 // view reinterprets an allocator's bytes as n elements of T.
 func view[T float32 | int64](buf []byte, n int) ([]T, error) {
 	var z T
@@ -437,12 +439,10 @@ func view[T float32 | int64](buf []byte, n int) ([]T, error) {
 
 func (l *Loader) freeStaging() {
 	for _, s := range l.slots {
-		if l.cfg.Free != nil {
-			for _, b := range s.bufs {
-				l.cfg.Free(b)
-			}
+		for _, f := range s.frees {
+			f()
 		}
-		s.bufs, s.x, s.tok, s.y = nil, nil, nil, nil
+		s.frees, s.x, s.tok, s.y = nil, nil, nil, nil
 	}
 }
 

@@ -335,12 +335,13 @@ func TestLoaderCancel(t *testing.T) {
 func TestLoaderStagingAllocatedOnce(t *testing.T) {
 	var calls []string
 	var freed int
-	alloc := func(what string, n int64) ([]byte, error) {
+	alloc := func(what string, n int64) ([]byte, func(), error) {
 		calls = append(calls, fmt.Sprintf("%s:%d", what, n))
-		return SliceAlloc(what, n)
+		b, _, err := SliceAlloc(what, n)
+		return b, func() { freed++ }, err
 	}
 	src := &synth{n: 50, c: 3, h: 8, w: 8}
-	cfg := Config{BatchSize: 4, Workers: 2, Depth: 3, Transforms: augment, Alloc: alloc, Free: func([]byte) { freed++ }}
+	cfg := Config{BatchSize: 4, Workers: 2, Depth: 3, Transforms: augment, Alloc: alloc}
 	l, err := NewLoader(src, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -415,8 +416,11 @@ func TestLoaderConfigErrors(t *testing.T) {
 		{BatchSize: 2, Workers: -1},
 		{BatchSize: 2, Transforms: []Transform{RandomCrop{Height: 9, Width: 9}}},
 		{BatchSize: 2, Transforms: []Transform{Normalize{Mean: []float32{1, 2}, Std: []float32{1, 1}}}},
-		{BatchSize: 2, Alloc: func(string, int64) ([]byte, error) { return nil, errors.New("no memory") }},
-		{BatchSize: 2, Alloc: func(_ string, n int64) ([]byte, error) { b, _ := SliceAlloc("", n+1); return b[1:], nil }},
+		{BatchSize: 2, Alloc: func(string, int64) ([]byte, func(), error) { return nil, nil, errors.New("no memory") }},
+		{BatchSize: 2, Alloc: func(_ string, n int64) ([]byte, func(), error) {
+			b, _, _ := SliceAlloc("", n+1)
+			return b[1:], nil, nil
+		}},
 	} {
 		if _, err := NewLoader(src, cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
@@ -424,5 +428,22 @@ func TestLoaderConfigErrors(t *testing.T) {
 	}
 	if _, err := NewLoader(&synth{}, Config{BatchSize: 1}); err == nil {
 		t.Error("empty source accepted")
+	}
+}
+
+// A failed allocation gives back the buffers already allocated.
+func TestLoaderAllocFailureFrees(t *testing.T) {
+	calls, freed := 0, 0
+	alloc := func(what string, n int64) ([]byte, func(), error) {
+		calls++
+		if calls == 4 {
+			return nil, nil, errors.New("out of input memory")
+		}
+		b, _, err := SliceAlloc(what, n)
+		return b, func() { freed++ }, err
+	}
+	_, err := NewLoader(&synth{n: 4, c: 1, h: 2, w: 2}, Config{BatchSize: 2, Depth: 3, Alloc: alloc})
+	if err == nil || !strings.Contains(err.Error(), "out of input memory") || freed != 3 {
+		t.Errorf("error %v, %d of 3 buffers freed", err, freed)
 	}
 }
