@@ -62,7 +62,6 @@ func ParseCSV(r io.Reader, name string, opt CSVOptions) (*Table, error) {
 		cr.Comma = ','
 	}
 	cr.ReuseRecord = true
-	cr.Comment = 0
 	if cr.Comma == '\t' {
 		// TSV files rarely quote and often carry stray quotes in text.
 		cr.LazyQuotes = true

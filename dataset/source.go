@@ -73,8 +73,10 @@ type Record struct {
 	Source string
 	// Key is the sample's key (the member names' common basename).
 	Key string
-	// Parts are the record's fields in the order read: extension (without
-	// the dot, lower case) and content.
+	// Parts holds the record's fields in the order read (extension without
+	// the dot, lower case; content) in its first len(Fields()) entries, and
+	// spare buffers after them: read them through Fields and Field, fill
+	// them through Reset and AddPart.
 	Parts []Part
 	n     int // parts in use; Parts[n:] keep their buffers for reuse
 }
@@ -107,14 +109,15 @@ func (r *Record) Bytes() int {
 	return n
 }
 
-// reset empties the record, keeping its buffers.
-func (r *Record) reset(source, key string) {
+// Reset empties the record for a new sample, keeping its buffers. A
+// Stream calls it, then AddPart for each field.
+func (r *Record) Reset(source, key string) {
 	r.Source, r.Key, r.n = source, key, 0
 }
 
-// addPart appends a part and returns its buffer resized to size, reusing an
-// earlier part's buffer where one is left.
-func (r *Record) addPart(ext string, size int) []byte {
+// AddPart appends a field and returns its buffer, size bytes long, for the
+// caller to fill; it reuses an earlier record's buffer where one is left.
+func (r *Record) AddPart(ext string, size int) []byte {
 	if r.n == len(r.Parts) {
 		r.Parts = append(r.Parts, Part{})
 	}

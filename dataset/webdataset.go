@@ -218,7 +218,7 @@ func (t *tarStream) closeShard() {
 // the end of the shard, with r.n > 0 when a last record was read.
 func (t *tarStream) readRecord(ctx context.Context, r *Record) error {
 	name := t.paths[t.shard]
-	r.reset(name, "")
+	r.Reset(name, "")
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -269,7 +269,7 @@ func (t *tarStream) readRecord(ctx context.Context, r *Record) error {
 			return &SampleError{File: name, Member: h.Name, Offset: -1, Index: -1,
 				Err: fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, total, t.src.maxRecord())}
 		}
-		buf := r.addPart(ext, int(h.Size))
+		buf := r.AddPart(ext, int(h.Size))
 		if _, err := io.ReadFull(t.tr, buf); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
 				err = fmt.Errorf("%w: shard ends inside the member (%d bytes declared)", ErrTruncated, h.Size)

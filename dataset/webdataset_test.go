@@ -162,9 +162,9 @@ func TestShardsBad(t *testing.T) {
 		{[]Part{{Ext: "jpg", Data: img[:20]}, {Ext: "cls", Data: []byte("1")}}, "member k.jpg: "},
 	} {
 		var r Record
-		r.reset("s.tar", "k")
+		r.Reset("s.tar", "k")
 		for _, p := range tt.parts {
-			copy(r.addPart(p.Ext, len(p.Data)), p.Data)
+			copy(r.AddPart(p.Ext, len(p.Data)), p.Data)
 		}
 		var ex Example
 		err := (&Shards{}).Decode(&r, &ex)
