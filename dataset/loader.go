@@ -125,8 +125,8 @@ type Stats struct {
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("dataset: loader closed")
 
-// errEpochDone is the reason stop is given at the end of an epoch.
-var errEpochDone = errors.New("dataset: epoch done")
+// epochEnd is queued for the consumer after an epoch's last batch.
+var epochEnd = new(slot)
 
 // Loader reads batches from a map or stream source with parallel workers
 // into a fixed pool of staging buffers.
@@ -187,12 +187,15 @@ type task struct {
 	pos   int
 	index int // map source index
 	id    int // augmentation seed: index, or stream position
+	epoch int
 	rec   *Record
 }
 
-// epoch is the pipeline of one pass.
+// epoch is a running pipeline: it produces batches from the epoch and
+// step it was started at onwards, running on into the following epochs
+// (so that their first batches are ready when the consumer gets there),
+// until it fails or is stopped.
 type epoch struct {
-	n      int
 	ctx    context.Context
 	cancel context.CancelFunc
 	free   chan *slot
@@ -510,10 +513,10 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		case <-ctx.Done():
 			return nil, l.stop(ctx.Err())
 		}
-		if s == nil { // order closed: the producer is done
-			if err := l.stop(errEpochDone); err != errEpochDone {
-				return nil, err // the pipeline's failure
-			}
+		if s == nil { // order closed: the producer failed
+			return nil, l.stop(nil)
+		}
+		if s == epochEnd {
 			l.state = State{Epoch: l.state.Epoch + 1}
 			return nil, io.EOF
 		}
@@ -594,11 +597,10 @@ func (l *Loader) start() {
 	c := &l.cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	ep := &epoch{
-		n:      l.state.Epoch,
 		ctx:    ctx,
 		cancel: cancel,
 		free:   make(chan *slot, c.Depth),
-		order:  make(chan *slot, c.Depth),
+		order:  make(chan *slot, c.Depth+1), // the slots and an epochEnd
 		tasks:  make(chan task, c.Workers*2),
 	}
 	for _, s := range l.slots {
@@ -612,31 +614,39 @@ func (l *Loader) start() {
 	}
 	l.ep = ep
 	ep.wg.Add(1 + c.Workers)
-	go l.produce(ep, l.state.Step)
+	go l.produce(ep, l.state.Epoch, l.state.Step)
 	for i := range c.Workers {
 		go l.work(ep, &l.ws[i])
 	}
 }
 
 // produce hands out the samples of each batch, in order, as staging
-// buffers come free.
-func (l *Loader) produce(ep *epoch, from int) {
+// buffers come free, epoch after epoch from batch from of epoch e.
+func (l *Loader) produce(ep *epoch, e, from int) {
 	defer ep.wg.Done()
 	defer close(ep.tasks)
 	defer close(ep.order)
-	var err error
-	if l.msrc != nil {
-		err = l.produceMap(ep, from)
-	} else {
-		err = l.produceStream(ep, from)
-	}
-	if err != nil {
-		ep.fail(err)
+	for ; ; e, from = e+1, 0 {
+		var err error
+		if l.msrc != nil {
+			err = l.produceMap(ep, e, from)
+		} else {
+			err = l.produceStream(ep, e, from)
+		}
+		if err != nil {
+			ep.fail(err)
+			return
+		}
+		select {
+		case ep.order <- epochEnd:
+		case <-ep.ctx.Done():
+			return
+		}
 	}
 }
 
 // acquire takes a free staging buffer and queues it for the consumer.
-func (l *Loader) acquire(ep *epoch, step, n int) (*slot, error) {
+func (l *Loader) acquire(ep *epoch, e, step, n int) (*slot, error) {
 	var s *slot
 	select {
 	case s = <-ep.free:
@@ -644,14 +654,18 @@ func (l *Loader) acquire(ep *epoch, step, n int) (*slot, error) {
 		return nil, ep.ctx.Err()
 	}
 	s.n = n
-	s.batch.Epoch, s.batch.Step = ep.n, step
+	s.batch.Epoch, s.batch.Step = e, step
 	clear(s.bad[:n])
 	s.pending.Store(int32(n))
 	select { // a signal left by an epoch torn down before it was read
 	case <-s.ready:
 	default:
 	}
-	ep.order <- s // never blocks: at most Depth slots are out
+	select { // blocks only behind epochEnds of empty epochs
+	case ep.order <- s:
+	case <-ep.ctx.Done():
+		return nil, ep.ctx.Err()
+	}
 	return s, nil
 }
 
@@ -664,18 +678,18 @@ func (l *Loader) send(ep *epoch, t task) error {
 	}
 }
 
-func (l *Loader) produceMap(ep *epoch, from int) error {
+func (l *Loader) produceMap(ep *epoch, e, from int) error {
 	smp := l.sampler()
-	order := smp.Order(ep.n)
+	order := smp.Order(e)
 	for step := from; step < smp.NumBatches(); step++ {
 		lo := step * smp.BatchSize
 		idx := order[lo:min(lo+smp.BatchSize, len(order))]
-		s, err := l.acquire(ep, step, len(idx))
+		s, err := l.acquire(ep, e, step, len(idx))
 		if err != nil {
 			return err
 		}
 		for pos, i := range idx {
-			if err := l.send(ep, task{s: s, pos: pos, index: i, id: i}); err != nil {
+			if err := l.send(ep, task{s: s, pos: pos, index: i, id: i, epoch: e}); err != nil {
 				return err
 			}
 		}
@@ -683,9 +697,9 @@ func (l *Loader) produceMap(ep *epoch, from int) error {
 	return nil
 }
 
-func (l *Loader) produceStream(ep *epoch, from int) error {
+func (l *Loader) produceStream(ep *epoch, e, from int) error {
 	c := &l.cfg
-	st, err := l.ssrc.Open(ep.ctx, ep.n)
+	st, err := l.ssrc.Open(ep.ctx, e)
 	if err != nil {
 		return err
 	}
@@ -703,7 +717,7 @@ func (l *Loader) produceStream(ep *epoch, from int) error {
 			l.skipped.Add(int64(sk.Skipped()))
 		}
 	}()
-	rng := sampleRand(c.Seed, ep.n, -1)
+	rng := sampleRand(c.Seed, e, -1)
 	buf := make([]*Record, 0, c.ShuffleBuffer)
 	eof := false
 	// next yields the stream's records through the shuffle buffer.
@@ -776,12 +790,12 @@ func (l *Loader) produceStream(ep *epoch, from int) error {
 			}
 			return nil
 		}
-		s, err := l.acquire(ep, step, len(batch))
+		s, err := l.acquire(ep, e, step, len(batch))
 		if err != nil {
 			return err
 		}
 		for pos, r := range batch {
-			if err := l.send(ep, task{s: s, pos: pos, id: seq, rec: r}); err != nil {
+			if err := l.send(ep, task{s: s, pos: pos, id: seq, rec: r, epoch: e}); err != nil {
 				return err
 			}
 			seq++
@@ -849,7 +863,7 @@ func (l *Loader) sample(ep *epoch, w *worker, t task) error {
 		return l.where(t, fmt.Errorf("%w: %d targets, the batch holds %d", ErrShape, len(ex.Y), l.ylen))
 	}
 	if len(l.cfg.Transforms) > 0 {
-		w.rng = sampleRand(l.cfg.Seed, ep.n, t.id)
+		w.rng = sampleRand(l.cfg.Seed, t.epoch, t.id)
 		for _, tr := range l.cfg.Transforms {
 			tr.Apply(&w.rng, ex, &w.scratch)
 		}

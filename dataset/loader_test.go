@@ -288,7 +288,9 @@ func TestLoaderCancel(t *testing.T) {
 	base := runtime.NumGoroutine()
 	src := &synth{n: 60, c: 1, h: 2, w: 2, delay: 200 * time.Microsecond}
 	cfg := Config{BatchSize: 4, Shuffle: true, Seed: 1, Workers: 3, Depth: 4}
-	want := drain(t, newLoader(t, src, cfg), context.Background())
+	l0 := newLoader(t, src, cfg)
+	want := drain(t, l0, context.Background())
+	l0.Close() // its pipeline runs on into epoch 1
 
 	l, err := NewLoader(src, cfg)
 	if err != nil {
@@ -445,5 +447,39 @@ func TestLoaderAllocFailureFrees(t *testing.T) {
 	_, err := NewLoader(&synth{n: 4, c: 1, h: 2, w: 2}, Config{BatchSize: 2, Depth: 3, Alloc: alloc})
 	if err == nil || !strings.Contains(err.Error(), "out of input memory") || freed != 3 {
 		t.Errorf("error %v, %d of 3 buffers freed", err, freed)
+	}
+}
+
+// counting signals when its Get has been called want times.
+type counting struct {
+	*synth
+	want int64
+	done chan struct{}
+	n    atomic.Int64
+}
+
+func (c *counting) Get(i int, ex *Example) error {
+	if c.n.Add(1) == c.want {
+		close(c.done)
+	}
+	return c.synth.Get(i, ex)
+}
+
+// The pipeline runs on into the next epoch: before the consumer asks for
+// it, the first batch of epoch 1 is read into a free staging buffer.
+func TestLoaderPrefetchesNextEpoch(t *testing.T) {
+	src := &counting{synth: &synth{n: 8, c: 1, h: 1, w: 1}, want: 13, done: make(chan struct{})}
+	l := newLoader(t, src, Config{BatchSize: 4, Depth: 3, Workers: 2})
+	if got := drain(t, l, t.Context()); len(got) != 2 {
+		t.Fatalf("%d batches in epoch 0", len(got))
+	}
+	select {
+	case <-src.done: // the probe, 8 samples of epoch 0, 4 of epoch 1
+	case <-time.After(time.Minute): // a guard against hanging, not a timing test
+		t.Fatalf("epoch 1 not started: %d samples read", src.n.Load())
+	}
+	b, err := l.Next(t.Context())
+	if err != nil || b.Epoch != 1 || b.Step != 0 || !slices.Equal(b.X, []float32{0, 1, 2, 3}) {
+		t.Fatalf("first batch of epoch 1: %+v, %v", b, err)
 	}
 }
