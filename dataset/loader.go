@@ -117,8 +117,9 @@ type Stats struct {
 	// Wait is the total time Next waited for a batch: the time the
 	// consumer (the training step) was starved of data.
 	Wait time.Duration
-	// Skipped counts samples dropped under SkipBad (and stream shards cut
-	// short).
+	// Skipped counts samples dropped under SkipBad from the batches
+	// delivered, plus the stream shards cut short (counted when read,
+	// which may be ahead of delivery).
 	Skipped int64
 }
 
@@ -160,7 +161,8 @@ type Loader struct {
 	closed  bool
 	batches int64
 	wait    time.Duration
-	skipped atomic.Int64
+	skipped int64        // samples dropped from delivered batches
+	shards  atomic.Int64 // stream parts cut short, counted when read
 }
 
 type slot struct {
@@ -475,7 +477,7 @@ func (l *Loader) sampler() Sampler {
 
 // Stats returns the loader's counters.
 func (l *Loader) Stats() Stats {
-	return Stats{Batches: l.batches, Wait: l.wait, Skipped: l.skipped.Load()}
+	return Stats{Batches: l.batches, Wait: l.wait, Skipped: l.skipped + l.shards.Load()}
 }
 
 // Next returns the next batch of the current epoch, or io.EOF once the
@@ -582,6 +584,7 @@ func (l *Loader) finish(s *slot) *Batch {
 		k++
 	}
 	b.N, b.Skipped, b.Shape = k, skipped, l.shape
+	l.skipped += int64(skipped)
 	b.X, b.Tokens = nil, nil
 	if l.tok {
 		b.Tokens = s.tok[:k*l.elems]
@@ -714,7 +717,7 @@ func (l *Loader) produceStream(ep *epoch, e, from int) error {
 			<-closed // no goroutine outlives the epoch
 		}
 		if sk, ok := st.(interface{ Skipped() int }); ok {
-			l.skipped.Add(int64(sk.Skipped()))
+			l.shards.Add(int64(sk.Skipped()))
 		}
 	}()
 	rng := sampleRand(c.Seed, e, -1)
@@ -821,7 +824,6 @@ func (l *Loader) work(ep *epoch, w *worker) {
 				continue
 			}
 			t.s.bad[t.pos] = true
-			l.skipped.Add(1)
 		}
 		if t.s.pending.Add(-1) == 0 {
 			t.s.ready <- struct{}{}

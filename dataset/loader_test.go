@@ -273,8 +273,8 @@ func TestLoaderSkipBad(t *testing.T) {
 		t.Errorf("skipped %d, want 4", s)
 	}
 	// A plain error is not skippable.
-	src.broken = map[int]bool{8: true}
-	l2 := newLoader(t, src, Config{BatchSize: 3, SkipBad: true})
+	src2 := &synth{n: 10, c: 1, h: 1, w: 1, bad: src.bad, broken: map[int]bool{8: true}}
+	l2 := newLoader(t, src2, Config{BatchSize: 3, SkipBad: true})
 	var err error
 	for err == nil {
 		_, err = l2.Next(context.Background())
