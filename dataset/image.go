@@ -51,6 +51,16 @@ func decodeImage(data []byte, name string, channels int, dst []float32, maxPixel
 	return out, h, w, nil
 }
 
+// lut8 maps an 8-bit value v to float32(v)/255: a division, as
+// torchvision's ToTensor computes it (a multiplication by 1/255 can differ
+// in the last bit).
+var lut8 = func() (l [256]float32) {
+	for i := range l {
+		l[i] = float32(i) / 255
+	}
+	return l
+}()
+
 // toCHW converts img to float32 CHW in [0,1]. The common concrete types
 // (what image/png and image/jpeg return for ordinary files) take fast paths;
 // the rest go through color.Model conversion.
@@ -58,13 +68,12 @@ func toCHW(img image.Image, channels int, out []float32) {
 	b := img.Bounds()
 	h, w := b.Dy(), b.Dx()
 	plane := h * w
-	const s8 = 1.0 / 255
 	switch m := img.(type) {
 	case *image.Gray:
 		for y := range h {
 			row := m.Pix[y*m.Stride : y*m.Stride+w]
 			for x, p := range row {
-				v := float32(p) * s8
+				v := lut8[p]
 				for c := range channels {
 					out[c*plane+y*w+x] = v
 				}
@@ -77,9 +86,28 @@ func toCHW(img image.Image, channels int, out []float32) {
 				row := m.Pix[y*m.Stride : y*m.Stride+4*w]
 				for x := range w {
 					i := y*w + x
-					out[i] = float32(row[4*x]) * s8
-					out[plane+i] = float32(row[4*x+1]) * s8
-					out[2*plane+i] = float32(row[4*x+2]) * s8
+					out[i] = lut8[row[4*x]]
+					out[plane+i] = lut8[row[4*x+1]]
+					out[2*plane+i] = lut8[row[4*x+2]]
+				}
+			}
+			return
+		}
+	case *image.RGBA:
+		// What image/png returns for opaque RGB files. Opaque pixels are
+		// the same premultiplied or not; others take the generic path.
+		if channels == 3 {
+			for y := range h {
+				row := m.Pix[y*m.Stride : y*m.Stride+4*w]
+				for x := range w {
+					i := y*w + x
+					if row[4*x+3] != 255 {
+						genericPixel(m.At(b.Min.X+x, b.Min.Y+y), channels, out, i, plane)
+						continue
+					}
+					out[i] = lut8[row[4*x]]
+					out[plane+i] = lut8[row[4*x+1]]
+					out[2*plane+i] = lut8[row[4*x+2]]
 				}
 			}
 			return
@@ -92,28 +120,31 @@ func toCHW(img image.Image, channels int, out []float32) {
 					ci := m.COffset(b.Min.X+x, b.Min.Y+y)
 					r, g, bb := color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
 					i := y*w + x
-					out[i] = float32(r) * s8
-					out[plane+i] = float32(g) * s8
-					out[2*plane+i] = float32(bb) * s8
+					out[i] = lut8[r]
+					out[plane+i] = lut8[g]
+					out[2*plane+i] = lut8[bb]
 				}
 			}
 			return
 		}
 	}
-	const s16 = 1.0 / 65535
 	for y := range h {
 		for x := range w {
-			i := y*w + x
-			px := img.At(b.Min.X+x, b.Min.Y+y)
-			if channels == 1 {
-				g := color.Gray16Model.Convert(px).(color.Gray16)
-				out[i] = float32(g.Y) * s16
-				continue
-			}
-			n := color.NRGBA64Model.Convert(px).(color.NRGBA64)
-			out[i] = float32(n.R) * s16
-			out[plane+i] = float32(n.G) * s16
-			out[2*plane+i] = float32(n.B) * s16
+			genericPixel(img.At(b.Min.X+x, b.Min.Y+y), channels, out, y*w+x, plane)
 		}
 	}
+}
+
+// genericPixel converts one pixel of any color model: 16-bit
+// non-premultiplied RGB, or 16-bit luma for one channel.
+func genericPixel(px color.Color, channels int, out []float32, i, plane int) {
+	if channels == 1 {
+		g := color.Gray16Model.Convert(px).(color.Gray16)
+		out[i] = float32(g.Y) / 65535
+		return
+	}
+	n := color.NRGBA64Model.Convert(px).(color.NRGBA64)
+	out[i] = float32(n.R) / 65535
+	out[plane+i] = float32(n.G) / 65535
+	out[2*plane+i] = float32(n.B) / 65535
 }

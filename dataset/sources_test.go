@@ -70,7 +70,14 @@ func TestDecodeImage(t *testing.T) {
 		t.Errorf("G(2,1) = %v, want %v", got, want)
 	}
 	// The fast paths agree with the generic conversion.
-	for _, im := range []image.Image{img, image.NewRGBA(image.Rect(0, 0, 5, 3))} {
+	rgba := image.NewRGBA(image.Rect(0, 0, 5, 3))
+	for i := range rgba.Pix {
+		rgba.Pix[i] = uint8(i * 37)
+		if i%4 == 3 && i%8 != 3 {
+			rgba.Pix[i] = 255 // half the pixels opaque, half translucent
+		}
+	}
+	for _, im := range []image.Image{img, rgba, image.NewGray(image.Rect(0, 0, 5, 3))} {
 		for _, c := range []int{1, 3} {
 			fast := make([]float32, c*15)
 			toCHW(im, c, fast)
