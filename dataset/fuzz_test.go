@@ -91,7 +91,7 @@ func FuzzShardStream(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src := &Shards{Paths: []string{"s.tar"}, MaxRecordBytes: 1 << 16}
-		st := &tarStream{src: src, paths: src.Paths, open: func(string) (io.ReadCloser, error) {
+		st := &tarStream{src: src, paths: src.Paths, open: func(context.Context, string) (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(data)), nil
 		}}
 		defer st.Close()

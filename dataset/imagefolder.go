@@ -64,7 +64,9 @@ func OpenImageFolder(root string, channels int) (*ImageFolder, error) {
 			if err != nil {
 				return err
 			}
-			if !d.IsDir() && imageExts[strings.ToLower(filepath.Ext(path))] {
+			// Regular files only: reading a FIFO named x.png would block
+			// a worker where cancellation cannot reach it.
+			if d.Type().IsRegular() && imageExts[strings.ToLower(filepath.Ext(path))] {
 				f.Paths = append(f.Paths, path)
 				f.Labels = append(f.Labels, c)
 			}

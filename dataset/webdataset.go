@@ -73,7 +73,7 @@ func (s *Shards) Open(ctx context.Context, epoch int) (Stream, error) {
 			paths[i] = s.Paths[j]
 		}
 	}
-	return &tarStream{src: s, paths: paths, open: func(p string) (io.ReadCloser, error) { return os.Open(p) }}, nil
+	return &tarStream{src: s, paths: paths, open: openCtx}, nil
 }
 
 // Decode decodes a record's image and class.
@@ -126,7 +126,7 @@ func (s *Shards) Decode(r *Record, ex *Example) error {
 type tarStream struct {
 	src   *Shards
 	paths []string // the shards in this pass's order
-	open  func(string) (io.ReadCloser, error)
+	open  func(context.Context, string) (io.ReadCloser, error)
 	shard int // index of the shard being read
 	f     io.ReadCloser
 	tr    *tar.Reader
@@ -161,7 +161,7 @@ func (t *tarStream) Next(ctx context.Context, r *Record) error {
 			if t.shard >= len(t.paths) {
 				return io.EOF
 			}
-			if err := t.openShard(); err != nil {
+			if err := t.openShard(ctx); err != nil {
 				return err
 			}
 		}
@@ -190,15 +190,21 @@ func (t *tarStream) Next(ctx context.Context, r *Record) error {
 	}
 }
 
-func (t *tarStream) openShard() error {
+func (t *tarStream) openShard(ctx context.Context) error {
+	// Not under mu: an open can block (a FIFO without its writer), and
+	// Close must still get through.
+	f, err := t.open(ctx, t.paths[t.shard])
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("dataset: %w", err)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
+		f.Close()
 		return errors.New("dataset: stream closed")
-	}
-	f, err := t.open(t.paths[t.shard])
-	if err != nil {
-		return fmt.Errorf("dataset: %w", err)
 	}
 	t.cr = &countReader{r: bufio.NewReaderSize(f, 64<<10)}
 	t.f, t.tr, t.pending, t.last = f, tar.NewReader(t.cr), nil, ""
@@ -276,6 +282,33 @@ func (t *tarStream) readRecord(ctx context.Context, r *Record) error {
 			}
 			return &SampleError{File: name, Member: h.Name, Offset: -1, Index: -1, Err: err}
 		}
+	}
+}
+
+// openCtx opens a file for reading, returning when ctx is done even if the
+// open blocks: opening a FIFO waits for its writer, and the process must
+// stay responsive meanwhile. The abandoned open finishes (and its file is
+// closed) in the background if the writer ever comes.
+func openCtx(ctx context.Context, path string) (io.ReadCloser, error) {
+	type result struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		f, err := os.Open(path)
+		ch <- result{f, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.f != nil {
+				r.f.Close()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 

@@ -316,7 +316,7 @@ type pipeShards struct {
 
 func (p *pipeShards) Open(ctx context.Context, epoch int) (Stream, error) {
 	first := p.opens.Add(1) == 1
-	return &tarStream{src: &p.Shards, paths: p.Paths, open: func(string) (io.ReadCloser, error) {
+	return &tarStream{src: &p.Shards, paths: p.Paths, open: func(context.Context, string) (io.ReadCloser, error) {
 		if first {
 			return io.NopCloser(bytes.NewReader(p.full)), nil
 		}
