@@ -259,18 +259,24 @@ func All() []Primitive { return append([]Primitive(nil), registry...) }
 func Check(p Primitive) error {
 	t := p.Traits()
 	name := fmt.Sprintf("%T (%s)", p, p.Name())
-	switch {
-	case t.Autocast == autocastUnset || t.Autocast > AutocastExact:
-		return fmt.Errorf("op %s: autocast class %v not declared", name, t.Autocast)
-	case t.Fusion == fusionUnset || t.Fusion > FuseElementwise:
-		return fmt.Errorf("op %s: fusion role %v not declared", name, t.Fusion)
-	case t.Stats == statsUnset || t.Stats > StatsAfterFirst:
-		return fmt.Errorf("op %s: statistic outputs %v not declared", name, t.Stats)
-	case t.Recompute == recomputeUnset || t.Recompute > RecomputeNever:
-		return fmt.Errorf("op %s: recompute class %v not declared", name, t.Recompute)
-	case t.Kernel == kernelUnset || t.Kernel > KernelNone:
-		return fmt.Errorf("op %s: kernel need %v not declared", name, t.Kernel)
-	case t.GradOf < 0 || t.GradOf != 0 && t.Autocast != AutocastFP32:
+	for _, f := range []struct {
+		what     string
+		val, max uint8
+	}{
+		{"autocast class (Traits.Autocast)", uint8(t.Autocast), uint8(AutocastExact)},
+		{"fusion role (Traits.Fusion)", uint8(t.Fusion), uint8(FuseElementwise)},
+		{"statistic outputs (Traits.Stats)", uint8(t.Stats), uint8(StatsAfterFirst)},
+		{"recompute class (Traits.Recompute)", uint8(t.Recompute), uint8(RecomputeNever)},
+		{"kernel need (Traits.Kernel)", uint8(t.Kernel), uint8(KernelNone)},
+	} {
+		switch {
+		case f.val == 0:
+			return fmt.Errorf("op %s: %s not declared", name, f.what)
+		case f.val > f.max:
+			return fmt.Errorf("op %s: %s %d out of range", name, f.what, f.val)
+		}
+	}
+	if t.GradOf < 0 || t.GradOf != 0 && t.Autocast != AutocastFP32 {
 		return fmt.Errorf("op %s: GradOf %d is for float32 (AutocastFP32) backward ops", name, t.GradOf)
 	}
 	_, effect := p.(trace.Effecter)
