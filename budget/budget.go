@@ -1288,7 +1288,5 @@ func (c Choice) storage() string {
 // residual reports whether n is an addition of two activations (a residual
 // connection): recomputing it would chain block outputs together.
 func residual(n *trace.Node) bool {
-	name := n.Op.Name()
-	return (name == "add" || name == "sub") && len(n.Inputs) == 2 &&
-		n.Inputs[0].Node.Kind == trace.KindOp && n.Inputs[1].Node.Kind == trace.KindOp
+	return transform.Residual(n)
 }

@@ -2,7 +2,6 @@ package budget
 
 import (
 	"github.com/headroom-ml/headroom/op"
-	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -35,110 +34,27 @@ type CostModel struct {
 
 // DefaultCost is a 2-core x86 machine running headroom's cpu kernels.
 // Convert was measured there: a cast of a float32 tensor to bfloat16 takes
-// about 2.2 ns per element (and see convertPasses).
+// about 2.2 ns per element (and see op.Cost's Convert, each conversion's
+// cost relative to it).
 var DefaultCost = CostModel{FLOPS: 60e9, Bandwidth: 8e9, Overhead: 2e-6, Convert: 4.5e8}
-
-// convertPasses is what a format conversion costs in passes of Convert per
-// element (of its largest input or output), relative to a cast to 16 bits,
-// as measured on the reference machine: the float32 result of a cast back,
-// a dequantization and a rounding cost about one pass or less; a mask
-// packs bit by bit; quantization reads twice and rounds in float64.
-func convertPasses(n *trace.Node) float64 {
-	switch o := n.Op.(type) {
-	case *op.Cast:
-		switch {
-		case o.To == tensor.BFloat16 || o.To == tensor.Float16:
-			return 1
-		case o.To == tensor.Float32 && (n.Inputs[0].DType() == tensor.BFloat16 || n.Inputs[0].DType() == tensor.Float16):
-			return 0.6
-		}
-	case *op.Round, *op.RoundState, *op.AccumulateRounded, *op.Dequantize:
-		return 1
-	case *op.ReLUBackwardMask:
-		return 1.2
-	case *op.PackMask:
-		return 1.7
-	case *op.Quantize:
-		return 3
-	}
-	return 0
-}
 
 func numel(t *trace.Tensor) float64 { return float64(t.Shape().NumElements()) }
 
-// Flops is the arithmetic of node n.
+// Flops is the arithmetic of node n, as its op declares it (op.Cost).
 func Flops(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0
 	}
-	switch o := n.Op.(type) {
-	case *op.MatMul:
-		_, m, k, nn, err := o.Dims(n.Inputs[0].Shape(), n.Inputs[1].Shape())
-		if err != nil {
-			return 0
-		}
-		return 2 * float64(m*k*nn) * numel(n.Outputs[0]) / float64(m*nn)
-	case *op.Conv2dOp:
-		w := n.Inputs[1].Shape()
-		return 2 * numel(n.Outputs[0]) * float64(w[1]*w[2]*w[3])
-	case *op.Conv2dBackwardInput:
-		w := n.Inputs[1].Shape()
-		return 2 * numel(n.Inputs[0]) * float64(w[1]*w[2]*w[3])
-	case *op.Conv2dBackwardWeight:
-		w := n.Outputs[0].Shape()
-		return 2 * numel(n.Inputs[0]) * float64(w[1]*w[2]*w[3])
-	case *op.AttentionOp:
-		q, v := n.Inputs[0].Shape(), n.Inputs[2].Shape()
-		s := n.Inputs[1].Shape()
-		return 2 * numel(n.Inputs[0]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1])
-	case *op.AttentionBackward:
-		q, v := n.Inputs[1].Shape(), n.Inputs[3].Shape()
-		s := n.Inputs[2].Shape()
-		return 5 * numel(n.Inputs[1]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1]) / 2
-	case *op.Fused:
-		// The producer's arithmetic plus a couple of operations per
-		// element and instruction of the chain.
-		f := 2 * float64(o.Elems) * float64(len(o.Prog))
-		if o.Producer != nil && o.NProd <= len(n.Inputs) {
-			ins := n.Inputs[:o.NProd]
-			metas := make([]trace.Meta, len(ins))
-			for i, t := range ins {
-				metas[i] = t.Meta
-			}
-			outs, err := o.Producer.Infer(metas)
-			if err != nil {
-				return f
-			}
-			p := &trace.Node{Kind: trace.KindOp, Op: o.Producer, Inputs: ins}
-			for i, m := range outs {
-				p.Outputs = append(p.Outputs, &trace.Tensor{Node: p, Index: i, Meta: m})
-			}
-			f += Flops(p)
-		}
-		return f
-	}
-	// Elementwise and data movement: a few operations per element.
-	var e float64
-	for _, t := range n.Outputs {
-		e += numel(t)
-	}
-	return 2 * e
+	return op.NodeCost(n).Flops
 }
 
-// Bytes is the memory traffic of node n: inputs read and outputs written.
-// Int8 quantization reads its input twice (per-channel maxima, then codes).
+// Bytes is the device memory traffic of node n, as its op declares it
+// (op.Cost): inputs read and outputs written.
 func Bytes(n *trace.Node) float64 {
-	var b float64
-	if _, ok := n.Op.(*op.Quantize); ok && n.Kind == trace.KindOp {
-		b += float64(n.Inputs[0].Meta.Bytes())
+	if n.Kind != trace.KindOp {
+		return 0
 	}
-	for _, t := range n.Inputs {
-		b += float64(t.Meta.Bytes())
-	}
-	for _, t := range n.Outputs {
-		b += float64(t.Meta.Bytes())
-	}
-	return b
+	return op.NodeCost(n).Bytes
 }
 
 // Node estimates the seconds node n takes.
@@ -149,21 +65,12 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	if _, alias := n.Op.(trace.Aliaser); alias {
 		return 0
 	}
-	switch n.Op.(type) {
-	case *op.OptimizerStep:
-		// The update's own work is the optimizer's, the same in either
-		// mode, and the usual step runs it outside the program, where it
-		// is not charged: an update node costs what the gradient write it
-		// replaces (op.Accumulate) costs, so moving the optimizer into the
-		// backward pass is never slower.
-		return float64(n.Inputs[0].Meta.Bytes()+n.Inputs[1].Meta.Bytes())/c.Bandwidth + c.Overhead
-	case *op.Offload:
-		return float64(n.Inputs[0].Meta.Bytes())/c.host() + c.Overhead
-	case *op.Reload:
-		return float64(n.Outputs[0].Meta.Bytes())/c.host() + c.Overhead
+	k := op.NodeCost(n)
+	t := max(k.Flops/c.FLOPS, k.Bytes/c.Bandwidth)
+	if k.HostBytes > 0 {
+		t = max(t, k.HostBytes/c.host())
 	}
-	t := max(Flops(n)/c.FLOPS, Bytes(n)/c.Bandwidth)
-	if p := convertPasses(n); p > 0 && c.Convert > 0 {
+	if k.Convert > 0 && c.Convert > 0 {
 		var e float64
 		for _, x := range n.Inputs {
 			e = max(e, numel(x))
@@ -171,7 +78,7 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		for _, x := range n.Outputs {
 			e = max(e, numel(x))
 		}
-		t = max(t, p*e/c.Convert)
+		t = max(t, k.Convert*e/c.Convert)
 	}
 	return t + c.Overhead
 }

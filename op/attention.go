@@ -8,6 +8,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&AttentionOp{}, &AttentionBackward{}) }
+
 // AttentionOp is fused scaled dot-product attention,
 //
 //	out = softmax(q k^T * Scale + mask) v
@@ -27,6 +29,19 @@ type AttentionOp struct {
 }
 
 func (o *AttentionOp) Name() string { return "scaled_dot_product_attention" }
+
+func (o *AttentionOp) Traits() Traits {
+	return Traits{Autocast: AutocastLow, Fusion: FuseProducer, Stats: StatsAfterFirst, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: two products with T×S scores, q k^T and P v.
+func (o *AttentionOp) Cost(in, out []trace.Meta) Cost {
+	q, v, s := in[0].Shape, in[2].Shape, in[1].Shape
+	flops := 2 * numel(in[0]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1])
+	return Cost{Flops: flops, Bytes: ioBytes(in, out)}
+}
+
+func (o *AttentionOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // AttentionDims checks attention operand shapes q [..., T, D], k [..., S, D],
 // v [..., S, Dv] and returns the batch shape (the leading axes) and T, S, D,
@@ -95,6 +110,20 @@ type AttentionBackward struct {
 }
 
 func (o *AttentionBackward) Name() string { return "scaled_dot_product_attention_backward" }
+
+func (o *AttentionBackward) Traits() Traits {
+	return Traits{Autocast: AutocastLow, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: five products with T×S scores (q k^T again, then dv, dP, dq and
+// dk), charged at half weight, as the cost model always has.
+func (o *AttentionBackward) Cost(in, out []trace.Meta) Cost {
+	q, v, s := in[1].Shape, in[3].Shape, in[2].Shape
+	flops := 5 * numel(in[1]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1]) / 2
+	return Cost{Flops: flops, Bytes: ioBytes(in, out)}
+}
+
+func (o *AttentionBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 6); err != nil {

@@ -7,6 +7,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&Conv2dOp{}, &Conv2dBackwardInput{}, &Conv2dBackwardWeight{}) }
+
 // ConvOpts are the attributes of a 2-D convolution, as
 // torch.nn.functional.conv2d takes them ([0] is height, [1] is width). Zero
 // values mean PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1.
@@ -110,6 +112,17 @@ type Conv2dOp struct{ Opts ConvOpts }
 
 func (o *Conv2dOp) Name() string { return "conv2d" }
 
+func (o *Conv2dOp) Traits() Traits {
+	return Traits{Autocast: AutocastLow, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Conv2dOp) Cost(in, out []trace.Meta) Cost {
+	w := in[1].Shape
+	return Cost{Flops: 2 * numel(out[0]) * float64(w[1]*w[2]*w[3]), Bytes: ioBytes(in, out)}
+}
+
+func (o *Conv2dOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *Conv2dOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if len(in) != 2 && len(in) != 3 {
 		return nil, fmt.Errorf("expected 2 or 3 inputs (input, weight, bias), got %d", len(in))
@@ -152,6 +165,17 @@ type Conv2dBackwardInput struct {
 
 func (o *Conv2dBackwardInput) Name() string { return "conv2d_backward_input" }
 
+func (o *Conv2dBackwardInput) Traits() Traits {
+	return Traits{Autocast: AutocastLow, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Conv2dBackwardInput) Cost(in, out []trace.Meta) Cost {
+	w := in[1].Shape
+	return Cost{Flops: 2 * numel(in[0]) * float64(w[1]*w[2]*w[3]), Bytes: ioBytes(in, out)}
+}
+
+func (o *Conv2dBackwardInput) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 // Geom is the geometry of the forward convolution.
 func (o *Conv2dBackwardInput) Geom(w tensor.Shape) (ConvGeom, error) {
 	return ConvGeometry(o.InputShape, w, o.Opts)
@@ -192,6 +216,17 @@ type Conv2dBackwardWeight struct {
 }
 
 func (o *Conv2dBackwardWeight) Name() string { return "conv2d_backward_weight" }
+
+func (o *Conv2dBackwardWeight) Traits() Traits {
+	return Traits{Autocast: AutocastLow, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Conv2dBackwardWeight) Cost(in, out []trace.Meta) Cost {
+	w := out[0].Shape
+	return Cost{Flops: 2 * numel(in[0]) * float64(w[1]*w[2]*w[3]), Bytes: ioBytes(in, out)}
+}
+
+func (o *Conv2dBackwardWeight) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // Geom is the geometry of the forward convolution.
 func (o *Conv2dBackwardWeight) Geom(x tensor.Shape) (ConvGeom, error) {

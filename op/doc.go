@@ -3,8 +3,10 @@
 //
 // One file per op (or family): the op's attributes, its shape inference
 // (Infer), its reverse-mode rule (Grad, expressed with other ops so the
-// backward pass is itself a graph), and the functional constructor. Kernels
-// live with the device backends (package cpu), registered by op type.
+// backward pass is itself a graph), the functional constructor, and what
+// the passes need to know about it (Primitive: traits, cost, in-place
+// inputs), registered in All. Kernels live with the device backends
+// (package cpu), registered by op type.
 package op
 
 import (

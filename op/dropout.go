@@ -8,6 +8,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&DropoutOp{}, &DropoutBackward{}) }
+
 // DropoutOp zeroes each element of x with probability P and scales the kept
 // ones by 1/(1-P). Which elements are kept is a pure function of (Seed,
 // element index) — see DropoutStream — so running the op again (for
@@ -24,6 +26,14 @@ type DropoutOp struct {
 }
 
 func (o *DropoutOp) Name() string { return "dropout" }
+
+func (o *DropoutOp) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeCheap, Kernel: KernelRequired}
+}
+
+func (o *DropoutOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *DropoutOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // DropoutMaskShape is the shape of the bit-packed mask of a tensor of shape s.
 func DropoutMaskShape(s tensor.Shape) tensor.Shape {
@@ -72,6 +82,14 @@ func DropoutScale(p float64) float64 {
 type DropoutBackward struct{ P float64 }
 
 func (o *DropoutBackward) Name() string { return "dropout_backward" }
+
+func (o *DropoutBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *DropoutBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *DropoutBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *DropoutBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {

@@ -7,6 +7,19 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	for k := range binaryNames {
+		register(&Binary{Kind: BinaryKind(k)})
+	}
+	register(&Compare{Kind: MaxKind}, &Compare{Kind: MinKind})
+	for k := range unaryNames {
+		register(&Unary{Kind: UnaryKind(k)})
+	}
+	for _, k := range []UnaryKind{TanhKind, SigmoidKind, ReLUKind, LeakyReLUKind, SiLUKind, GELUKind, GELUTanhKind} {
+		register(&UnaryBackward{Kind: k})
+	}
+}
+
 // BinaryKind selects an elementwise binary operation.
 type BinaryKind uint8
 
@@ -25,6 +38,24 @@ var binaryNames = [...]string{"add", "sub", "mul", "div", "maximum", "minimum"}
 type Binary struct{ Kind BinaryKind }
 
 func (o *Binary) Name() string { return binaryNames[o.Kind] }
+
+// Traits: maximum and minimum select (exact); an addition or subtraction
+// of two activations is a residual connection.
+func (o *Binary) Traits() Traits {
+	a, r := AutocastPromote, RecomputeExpensive
+	switch o.Kind {
+	case MaxKind, MinKind:
+		a = AutocastExact
+	case AddKind, SubKind:
+		r = RecomputeResidual
+	}
+	return Traits{Autocast: a, Fusion: FuseElementwise, Stats: StatsNone, Recompute: r, Kernel: KernelRequired}
+}
+
+func (o *Binary) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+// InPlaceInputs: either operand of the output's shape.
+func (o *Binary) InPlaceInputs(in []trace.Meta) []int { return []int{0, 1} }
 
 func (o *Binary) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
@@ -76,6 +107,14 @@ type Compare struct {
 }
 
 func (o *Compare) Name() string { return binaryNames[o.Kind] + "_mask" }
+
+func (o *Compare) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Compare) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Compare) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Compare) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	return (&Binary{}).Infer(in)
@@ -142,6 +181,29 @@ type Unary struct {
 }
 
 func (o *Unary) Name() string { return unaryNames[o.Kind] }
+
+// Traits: exp, log, pow, rsqrt and reciprocal run in float32 (autocast's
+// list), relu, neg and abs are exact; activations and scalar scaling are
+// cheap to recompute.
+func (o *Unary) Traits() Traits {
+	a, r := AutocastPromote, RecomputeExpensive
+	switch o.Kind {
+	case ExpKind, LogKind, PowKind, RsqrtKind, ReciprocalKind:
+		a = AutocastFP32
+	case ReLUKind, NegKind, AbsKind:
+		a = AutocastExact
+	}
+	switch o.Kind {
+	case ReLUKind, LeakyReLUKind, GELUKind, GELUTanhKind, SiLUKind, TanhKind, SigmoidKind, ScaleKind, AddConstKind:
+		r = RecomputeCheap
+	}
+	return Traits{Autocast: a, Fusion: FuseElementwise, Stats: StatsNone, Recompute: r, Kernel: KernelRequired}
+}
+
+func (o *Unary) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+// InPlaceInputs: the input.
+func (o *Unary) InPlaceInputs(in []trace.Meta) []int { return []int{0} }
 
 func (o *Unary) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
@@ -220,6 +282,20 @@ type UnaryBackward struct {
 }
 
 func (o *UnaryBackward) Name() string { return unaryNames[o.Kind] + "_backward" }
+
+// Traits: relu's backward selects.
+func (o *UnaryBackward) Traits() Traits {
+	a := AutocastPromote
+	if o.Kind == ReLUKind {
+		a = AutocastExact
+	}
+	return Traits{Autocast: a, Fusion: FuseElementwise, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *UnaryBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+// InPlaceInputs: the incoming gradient, else the saved tensor.
+func (o *UnaryBackward) InPlaceInputs(in []trace.Meta) []int { return []int{0, 1} }
 
 func (o *UnaryBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {

@@ -7,6 +7,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&EmbeddingOp{}, &EmbeddingBackward{}) }
+
 // EmbeddingOp looks up rows of a table (torch.nn.functional.embedding).
 // Inputs: indices (int64, any shape) and weight [V, D]. Output: [..., D],
 // the weight's dtype. An index outside [0, V) is a run-time error naming the
@@ -15,6 +17,14 @@ import (
 type EmbeddingOp struct{ PaddingIdx int }
 
 func (o *EmbeddingOp) Name() string { return "embedding" }
+
+func (o *EmbeddingOp) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *EmbeddingOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *EmbeddingOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *EmbeddingOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
@@ -49,6 +59,14 @@ type EmbeddingBackward struct {
 }
 
 func (o *EmbeddingBackward) Name() string { return "embedding_backward" }
+
+func (o *EmbeddingBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *EmbeddingBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *EmbeddingBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *EmbeddingBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {

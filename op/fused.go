@@ -8,6 +8,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&Fused{Prog: []FusedInstr{{Op: &Unary{Kind: ReLUKind}}}}) }
+
 // Fused runs a chain of elementwise ops as one kernel, optionally as the
 // epilogue of a producer op (a matrix product, a convolution, a
 // normalization) whose output 0 it transforms in place, so that values only
@@ -44,7 +46,8 @@ type FusedLoad struct {
 // Full reports whether the load is the input itself, element for element.
 func (l FusedLoad) Full(elems int) bool { return l.Inner == 1 && l.Mid == elems }
 
-// FusedInstr applies Op (a *Binary, *Unary or *UnaryBackward) to values
+// FusedInstr applies Op (a FuseElementwise op: *Binary, *Unary,
+// *UnaryBackward) to values
 // Args. Module and Shape are those of the node it replaces, for reports
 // (a diagnosis names the op that made a NaN, not the fused node).
 type FusedInstr struct {
@@ -61,13 +64,11 @@ type FusedOut struct {
 	Shape tensor.Shape
 }
 
-// FusedElementwise reports whether o can be an instruction of a Fused.
+// FusedElementwise reports whether o can be an instruction of a Fused:
+// its fusion role is FuseElementwise.
 func FusedElementwise(o trace.Op) bool {
-	switch o.(type) {
-	case *Binary, *Unary, *UnaryBackward:
-		return true
-	}
-	return false
+	p, ok := o.(Primitive)
+	return ok && p.Traits().Fusion == FuseElementwise
 }
 
 func (o *Fused) Name() string {
@@ -79,6 +80,26 @@ func (o *Fused) Name() string {
 		parts = append(parts, in.Op.Name())
 	}
 	return strings.Join(parts, "+")
+}
+
+// Traits: Fuse makes it after autocast, recomputation and compression.
+func (o *Fused) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: the producer's arithmetic plus a couple of operations per element
+// and instruction of the chain.
+func (o *Fused) Cost(in, out []trace.Meta) Cost {
+	c := Cost{Flops: 2 * float64(o.Elems) * float64(len(o.Prog)), Bytes: ioBytes(in, out)}
+	if o.Producer == nil || o.NProd > len(in) {
+		return c
+	}
+	pout, err := o.Producer.Infer(in[:o.NProd])
+	if err != nil {
+		return c
+	}
+	c.Flops += Of(o.Producer).Cost(in[:o.NProd], pout).Flops
+	return c
 }
 
 // InPlaceInputs lists the inputs the program reads element for element

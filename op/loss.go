@@ -7,6 +7,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&CrossEntropyOp{}, &CrossEntropyBackward{}, &PointwiseLoss{Kind: MSEKind}, &PointwiseLoss{Kind: L1Kind}, &PointwiseLossBackward{Kind: MSEKind}, &PointwiseLossBackward{Kind: L1Kind})
+}
+
 // Reductions of a loss, PyTorch's reduction= argument.
 const (
 	ReductionMean = "mean"
@@ -75,6 +79,14 @@ type CrossEntropyOp struct {
 
 func (o *CrossEntropyOp) Name() string { return "cross_entropy" }
 
+func (o *CrossEntropyOp) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, Fusion: FuseNone, Stats: StatsAfterFirst, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *CrossEntropyOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *CrossEntropyOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 // ceShapes checks logits and target shapes and returns the per-position
 // shape (the target's).
 func ceShapes(logits, target trace.Meta) (tensor.Shape, error) {
@@ -132,6 +144,15 @@ type CrossEntropyBackward struct {
 
 func (o *CrossEntropyBackward) Name() string { return "cross_entropy_backward" }
 
+// Traits: output 0 is the gradient of the logits (input 1).
+func (o *CrossEntropyBackward) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, GradOf: 1, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *CrossEntropyBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *CrossEntropyBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *CrossEntropyBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 4); err != nil {
 		return nil, err
@@ -187,6 +208,14 @@ type PointwiseLoss struct {
 
 func (o *PointwiseLoss) Name() string { return pointwiseLossNames[o.Kind] }
 
+func (o *PointwiseLoss) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *PointwiseLoss) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *PointwiseLoss) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *PointwiseLoss) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
 		return nil, err
@@ -225,6 +254,15 @@ type PointwiseLossBackward struct {
 }
 
 func (o *PointwiseLossBackward) Name() string { return pointwiseLossNames[o.Kind] + "_backward" }
+
+// Traits: output 0 is the gradient of the prediction (input 1).
+func (o *PointwiseLossBackward) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, GradOf: 1, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *PointwiseLossBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *PointwiseLossBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *PointwiseLossBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 3); err != nil {

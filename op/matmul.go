@@ -7,6 +7,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&MatMul{}) }
+
 // MatMul is a batched matrix product over the last two axes, with the batch
 // axes broadcast. TransA/TransB use the transpose of an operand without
 // materializing it, which the backward pass relies on.
@@ -22,6 +24,20 @@ type MatMul struct {
 }
 
 func (o *MatMul) Name() string { return "matmul" }
+
+func (o *MatMul) Traits() Traits {
+	return Traits{Autocast: AutocastLow, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *MatMul) Cost(in, out []trace.Meta) Cost {
+	_, m, k, n, err := o.Dims(in[0].Shape, in[1].Shape)
+	if err != nil {
+		return Cost{Bytes: ioBytes(in, out)}
+	}
+	return Cost{Flops: 2 * float64(m*k*n) * numel(out[0]) / float64(m*n), Bytes: ioBytes(in, out)}
+}
+
+func (o *MatMul) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // Dims returns the batch shape and m, k, n of a product with these inputs.
 func (o *MatMul) Dims(a, b tensor.Shape) (batch tensor.Shape, m, k, n int, err error) {

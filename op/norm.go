@@ -8,6 +8,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&BatchNormOp{}, &BatchNormBackward{}, &RunningStatsUpdate{}, &RunningStatsUpdate{Var: true}, &Increment{}, &LayerNormOp{}, &LayerNormBackward{}, &GroupNormOp{}, &GroupNormBackward{})
+}
+
 // Normalization layers: batch_norm, layer_norm and group_norm. Each is one
 // fused forward op that also returns the small statistics its backward needs
 // (mean and inverse standard deviation, as PyTorch's native_* ops do) and one
@@ -110,6 +114,14 @@ type BatchNormOp struct {
 
 func (o *BatchNormOp) Name() string { return "batch_norm" }
 
+func (o *BatchNormOp) Traits() Traits {
+	return Traits{Autocast: AutocastFirstInput, Fusion: FuseProducer, Stats: StatsAfterFirst, Recompute: RecomputeCheap, Kernel: KernelRequired}
+}
+
+func (o *BatchNormOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *BatchNormOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *BatchNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	want := 1
 	if o.HasWeight {
@@ -179,6 +191,14 @@ type BatchNormBackward struct {
 
 func (o *BatchNormBackward) Name() string { return "batch_norm_backward" }
 
+func (o *BatchNormBackward) Traits() Traits {
+	return Traits{Autocast: AutocastFirstInput, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *BatchNormBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *BatchNormBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *BatchNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	want := 4
 	if o.HasWeight {
@@ -227,6 +247,14 @@ func (o *RunningStatsUpdate) Name() string {
 	return "running_mean_update_"
 }
 
+func (o *RunningStatsUpdate) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeNever, Kernel: KernelRequired}
+}
+
+func (o *RunningStatsUpdate) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *RunningStatsUpdate) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *RunningStatsUpdate) Effect() {}
 
 func (o *RunningStatsUpdate) Infer(in []trace.Meta) ([]trace.Meta, error) {
@@ -247,6 +275,14 @@ func (o *RunningStatsUpdate) Infer(in []trace.Meta) ([]trace.Meta, error) {
 type Increment struct{}
 
 func (o *Increment) Name() string { return "increment_" }
+
+func (o *Increment) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeNever, Kernel: KernelRequired}
+}
+
+func (o *Increment) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Increment) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Increment) Effect() {}
 
@@ -336,6 +372,14 @@ type LayerNormOp struct {
 }
 
 func (o *LayerNormOp) Name() string { return "layer_norm" }
+
+func (o *LayerNormOp) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, Fusion: FuseProducer, Stats: StatsAfterFirst, Recompute: RecomputeCheap, Kernel: KernelRequired}
+}
+
+func (o *LayerNormOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *LayerNormOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // normLayerStatShape is x's shape with the normalized dimensions set to 1.
 func normLayerStatShape(s tensor.Shape, dims int) tensor.Shape {
@@ -455,6 +499,15 @@ type LayerNormBackward struct {
 
 func (o *LayerNormBackward) Name() string { return "layer_norm_backward" }
 
+// Traits: output 0 is the gradient of the input (input 1).
+func (o *LayerNormBackward) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, GradOf: 1, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *LayerNormBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *LayerNormBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *LayerNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	return normBackwardInfer(in, o.HasWeight, o.HasBias, (&LayerNormOp{Dims: o.Dims}).shapes)
 }
@@ -494,6 +547,14 @@ type GroupNormOp struct {
 
 func (o *GroupNormOp) Name() string { return "group_norm" }
 
+func (o *GroupNormOp) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, Fusion: FuseProducer, Stats: StatsAfterFirst, Recompute: RecomputeCheap, Kernel: KernelRequired}
+}
+
+func (o *GroupNormOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *GroupNormOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func normCheckGroups(x trace.Meta, groups int) error {
 	if len(x.Shape) < 2 {
 		return fmt.Errorf("expected input of at least 2 dimensions [N, C, *], got %d-D", len(x.Shape))
@@ -531,6 +592,15 @@ type GroupNormBackward struct {
 }
 
 func (o *GroupNormBackward) Name() string { return "group_norm_backward" }
+
+// Traits: output 0 is the gradient of the input (input 1).
+func (o *GroupNormBackward) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, GradOf: 1, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *GroupNormBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *GroupNormBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *GroupNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	return normBackwardInfer(in, o.HasWeight, o.HasBias, (&GroupNormOp{Groups: o.Groups}).shapes)

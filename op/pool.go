@@ -7,6 +7,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&MaxPool2dOp{}, &MaxPool2dBackward{}, &AvgPool2dOp{}, &AvgPool2dBackward{}, &AdaptiveAvgPool2dOp{}, &AdaptiveAvgPool2dBackward{})
+}
+
 // PoolGeom is everything a 2-D pooling kernel needs to know about sizes:
 // input [N, C, H, W], output [N, C, OH, OW], window KH x KW, strides SH, SW,
 // paddings PH, PW and dilations DH, DW.
@@ -105,6 +109,14 @@ type MaxPool2dOp struct{ Opts PoolOpts }
 
 func (o *MaxPool2dOp) Name() string { return "max_pool2d" }
 
+func (o *MaxPool2dOp) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *MaxPool2dOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *MaxPool2dOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 // Geom validates the input shape and returns the pooling geometry.
 func (o *MaxPool2dOp) Geom(x tensor.Shape) (PoolGeom, error) {
 	p := o.Opts.Normalized()
@@ -145,6 +157,14 @@ type MaxPool2dBackward struct{ InputShape tensor.Shape }
 
 func (o *MaxPool2dBackward) Name() string { return "max_pool2d_backward" }
 
+func (o *MaxPool2dBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *MaxPool2dBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *MaxPool2dBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *MaxPool2dBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
 		return nil, err
@@ -178,6 +198,14 @@ type AvgPool2dOp struct{ Opts PoolOpts }
 
 func (o *AvgPool2dOp) Name() string { return "avg_pool2d" }
 
+func (o *AvgPool2dOp) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *AvgPool2dOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *AvgPool2dOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 // Geom validates the input shape and returns the pooling geometry.
 func (o *AvgPool2dOp) Geom(x tensor.Shape) (PoolGeom, error) { return avgGeom(x, o.Opts) }
 
@@ -207,6 +235,14 @@ type AvgPool2dBackward struct {
 }
 
 func (o *AvgPool2dBackward) Name() string { return "avg_pool2d_backward" }
+
+func (o *AvgPool2dBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *AvgPool2dBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *AvgPool2dBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // Geom returns the geometry of the forward pooling.
 func (o *AvgPool2dBackward) Geom() (PoolGeom, error) { return avgGeom(o.InputShape, o.Opts) }
@@ -239,6 +275,14 @@ func (o *AvgPool2dBackward) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.
 type AdaptiveAvgPool2dOp struct{ Size [2]int }
 
 func (o *AdaptiveAvgPool2dOp) Name() string { return "adaptive_avg_pool2d" }
+
+func (o *AdaptiveAvgPool2dOp) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *AdaptiveAvgPool2dOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *AdaptiveAvgPool2dOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func adaptiveCheck(x tensor.Shape, size [2]int) error {
 	if len(x) != 4 {
@@ -276,6 +320,14 @@ func (o *AdaptiveAvgPool2dOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trac
 type AdaptiveAvgPool2dBackward struct{ InputShape tensor.Shape }
 
 func (o *AdaptiveAvgPool2dBackward) Name() string { return "adaptive_avg_pool2d_backward" }
+
+func (o *AdaptiveAvgPool2dBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *AdaptiveAvgPool2dBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *AdaptiveAvgPool2dBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *AdaptiveAvgPool2dBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

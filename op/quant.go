@@ -7,6 +7,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&Quantize{}, &Dequantize{}, &PackMask{}, &ReLUBackwardMask{}, &RoundState{To: tensor.BFloat16}, &Round{To: tensor.BFloat16}, &AccumulateRounded{To: tensor.BFloat16}, &Offload{}, &Reload{})
+}
+
 // Storage formats for saved activations (package transform inserts these
 // ops between the forward pass that produces a value and the backward pass
 // that reads it; model code does not call them). None of them is
@@ -48,6 +52,21 @@ type Quantize struct{ Axis int }
 
 func (o *Quantize) Name() string { return "quantize_per_channel_int8" }
 
+func (o *Quantize) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: it reads its input twice (per-channel maxima, then codes) and
+// rounds in float64.
+func (o *Quantize) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Bytes += float64(in[0].Bytes())
+	c.Convert = 3
+	return c
+}
+
+func (o *Quantize) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *Quantize) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
 		return nil, err
@@ -72,6 +91,18 @@ func (o *Quantize) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 type Dequantize struct{ Axis int }
 
 func (o *Dequantize) Name() string { return "dequantize_per_channel_int8" }
+
+func (o *Dequantize) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Dequantize) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Convert = 1
+	return c
+}
+
+func (o *Dequantize) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Dequantize) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
@@ -114,6 +145,19 @@ type PackMask struct{}
 
 func (o *PackMask) Name() string { return "relu_mask_pack" }
 
+func (o *PackMask) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: it packs bit by bit.
+func (o *PackMask) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Convert = 1.7
+	return c
+}
+
+func (o *PackMask) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *PackMask) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
 		return nil, err
@@ -136,6 +180,18 @@ func (o *PackMask) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 type ReLUBackwardMask struct{}
 
 func (o *ReLUBackwardMask) Name() string { return "relu_backward_mask" }
+
+func (o *ReLUBackwardMask) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *ReLUBackwardMask) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Convert = 1.2
+	return c
+}
+
+func (o *ReLUBackwardMask) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *ReLUBackwardMask) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
@@ -166,6 +222,18 @@ func ReLUMask(x *trace.Tensor) *trace.Tensor { return Apply1(&PackMask{}, x) }
 type RoundState struct{ To tensor.DType }
 
 func (o *RoundState) Name() string { return "round_" + o.To.String() + "_" }
+
+func (o *RoundState) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeNever, Kernel: KernelRequired}
+}
+
+func (o *RoundState) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Convert = 1
+	return c
+}
+
+func (o *RoundState) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *RoundState) Effect() {}
 
@@ -198,6 +266,18 @@ func RoundStateInPlace(s *trace.Tensor, to tensor.DType) {
 type Round struct{ To tensor.DType }
 
 func (o *Round) Name() string { return "round_to_" + o.To.String() }
+
+func (o *Round) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Round) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Convert = 1
+	return c
+}
+
+func (o *Round) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Round) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
@@ -232,6 +312,18 @@ func (o *AccumulateRounded) Name() string {
 	return "copy_" + o.To.String() + "_"
 }
 
+func (o *AccumulateRounded) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeNever, Kernel: KernelRequired}
+}
+
+func (o *AccumulateRounded) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	c.Convert = 1
+	return c
+}
+
+func (o *AccumulateRounded) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *AccumulateRounded) Effect() {}
 
 func (o *AccumulateRounded) Infer(in []trace.Meta) ([]trace.Meta, error) {
@@ -261,6 +353,15 @@ type Offload struct{ Store HostStore }
 
 func (o *Offload) Name() string { return "offload" }
 
+func (o *Offload) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: the copy to the host.
+func (o *Offload) Cost(in, out []trace.Meta) Cost { return Cost{HostBytes: float64(in[0].Bytes())} }
+
+func (o *Offload) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *Offload) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
 		return nil, err
@@ -284,6 +385,15 @@ type Reload struct {
 }
 
 func (o *Reload) Name() string { return "reload" }
+
+func (o *Reload) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+// Cost: the copy from the host.
+func (o *Reload) Cost(in, out []trace.Meta) Cost { return Cost{HostBytes: float64(out[0].Bytes())} }
+
+func (o *Reload) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Reload) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

@@ -8,6 +8,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&Reduce{Kind: SumKind}, &Reduce{Kind: MeanKind}, &Reduce{Kind: AmaxKind}, &AmaxBackward{}, &Expand{})
+}
+
 // ReduceKind selects a reduction.
 type ReduceKind uint8
 
@@ -28,6 +32,14 @@ type Reduce struct {
 }
 
 func (o *Reduce) Name() string { return reduceNames[o.Kind] }
+
+func (o *Reduce) Traits() Traits {
+	return Traits{Autocast: AutocastFP32Forward, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Reduce) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Reduce) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // reduced reports, per input axis, whether it is reduced.
 func (o *Reduce) reduced(rank int) []bool {
@@ -113,6 +125,14 @@ type AmaxBackward struct{ Axes []int }
 
 func (o *AmaxBackward) Name() string { return "amax_backward" }
 
+func (o *AmaxBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *AmaxBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *AmaxBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *AmaxBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	return metas1(in[1].DType, in[1].Shape), nil
 }
@@ -180,6 +200,14 @@ func SumTo(x *trace.Tensor, shape tensor.Shape) *trace.Tensor {
 type Expand struct{ Shape tensor.Shape }
 
 func (o *Expand) Name() string { return "expand" }
+
+func (o *Expand) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Expand) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Expand) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Expand) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

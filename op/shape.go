@@ -7,11 +7,24 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&ReshapeOp{}, &Permute{}, &Fill{}, &Cast{To: tensor.Float32}, &Cast{To: tensor.BFloat16}, &Cast{To: tensor.Float16})
+}
+
 // ReshapeOp gives the same bytes a new shape. It is an alias, not a copy.
 type ReshapeOp struct{ Shape tensor.Shape }
 
 func (o *ReshapeOp) Name() string { return "reshape" }
-func (o *ReshapeOp) AliasOf() int { return 0 }
+
+// Traits: an alias, run by no kernel.
+func (o *ReshapeOp) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelNone}
+}
+
+func (o *ReshapeOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *ReshapeOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+func (o *ReshapeOp) AliasOf() int                        { return 0 }
 
 func (o *ReshapeOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
@@ -68,6 +81,14 @@ func Flatten(x *trace.Tensor, start, end int) *trace.Tensor {
 type Permute struct{ Perm []int }
 
 func (o *Permute) Name() string { return "permute" }
+
+func (o *Permute) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Permute) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Permute) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Permute) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
@@ -135,6 +156,14 @@ type Fill struct {
 
 func (o *Fill) Name() string { return "full" }
 
+func (o *Fill) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Fill) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Fill) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *Fill) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	return []trace.Meta{o.Meta}, nil
 }
@@ -155,6 +184,23 @@ func FullLike(x *trace.Tensor, v float64) *trace.Tensor {
 type Cast struct{ To tensor.DType }
 
 func (o *Cast) Name() string { return "to_" + o.To.String() }
+
+func (o *Cast) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *Cast) Cost(in, out []trace.Meta) Cost {
+	c := elementwiseCost(in, out)
+	switch low := func(d tensor.DType) bool { return d == tensor.BFloat16 || d == tensor.Float16 }; {
+	case low(o.To):
+		c.Convert = 1
+	case o.To == tensor.Float32 && low(in[0].DType):
+		c.Convert = 0.6 // widening is cheaper than rounding
+	}
+	return c
+}
+
+func (o *Cast) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Cast) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

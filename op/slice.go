@@ -7,12 +7,22 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}) }
+
 // SliceOp copies x[..., Start:End:Step, ...] along Axis (aten::slice, but a
 // copy, not a view). Its attributes are normalized: 0 <= Start <= End <=
 // size of Axis, Step >= 1.
 type SliceOp struct{ Axis, Start, End, Step int }
 
 func (o *SliceOp) Name() string { return "slice" }
+
+func (o *SliceOp) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SliceOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SliceOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 // sliceLen is the number of indices in [start, end) with the given step.
 func sliceLen(start, end, step int) int {
@@ -65,6 +75,14 @@ type SliceBackward struct {
 }
 
 func (o *SliceBackward) Name() string { return "slice_backward" }
+
+func (o *SliceBackward) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SliceBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SliceBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *SliceBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
@@ -144,6 +162,14 @@ type CatOp struct{ Axis int }
 
 func (o *CatOp) Name() string { return "cat" }
 
+func (o *CatOp) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *CatOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *CatOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *CatOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if len(in) == 0 {
 		return nil, fmt.Errorf("expected a non-empty list of tensors")
@@ -206,6 +232,14 @@ type SplitOp struct {
 }
 
 func (o *SplitOp) Name() string { return "split_with_sizes" }
+
+func (o *SplitOp) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SplitOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SplitOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *SplitOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

@@ -6,6 +6,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() {
+	register(&SoftmaxOp{}, &SoftmaxOp{Log: true}, &SoftmaxBackward{}, &SoftmaxBackward{Log: true})
+}
+
 // SoftmaxOp is softmax (or, with Log, log_softmax) over one axis, computed in
 // a single numerically stable pass per row (the row maximum is subtracted
 // before exponentiating). Its backward reads only the output, so the input
@@ -21,6 +25,14 @@ func (o *SoftmaxOp) Name() string {
 	}
 	return "softmax"
 }
+
+func (o *SoftmaxOp) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SoftmaxOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SoftmaxOp) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *SoftmaxOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
@@ -69,6 +81,14 @@ func (o *SoftmaxBackward) Name() string {
 	}
 	return "_softmax_backward_data"
 }
+
+func (o *SoftmaxBackward) Traits() Traits {
+	return Traits{Autocast: AutocastFP32, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SoftmaxBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SoftmaxBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *SoftmaxBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {

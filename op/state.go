@@ -6,6 +6,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&Accumulate{}, &Accumulate{Add: true}) }
+
 // Accumulate writes input 1 into the state tensor input 0: a copy, or an
 // addition when Add (gradient accumulation across micro-batches). It is
 // PyTorch's AccumulateGrad: the gradient's arena bytes die right after it.
@@ -17,6 +19,14 @@ func (o *Accumulate) Name() string {
 	}
 	return "copy_"
 }
+
+func (o *Accumulate) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeNever, Kernel: KernelRequired}
+}
+
+func (o *Accumulate) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *Accumulate) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *Accumulate) Effect() {}
 

@@ -7,6 +7,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&OptimizerStep{}) }
+
 // OptimizerStep applies the optimizer's update to one parameter inside the
 // step, as soon as its gradient is final: PyTorch's optimizer step in the
 // backward pass (register_post_accumulate_grad_hook). Input 0 is the
@@ -24,6 +26,20 @@ type OptimizerStep struct {
 }
 
 func (o *OptimizerStep) Name() string { return "optimizer_step_" }
+
+// Traits: the executor runs the optimizer's code.
+func (o *OptimizerStep) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeNever, Kernel: KernelNone}
+}
+
+// Cost: what the gradient write it replaces (Accumulate) costs: the
+// update's own work is the optimizer's, the same whether it runs in the
+// backward pass or after the step, so moving it is never slower.
+func (o *OptimizerStep) Cost(in, out []trace.Meta) Cost {
+	return Cost{Bytes: float64(in[0].Bytes() + in[1].Bytes())}
+}
+
+func (o *OptimizerStep) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *OptimizerStep) Effect() {}
 

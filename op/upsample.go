@@ -8,6 +8,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
+func init() { register(&UpsampleNearest2dOp{}, &UpsampleNearest2dBackward{}) }
+
 // NearestSourceIndex is PyTorch's nearest-neighbour rule (nearest_idx): the
 // input index that output index dst reads along an axis resized from in to
 // out. scale is the scale factor the user gave (0 when an output size was
@@ -57,6 +59,14 @@ type UpsampleNearest2dOp struct {
 
 func (o *UpsampleNearest2dOp) Name() string { return "upsample_nearest2d" }
 
+func (o *UpsampleNearest2dOp) Traits() Traits {
+	return Traits{Autocast: AutocastExact, Fusion: FuseProducer, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *UpsampleNearest2dOp) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *UpsampleNearest2dOp) InPlaceInputs(in []trace.Meta) []int { return nil }
+
 func (o *UpsampleNearest2dOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
 		return nil, err
@@ -83,6 +93,14 @@ type UpsampleNearest2dBackward struct {
 }
 
 func (o *UpsampleNearest2dBackward) Name() string { return "upsample_nearest2d_backward" }
+
+func (o *UpsampleNearest2dBackward) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *UpsampleNearest2dBackward) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *UpsampleNearest2dBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
 
 func (o *UpsampleNearest2dBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

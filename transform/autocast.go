@@ -28,24 +28,25 @@ import (
 // a native kernel would read 2-byte ones (the plan counts them).
 //
 //   - FP32: everything in float32 (the identity).
-//   - BF16Mixed, FP16Mixed: PyTorch's autocast. Ops of LowPrecisionOps
-//     (matmul, linear, conv2d, attention, and their backward ops) run in the
-//     low type; ops of FP32Ops (softmax, log-softmax, layer and group norm,
-//     losses, exp/log/pow, forward reductions) run in float32; batch norm
-//     returns its input's type (FirstInputOps); every other op runs in the
-//     type of its inputs, float32 if any floating input is float32 (type
-//     promotion). Parameters stay float32 in the store (master weights): the
-//     graph rounds them where a low-precision op reads them. A linear
-//     layer's bias add is part of the layer (addmm): the bias is rounded
-//     and the sum rounded once. In the backward pass the gradients of
-//     low-precision values are low-precision too, but rounded lazily: where
-//     a low-precision or float32 op reads them and where they reach a
-//     parameter's gradient (op.AccumulateRounded), so parameter gradients
-//     are low-precision numbers, as the upcast of a bf16 .grad is; the
-//     elementwise ops in between are not rounded one by one (PyTorch
-//     rounds after each, so the two can differ by a double rounding).
-//     FP16Mixed needs a GradScaler (train.Trainer.SetPrecision installs
-//     one).
+//   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
+//     class (op.Traits): op.AutocastLow ops (matmul, linear, conv2d,
+//     attention, and their backward ops) run in the low type;
+//     op.AutocastFP32 ops (softmax, log-softmax, layer and group norm,
+//     losses, exp/log/pow) and, in the forward pass, op.AutocastFP32Forward
+//     ones (reductions) run in float32; batch norm returns its input's type
+//     (op.AutocastFirstInput); every other op runs in the type of its
+//     inputs, float32 if any floating input is float32 (type promotion).
+//     Parameters stay float32 in the store (master weights): the graph rounds
+//     them where a low-precision op reads them. A linear layer's bias add is
+//     part of the layer (addmm): the bias is rounded and the sum rounded once.
+//     In the backward pass the gradients of low-precision values are
+//     low-precision too, but rounded lazily: where a low-precision or float32
+//     op reads them and where they reach a parameter's gradient
+//     (op.AccumulateRounded), so parameter gradients are low-precision
+//     numbers, as the upcast of a bf16 .grad is; the elementwise ops in
+//     between are not rounded one by one (PyTorch rounds after each, so the
+//     two can differ by a double rounding). FP16Mixed needs a GradScaler
+//     (train.Trainer.SetPrecision installs one).
 //   - BF16True: everything in bfloat16: every floating output is rounded
 //     (normalization statistics and logsumexps excepted, which bf16 kernels
 //     keep in float32), step inputs are rounded, and parameters and buffers
@@ -110,55 +111,6 @@ func (p Precision) Format() Format {
 // NeedsScaler reports whether training in p needs dynamic loss scaling
 // (float16's narrow range: small gradients underflow without it).
 func (p Precision) NeedsScaler() bool { return p == FP16Mixed }
-
-// LowPrecisionOps run in the low type under the mixed modes (PyTorch's
-// autocast "lower precision" list: mm, matmul, linear, conv2d,
-// scaled_dot_product_attention), with the backward ops that autograd runs
-// in the same type.
-var LowPrecisionOps = map[string]bool{
-	"matmul": true, "conv2d": true, "scaled_dot_product_attention": true,
-	"conv2d_backward_input": true, "conv2d_backward_weight": true, "scaled_dot_product_attention_backward": true,
-}
-
-// FP32Ops run in float32 under the mixed modes (PyTorch's autocast float32
-// list: softmax, log_softmax, norms, losses, exp, log, pow, reductions),
-// with their backward ops.
-var FP32Ops = map[string]bool{
-	"softmax": true, "log_softmax": true, "_softmax_backward_data": true, "_log_softmax_backward_data": true,
-	"layer_norm": true, "layer_norm_backward": true, "group_norm": true, "group_norm_backward": true,
-	"cross_entropy": true, "cross_entropy_backward": true, "mse_loss": true, "mse_loss_backward": true,
-	"l1_loss": true, "l1_loss_backward": true,
-	"exp": true, "log": true, "pow": true, "rsqrt": true, "reciprocal": true,
-}
-
-// FirstInputOps compute in float32 and return output 0 in the type of
-// input 0 whatever the type of their parameters: batch norm, which
-// PyTorch's autocast leaves off its lists and whose kernels take a bf16 or
-// fp16 input with float32 weight, bias and statistics (its saved mean and
-// inverse standard deviation stay float32).
-var FirstInputOps = map[string]bool{"batch_norm": true, "batch_norm_backward": true}
-
-// gradOfInput maps float32 backward ops to the input holding the forward
-// value whose gradient their output 0 is.
-var gradOfInput = map[string]int{
-	"cross_entropy_backward": 1, "layer_norm_backward": 1, "group_norm_backward": 1,
-	"mse_loss_backward": 1, "l1_loss_backward": 1,
-}
-
-// fp32ForwardOps are reductions: float32 in the forward pass. In the
-// backward pass a reduction is a gradient's sum over broadcast axes (a
-// bias gradient), which autograd computes in the gradient's type.
-var fp32ForwardOps = map[string]bool{"sum": true, "mean": true, "amax": true}
-
-// exactOps produce, from low-precision inputs, only values that are already
-// low-precision numbers (selections, sign changes, data movement), so their
-// outputs need no rounding.
-var exactOps = map[string]bool{
-	"relu": true, "relu_backward": true, "relu_backward_mask": true, "max_pool2d": true,
-	"reshape": true, "permute": true, "expand": true, "slice": true, "slice_backward": true,
-	"cat": true, "split_with_sizes": true, "neg": true, "abs": true, "maximum": true, "minimum": true,
-	"upsample_nearest2d": true,
-}
 
 // LowValues is the set of float32 values of an autocast graph that hold
 // low-precision numbers exactly.
@@ -423,10 +375,14 @@ func isEffect(n *trace.Node) bool {
 	return n.Kind == trace.KindOp && ok
 }
 
+// class is n's autocast class.
+func class(n *trace.Node) op.Autocast { return op.TraitsOf(n.Op).Autocast }
+
 // exact reports whether op n, reading ins, produces low-precision numbers
-// without rounding: an exactOps op whose floating inputs all hold them.
+// without rounding: an op.AutocastExact op whose floating inputs all hold
+// them.
 func (a *autocast) exact(n *trace.Node, ins []*trace.Tensor) bool {
-	return exactOps[n.Op.Name()] && all(ins, a.low)
+	return class(n) == op.AutocastExact && all(ins, a.low)
 }
 
 // all reports whether ins has floating values and set holds all of them.
@@ -474,9 +430,9 @@ func (a *autocast) roundInputs(n *trace.Node, ins []*trace.Tensor, onlyLogical b
 // saved activations are low-precision numbers (stored losslessly in 16
 // bits) and recomputation reproduces them.
 func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	name := n.Op.Name()
+	c := class(n)
 	switch {
-	case LowPrecisionOps[name]:
+	case c == op.AutocastLow:
 		a.roundInputs(n, ins, false)
 		outs := a.clone(n, ins)
 		if !a.fusedMatmul[n] { // else rounded after the bias add
@@ -493,9 +449,9 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 		outs := a.clone(n, ins)
 		a.roundOutputs(n, outs, false)
 		return outs
-	case FP32Ops[name], fp32ForwardOps[name]:
+	case c == op.AutocastFP32, c == op.AutocastFP32Forward:
 		return a.clone(n, ins)
-	case FirstInputOps[name]:
+	case c == op.AutocastFirstInput:
 		outs := a.clone(n, ins)
 		if a.low[ins[0]] {
 			a.roundOutputs(n, outs[:1], false)
@@ -504,7 +460,7 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 	}
 	outs := a.clone(n, ins)
 	if all(ins, a.low) {
-		a.roundOutputs(n, outs, exactOps[name])
+		a.roundOutputs(n, outs, c == op.AutocastExact)
 	}
 	return outs
 }
@@ -517,23 +473,23 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 // intermediate double roundings; in memory it saves a rounded copy per
 // elementwise backward op.
 func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	name := n.Op.Name()
-	switch {
-	case LowPrecisionOps[name]:
+	t := op.TraitsOf(n.Op)
+	switch t.Autocast {
+	case op.AutocastLow:
 		a.roundInputs(n, ins, false)
 		outs := a.clone(n, ins)
 		a.markLogical(outs)
 		return outs
-	case FP32Ops[name]:
+	case op.AutocastFP32:
 		a.roundInputs(n, ins, true)
 		outs := a.clone(n, ins)
 		// The gradient of a low-precision input has its type (autocast's
 		// cast to float32 casts the gradient back).
-		if i, ok := gradOfInput[name]; ok && a.logical[ins[i]] {
+		if i := t.GradOf; i > 0 && a.logical[ins[i]] {
 			a.markLogical(outs[:1])
 		}
 		return outs
-	case FirstInputOps[name]:
+	case op.AutocastFirstInput:
 		a.roundInputs(n, ins[:1], true)
 		outs := a.clone(n, ins)
 		if a.logical[ins[0]] {
@@ -543,7 +499,7 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 	}
 	outs := a.clone(n, ins)
 	if all(ins, a.logical) {
-		if exactOps[name] && all(ins, a.low) {
+		if t.Autocast == op.AutocastExact && all(ins, a.low) {
 			a.roundOutputs(n, outs, true)
 		} else {
 			a.markLogical(outs)
@@ -557,7 +513,7 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 // where a non-exact op first reads it; rounding commutes with the exact
 // ops), which is numerically the same as rounding every output.
 func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	if exactOps[n.Op.Name()] {
+	if class(n) == op.AutocastExact {
 		outs := a.clone(n, ins)
 		if all(ins, a.low) {
 			a.roundOutputs(n, outs, true)

@@ -354,14 +354,10 @@ func maskRead(n *trace.Node, i int) bool {
 	return ok && u.Kind == op.ReLUKind
 }
 
-// statOps are the ops whose outputs after the first are statistics.
-var statOps = map[string]bool{
-	"batch_norm": true, "layer_norm": true, "group_norm": true,
-	"scaled_dot_product_attention": true, "cross_entropy": true,
-}
-
+// statistic reports whether t is an output its op declares a statistic
+// (op.Stats).
 func statistic(t *trace.Tensor) bool {
-	return t.Index > 0 && t.Node.Kind == trace.KindOp && statOps[t.Node.Op.Name()]
+	return t.Node.Kind == trace.KindOp && op.TraitsOf(t.Node.Op).Stats.Statistic(t.Index)
 }
 
 // SavedValues lists the forward values of g that its backward pass reads,

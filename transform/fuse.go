@@ -28,20 +28,11 @@ const maxFusedInstrs = 16
 // member and its anchor may be, which bounds the checks' cost too.
 const maxFuseWindow = 256
 
-// fuseProducer reports whether o may be the producer of an op.Fused: the
-// ops whose output 0 elementwise chains commonly read (products,
-// convolutions, normalizations and their backward ops), all with cpu
-// kernels; listed here so that the pass need not ask the backend.
-func fuseProducer(o trace.Op) bool {
-	switch o.(type) {
-	case *op.MatMul, *op.Conv2dOp, *op.Conv2dBackwardInput, *op.BatchNormOp, *op.BatchNormBackward,
-		*op.LayerNormOp, *op.LayerNormBackward, *op.GroupNormOp, *op.GroupNormBackward,
-		*op.EmbeddingOp, *op.AttentionOp, *op.SoftmaxOp, *op.SoftmaxBackward, *op.DropoutBackward,
-		*op.UpsampleNearest2dOp, *op.AdaptiveAvgPool2dOp, *op.MaxPool2dBackward:
-		return true
-	}
-	return false
-}
+// fuseProducer reports whether o may be the producer of an op.Fused: its
+// fusion role (op.FuseProducer) says so, for the ops whose output 0
+// elementwise chains commonly read (products, convolutions,
+// normalizations and their backward ops).
+func fuseProducer(o trace.Op) bool { return op.TraitsOf(o).Fusion == op.FuseProducer }
 
 // Fuse returns a copy of g in which chains of elementwise ops (add, mul,
 // relu, gelu, leaky_relu, their backward ops, ...) run as one op.Fused

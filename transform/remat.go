@@ -6,6 +6,7 @@ package transform
 import (
 	"fmt"
 
+	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -120,16 +121,30 @@ type Selective struct {
 func (s Selective) Recompute(n *trace.Node) bool { return s.Ops[n.Op.Name()] }
 func (s Selective) Region(*trace.Node) int       { return 0 }
 
-// CheapOps is the default selective policy: elementwise activations and
-// normalizations, which cost little to recompute relative to the memory
-// their outputs hold. Residual additions are kept: recomputing them would
-// chain every block's output to the one before, so the backward pass would
-// recompute the whole chain at once and hold all of it.
-var CheapOps = Selective{Ops: map[string]bool{
-	"relu": true, "leaky_relu": true, "gelu": true, "gelu_tanh": true, "silu": true, "tanh": true, "sigmoid": true,
-	"batch_norm": true, "layer_norm": true, "group_norm": true, "dropout": true,
-	"mul_scalar": true, "add_scalar": true,
-}}
+// Cheap recomputes the forward ops that declare themselves cheap to
+// recompute (op.RecomputeCheap: elementwise activations, normalizations,
+// dropout, scalar scaling), which cost little relative to the memory their
+// outputs hold, and saves everything else. Residual additions
+// (op.RecomputeResidual) are kept: recomputing them would chain every
+// block's output to the one before, so the backward pass would recompute
+// the whole chain at once and hold all of it.
+type Cheap struct{}
+
+func (Cheap) Recompute(n *trace.Node) bool {
+	return n.Kind == trace.KindOp && op.TraitsOf(n.Op).Recompute == op.RecomputeCheap
+}
+func (Cheap) Region(*trace.Node) int { return 0 }
+
+// CheapOps is the default selective policy (Cheap).
+var CheapOps = Cheap{}
+
+// Residual reports whether n is a residual connection: an op of class
+// op.RecomputeResidual (addition, subtraction) of two computed values.
+// Recomputing it would chain block outputs together (see Cheap).
+func Residual(n *trace.Node) bool {
+	return n.Kind == trace.KindOp && op.TraitsOf(n.Op).Recompute == op.RecomputeResidual && len(n.Inputs) == 2 &&
+		n.Inputs[0].Node.Kind == trace.KindOp && n.Inputs[1].Node.Kind == trace.KindOp
+}
 
 // Nodes recomputes an explicit set of forward nodes (by ID in the original
 // graph); the budget planner chooses the set.
