@@ -43,3 +43,6 @@ type metaSource struct{}
 func (metaSource) Name() string                   { return "meta" }
 func (metaSource) Map(size int64) ([]byte, error) { return nil, nil }
 func (metaSource) Unmap(b []byte) error           { return nil }
+
+// hostSource is the source of the cpu device's memory.
+func hostSource() source { return mmapSource{} }
