@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"syscall"
 	"unsafe"
 )
 
@@ -275,14 +274,6 @@ func (a *Allocator) limitLocked() int64 {
 		total = physicalMemory()
 	}
 	return int64(float64(total) * a.fraction)
-}
-
-func physicalMemory() int64 {
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil {
-		return 0
-	}
-	return int64(si.Totalram) * int64(si.Unit)
 }
 
 // ErrOutOfMemory is matched by errors.Is for every *OutOfMemoryError.
