@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 // Kernel runs one node: in and out are views of the node's buffers; ws is
 // its workspace (len from the registered WorkspaceFunc, else empty).
-type Kernel func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error
+type Kernel = backend.Kernel
 
 // WorkspaceFunc reports the scratch bytes a node's kernel needs.
 type WorkspaceFunc func(n *trace.Node) int64
@@ -60,6 +61,28 @@ func Workspace(n *trace.Node) int64 {
 func HasKernel(o trace.Op) bool {
 	_, ok := kernels[reflect.TypeOf(o)]
 	return ok
+}
+
+// Backend returns the cpu backend: the kernels registered in this package,
+// behind the interface package exec runs them through. The cpu and meta
+// devices carry it (device.New), so both plan the same workspaces.
+func Backend() backend.Backend { return cpuBackend{} }
+
+type cpuBackend struct{}
+
+func (cpuBackend) Name() string { return "cpu" }
+
+func (cpuBackend) Kernel(o trace.Op) (backend.Kernel, error) {
+	if k, ok := kernels[reflect.TypeOf(o)]; ok {
+		return k, nil
+	}
+	return nil, backend.Unsupported("cpu", o, "")
+}
+
+func (cpuBackend) Workspace(n *trace.Node) int64 { return Workspace(n) }
+
+func (cpuBackend) RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad backend.NonFinite) (*trace.Node, int, int, float64, error) {
+	return RunFusedChecked(n, in, out, ws, bad)
 }
 
 // Float is the set of element types kernels compute in.

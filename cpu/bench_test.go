@@ -3,10 +3,10 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/headroom-ml/headroom/internal/cputime"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -66,13 +66,7 @@ func (k *kernelCase) run(tb testing.TB) {
 // cpuTime is the CPU time this process has used (all threads). On a
 // machine shared with other work it measures a kernel's cost more steadily
 // than wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func cpuTime() time.Duration { return cputime.Process() }
 
 // benchKernel runs k b.N times and reports GFLOPS (wall time) and the CPU
 // time per run.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
@@ -350,7 +351,7 @@ func getFusedScratch[T Float](tiles, vals int) *fusedScratch[T] {
 
 // NonFinite finds the first NaN or infinity in a tensor: its flat index
 // and value.
-type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
+type NonFinite = backend.NonFinite
 
 // RunFusedChecked runs fused node n as the nodes it replaced, one after
 // the other, each value in memory of its own, and checks each value with

@@ -21,15 +21,8 @@ func init() {
 	Register[*op.RoundState](roundStateKernel)
 	Register[*op.Round](roundKernel)
 	Register[*op.AccumulateRounded](accumulateRoundedKernel)
-	Register[*op.Offload](func(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-		o := n.Op.(*op.Offload)
-		out[0].Data[0] = 1
-		return o.Store.Put(o, in[0].Data)
-	})
-	Register[*op.Reload](func(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-		o := n.Op.(*op.Reload)
-		return o.From.Store.Take(o.From, out[0].Data)
-	})
+	// op.Offload and op.Reload have no kernel: they move bytes to and from
+	// the host store a run binds, which package exec does itself.
 }
 
 // quantGrain is the number of elements per parallel range of the

@@ -3,10 +3,10 @@ package device
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
-	"syscall"
 	"unsafe"
 )
 
@@ -32,9 +32,39 @@ const (
 	tightRound = 4096
 )
 
+// MaxAllocSize is the largest request the allocator accepts (4 EiB). Larger
+// ones are refused with a *SizeError before any arithmetic on them, since
+// rounding them to 512 bytes or to a segment would overflow int64.
+const MaxAllocSize = 1 << 62
+
+// ErrInvalidSize is matched by errors.Is for every *SizeError.
+var ErrInvalidSize = errors.New("invalid allocation size")
+
+// SizeError refuses a request that no device could serve: negative, or
+// larger than MaxAllocSize.
+type SizeError struct {
+	Requested int64
+	Tag       Tag
+}
+
+func (e *SizeError) Error() string {
+	who := ""
+	if e.Tag.Op != "" || e.Tag.Module != "" {
+		who = fmt.Sprintf(" (%s %s)", e.Tag.Module, e.Tag.Op)
+	}
+	if e.Requested < 0 {
+		return fmt.Sprintf("device: negative allocation size %d%s", e.Requested, who)
+	}
+	return fmt.Sprintf("device: allocation of %d bytes%s exceeds the largest possible (%d bytes)", e.Requested, who, int64(MaxAllocSize))
+}
+
+// Is makes errors.Is(err, ErrInvalidSize) true.
+func (e *SizeError) Is(target error) bool { return target == ErrInvalidSize }
+
 // RoundSize is the size a request of n bytes occupies: PyTorch's 512-byte
 // granularity, at least 512. (A large-pool block that is not worth
-// splitting is handed out whole, so Block.Size can be larger.)
+// splitting is handed out whole, so Block.Size can be larger.) n must be at
+// most MaxAllocSize.
 func RoundSize(n int64) int64 {
 	if n <= 0 {
 		return MinBlockSize
@@ -45,7 +75,8 @@ func RoundSize(n int64) int64 {
 // SegmentSize is the size of the segment mapped for a rounded request of
 // size bytes when no cached block fits (PyTorch's get_allocation_size):
 // 2 MiB for small requests, 20 MiB for requests up to 10 MiB, and the
-// request rounded up to 2 MiB above that.
+// request rounded up to 2 MiB above that. size must be at most
+// MaxAllocSize.
 func SegmentSize(size int64) int64 {
 	switch {
 	case size <= SmallSize:
@@ -177,6 +208,11 @@ type Allocator struct {
 
 const vaddrBase = 1 << 36
 
+// errAddressSpace is the cause of an out-of-memory when the allocator's
+// virtual address space (int64 offsets) is used up, which only a device
+// without memory and without a capacity (meta) can reach.
+var errAddressSpace = errors.New("the allocator's address space is used up")
+
 // NewAllocator returns an allocator over src; capacity 0 means unlimited.
 func NewAllocator(src source, capacity int64) *Allocator {
 	return &Allocator{src: src, capacity: capacity, fraction: 1, nextVaddr: vaddrBase, arenas: map[blockID]map[int64]tracked{}}
@@ -240,14 +276,6 @@ func (a *Allocator) limitLocked() int64 {
 	return int64(float64(total) * a.fraction)
 }
 
-func physicalMemory() int64 {
-	var si syscall.Sysinfo_t
-	if err := syscall.Sysinfo(&si); err != nil {
-		return 0
-	}
-	return int64(si.Totalram) * int64(si.Unit)
-}
-
 // ErrOutOfMemory is matched by errors.Is for every *OutOfMemoryError.
 var ErrOutOfMemory = errors.New("out of memory")
 
@@ -266,15 +294,32 @@ func (a *Allocator) Reserve(size int64, tag Tag) (*Block, error) {
 }
 
 func (a *Allocator) malloc(req int64, tag Tag, arena bool) (*Block, error) {
-	if req < 0 {
-		return nil, fmt.Errorf("device: negative allocation size %d", req)
+	// Refused before the lock and before any rounding: nothing below can
+	// overflow for a request of at most MaxAllocSize.
+	if req < 0 || req > MaxAllocSize {
+		return nil, &SizeError{Requested: req, Tag: tag}
 	}
+	out, dirty, err := a.mallocLocked(req, tag, arena)
+	if err != nil {
+		return nil, err
+	}
+	if dirty {
+		clear(out.Data)
+	}
+	return out, nil
+}
+
+// mallocLocked takes mu itself and releases it by defer, so that even a
+// panic cannot leave the allocator locked. It reports whether the block may
+// hold stale bytes; the caller zeroes them outside the lock.
+func (a *Allocator) mallocLocked(req int64, tag Tag, arena bool) (*Block, bool, error) {
 	size := RoundSize(req)
 	k := largePool
 	if !arena && size <= SmallSize {
 		k = smallPool
 	}
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	id := a.bestFitLocked(k, size)
 	if id == noBlock {
 		segSize := SegmentSize(size)
@@ -296,27 +341,19 @@ func (a *Allocator) malloc(req int64, tag Tag, arena bool) (*Block, error) {
 			}
 		}
 		if id == noBlock {
-			oom := a.oomLocked(req, size, segSize, k, tag, err)
-			a.mu.Unlock()
-			return nil, oom
+			return nil, false, a.oomLocked(req, size, segSize, k, tag, err)
 		}
 	}
 	a.allocFoundLocked(id, size, req, tag, arena)
 	b := &a.blocks[id]
 	seg := &a.segs[b.seg]
 	out := &Block{Size: b.size, Requested: req, Tag: tag, owner: a, id: id, seq: b.seq, addr: seg.addr + b.off}
-	var data []byte
 	if seg.data != nil {
-		data = seg.data[b.off : b.off+req : b.off+b.size]
+		out.Data = seg.data[b.off : b.off+req : b.off+b.size]
 	}
 	dirty := b.dirty
 	b.dirty = true // the caller writes it from here on
-	a.mu.Unlock()
-	if dirty {
-		clear(data)
-	}
-	out.Data = data
-	return out, nil
+	return out, dirty, nil
 }
 
 // Free gives a block from Allocate back to the cache. Freeing nil or an
@@ -381,7 +418,8 @@ func (a *Allocator) Release(b *Block) {
 func (a *Allocator) TrackIn(arena *Block, offset, size, requested int64, tag Tag) {
 	a.mu.Lock()
 	id, ok := a.lookupLocked(arena, blockArena)
-	if !ok || offset < 0 || size < 0 || offset+size > a.blocks[id].size {
+	// Written so that a huge offset plus size cannot wrap past the check.
+	if !ok || offset < 0 || size < 0 || offset > a.blocks[id].size || size > a.blocks[id].size-offset {
 		a.mu.Unlock()
 		panic(fmt.Sprintf("device: TrackIn of %d bytes at offset %d outside a live arena", size, offset))
 	}
@@ -566,8 +604,14 @@ func (a *Allocator) mapSegmentLocked(size int64, k poolKind, retry bool) (blockI
 	if retry {
 		a.stats.NumAllocRetries++
 	}
-	if lim := a.limitLocked(); lim > 0 && a.stats.ReservedBytes.Current+size > lim {
+	// Both checks are written as subtractions so that they cannot wrap:
+	// the limit, and the virtual address space (which also bounds the
+	// reserved bytes and every statistic below them).
+	if lim := a.limitLocked(); lim > 0 && size > lim-a.stats.ReservedBytes.Current {
 		return noBlock, nil
+	}
+	if size > math.MaxInt64-a.nextVaddr {
+		return noBlock, errAddressSpace
 	}
 	data, err := a.src.Map(size)
 	if err != nil {

@@ -15,12 +15,21 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/headroom-ml/headroom/backend"
+	"github.com/headroom-ml/headroom/cpu"
 )
 
 // Device is a place tensors live.
 type Device struct {
 	Kind  string // "cpu" or "meta"
 	Alloc *Allocator
+	// Backend runs the kernels of programs on the device (package exec
+	// asks it for each node's kernel and workspace size). The cpu device
+	// carries the cpu backend; so does the meta device, which runs nothing
+	// but must plan the workspaces the cpu would. Tests may put another
+	// backend here (backend/ref); a CUDA device would carry its own.
+	Backend backend.Backend
 }
 
 // HasData reports whether the device holds real bytes (false for meta).
@@ -52,9 +61,9 @@ func New(spec string) (*Device, error) {
 	}
 	switch kind {
 	case "cpu", "":
-		return &Device{Kind: "cpu", Alloc: NewAllocator(mmapSource{}, capacity)}, nil
+		return &Device{Kind: "cpu", Alloc: NewAllocator(hostSource(), capacity), Backend: cpu.Backend()}, nil
 	case "meta":
-		return &Device{Kind: "meta", Alloc: NewAllocator(metaSource{}, capacity)}, nil
+		return &Device{Kind: "meta", Alloc: NewAllocator(metaSource{}, capacity), Backend: cpu.Backend()}, nil
 	case "cuda":
 		return nil, fmt.Errorf("device %q: the cuda device is planned but not built yet (valid: cpu, meta)", spec)
 	}

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -54,7 +55,12 @@ func (e *OutOfMemoryError) SuggestedCapacity() int64 {
 	if f <= 0 || f > 1 {
 		f = 1
 	}
-	c := int64(float64(e.Suggested)/f + 0.5)
+	// Saturated: a float64 past MaxInt64 does not convert.
+	cf := float64(e.Suggested)/f + 0.5
+	if cf >= float64(math.MaxInt64-(1<<20)) {
+		return math.MaxInt64
+	}
+	c := int64(cf)
 	return (c + (1<<20 - 1)) >> 20 << 20
 }
 
@@ -140,8 +146,13 @@ func (a *Allocator) oomLocked(req, size, segSize int64, k poolKind, tag Tag, cau
 		}
 	}
 	e.Fragmented = e.FreeCached >= size
-	need := e.Reserved + segSize
-	e.Suggested = (need + (1<<20 - 1)) >> 20 << 20
+	// Saturated rather than wrapped when the request used up the address
+	// space (segSize is at most MaxAllocSize rounded, Reserved below 2^63).
+	if segSize > math.MaxInt64-(1<<20)-e.Reserved {
+		e.Suggested = math.MaxInt64
+	} else {
+		e.Suggested = (e.Reserved + segSize + (1<<20 - 1)) >> 20 << 20
+	}
 	if a.hist.on {
 		free := int64(-1)
 		if lim > 0 {

@@ -1,9 +1,6 @@
 package device
 
-import (
-	"fmt"
-	"syscall"
-)
+import "fmt"
 
 // source provides segments of memory. Map returns nil data on a device
 // without memory (meta).
@@ -19,27 +16,25 @@ type discarder interface {
 	Discard(b []byte) error
 }
 
-// mmapSource maps anonymous private memory: outside the Go heap, returned to
-// the OS by munmap, page-aligned (so any element type may view it).
-type mmapSource struct{}
-
-func (mmapSource) Name() string { return "cpu" }
-
-func (mmapSource) Map(size int64) ([]byte, error) {
-	b, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		return nil, fmt.Errorf("mmap %d bytes: %w", size, err)
-	}
-	return b, nil
-}
-
-func (mmapSource) Unmap(b []byte) error { return syscall.Munmap(b) }
-
-func (mmapSource) Discard(b []byte) error { return syscall.Madvise(b, syscall.MADV_DONTNEED) }
-
 // metaSource hands out no memory at all.
 type metaSource struct{}
 
 func (metaSource) Name() string                   { return "meta" }
 func (metaSource) Map(size int64) ([]byte, error) { return nil, nil }
 func (metaSource) Unmap(b []byte) error           { return nil }
+
+// heapSource takes segments from the Go heap: the fallback on systems
+// where headroom maps no memory of its own (see hostSource). Unmapping
+// drops the reference; the garbage collector returns the memory later.
+type heapSource struct{}
+
+func (heapSource) Name() string { return "cpu" }
+
+func (heapSource) Map(size int64) ([]byte, error) {
+	if int64(int(size)) != size {
+		return nil, fmt.Errorf("%d bytes do not fit in this platform's address space", size)
+	}
+	return make([]byte, size), nil
+}
+
+func (heapSource) Unmap(b []byte) error { return nil }

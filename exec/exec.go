@@ -6,11 +6,12 @@ package exec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
-	"github.com/headroom-ml/headroom/cpu"
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/plan"
@@ -31,29 +32,55 @@ type StateMap map[string]*tensor.Tensor
 // State implements States.
 func (m StateMap) State(name string) (*tensor.Tensor, bool) { t, ok := m[name]; return t, ok }
 
-// Program is a compiled step: a graph, its schedule and its memory plan.
+// Program is a compiled step: a graph, its schedule and its memory plan,
+// and the kernel of each node, from the backend of its device.
 type Program struct {
 	Graph  *trace.Graph
 	Plan   *plan.Plan
 	Device *device.Device
+
+	kernels []backend.Kernel // by step; nil where exec runs the node itself
 }
 
-// Compile schedules and plans g for dev.
-func Compile(g *trace.Graph, dev *device.Device) (*Program, error) {
-	order := schedule.Order(g)
-	for _, n := range order {
-		if n.Kind == trace.KindOp && !cpu.HasKernel(n.Op) {
-			_, alias := n.Op.(trace.Aliaser)
-			if _, step := n.Op.(*op.OptimizerStep); !alias && !step {
-				return nil, fmt.Errorf("exec: %s: op %s has no cpu kernel", n.Label(), n.Op.Name())
-			}
-		}
+// ErrNoBackend is returned by Compile for a device that carries no backend.
+var ErrNoBackend = errors.New("exec: the device has no backend")
+
+// runsItself reports the ops exec runs without a kernel: views (no bytes
+// move), optimizer steps (bound at run time through Options.Update), and
+// the transfers to and from the run's host store (Options.Host).
+func runsItself(o trace.Op) bool {
+	switch o.(type) {
+	case trace.Aliaser, *op.OptimizerStep, *op.Offload, *op.Reload:
+		return true
 	}
-	p, err := plan.Make(g, order, cpu.Workspace)
+	return false
+}
+
+// Compile schedules and plans g for dev, with the kernels and workspace
+// sizes of dev's backend. An op the backend cannot run is an error naming
+// the node (wrapping the backend's *backend.UnsupportedError).
+func Compile(g *trace.Graph, dev *device.Device) (*Program, error) {
+	be := dev.Backend
+	if be == nil {
+		return nil, fmt.Errorf("%w (device %s)", ErrNoBackend, dev)
+	}
+	order := schedule.Order(g)
+	kernels := make([]backend.Kernel, len(order))
+	for i, n := range order {
+		if n.Kind != trace.KindOp || runsItself(n.Op) {
+			continue
+		}
+		k, err := be.Kernel(n.Op)
+		if err != nil {
+			return nil, &NodeError{n, err}
+		}
+		kernels[i] = k
+	}
+	p, err := plan.Make(g, order, be.Workspace)
 	if err != nil {
 		return nil, err
 	}
-	return &Program{Graph: g, Plan: p, Device: dev}, nil
+	return &Program{Graph: g, Plan: p, Device: dev, kernels: kernels}, nil
 }
 
 // Arena is the reusable memory a program's buffers live in. Programs for
@@ -173,6 +200,19 @@ type Options struct {
 	// view of the arena, dead once Update returns). The optimizer's state
 	// lives outside the graph, so it is bound here, at run time.
 	Update func(param string, value, grad *tensor.Tensor) error
+	// Host receives the tensors the step offloads (op.Offload) and gives
+	// them back (op.Reload); nil means device.DefaultHost(). It is bound
+	// here, at run time, so that a compiled program holds no memory of
+	// its own.
+	Host op.HostStore
+}
+
+// host is the store this run offloads to.
+func (o *Options) host() op.HostStore {
+	if o != nil && o.Host != nil {
+		return o.Host
+	}
+	return device.DefaultHost()
 }
 
 // NonFiniteLossError stops a run at its first optimizer step because the
@@ -211,6 +251,9 @@ func category(c string) device.Category {
 // tensors (nil data on the meta device).
 func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs map[string]*tensor.Tensor, opts *Options) (map[string]*tensor.Tensor, error) {
 	hasData := p.Device.HasData()
+	if len(p.kernels) != len(p.Plan.Order) {
+		return nil, errors.New("exec: the program was not made by Compile")
+	}
 	if err := arena.Ensure(p.Plan.ArenaBytes); err != nil {
 		return nil, err
 	}
@@ -323,20 +366,32 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			}
 			start := time.Now()
 			var err error
-			if o, ok := n.Op.(*op.OptimizerStep); ok {
+			fc, checks := p.Device.Backend.(backend.FusedChecker)
+			switch o := n.Op.(type) {
+			case *op.OptimizerStep:
 				err = runStep(o, ins, opts)
 				committed = true
-			} else if _, fused := n.Op.(*op.Fused); fused && opts != nil && opts.CheckFinite {
-				// A diagnosis runs fused ops one by one, to name the op
-				// that made a non-finite value, not the fused node.
-				var bad *trace.Node
-				var j, k int
-				var v float64
-				if bad, j, k, v, err = cpu.RunFusedChecked(n, ins, outs, ws, firstNonFinite); err == nil && bad != nil {
-					return nil, &NonFiniteError{Node: bad, Output: j, Index: k, Value: v}
+			case *op.Offload:
+				// The key is the op, which the matching Reload names.
+				outs[0].Data[0] = 1
+				err = opts.host().Put(o, ins[0].Data)
+			case *op.Reload:
+				err = opts.host().Take(o.From, outs[0].Data)
+			case *op.Fused:
+				if opts != nil && opts.CheckFinite && checks {
+					// A diagnosis runs fused ops one by one, to name the op
+					// that made a non-finite value, not the fused node.
+					var bad *trace.Node
+					var j, k int
+					var v float64
+					if bad, j, k, v, err = fc.RunFusedChecked(n, ins, outs, ws, firstNonFinite); err == nil && bad != nil {
+						return nil, &NonFiniteError{Node: bad, Output: j, Index: k, Value: v}
+					}
+					break
 				}
-			} else {
-				err = cpu.Run(n, ins, outs, ws)
+				err = p.kernels[i](n, ins, outs, ws)
+			default:
+				err = p.kernels[i](n, ins, outs, ws)
 			}
 			if err != nil {
 				return nil, &NodeError{n, err}

@@ -5,7 +5,6 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/op"
@@ -91,7 +90,11 @@ func TestInPlaceMatchesFreshBuffers(t *testing.T) {
 				outs[i] = tensor.New(o.Meta.DType, o.Meta.Shape)
 				vals[o] = outs[i]
 			}
-			if err := cpu.Run(n, ins, outs, make([]byte, cpu.Workspace(n))); err != nil {
+			k, err := dev.Backend.Kernel(n.Op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := k(n, ins, outs, make([]byte, dev.Backend.Workspace(n))); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -340,21 +340,25 @@ func (o *AccumulateRounded) Infer(in []trace.Meta) ([]trace.Meta, error) {
 }
 
 // HostStore keeps offloaded tensors outside the device: Put copies data
-// out under key, Take copies it back into dst and forgets it.
+// out under key, Take copies it back into dst and forgets it. A run binds
+// one (exec.Options.Host); graphs hold none.
 type HostStore interface {
 	Put(key any, data []byte) error
 	Take(key any, dst []byte) error
 }
 
-// Offload moves its input's bytes to Store (a host pool outside the device
-// budget). Its output is a one-byte token that Reload reads, so that the
-// schedule keeps the pair in order; the input's arena buffer dies here.
-type Offload struct{ Store HostStore }
+// Offload moves its input's bytes to the host store of the run (a host
+// pool outside the device budget), under the op as key. Its output is a
+// one-byte token that Reload reads, so that the schedule keeps the pair in
+// order; the input's arena buffer dies here. The blank field keeps the
+// struct from being zero-sized: every &Offload{} then has an address of
+// its own, which is its key in the store.
+type Offload struct{ _ byte }
 
 func (o *Offload) Name() string { return "offload" }
 
 func (o *Offload) Traits() Traits {
-	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelNone}
 }
 
 // Cost: the copy to the host.
@@ -365,9 +369,6 @@ func (o *Offload) InPlaceInputs(in []trace.Meta) []int { return nil }
 func (o *Offload) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {
 		return nil, err
-	}
-	if o.Store == nil {
-		return nil, fmt.Errorf("no host store")
 	}
 	return metas1(tensor.Uint8, tensor.Shape{1}), nil
 }
@@ -387,7 +388,7 @@ type Reload struct {
 func (o *Reload) Name() string { return "reload" }
 
 func (o *Reload) Traits() Traits {
-	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelNone}
 }
 
 // Cost: the copy from the host.

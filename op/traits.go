@@ -160,8 +160,9 @@ const (
 	// KernelRequired ops need a kernel in every backend.
 	KernelRequired
 	// KernelNone ops are run by the executor itself: aliases
-	// (trace.Aliaser, no data moves) and the optimizer step (the
-	// optimizer's own code).
+	// (trace.Aliaser, no data moves), the optimizer step (the
+	// optimizer's own code) and offload transfers (copies to and from the
+	// host store a run binds).
 	KernelNone
 )
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/op"
@@ -145,69 +144,17 @@ type Exacter interface {
 	Exact(t *trace.Tensor, f Format) bool
 }
 
-// HostPooler is implemented by policies that choose where Offload puts
-// tensors; without it (or with a nil pool) they go to DefaultHost().
-type HostPooler interface {
-	HostPool() *HostPool
-}
-
 // HostPool is host memory outside the device budget for offloaded
-// activations: its own allocator (a cpu device used as "host"), with the
-// allocator's statistics (Device.Alloc) to see what it holds.
-type HostPool struct {
-	Device *device.Device
-	mu     sync.Mutex
-	blocks map[any]*device.Block
-}
+// activations (device.HostPool). A run binds the pool its offloads go to
+// (exec.Options.Host, device.DefaultHost() when none): graphs hold none.
+type HostPool = device.HostPool
 
 // NewHostPool returns a pool allocating from dev (device.CPU() for a real
 // host pool).
-func NewHostPool(dev *device.Device) *HostPool {
-	return &HostPool{Device: dev, blocks: map[any]*device.Block{}}
-}
-
-var defaultHost = sync.OnceValue(func() *HostPool { return NewHostPool(device.CPU()) })
+func NewHostPool(dev *device.Device) *HostPool { return device.NewHostPool(dev) }
 
 // DefaultHost is the process-wide host pool.
-func DefaultHost() *HostPool { return defaultHost() }
-
-// Put implements op.HostStore.
-func (h *HostPool) Put(key any, data []byte) error {
-	b, err := h.Device.Alloc.Allocate(int64(len(data)), device.Tag{Category: device.Activation, Op: "offload"})
-	if err != nil {
-		return fmt.Errorf("host pool: %w", err)
-	}
-	copy(b.Data, data)
-	h.mu.Lock()
-	old := h.blocks[key]
-	h.blocks[key] = b
-	h.mu.Unlock()
-	if old != nil { // left by a step that failed before reloading
-		h.Device.Alloc.Free(old)
-	}
-	return nil
-}
-
-// Take implements op.HostStore.
-func (h *HostPool) Take(key any, dst []byte) error {
-	h.mu.Lock()
-	b := h.blocks[key]
-	delete(h.blocks, key)
-	h.mu.Unlock()
-	if b == nil {
-		return fmt.Errorf("host pool: nothing was offloaded under this key")
-	}
-	copy(dst, b.Data)
-	h.Device.Alloc.Free(b)
-	return nil
-}
-
-// Held is the number of tensors the pool holds.
-func (h *HostPool) Held() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.blocks)
-}
+func DefaultHost() *HostPool { return device.DefaultHost() }
 
 // CompressFunc is a CompressPolicy written as a function.
 type CompressFunc func(s Saved) Format
@@ -227,12 +174,7 @@ type Compression struct {
 	To       Format
 	MinBytes int64
 	Masks    bool
-	// Host receives offloaded tensors (nil: DefaultHost()).
-	Host *HostPool
 }
-
-// HostPool implements HostPooler.
-func (c Compression) HostPool() *HostPool { return c.Host }
 
 func (c Compression) Format(s Saved) Format {
 	if c.Masks && s.MaskOnly() {
@@ -477,13 +419,6 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 		offload                    *op.Offload
 		restored                   *trace.Tensor // the float32 copy for the backward
 	}
-	var host *HostPool
-	if h, ok := p.(HostPooler); ok {
-		host = h.HostPool()
-	}
-	if host == nil && st.Tensors[Offload] > 0 {
-		host = DefaultHost()
-	}
 	store := map[*trace.Tensor]*storage{}
 	err := trace.Capture(func() {
 		for _, n := range g.Nodes {
@@ -545,7 +480,7 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 					case Int8:
 						s.q, s.scale = op.QuantizeInt8(v)
 					case Offload:
-						s.offload = &op.Offload{Store: host}
+						s.offload = &op.Offload{}
 						s.token = op.Apply1(s.offload, v)
 					}
 				})

@@ -80,7 +80,7 @@ func TestLosslessFormatsAreExact(t *testing.T) {
 		s    setup
 	}{
 		{"masks", setup{compress: transform.Compression{Masks: true}}},
-		{"offload", setup{compress: transform.Compression{To: transform.Offload, MinBytes: transform.DefaultMinBytes, Masks: true, Host: host}}},
+		{"offload", setup{compress: transform.Compression{To: transform.Offload, MinBytes: transform.DefaultMinBytes, Masks: true}, host: host}},
 		// Recomputing the fully connected layers reads the saved pooled
 		// outputs; the ReLU masks are still bits.
 		{"masks+remat", setup{compress: transform.Compression{Masks: true}, remat: transform.Selective{Ops: map[string]bool{"matmul": true}}}},

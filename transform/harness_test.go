@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -21,12 +22,16 @@ type setup struct {
 	precision transform.Precision
 	compress  transform.CompressPolicy
 	remat     transform.Policy
+	host      *transform.HostPool // where offloads go: bound at run time
 }
 
 func (s setup) apply(tr *train.Trainer) {
 	tr.Remat = s.remat
 	tr.Compress = s.compress
 	tr.SetPrecision(s.precision)
+	if s.host != nil {
+		tr.RunOptions = &exec.Options{Host: s.host}
+	}
 }
 
 // outcome of one step of a zoo model on a fixed random batch.

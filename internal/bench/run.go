@@ -10,11 +10,11 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/cputime"
 	"github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/nn"
@@ -200,13 +200,7 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 }
 
 // cpuTime is the CPU time the process has used, all threads.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func cpuTime() time.Duration { return cputime.Process() }
 
 // opProfile sums node times per op name (and phase) over the timed steps.
 type opProfile struct {

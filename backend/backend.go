@@ -1,0 +1,77 @@
+// Package backend is the seam between the executor and the code that runs
+// kernels. A device carries a Backend (device.Device.Backend); package exec
+// asks it for the kernel and the workspace size of each node and never
+// imports an implementation. The cpu backend (package cpu) is the one the
+// cpu and meta devices carry; package backend/ref is a float64 reference
+// backend that tests use as an oracle for it; a CUDA backend would be a
+// third implementation, wired into device.New("cuda") (docs/architecture.md).
+//
+// The package sits below exec and cpu in the import graph (it imports only
+// trace and tensor), so that device, exec and every backend can name it
+// without cycles.
+package backend
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Kernel runs one node: in and out are views of the node's buffers (for
+// ops with an effect, in[0] is the state written); ws is its workspace,
+// Workspace(n) bytes long.
+type Kernel func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error
+
+// Backend runs the kernels of a device.
+type Backend interface {
+	// Name names the backend in messages ("cpu", "ref").
+	Name() string
+	// Kernel returns the kernel for ops like o, or an *UnsupportedError.
+	Kernel(o trace.Op) (Kernel, error)
+	// Workspace is the scratch bytes node n's kernel needs (0 for none).
+	// The plan reserves it in the arena, so it must depend only on the
+	// node, never on data.
+	Workspace(n *trace.Node) int64
+}
+
+// NonFinite finds the first NaN or infinity of a tensor.
+type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
+
+// FusedChecker is implemented by backends that can run a fused node as the
+// ops it replaced and check each value as it is made, so that a diagnosis
+// run (exec.Options.CheckFinite) names the op that made a non-finite value
+// rather than the fused node. It returns a node standing for that op (nil
+// when every value is finite) with the output's index and bad's findings.
+type FusedChecker interface {
+	RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad NonFinite) (culprit *trace.Node, output, index int, value float64, err error)
+}
+
+// ErrUnsupported is matched by errors.Is for every *UnsupportedError.
+var ErrUnsupported = errors.New("op not supported by the backend")
+
+// UnsupportedError says that a backend has no kernel for an op (or for an
+// op with these attributes or dtypes).
+type UnsupportedError struct {
+	Backend string // the backend's Name
+	Op      string // the op's Name
+	Type    string // the op's Go type, for ops that share a name
+	Reason  string // what is missing, when more precise than the op
+}
+
+func (e *UnsupportedError) Error() string {
+	s := fmt.Sprintf("backend %s has no kernel for op %s (%s)", e.Backend, e.Op, e.Type)
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// Unsupported returns the *UnsupportedError of backend b for op o.
+func Unsupported(b string, o trace.Op, reason string) *UnsupportedError {
+	return &UnsupportedError{Backend: b, Op: o.Name(), Type: fmt.Sprintf("%T", o), Reason: reason}
+}
