@@ -39,9 +39,9 @@ type Problem struct {
 	NewOptimizer func() (optim.Optimizer, error)
 	// Cost ranks candidate plans; zero means DefaultCost.
 	Cost CostModel
-	// Policies restricts the recomputation policies tried (default: none,
-	// selective, auto).
-	Policies []string
+	// Policies restricts the recomputation policies tried (default: all,
+	// Policies).
+	Policies []Policy
 	// Precisions lists the numeric precisions the planner may choose
 	// (transform.Precisions names). Default: fp32 only, so that the planner
 	// changes numerics only where it is allowed to (AutoPrecisions).
@@ -118,8 +118,8 @@ type Choice struct {
 	// trainer (nil for "none"), with the size threshold the planner chose.
 	Compression string
 	Compress    transform.CompressPolicy
-	Policy      string
-	Remat       transform.Policy // nil for "none"
+	Policy      Policy
+	Remat       transform.Policy // nil for RecomputeNone
 	Recomputed  int              // forward nodes recomputed
 	// Stride (auto only) is how the chain of residual additions is
 	// checkpointed: one block output in Stride is kept and the others are
@@ -157,15 +157,19 @@ type Choice struct {
 // Bytes is what the choice needs from the device (Reserved).
 func (c Choice) Bytes() int64 { return c.Reserved }
 
-// Apply configures tr to run the choice's micro-batches: precision,
-// saved-activation storage, recomputation and where the optimizer runs.
-// The caller splits each batch into Accumulation micro-batches
-// (train.Split).
-func (c Choice) Apply(tr *train.Trainer) {
-	tr.SetPrecision(c.Precision)
-	tr.Compress = c.Compress
-	tr.SetRemat(c.Remat) // also drops steps compiled with the old storage
-	tr.OptimizerInBackward = c.InBackward
+// Config is the trainer configuration that runs the choice: micro-batches
+// by accumulation, precision, saved-activation storage, recomputation and
+// where the optimizer runs.
+func (c Choice) Config() train.Config {
+	st, _ := train.StorageOf(c.Compress) // the planner makes only Compression values
+	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward}
+}
+
+// Apply configures tr to run the choice (tr.SetConfig(c.Config())). Step
+// splits each batch into Accumulation micro-batches; a caller of
+// StepAccumulate splits them itself (train.Split).
+func (c Choice) Apply(tr *train.Trainer) error {
+	return tr.SetConfig(c.Config())
 }
 
 // minBytes is the compression size threshold of a choice (0: none).
@@ -222,17 +226,61 @@ func (e *TooSmallError) Error() string {
 
 func (e *TooSmallError) Is(t error) bool { return t == ErrBudget }
 
-// Policies is the list of recomputation policy names.
-var Policies = []string{"none", "selective", "auto"}
+// Policy is a recomputation policy the planner searches.
+type Policy uint8
 
-// ParsePolicy validates a policy name.
-func ParsePolicy(s string) (string, error) {
-	for _, p := range Policies {
-		if p == s {
-			return s, nil
+const (
+	// RecomputeNone keeps every activation.
+	RecomputeNone Policy = iota
+	// RecomputeSelective recomputes cheap elementwise ops and norms
+	// (transform.CheapOps).
+	RecomputeSelective
+	// RecomputeAuto recomputes the fewest nodes, cheapest per byte freed
+	// first, and checkpoints residual chains in segments, to fit.
+	RecomputeAuto
+)
+
+var policyNames = [...]string{"none", "selective", "auto"}
+
+func (p Policy) String() string {
+	if int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return fmt.Sprintf("Policy(%d)", p)
+}
+
+// MarshalText writes the policy by name (JSON too).
+func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads a policy name.
+func (p *Policy) UnmarshalText(b []byte) error {
+	q, err := ParsePolicy(string(b))
+	if err == nil {
+		*p = q
+	}
+	return err
+}
+
+// Policies is every recomputation policy, in the order searched.
+var Policies = []Policy{RecomputeNone, RecomputeSelective, RecomputeAuto}
+
+// ParsePolicy reads a policy name: the one place policy names are read.
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if n == s {
+			return Policy(i), nil
 		}
 	}
-	return "", fmt.Errorf("unknown recomputation policy %q (valid: none, selective, auto)", s)
+	return 0, fmt.Errorf("unknown recomputation policy %q (valid: %s)", s, strings.Join(policyNames[:], ", "))
+}
+
+// Recompute is the trainer's recomputation for a policy that names no
+// nodes (none and selective; auto's nodes come from the planner).
+func (p Policy) Recompute() train.Recompute {
+	if p == RecomputeSelective {
+		return train.Selective
+	}
+	return train.NoRecompute
 }
 
 // setting is a precision and a saved-activation storage policy: the
@@ -295,15 +343,14 @@ func settings(p Problem) ([]setting, error) {
 type fitter struct {
 	p    Problem
 	sets []setting
-	// tr plans steps with gradient buffers and trIB (when inBack) steps
-	// with the optimizer in the backward pass, each on a meta device of
-	// its own: planning a step frees or allocates the gradient buffers as
-	// the step will, and the bytes it reports are read from the device.
-	tr, trIB *train.Trainer
+	// tr plans every candidate configuration on the meta device
+	// (train.Trainer.PlanConfig: planning is a pure function of the
+	// configuration and the shapes; the trainer is never reconfigured).
+	tr *train.Trainer
 	// inBack: Problem.OptimizerInBackward, and the optimizer can do it;
 	// else inBackErr says why not.
 	inBack    bool
-	inBackErr error
+	inBackErr *train.InBackwardError
 	// full holds the persistent state of a run with gradient buffers
 	// (full[0]) and of one with the optimizer in the backward pass
 	// (full[1], when inBack) on uncapped meta devices; persistent is what
@@ -334,7 +381,8 @@ type fitter struct {
 type evalKey struct {
 	batch, m   int
 	prec       transform.Precision
-	comp, pol  string
+	comp       string
+	pol        Policy
 	prefix     int
 	stride     int
 	minBytes   int64
@@ -383,8 +431,8 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		pols = Policies
 	}
 	for _, s := range pols {
-		if _, err := ParsePolicy(s); err != nil {
-			return nil, err
+		if s > RecomputeAuto {
+			return nil, fmt.Errorf("budget: unknown recomputation policy %v", s)
 		}
 	}
 	f, err := newFitter(p)
@@ -404,7 +452,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 	res := &Result{}
 	// The baseline keeps gradient buffers: it is the step as it runs
 	// without the planner.
-	if res.Baseline, err = f.plan(setting{prec: f.sets[0].prec, comp: "none"}, p.Batch, "none", 0, 0, 0, false); err != nil {
+	if res.Baseline, err = f.plan(setting{prec: f.sets[0].prec, comp: "none"}, p.Batch, RecomputeNone, 0, 0, 0, false); err != nil {
 		return nil, err
 	}
 	bound := make([]float64, len(f.sets))
@@ -416,7 +464,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		// The whole batch in either optimizer mode: micro-batched plans
 		// keep gradient buffers.
 		for _, ib := range []bool{false, true} {
-			c, err := f.plan(s, p.Batch, "none", 0, 0, 0, ib)
+			c, err := f.plan(s, p.Batch, RecomputeNone, 0, 0, 0, ib)
 			if err != nil {
 				return nil, err
 			}
@@ -453,8 +501,8 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 			if c, err = f.refine(s, c); err != nil {
 				return nil, err
 			}
-			if c.Policy == "auto" && c.Recomputed == 0 {
-				c.Policy, c.Remat = "none", nil
+			if c.Policy == RecomputeAuto && c.Recomputed == 0 {
+				c.Policy, c.Remat = RecomputeNone, nil
 			}
 			if j := slices.IndexFunc(res.Candidates, c.same); j >= 0 {
 				// Name it by the simpler storage (a threshold above
@@ -481,7 +529,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 	if b := res.Best; p.OptimizerInBackward && !b.InBackward {
 		switch {
 		case f.inBackErr != nil:
-			res.notInBackward = strings.TrimPrefix(f.inBackErr.Error(), "train: optimizer in backward: ")
+			res.notInBackward = f.inBackErr.Detail()
 		case b.Accumulation > 1:
 			res.notInBackward = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
 		default:
@@ -499,9 +547,9 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 // recomputation and compression in fp32. The two modes set up different
 // persistent state, so each has its own smallest capacity; the smaller
 // one is the minimum.
-func (f *fitter) tooSmall(pols []string, reason string) error {
+func (f *fitter) tooSmall(pols []Policy, reason string) error {
 	var least [2]Choice // per mode: the smallest arena
-	consider := func(s setting, m int, pol string) error {
+	consider := func(s setting, m int, pol Policy) error {
 		c, err := f.most(s, m, pol)
 		if err != nil {
 			return err
@@ -546,8 +594,8 @@ func (f *fitter) tooSmall(pols []string, reason string) error {
 
 // effort is the prefix of the auto candidate list that saves the most
 // memory (-1: all of it); other policies have no prefix.
-func effort(pol string) int {
-	if pol == "auto" {
+func effort(pol Policy) int {
+	if pol == RecomputeAuto {
 		return -1
 	}
 	return 0
@@ -572,18 +620,12 @@ func newFitter(p Problem) (*fitter, error) {
 	if p.OptimizerInBackward {
 		// The trainer is fp32 with no scaler or clipping: only the
 		// optimizer can refuse here.
-		f.inBackErr = f.tr.CheckOptimizerInBackward(1)
-		f.inBack = f.inBackErr == nil
-	}
-	if f.inBack {
-		if opt, err = p.NewOptimizer(); err == nil {
-			f.trIB, err = train.Setup(device.Meta(), 0, p.Build, opt)
-		}
-		if err != nil {
+		err := f.tr.CheckOptimizerInBackward(1)
+		f.inBack = err == nil
+		if !f.inBack && !errors.As(err, &f.inBackErr) {
 			f.close()
 			return nil, err
 		}
-		f.trIB.OptimizerInBackward = true
 	}
 	for _, ib := range []bool{false, true} {
 		if ib && !f.inBack {
@@ -603,9 +645,6 @@ func newFitter(p Problem) (*fitter, error) {
 
 func (f *fitter) close() {
 	f.tr.Close()
-	if f.trIB != nil {
-		f.trIB.Close()
-	}
 }
 
 // setup allocates the run's persistent state on a meta device capped at
@@ -625,17 +664,10 @@ func (f *fitter) setup(capacity int64, inBackward bool) (*runState, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := train.Setup(dev, 0, f.p.Build, opt)
-	if err != nil {
+	// Gradient buffers come after the optimizer state (train.NewConfig);
+	// a run that updates in the backward pass never has them.
+	if _, err := train.SetupConfig(dev, 0, f.p.Build, opt, train.Config{OptimizerInBackward: inBackward}); err != nil {
 		return nil, err
-	}
-	// Gradient buffers come with the first step, after the optimizer
-	// state (nn.Store.Materialize leaves them to AllocGrads); a run that
-	// updates in the backward pass never has them.
-	if !inBackward {
-		if err := tr.Store.AllocGrads(); err != nil {
-			return nil, err
-		}
 	}
 	return &runState{dev: dev, floor: dev.Alloc.Stats().ReservedBytes.Current}, nil
 }
@@ -701,9 +733,9 @@ func (f *fitter) reserved(arena int64, inBackward bool) (int64, error) {
 // fp32 (one pass is one micro-batch), found from plans alone (no trial
 // steps): it fits and one more sample does not. It is 0 when not even one
 // sample fits.
-func MaxBatch(ctx context.Context, p Problem, policy string) (int, error) {
-	if _, err := ParsePolicy(policy); err != nil {
-		return 0, err
+func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
+	if policy > RecomputeAuto {
+		return 0, fmt.Errorf("budget: unknown recomputation policy %v", policy)
 	}
 	f, err := newFitter(p)
 	if err != nil {
@@ -737,7 +769,7 @@ func MaxBatch(ctx context.Context, p Problem, policy string) (int, error) {
 // best finds, for one setting and policy, the largest micro-batch that
 // fits and the cheapest recomputation at that size. A selective plan
 // slower than bound (when positive) even for the whole batch is skipped.
-func (f *fitter) best(s setting, pol string, bound float64) (Choice, bool, error) {
+func (f *fitter) best(s setting, pol Policy, bound float64) (Choice, bool, error) {
 	fits := func(m int) (Choice, bool, error) {
 		c, err := f.most(s, m, pol)
 		return c, err == nil && c.Fits, err
@@ -747,12 +779,12 @@ func (f *fitter) best(s setting, pol string, bound float64) (Choice, bool, error
 	if err != nil {
 		return Choice{}, false, err
 	}
-	if pol == "selective" && bound > 0 && c.Time >= bound {
+	if pol == RecomputeSelective && bound > 0 && c.Time >= bound {
 		return Choice{}, false, nil
 	}
 	lo, hi := 0, n // lo fits (0 is a sentinel), hi+1 does not
 	switch {
-	case ok && pol != "auto":
+	case ok && pol != RecomputeAuto:
 		return c, true, nil
 	case ok:
 		lo = n
@@ -777,7 +809,7 @@ func (f *fitter) best(s setting, pol string, bound float64) (Choice, bool, error
 			hi = mid - 1
 		}
 	}
-	if pol != "auto" {
+	if pol != RecomputeAuto {
 		c, err := f.eval(s, lo, pol, 0, 0, 0)
 		return c, err == nil, err
 	}
@@ -801,7 +833,7 @@ func (f *fitter) minimalAuto(s setting, m int) (Choice, error) {
 	}
 	var best Choice
 	for _, stride := range f.strides(m) {
-		if c, err := f.eval(s, m, "auto", len(cands), stride, 0); err != nil {
+		if c, err := f.eval(s, m, RecomputeAuto, len(cands), stride, 0); err != nil {
 			return Choice{}, err
 		} else if !c.Fits {
 			continue
@@ -809,7 +841,7 @@ func (f *fitter) minimalAuto(s setting, m int) (Choice, error) {
 		lo, hi := 0, len(cands)
 		for lo < hi {
 			mid := (lo + hi) / 2
-			c, err := f.eval(s, m, "auto", mid, stride, 0)
+			c, err := f.eval(s, m, RecomputeAuto, mid, stride, 0)
 			if err != nil {
 				return Choice{}, err
 			}
@@ -819,7 +851,7 @@ func (f *fitter) minimalAuto(s setting, m int) (Choice, error) {
 				lo = mid + 1
 			}
 		}
-		c, err := f.eval(s, m, "auto", lo, stride, 0)
+		c, err := f.eval(s, m, RecomputeAuto, lo, stride, 0)
 		if err != nil {
 			return Choice{}, err
 		}
@@ -829,7 +861,7 @@ func (f *fitter) minimalAuto(s setting, m int) (Choice, error) {
 	}
 	if best.MicroBatch == 0 {
 		// best() saw the most recomputation fit; it is the fallback.
-		return f.most(s, m, "auto")
+		return f.most(s, m, RecomputeAuto)
 	}
 	return best, nil
 }
@@ -838,7 +870,7 @@ func (f *fitter) minimalAuto(s setting, m int) (Choice, error) {
 // (effort): the first of the effortStrides that fits, else the one with
 // the smallest arena. Whether a micro-batch fits at all, and the smallest
 // budget, are decided by it.
-func (f *fitter) most(s setting, m int, pol string) (Choice, error) {
+func (f *fitter) most(s setting, m int, pol Policy) (Choice, error) {
 	var least Choice
 	for _, stride := range f.effortStrides(m, pol) {
 		c, err := f.eval(s, m, pol, effort(pol), stride, 0)
@@ -876,8 +908,8 @@ func (f *fitter) strides(m int) []int {
 // decide whether anything fits: keeping every block output, and keeping
 // one in two, which needs the least memory on the residual networks
 // measured (longer segments hold more at once in the backward pass).
-func (f *fitter) effortStrides(m int, pol string) []int {
-	if pol != "auto" {
+func (f *fitter) effortStrides(m int, pol Policy) []int {
+	if pol != RecomputeAuto {
 		return []int{0}
 	}
 	ss := f.strides(m)
@@ -961,39 +993,13 @@ func (f *fitter) graph(m int) (*trace.Graph, error) {
 	if g, ok := f.graphs[m]; ok {
 		return g, nil
 	}
-	rec := &recorder{}
-	configure(f.tr, setting{}, rec, 0)
 	x, y := f.p.Example(m)
-	if _, err := f.tr.TrainProgram(x, y); err != nil {
+	g, err := f.tr.Trace(x, y)
+	if err != nil {
 		return nil, err
 	}
-	if rec.g == nil {
-		return nil, fmt.Errorf("budget: the step has no recomputable node")
-	}
-	f.graphs[m] = rec.g
-	return rec.g, nil
-}
-
-// recorder is a recomputation policy that recomputes nothing and keeps
-// the graph it is asked about.
-type recorder struct{ g *trace.Graph }
-
-func (r *recorder) Recompute(n *trace.Node) bool {
-	if r.g == nil {
-		r.g = n.Outputs[0].Graph()
-	}
-	return false
-}
-
-func (r *recorder) Region(*trace.Node) int { return 0 }
-
-// configure sets tr's precision, storage and recomputation and
-// drops its compiled steps. The precision is set directly: planning on the
-// meta device needs no GradScaler.
-func configure(tr *train.Trainer, s setting, remat transform.Policy, minBytes int64) {
-	tr.Precision = s.prec
-	tr.Compress = s.withMin(minBytes)
-	tr.SetRemat(remat)
+	f.graphs[m] = g
+	return g, nil
 }
 
 // candidates lists the forward nodes whose outputs the backward pass keeps,
@@ -1054,13 +1060,13 @@ func (f *fitter) candidates(m int) ([]int, error) {
 // the residual chain is checkpointed (Choice.Stride); minBytes > 0 is
 // the compression size threshold (0: the setting's default). The
 // optimizer runs in the backward pass wherever it is allowed and applies.
-func (f *fitter) eval(s setting, m int, pol string, prefix, stride int, minBytes int64) (Choice, error) {
+func (f *fitter) eval(s setting, m int, pol Policy, prefix, stride int, minBytes int64) (Choice, error) {
 	return f.plan(s, m, pol, prefix, stride, minBytes, f.inBack)
 }
 
 // plan is eval, with the optimizer in the backward pass only if
 // inBackward allows it (and it applies: one micro-batch in fp32).
-func (f *fitter) plan(s setting, m int, pol string, prefix, stride int, minBytes int64, inBackward bool) (Choice, error) {
+func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes int64, inBackward bool) (Choice, error) {
 	// The trainer splits a batch into k near-equal micro-batches
 	// (train.Split); the largest has ceil(N/k) samples, at most m.
 	k := (f.p.Batch + m - 1) / m
@@ -1068,9 +1074,9 @@ func (f *fitter) plan(s setting, m int, pol string, prefix, stride int, minBytes
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
 		InBackward: inBackward && f.inBack && k == 1 && s.prec == transform.FP32}
 	switch pol {
-	case "selective":
+	case RecomputeSelective:
 		c.Remat = transform.CheapOps
-	case "auto":
+	case RecomputeAuto:
 		cands, err := f.candidates(m)
 		if err != nil {
 			return c, err
@@ -1102,7 +1108,7 @@ func (f *fitter) plan(s setting, m int, pol string, prefix, stride int, minBytes
 	if r, ok := f.memo[key]; ok {
 		return r, nil
 	}
-	if pol == "selective" {
+	if pol == RecomputeSelective {
 		g, err := f.graph(m)
 		if err != nil {
 			return c, err
@@ -1113,11 +1119,8 @@ func (f *fitter) plan(s setting, m int, pol string, prefix, stride int, minBytes
 		}
 		c.Recomputed = st.Recomputed
 	}
-	tr := f.tr
-	if c.InBackward {
-		tr = f.trIB
-	}
-	configure(tr, s, c.Remat, minBytes)
+	cfg := c.Config()
+	cfg.Accumulation = 0 // planned one micro-batch at a time
 	// N%k micro-batches of size m and the rest one smaller.
 	sizes, counts := []int{m}, []int{k}
 	if r := f.p.Batch % k; r != 0 {
@@ -1125,19 +1128,11 @@ func (f *fitter) plan(s setting, m int, pol string, prefix, stride int, minBytes
 	}
 	for i, sz := range sizes {
 		x, y := f.p.Example(sz)
-		mem, err := tr.Plan(x, y)
+		mem, prog, err := f.tr.PlanConfig(cfg, x, y)
 		if err != nil {
 			return c, err
 		}
-		program := tr.TrainProgram
-		if c.InBackward {
-			program = tr.InBackwardProgram
-		}
-		prog, err := program(x, y)
-		if err != nil {
-			return c, err
-		}
-		t := f.cost.Graph(prog.Plan.Order)
+		t := f.cost.Graph(prog.Program.Plan.Order)
 		if i == 0 {
 			c.Memory = mem
 			if c.Reserved, err = f.reserved(mem.ArenaBytes, c.InBackward); err != nil {

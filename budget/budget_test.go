@@ -86,7 +86,9 @@ func TestAcceptedPlansRunWithinBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.Close()
-			tr.Remat = res.Best.Remat
+			if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(res.Best.Remat)}); err != nil {
+				t.Fatal(err)
+			}
 			for step := 0; step < 3; step++ {
 				n := 24
 				if step == 2 {
@@ -118,7 +120,7 @@ func TestAcceptedPlansRunWithinBudget(t *testing.T) {
 
 func TestMaxBatchIsTheTrueMaximum(t *testing.T) {
 	const b = 40 << 20
-	got, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), "none")
+	got, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), budget.RecomputeNone)
 	if err != nil {
 		t.Fatal(err)
 	}

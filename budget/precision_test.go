@@ -97,7 +97,7 @@ func TestPlannerChoosesPrecisionAndCompression(t *testing.T) {
 	lo, hi := fp32Min, int64(1<<30)
 	for hi-lo > 4096 {
 		mid := (lo + hi) / 2
-		n, err := budget.MaxBatch(context.Background(), wideProblem(batch, mid, nil, nil), "none")
+		n, err := budget.MaxBatch(context.Background(), wideProblem(batch, mid, nil, nil), budget.RecomputeNone)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,8 +306,11 @@ func TestCostChargesRoundingAndCompression(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		tr.SetPrecision(prec)
-		tr.Compress, _ = transform.ParseCompress(comp)
+		cp, _ := transform.ParseCompress(comp)
+		st, _ := train.StorageOf(cp)
+		if err := tr.SetConfig(train.Config{Precision: prec, Storage: st}); err != nil {
+			t.Fatal(err)
+		}
 		x, y := wideProblem(1, 0, nil, nil).Example(4)
 		p, err := tr.TrainProgram(x, y)
 		if err != nil {

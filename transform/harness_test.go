@@ -24,9 +24,13 @@ type setup struct {
 }
 
 func (s setup) apply(tr *train.Trainer) {
-	tr.Remat = s.remat
-	tr.Compress = s.compress
-	tr.SetPrecision(s.precision)
+	st, err := train.StorageOf(s.compress)
+	if err != nil {
+		panic(err)
+	}
+	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(s.remat), Storage: st, Precision: s.precision}); err != nil {
+		panic(err)
+	}
 }
 
 // outcome of one step of a zoo model on a fixed random batch.
