@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -143,6 +144,12 @@ type Choice struct {
 	// gradient buffers included, since they are freed only by the first
 	// step.
 	Reserved int64
+	// Capacity is the device capacity the run is to be capped at: the
+	// budget, or, where the allocator's regular segment sizes keep the
+	// run from fitting a device capped at the budget itself, the smallest
+	// capacity below it that holds it (allocations under a tighter cap
+	// map tighter segments).
+	Capacity int64
 	// Fits reports whether the run fits on a device capped at the budget
 	// (simulated: under a capacity the allocator maps tighter segments, so
 	// a run may fit a budget below its uncapped Reserved).
@@ -423,8 +430,8 @@ func mode(inBackward bool) int {
 // micro-batch in fp32 runs the optimizer in the backward pass, and the
 // least-memory plan may be the whole batch that way.
 func Fit(ctx context.Context, p Problem) (*Result, error) {
-	if p.Batch < 1 {
-		return nil, fmt.Errorf("budget: batch size must be positive, got %d", p.Batch)
+	if err := checkBatch(p); err != nil {
+		return nil, err
 	}
 	pols := p.Policies
 	if len(pols) == 0 {
@@ -440,21 +447,30 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		return nil, err
 	}
 	defer f.close()
-	if f.check[0] == nil && (!f.inBack || f.check[1] == nil) {
-		// Refused before any search: nothing else fits if these do not.
-		reason := fmt.Sprintf("parameters, gradients and optimizer state alone (%s) do not fit", device.FormatBytes(f.persistent))
-		if f.inBack {
-			reason = fmt.Sprintf("parameters and optimizer state alone (%s) do not fit", device.FormatBytes(f.full[1].dev.Alloc.Stats().AllocatedBytes.Current))
-		}
-		return nil, f.tooSmall(pols, reason)
-	}
-
 	res := &Result{}
 	// The baseline keeps gradient buffers: it is the step as it runs
 	// without the planner.
 	if res.Baseline, err = f.plan(setting{prec: f.sets[0].prec, comp: "none"}, p.Batch, RecomputeNone, 0, 0, 0, false); err != nil {
 		return nil, err
 	}
+	if f.check[0] == nil && (!f.inBack || f.check[1] == nil) {
+		// Nothing is searched at the budget: nothing else fits if these
+		// do not. Below it a tighter capacity may still fit.
+		c, ok, err := f.belowBudget(pols)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			reason := fmt.Sprintf("parameters, gradients and optimizer state alone (%s) do not fit", device.FormatBytes(f.persistent))
+			if f.inBack {
+				reason = fmt.Sprintf("parameters and optimizer state alone (%s) do not fit", device.FormatBytes(f.full[1].dev.Alloc.Stats().AllocatedBytes.Current))
+			}
+			return nil, f.tooSmall(pols, reason)
+		}
+		res.Candidates = []Choice{c}
+		return f.finish(res)
+	}
+
 	bound := make([]float64, len(f.sets))
 	for i, s := range f.sets {
 		if s.refinable() {
@@ -519,8 +535,21 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		}
 	}
 	if len(res.Candidates) == 0 {
-		return nil, f.tooSmall(pols, "")
+		c, ok, err := f.belowBudget(pols)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, f.tooSmall(pols, "")
+		}
+		res.Candidates = []Choice{c}
 	}
+	return f.finish(res)
+}
+
+// finish chooses the fastest candidate and says what it does.
+func (f *fitter) finish(res *Result) (*Result, error) {
+	p := f.p
 	sort.SliceStable(res.Candidates, func(i, j int) bool { return res.Candidates[i].Time < res.Candidates[j].Time })
 	res.Best = res.Candidates[0]
 	if err := f.describe(&res.Best); err != nil {
@@ -539,6 +568,63 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 	return res, nil
 }
 
+// ErrBatch is matched by errors.Is for a batch size that cannot be
+// planned: not positive, or so large that its tensors' sizes overflow.
+var ErrBatch = errors.New("budget: impossible batch size")
+
+// checkBatch refuses batch sizes whose inputs cannot be sized: a byte
+// count past 2^63 would wrap and every size derived from it would be
+// nonsense (negative shapes, divisions by zero).
+func checkBatch(p Problem) error {
+	if p.Batch < 1 {
+		return fmt.Errorf("%w: batch size must be positive, got %d", ErrBatch, p.Batch)
+	}
+	x, y := p.Example(p.Batch)
+	for _, m := range []trace.Meta{x, y} {
+		if _, ok := bytesOf(m); !ok {
+			return fmt.Errorf("%w: a batch of %d samples has inputs of shape %v (%v): more than %s", ErrBatch, p.Batch, m.Shape, m.DType, device.FormatBytes(math.MaxInt64))
+		}
+	}
+	return nil
+}
+
+// bytesOf is m's size in bytes, false when a dimension is negative or the
+// size overflows int64.
+func bytesOf(m trace.Meta) (int64, bool) {
+	n := int64(m.DType.Size())
+	for _, d := range m.Shape {
+		if d < 0 {
+			return 0, false
+		}
+		if d != 0 && n > math.MaxInt64/int64(d) {
+			return 0, false
+		}
+		n *= int64(d)
+	}
+	return n, true
+}
+
+// belowBudget is the least-memory plan when it fits a capacity at or below
+// the budget although nothing fits on a device capped at the budget itself
+// (see minimum): the run then caps its device at Choice.Capacity, and every
+// budget from the smallest that works up is accepted.
+func (f *fitter) belowBudget(pols []Policy) (Choice, bool, error) {
+	c, lowest, err := f.least(pols)
+	if err != nil || lowest < 0 || lowest > f.p.Budget || f.p.Budget <= 0 {
+		return Choice{}, false, err
+	}
+	st, err := f.setup(lowest, c.InBackward)
+	if err != nil {
+		return Choice{}, false, nil
+	}
+	r, ok := fits(st, c.Memory.ArenaBytes)
+	if !ok {
+		return Choice{}, false, nil
+	}
+	c.Fits, c.Capacity, c.Reserved = true, lowest, r
+	return c, true, nil
+}
+
 // tooSmall is the error for a budget nothing fits: the least-memory plan
 // of the allowed search space and the smallest capacity that holds it.
 // With gradient buffers that is one sample per micro-batch, the most each
@@ -548,6 +634,30 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 // persistent state, so each has its own smallest capacity; the smaller
 // one is the minimum.
 func (f *fitter) tooSmall(pols []Policy, reason string) error {
+	best, lowest, err := f.least(pols)
+	if err != nil {
+		return err
+	}
+	if reason == "" {
+		how := "one sample per micro-batch"
+		if best.InBackward {
+			how = fmt.Sprintf("%d samples in one pass with the optimizer in the backward pass", best.MicroBatch)
+		}
+		reason = fmt.Sprintf("even the plan that needs the least memory (%s, %s, saved activations %s, recomputation %s) allocates %s at its peak and needs %s of device memory with the allocator's segments",
+			how, best.Precision, best.Compression, best.Policy, device.FormatBytes(best.Memory.Total()), device.FormatBytes(lowest))
+	}
+	return &TooSmallError{Budget: f.p.Budget, Minimum: lowest, Persistent: f.persistent, Reason: reason}
+}
+
+// least is the least-memory plan of the allowed search space and the
+// smallest capacity that holds it (the smallest budget that works). With
+// gradient buffers that is one sample per micro-batch, the most each
+// policy recomputes, each setting's full compression; with the optimizer
+// in the backward pass (one micro-batch, so the whole batch) the same
+// recomputation and compression in fp32. The two modes set up different
+// persistent state, so each has its own smallest capacity; the smaller
+// one is the minimum.
+func (f *fitter) least(pols []Policy) (Choice, int64, error) {
 	var least [2]Choice // per mode: the smallest arena
 	consider := func(s setting, m int, pol Policy) error {
 		c, err := f.most(s, m, pol)
@@ -562,11 +672,11 @@ func (f *fitter) tooSmall(pols []Policy, reason string) error {
 	for _, s := range f.sets {
 		for _, pol := range pols {
 			if err := consider(s, 1, pol); err != nil {
-				return err
+				return Choice{}, 0, err
 			}
 			if f.inBack && s.prec == transform.FP32 && f.p.Batch > 1 {
 				if err := consider(s, f.p.Batch, pol); err != nil {
-					return err
+					return Choice{}, 0, err
 				}
 			}
 		}
@@ -581,15 +691,7 @@ func (f *fitter) tooSmall(pols []Policy, reason string) error {
 			best, lowest = c, m
 		}
 	}
-	if reason == "" {
-		how := "one sample per micro-batch"
-		if best.InBackward {
-			how = fmt.Sprintf("%d samples in one pass with the optimizer in the backward pass", best.MicroBatch)
-		}
-		reason = fmt.Sprintf("even the plan that needs the least memory (%s, %s, saved activations %s, recomputation %s) needs %s",
-			how, best.Precision, best.Compression, best.Policy, device.FormatBytes(best.Memory.Total()))
-	}
-	return &TooSmallError{Budget: f.p.Budget, Minimum: lowest, Persistent: f.persistent, Reason: reason}
+	return best, lowest, nil
 }
 
 // effort is the prefix of the auto candidate list that saves the most
@@ -696,23 +798,52 @@ func fits(st *runState, arena int64) (int64, bool) {
 }
 
 // minimum is the smallest capacity on which the persistent state of the
-// optimizer mode and an arena of this size fit: a binary search over
-// capacities, each one simulated; hi is known to fit.
+// optimizer mode and an arena of this size fit, to 4 KiB; hi is known to
+// fit.
+//
+// Fitting is not monotonic in the capacity: under a capacity the allocator
+// maps segments as tight as a request where its regular sizes (2 and 20
+// MiB) do not fit, so a run may fit a capacity just below 2 MiB and not one
+// just above it (the first small request takes a 2 MiB segment there). A
+// binary search can land on the far side of such a gap; this search
+// walks up from what the allocations alone need, each failed capacity
+// raised by at least what its out-of-memory lacked.
 func (f *fitter) minimum(arena, hi int64, inBackward bool) int64 {
-	lo := int64(0) // does not fit
-	for hi-lo > 4096 {
-		mid := (lo + hi) / 2 / 4096 * 4096
-		if mid <= lo {
-			break
+	const page = 4096
+	up := func(n int64) int64 { return (n + page - 1) / page * page }
+	c := up(f.full[mode(inBackward)].dev.Alloc.Stats().AllocatedBytes.Current + arena)
+	for c < hi {
+		short, ok := f.tryCapacity(c, arena, inBackward)
+		if ok {
+			return c
 		}
-		st, err := f.setup(mid, inBackward)
-		if _, ok := fits(st, arena); err == nil && ok {
-			hi = mid
-		} else {
-			lo = mid
-		}
+		c += max(page, up(short))
 	}
 	return hi
+}
+
+// tryCapacity sets the run up on a meta device capped at capacity and
+// reserves the arena; when that fails, short is how many bytes the failed
+// request lacked (0 when unknown).
+func (f *fitter) tryCapacity(capacity, arena int64, inBackward bool) (short int64, ok bool) {
+	lacked := func(err error) int64 {
+		var oom *device.OutOfMemoryError
+		if !errors.As(err, &oom) || oom.Limit <= 0 {
+			return 0
+		}
+		need := (oom.Size + 4095) / 4096 * 4096
+		return max(0, need-(oom.Limit-oom.Reserved))
+	}
+	st, err := f.setup(capacity, inBackward)
+	if err != nil {
+		return lacked(err), false
+	}
+	b, err := st.dev.Alloc.Reserve(arena, device.Tag{Category: device.Activation, Op: "arena"})
+	if err != nil {
+		return lacked(err), false
+	}
+	st.dev.Alloc.Release(b)
+	return 0, true
 }
 
 // reserved simulates the arena's reservation next to the persistent state
@@ -736,6 +867,9 @@ func (f *fitter) reserved(arena int64, inBackward bool) (int64, error) {
 func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
 	if policy > RecomputeAuto {
 		return 0, fmt.Errorf("budget: unknown recomputation policy %v", policy)
+	}
+	if err := checkBatch(p); err != nil {
+		return 0, err
 	}
 	f, err := newFitter(p)
 	if err != nil {
@@ -1069,8 +1203,9 @@ func (f *fitter) eval(s setting, m int, pol Policy, prefix, stride int, minBytes
 func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes int64, inBackward bool) (Choice, error) {
 	// The trainer splits a batch into k near-equal micro-batches
 	// (train.Split); the largest has ceil(N/k) samples, at most m.
-	k := (f.p.Batch + m - 1) / m
-	m = (f.p.Batch + k - 1) / k
+	// (written so that no sum overflows, whatever the batch)
+	k := 1 + (f.p.Batch-1)/m
+	m = 1 + (f.p.Batch-1)/k
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
 		InBackward: inBackward && f.inBack && k == 1 && s.prec == transform.FP32}
 	switch pol {
@@ -1139,7 +1274,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 				return c, err
 			}
 			if r, ok := fits(f.check[mode(c.InBackward)], mem.ArenaBytes); ok {
-				c.Reserved, c.Fits = r, true
+				c.Reserved, c.Fits, c.Capacity = r, true, f.p.Budget
 			}
 		}
 		c.Time += t * float64(counts[i])
@@ -1232,6 +1367,9 @@ func (r *Result) Print(w io.Writer, budget int64) {
 	}
 	b.Memory.Print(w)
 	fmt.Fprintf(w, "  %-22s %12s   (segments the allocator maps; budget %s)\n", "device memory needed", device.FormatBytes(b.Bytes()), device.FormatBytes(budget))
+	if b.Capacity > 0 && b.Capacity < budget {
+		fmt.Fprintf(w, "  %-22s %12s   (a device capped at the budget itself would map the allocator's regular segments, which do not fit)\n", "device capped at", device.FormatBytes(b.Capacity))
+	}
 	base := r.Baseline
 	fmt.Fprintf(w, "  estimated slowdown     %11.2fx   (against the whole batch in %s with nothing recomputed or compressed, which needs %s)\n",
 		r.Slowdown(), base.Precision, device.FormatBytes(base.Bytes()))

@@ -226,7 +226,8 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		// backward pass when it was asked for.
 		inBack = res.Best.InBackward
 		if !strings.Contains(f.device, "mem=") {
-			f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
+			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity) // the budget, or the tighter capacity the plan fits
+
 		}
 	}
 	dev, err := device.New(f.device)

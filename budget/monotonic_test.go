@@ -1,0 +1,125 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/headroom-ml/headroom/budget"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+)
+
+type mlp struct{ l1, l2 *nn.Linear }
+
+func (m *mlp) Forward(x *trace.Tensor) *trace.Tensor { return m.l2.Forward(op.ReLU(m.l1.Forward(x))) }
+
+// mlpProblem is an in-hidden-out MLP with AdamW, trained with batch
+// samples.
+func mlpProblem(in, hidden, out, batch int, b int64) budget.Problem {
+	return budget.Problem{
+		Build: func(s *nn.Store) (train.Model, train.LossFunc) {
+			return &mlp{nn.NewLinear(s.Root().Sub("l1"), in, hidden, true), nn.NewLinear(s.Root().Sub("l2"), hidden, out, true)},
+				func(o, y *trace.Tensor) *trace.Tensor { return op.CrossEntropy(o, y, op.DefaultCrossEntropyOpts()) }
+		},
+		Example: func(n int) (trace.Meta, trace.Meta) {
+			return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, in}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}
+		},
+		Batch: batch, Budget: b,
+		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdamW(optim.AdamWDefaults()) },
+	}
+}
+
+func accepted(t *testing.T, p budget.Problem) (bool, *budget.TooSmallError) {
+	t.Helper()
+	_, err := budget.Fit(context.Background(), p)
+	var ts *budget.TooSmallError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ts):
+		return false, ts
+	}
+	t.Fatalf("budget %d: %v", p.Budget, err)
+	return false, nil
+}
+
+// A 64-128-4 MLP at batch 256 with AdamW fit at 180 KiB and at 1.99 MiB
+// but was refused at 2.00-2.03 MiB, "the smallest budget that works" being
+// 2.04 MiB.
+func TestFitIsMonotonicInTheBudget(t *testing.T) {
+	p := mlpProblem(64, 128, 4, 256, 0)
+	for _, b := range []int64{180 << 10, 1990 << 10, 2 << 20, 2030 << 10, 2040 << 10, 4 << 20} {
+		p.Budget = b
+		ok, ts := accepted(t, p)
+		if !ok {
+			t.Errorf("budget %s refused: %v", device.FormatBytes(b), ts)
+		}
+	}
+}
+
+// For budgets a < b, if a is accepted so is b; the minimum named by a
+// refusal is accepted and one byte less is refused; a refusal's minimum is
+// above its budget.
+func TestFitAcceptanceIsMonotonic(t *testing.T) {
+	probs := []budget.Problem{
+		mlpProblem(64, 128, 4, 256, 0),
+		mlpProblem(64, 128, 4, 7, 0),
+		mlpProblem(300, 600, 10, 64, 0),
+		mlpProblem(1000, 700, 10, 32, 0),
+	}
+	if !testing.Short() {
+		probs = append(probs, mlpProblem(16, 2048, 16, 512, 0))
+	}
+	for _, p := range probs {
+		p.Budget = 1
+		_, ts := accepted(t, p)
+		if ts == nil {
+			t.Fatal("a 1-byte budget was accepted")
+		}
+		min := ts.Minimum
+		if ok, _ := accepted(t, withBudget(p, min)); !ok {
+			t.Errorf("the named minimum %d is refused", min)
+		}
+		if ok, _ := accepted(t, withBudget(p, min-1)); ok {
+			t.Errorf("one byte below the named minimum %d is accepted", min)
+		}
+		prev := false
+		for b := int64(4096); b < 3*min+(4<<20); b += 4096 * 7 {
+			ok, ts := accepted(t, withBudget(p, b))
+			if prev && !ok {
+				t.Fatalf("budget %d refused after a smaller one was accepted: %v", b, ts)
+			}
+			if ok != (b >= min) {
+				t.Fatalf("budget %d: accepted %v, the minimum is %d", b, ok, min)
+			}
+			if ts != nil && (ts.Minimum != min || ts.Minimum <= ts.Budget) {
+				t.Fatalf("budget %d: refusal names minimum %d (from a 1-byte budget: %d)", b, ts.Minimum, min)
+			}
+			prev = ok
+		}
+	}
+}
+
+func withBudget(p budget.Problem, b int64) budget.Problem {
+	p.Budget = b
+	return p
+}
+
+func TestHugeBatchIsAClearError(t *testing.T) {
+	for _, n := range []int{math.MaxInt, 1 << 60, math.MaxInt / 784} {
+		_, err := budget.Fit(context.Background(), cnnProblem(n, 1<<30))
+		if !errors.Is(err, budget.ErrBatch) {
+			t.Errorf("batch %d: %v, want ErrBatch", n, err)
+		}
+		if _, err := budget.MaxBatch(context.Background(), cnnProblem(n, 1<<30), budget.RecomputeNone); !errors.Is(err, budget.ErrBatch) {
+			t.Errorf("MaxBatch, batch %d: %v, want ErrBatch", n, err)
+		}
+	}
+}
