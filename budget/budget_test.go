@@ -14,6 +14,7 @@ import (
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -30,8 +31,9 @@ func cnnProblem(batch int, b int64) budget.Problem {
 
 func TestTooSmallBudgetSaysTheMinimum(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		precs, comps []string
+		name  string
+		precs []transform.Precision
+		comps []transform.Compression
 	}{
 		{"fp32", nil, nil},
 		{"precision and compression auto", budget.AutoPrecisions, budget.AutoCompress},

@@ -83,6 +83,9 @@ func TestFitAcceptanceIsMonotonic(t *testing.T) {
 		if ts == nil {
 			t.Fatal("a 1-byte budget was accepted")
 		}
+		if ts.Shortfall != budget.StateTooLarge || ts.Least.MicroBatch == 0 {
+			t.Errorf("a 1-byte budget: shortfall %v, least plan %+v", ts.Shortfall, ts.Least)
+		}
 		min := ts.Minimum
 		if ok, _ := accepted(t, withBudget(p, min)); !ok {
 			t.Errorf("the named minimum %d is refused", min)
@@ -99,7 +102,7 @@ func TestFitAcceptanceIsMonotonic(t *testing.T) {
 			if ok != (b >= min) {
 				t.Fatalf("budget %d: accepted %v, the minimum is %d", b, ok, min)
 			}
-			if ts != nil && (ts.Minimum != min || ts.Minimum <= ts.Budget) {
+			if ts != nil && (ts.Minimum != min || ts.Minimum <= ts.Budget || ts.Shortfall == 0) {
 				t.Fatalf("budget %d: refusal names minimum %d (from a 1-byte budget: %d)", b, ts.Minimum, min)
 			}
 			prev = ok

@@ -27,11 +27,11 @@ func cmdPlan(ctx context.Context, args []string) error {
 var (
 	precisionHelp = "numeric precision: " + strings.Join(transform.Precisions, ", ") +
 		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
-		strings.Join(budget.AutoPrecisions, " and ") + "; fp16-mixed and bf16-true only when named). " +
+		strings.Join(budget.Names(budget.AutoPrecisions), " and ") + "; fp16-mixed and bf16-true only when named). " +
 		"Low precision is emulated on the cpu (operands and outputs rounded, float32 arithmetic): it saves memory, not time"
 	compressHelp = "how saved activations are stored until the backward pass: " + strings.Join(transform.Compressions, ", ") +
 		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
-		strings.Join(budget.AutoCompress, ", ") + "; masks stores ReLU masks as bits, exactly, and bf16 and int8 do too and compress " +
+		strings.Join(budget.Names(budget.AutoCompress), ", ") + "; masks stores ReLU masks as bits, exactly, and bf16 and int8 do too and compress " +
 		"only the largest tensors the budget needs; fp16 and offload only when named)"
 )
 
@@ -147,7 +147,7 @@ func printPasses(w io.Writer, tr *train.Trainer, cfg train.Config, x, y trace.Me
 
 // parseNumerics reads --precision and --compress: a choice for the planner
 // (auto or a list) needs a budget to choose by.
-func parseNumerics(precision, compress string, haveBudget bool) (precs, comps []string, err error) {
+func parseNumerics(precision, compress string, haveBudget bool) (precs []transform.Precision, comps []transform.Compression, err error) {
 	if precs, err = budget.ParsePrecisions(precision); err != nil {
 		return nil, nil, err
 	}
@@ -160,7 +160,7 @@ func parseNumerics(precision, compress string, haveBudget bool) (precs, comps []
 	return precs, comps, nil
 }
 
-func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, precision, compress string, inBack, passes bool) error {
+func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, prec transform.Precision, storage transform.Compression, inBack, passes bool) error {
 	dev := device.Meta()
 	store := nn.NewStore()
 	m, loss := build(store)
@@ -168,18 +168,6 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 		return err
 	}
 	o, err := newOpt()
-	if err != nil {
-		return err
-	}
-	prec, err := transform.ParsePrecision(precision)
-	if err != nil {
-		return err
-	}
-	cp, err := transform.ParseCompress(compress)
-	if err != nil {
-		return err
-	}
-	storage, err := train.StorageOf(cp)
 	if err != nil {
 		return err
 	}
@@ -201,7 +189,7 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, precision, compress, optimizer)
+	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, prec, storage, optimizer)
 	mp.Print(w)
 	if passes {
 		return printPasses(w, tr, tr.Config(), x, y)

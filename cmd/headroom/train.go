@@ -192,8 +192,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	prec, _ := transform.ParsePrecision(precs[0])
-	compress, _ := transform.ParseCompress(comps[0])
+	prec := precs[0]
+	var compress transform.CompressPolicy // nil: kept as produced
+	if comps[0] != (transform.Compression{}) {
+		compress = comps[0]
+	}
 	if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
