@@ -1,6 +1,9 @@
 package train_test
 
 import (
+	"context"
+	"errors"
+	"math/rand"
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
@@ -128,3 +131,77 @@ type funcPolicy func(*trace.Node) bool
 
 func (f funcPolicy) Recompute(n *trace.Node) bool { return f(n) }
 func (f funcPolicy) Region(*trace.Node) int       { return 0 }
+
+// With Config.Accumulation, Step splits the batch itself: the same weights
+// as StepAccumulate over train.Split, bit for bit.
+func TestStepSplitsByAccumulation(t *testing.T) {
+	spec, _ := zoo.Lookup("cnn")
+	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	x, y := fashionBatch(rand.New(rand.NewSource(3)), 10)
+	weights := func(cfg train.Config, split int) map[string][]float32 {
+		opt, _ := optim.NewSGD(optim.SGDConfig{LR: 0.5})
+		tr, err := train.SetupConfig(device.CPU(), 5, build, opt, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		if split > 0 {
+			micro, err := train.Split(train.Batch{X: x, Y: y}, split)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = tr.StepAccumulate(context.Background(), micro)
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := tr.Step(context.Background(), x, y); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]float32{}
+		for _, p := range tr.Store.Trainable() {
+			out[p.Name] = append([]float32(nil), p.Value.F32()...)
+		}
+		return out
+	}
+	want := weights(train.Config{}, 3)
+	got := weights(train.Config{Accumulation: 3}, 0)
+	whole := weights(train.Config{}, 0)
+	differs := false
+	for name, w := range want {
+		if i, ok := sameBits(got[name], w); !ok {
+			t.Errorf("%s: element %d differs from StepAccumulate over 3 micro-batches", name, i)
+		}
+		if _, ok := sameBits(whole[name], w); !ok {
+			differs = true
+		}
+	}
+	if !differs {
+		t.Error("the whole batch in one pass gave the accumulated step's bits: the test cannot tell a split from none")
+	}
+}
+
+// SetConfig installs a GradScaler for fp16-mixed unless one is set, and
+// frees the gradient buffers when the optimizer runs in the backward pass.
+func TestSetConfig(t *testing.T) {
+	tr := cnnTrainer(t)
+	grads := func() int64 { return tr.Device.Alloc.Stats().ByCategory[device.Gradient] }
+	if grads() == 0 {
+		t.Fatal("no gradient buffers after construction")
+	}
+	if err := tr.SetConfig(train.Config{OptimizerInBackward: true}); err != nil {
+		t.Fatal(err)
+	}
+	if grads() != 0 {
+		t.Fatalf("%d gradient bytes held with the optimizer in the backward pass", grads())
+	}
+	if err := tr.SetConfig(train.Config{Precision: transform.FP16Mixed, OptimizerInBackward: true}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Scaler == nil || grads() == 0 {
+		t.Fatalf("fp16-mixed: scaler %v, %d gradient bytes (in-backward does not apply with a scaler)", tr.Scaler, grads())
+	}
+	var ib *train.InBackwardError
+	if err := tr.CheckOptimizerInBackward(1); !errors.As(err, &ib) || ib.Reason != train.Scaling {
+		t.Fatalf("CheckOptimizerInBackward: %v", err)
+	}
+}
