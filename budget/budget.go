@@ -9,6 +9,7 @@ package budget
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -172,7 +173,7 @@ func (r *Result) Slowdown() float64 { return r.Best.Time / r.Baseline.Time }
 // micro-batch in fp32 runs the optimizer in the backward pass, and the
 // least-memory plan may be the whole batch that way.
 func Fit(ctx context.Context, p Problem) (*Result, error) {
-	if err := checkBatch(p); err != nil {
+	if err := CheckBatch(p); err != nil {
 		return nil, err
 	}
 	pols := p.Policies
@@ -321,8 +322,8 @@ func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
 	if policy > RecomputeAuto {
 		return 0, fmt.Errorf("budget: unknown recomputation policy %v", policy)
 	}
-	if err := checkBatch(p); err != nil {
-		return 0, err
+	if p.Batch < 1 {
+		return 0, fmt.Errorf("%w: batch size must be positive, got %d", ErrBatch, p.Batch)
 	}
 	f, err := newFitter(p)
 	if err != nil {
@@ -331,7 +332,13 @@ func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
 	defer f.close()
 	fits := func(m int) (bool, error) {
 		f.p.Batch = m
+		if CheckBatch(f.p) != nil {
+			return false, nil // too large to size: it does not fit
+		}
 		c, err := f.most(f.sets[0], m, policy)
+		if errors.Is(err, train.ErrSize) {
+			return false, nil
+		}
 		return err == nil && c.Fits, err
 	}
 	lo, hi := 0, p.Batch
@@ -339,7 +346,8 @@ func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		mid := (lo + hi + 1) / 2
+		d := hi - lo
+		mid := lo + d/2 + d%2 // the upper middle, with no overflow near MaxInt
 		ok, err := fits(mid)
 		if err != nil {
 			return 0, err

@@ -64,10 +64,10 @@ func (e *TooSmallError) Is(t error) bool { return t == ErrBudget }
 // planned: not positive, or so large that its tensors' sizes overflow.
 var ErrBatch = errors.New("budget: impossible batch size")
 
-// checkBatch refuses batch sizes whose inputs cannot be sized: a byte
+// CheckBatch refuses batch sizes whose inputs cannot be sized: a byte
 // count past 2^63 would wrap and every size derived from it would be
 // nonsense (negative shapes, divisions by zero).
-func checkBatch(p Problem) error {
+func CheckBatch(p Problem) error {
 	if p.Batch < 1 {
 		return fmt.Errorf("%w: batch size must be positive, got %d", ErrBatch, p.Batch)
 	}

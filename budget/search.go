@@ -51,7 +51,7 @@ func (f *fitter) best(s setting, pol Policy, bound float64) (Choice, bool, error
 		lo, hi = 1, n-1
 	}
 	for lo < hi {
-		mid := (lo + hi + 1) / 2
+		mid := lo + (hi-lo)/2 + (hi-lo)%2 // no overflow near MaxInt
 		_, ok, err := fits(mid)
 		if err != nil {
 			return Choice{}, false, err

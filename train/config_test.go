@@ -3,6 +3,7 @@ package train_test
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand"
 	"testing"
 
@@ -203,5 +204,21 @@ func TestSetConfig(t *testing.T) {
 	var ib *train.InBackwardError
 	if err := tr.CheckOptimizerInBackward(1); !errors.As(err, &ib) || ib.Reason != train.Scaling {
 		t.Fatalf("CheckOptimizerInBackward: %v", err)
+	}
+}
+
+// A batch so large that a tensor's size overflows is a clear error, not
+// negative shapes or a panic.
+func TestHugeBatchIsAClearError(t *testing.T) {
+	spec, _ := zoo.Lookup("cnn")
+	tr := cnnTrainer(t)
+	for _, n := range []int{1 << 50, 1 << 60, math.MaxInt} {
+		x, y := spec.Example(n)
+		if _, err := tr.Plan(x, y); !errors.Is(err, train.ErrSize) {
+			t.Errorf("batch %d: %v, want ErrSize", n, err)
+		}
+		if _, err := tr.EvalProgram(x); !errors.Is(err, train.ErrSize) {
+			t.Errorf("batch %d, forward only: %v, want ErrSize", n, err)
+		}
 	}
 }

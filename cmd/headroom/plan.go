@@ -86,6 +86,9 @@ Flags:
 	}
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3) }
+	if err := budget.CheckBatch(budget.Problem{Example: spec.Example, Batch: *batch}); err != nil {
+		return fmt.Errorf("plan: --batch: %w", err)
+	}
 	if *budgetFlag == "" {
 		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
 	}
