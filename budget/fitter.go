@@ -237,30 +237,26 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 }
 
 // describe fills in what c's precision and compression do to a full
-// micro-batch, going through the transforms as transform.ApplyPrecision
-// does (recomputation first, then Autocast, then Compress with the saved
-// low-precision values in 16 bits).
+// micro-batch, from the reports of the compile passes (train.Compiled):
+// the autocast's rounded values and the compression's saved tensors. The
+// step is planned with gradient buffers, whose saved tensors are the
+// forward pass's alone (an update in the backward pass also reads the
+// loss).
 func (f *fitter) describe(c *Choice) error {
-	g, err := f.graph(c.MicroBatch)
+	cfg := c.Config()
+	cfg.Accumulation, cfg.OptimizerInBackward = 0, false
+	x, y := f.p.Example(c.MicroBatch)
+	_, comp, err := f.tr.PlanConfig(cfg, x, y)
 	if err != nil {
 		return err
 	}
-	if c.Remat != nil {
-		if g, _, err = transform.Rematerialize(g, c.Remat); err != nil {
-			return err
+	for _, r := range comp.Passes {
+		switch st := r.Stats.(type) {
+		case transform.AutocastStats:
+			c.Rounded = st.Rounded
+		case transform.CompressStats:
+			c.Saved = st
 		}
 	}
-	g, low, ast, err := transform.Autocast(g, c.Precision)
-	if err != nil {
-		return err
-	}
-	c.Rounded = ast.Rounded
-	cp := c.Compress
-	if c.Precision != transform.FP32 {
-		cp = low.Storing(cp)
-	}
-	if cp != nil {
-		_, c.Saved, err = transform.Compress(g, cp)
-	}
-	return err
+	return nil
 }

@@ -27,6 +27,9 @@ type PassReport struct {
 	BytesSaved    int64  // bytes the pass stopped holding, where it knows them
 	BytesAdded    int64
 	NodesAffected int // nodes recomputed, values rounded, tensors compressed, nodes fused
+	// Stats is the pass's own statistics (Stats, AutocastStats,
+	// CompressStats, FuseStats; nil when skipped or it has none).
+	Stats any
 }
 
 // Pass is one named rewrite of the traced step. Every pass has this
@@ -78,7 +81,7 @@ func recomputePass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*tra
 		return g, nil
 	}
 	out, s, err := Rematerialize(g, o.Recompute)
-	r.NodesAffected = s.Recomputed
+	r.NodesAffected, r.Stats = s.Recomputed, s
 	r.Detail = fmt.Sprintf("%d forward nodes selected, %d copies for the backward pass", s.Marked, s.Recomputed)
 	return out, err
 }
@@ -92,7 +95,7 @@ func autocastPass(g *trace.Graph, o Options, st *PassState, r *PassReport) (*tra
 	}
 	out, low, s, err := Autocast(g, o.Precision)
 	st.low, st.hasLow = low, true
-	r.NodesAffected = s.Rounded
+	r.NodesAffected, r.Stats = s.Rounded, s
 	r.Detail = fmt.Sprintf("%v: %d values rounded, %d held in low precision", o.Precision, s.Rounded, s.Low)
 	return out, err
 }
@@ -110,7 +113,7 @@ func compressPass(g *trace.Graph, o Options, st *PassState, r *PassReport) (*tra
 		return g, nil
 	}
 	out, s, err := Compress(g, c)
-	r.NodesAffected = s.Saved - s.Tensors[Keep]
+	r.NodesAffected, r.Stats = s.Saved-s.Tensors[Keep], s
 	r.BytesSaved = s.Before - s.After
 	r.Detail = fmt.Sprintf("%d of %d saved tensors stored compressed, %d ReLU backwards read bit masks", s.Saved-s.Tensors[Keep], s.Saved, s.MaskedBits)
 	return out, err
@@ -129,7 +132,7 @@ func readLowPass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*trace
 
 func fusePass(g *trace.Graph, _ Options, _ *PassState, r *PassReport) (*trace.Graph, error) {
 	out, s, err := Fuse(g)
-	r.NodesAffected = s.Groups
+	r.NodesAffected, r.Stats = s.Groups, s
 	r.BytesSaved = s.Elided
 	r.Detail = fmt.Sprintf("%d fused nodes from %d elementwise nodes", s.Groups, s.Merged)
 	return out, err
