@@ -3,7 +3,9 @@ package budget_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/headroom-ml/headroom/budget"
@@ -68,14 +70,20 @@ func TestFitIsMonotonicInTheBudget(t *testing.T) {
 // refusal is accepted and one byte less is refused; a refusal's minimum is
 // above its budget.
 func TestFitAcceptanceIsMonotonic(t *testing.T) {
+	auto := mlpProblem(64, 128, 4, 256, 0)
+	auto.Precisions, auto.Compress = budget.AutoPrecisions, budget.AutoCompress
+	inBack := mlpProblem(300, 600, 10, 64, 0)
+	inBack.OptimizerInBackward = true
 	probs := []budget.Problem{
 		mlpProblem(64, 128, 4, 256, 0),
 		mlpProblem(64, 128, 4, 7, 0),
 		mlpProblem(300, 600, 10, 64, 0),
 		mlpProblem(1000, 700, 10, 32, 0),
+		auto,
+		inBack,
 	}
 	if !testing.Short() {
-		probs = append(probs, mlpProblem(16, 2048, 16, 512, 0))
+		probs = append(probs, mlpProblem(16, 2048, 16, 512, 0), wideProblem(2, 0, nil, nil))
 	}
 	for _, p := range probs {
 		p.Budget = 1
@@ -105,6 +113,11 @@ func TestFitAcceptanceIsMonotonic(t *testing.T) {
 			if ts != nil && (ts.Minimum != min || ts.Minimum <= ts.Budget || ts.Shortfall == 0) {
 				t.Fatalf("budget %d: refusal names minimum %d (from a 1-byte budget: %d)", b, ts.Minimum, min)
 			}
+			// The message agrees with itself: the least plan needs what
+			// it names as the smallest budget.
+			if ts != nil && ts.Shortfall == budget.StepTooLarge && !strings.Contains(ts.Reason, "needs "+device.FormatBytes(min)+" of device memory") {
+				t.Fatalf("budget %d: %v", b, ts)
+			}
 			prev = ok
 		}
 	}
@@ -126,5 +139,48 @@ func TestHugeBatchIsAClearError(t *testing.T) {
 		if got, err := budget.MaxBatch(context.Background(), cnnProblem(n, 1<<30), budget.RecomputeNone); err != nil || got < 1 || got > 1<<20 {
 			t.Errorf("MaxBatch up to %d: %d, %v", n, got, err)
 		}
+	}
+}
+
+// A budget accepted although a device capped at it would not hold the run
+// (the allocator maps a 2 MiB segment there, which leaves too little) runs
+// on a device capped at Choice.Capacity, below the budget, without an
+// out-of-memory.
+func TestCapacityBelowBudgetRuns(t *testing.T) {
+	p := mlpProblem(64, 128, 4, 256, 2<<20)
+	res, err := budget.Fit(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Best
+	if c.Capacity <= 0 || c.Capacity > p.Budget {
+		t.Fatalf("capacity %d for a budget of %d", c.Capacity, p.Budget)
+	}
+	if c.Capacity == p.Budget {
+		t.Skip("the run fits a device capped at the budget itself")
+	}
+	var buf strings.Builder
+	res.Print(&buf, p.Budget)
+	if !strings.Contains(buf.String(), "device capped at") {
+		t.Errorf("the plan does not say the device is capped below the budget:\n%s", buf.String())
+	}
+	dev, err := device.New(fmt.Sprintf("meta:mem=%d", c.Capacity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := p.NewOptimizer()
+	tr, err := train.SetupConfig(dev, 0, p.Build, opt, c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for step := 0; step < 5; step++ {
+		xm, ym := p.Example(p.Batch)
+		if _, err := tr.Step(context.Background(), &tensor.Tensor{DType: xm.DType, Shape: xm.Shape}, &tensor.Tensor{DType: ym.DType, Shape: ym.Shape}); err != nil {
+			t.Fatalf("step %d with %s on %d bytes: %v", step, c.Describe(), c.Capacity, err)
+		}
+	}
+	if st := dev.Alloc.Stats(); st.NumOOMs != 0 || st.ReservedBytes.Peak > c.Capacity || tr.Splits != 0 {
+		t.Fatalf("%d OOMs, %d splits, reserved peak %d", st.NumOOMs, tr.Splits, st.ReservedBytes.Peak)
 	}
 }
