@@ -50,7 +50,7 @@ type Problem struct {
 	Compress []transform.Compression
 	// OptimizerInBackward lets the planner update parameters in the
 	// backward pass and free each gradient as it is consumed
-	// (train.Trainer.OptimizerInBackward): every plan with one micro-batch
+	// (train.Config.OptimizerInBackward): every plan with one micro-batch
 	// in fp32 then runs that way, since it gives the same results, is no
 	// slower and needs less memory; plans that accumulate micro-batches or
 	// round to a lower precision keep gradient buffers. It needs an
@@ -80,7 +80,7 @@ type Choice struct {
 	// prefix is how many of the auto policy's candidates are recomputed.
 	prefix int
 	// InBackward runs the optimizer in the backward pass
-	// (train.Trainer.OptimizerInBackward): no gradient buffers, each
+	// (train.Config.OptimizerInBackward): no gradient buffers, each
 	// gradient freed by its parameter's update. Only with one micro-batch
 	// in fp32.
 	InBackward bool

@@ -134,7 +134,7 @@ var (
 // Adam, AdamW): StepParam(p) is Step([]Param{p}), and stepping parameters
 // one at a time, in any order, gives exactly Step's result. The engine uses
 // it to update each parameter inside the backward pass as soon as its
-// gradient is final (train.Trainer.OptimizerInBackward).
+// gradient is final (train.Config.OptimizerInBackward).
 type ParamStepper interface {
 	Optimizer
 	StepParam(p Param) error
