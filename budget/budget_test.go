@@ -14,6 +14,7 @@ import (
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -30,8 +31,9 @@ func cnnProblem(batch int, b int64) budget.Problem {
 
 func TestTooSmallBudgetSaysTheMinimum(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		precs, comps []string
+		name  string
+		precs []transform.Precision
+		comps []transform.Compression
 	}{
 		{"fp32", nil, nil},
 		{"precision and compression auto", budget.AutoPrecisions, budget.AutoCompress},
@@ -86,7 +88,9 @@ func TestAcceptedPlansRunWithinBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tr.Close()
-			tr.Remat = res.Best.Remat
+			if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(res.Best.Remat)}); err != nil {
+				t.Fatal(err)
+			}
 			for step := 0; step < 3; step++ {
 				n := 24
 				if step == 2 {
@@ -118,7 +122,7 @@ func TestAcceptedPlansRunWithinBudget(t *testing.T) {
 
 func TestMaxBatchIsTheTrueMaximum(t *testing.T) {
 	const b = 40 << 20
-	got, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), "none")
+	got, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), budget.RecomputeNone)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestResidualSegmentsChosenWhereCheaper(t *testing.T) {
 		Example:      spec.Example,
 		Batch:        batch,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },
-		Policies:     []string{"auto"},
+		Policies:     []Policy{RecomputeAuto},
 	}
 	prob.Budget = 1 << 50
 	whole, err := Fit(context.Background(), prob)

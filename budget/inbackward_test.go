@@ -44,7 +44,7 @@ func wholeBatch(t *testing.T, p budget.Problem) int64 {
 	lo, hi := int64(0), int64(1<<31)
 	for hi-lo > 4096 {
 		p.Budget = (lo + hi) / 2
-		n, err := budget.MaxBatch(context.Background(), p, "none")
+		n, err := budget.MaxBatch(context.Background(), p, budget.RecomputeNone)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func runSteps(t *testing.T, p budget.Problem, c budget.Choice) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := train.Setup(dev, 1, p.Build, opt)
+	tr, err := train.SetupConfig(dev, 1, p.Build, opt, c.Config())
 	if err != nil {
 		t.Fatalf("setting up %s within %d: %v", c.Describe(), p.Budget, err)
 	}
@@ -236,9 +236,11 @@ func runSteps(t *testing.T, p budget.Problem, c budget.Choice) {
 	if r := dev.Alloc.Stats().ReservedBytes.Current; r > c.Reserved {
 		t.Errorf("%s: setting up reserves %d, more than the %d the plan says it needs", c.Describe(), r, c.Reserved)
 	}
-	c.Apply(tr)
-	if tr.OptimizerInBackward != c.InBackward {
-		t.Fatalf("Apply set OptimizerInBackward %v for %s", tr.OptimizerInBackward, c.Describe())
+	if err := c.Apply(tr); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Config().OptimizerInBackward != c.InBackward {
+		t.Fatalf("Apply set OptimizerInBackward %v for %s", tr.Config().OptimizerInBackward, c.Describe())
 	}
 	// Plan frees the gradient buffers as an in-backward step will: from
 	// there on the step's plan holds.
@@ -326,11 +328,11 @@ func TestInBackwardOnlyWithOneFP32MicroBatch(t *testing.T) {
 // does) and reserves the step's arena, with no cache emptied by hand.
 func TestMaxBatchInBackward(t *testing.T) {
 	const b = 13 << 20
-	usual, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), "none")
+	usual, err := budget.MaxBatch(context.Background(), cnnProblem(1000, b), budget.RecomputeNone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := budget.MaxBatch(context.Background(), inBackward(cnnProblem(1000, b)), "none")
+	got, err := budget.MaxBatch(context.Background(), inBackward(cnnProblem(1000, b)), budget.RecomputeNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,12 +343,11 @@ func TestMaxBatchInBackward(t *testing.T) {
 		spec, _ := zoo.Lookup("cnn")
 		dev, _ := device.New(fmt.Sprintf("meta:mem=%d", b))
 		opt, _ := optim.NewAdam(optim.AdamDefaults())
-		tr, err := train.Setup(dev, 0, cnnProblem(1, 0).Build, opt)
+		tr, err := train.SetupConfig(dev, 0, cnnProblem(1, 0).Build, opt, train.Config{OptimizerInBackward: true})
 		if err != nil {
 			return false
 		}
 		defer tr.Close()
-		tr.OptimizerInBackward = true
 		x, y := spec.Example(n)
 		if _, err := tr.Plan(x, y); err != nil {
 			t.Fatal(err)

@@ -46,7 +46,7 @@ func (m *wideConv) Forward(x *trace.Tensor) *trace.Tensor {
 	return m.fc.Forward(op.Reshape(x, tensor.Shape{x.Dim(0), 16}))
 }
 
-func wideProblem(batch int, b int64, precs, comps []string) budget.Problem {
+func wideProblem(batch int, b int64, precs []transform.Precision, comps []transform.Compression) budget.Problem {
 	return budget.Problem{
 		Build: func(s *nn.Store) (train.Model, train.LossFunc) {
 			return newWideConv(s.Root()), func(out, y *trace.Tensor) *trace.Tensor {
@@ -62,9 +62,9 @@ func wideProblem(batch int, b int64, precs, comps []string) budget.Problem {
 }
 
 var (
-	fp32Only  = []string{"fp32"}
-	mixed     = []string{"fp32", "bf16-mixed"}
-	keep      = []string{"none"}
+	fp32Only  = []transform.Precision{transform.FP32}
+	mixed     = []transform.Precision{transform.FP32, transform.BF16Mixed}
+	keep      = []transform.Compression{{}}
 	autoPrecs = budget.AutoPrecisions
 	autoComps = budget.AutoCompress
 )
@@ -97,7 +97,7 @@ func TestPlannerChoosesPrecisionAndCompression(t *testing.T) {
 	lo, hi := fp32Min, int64(1<<30)
 	for hi-lo > 4096 {
 		mid := (lo + hi) / 2
-		n, err := budget.MaxBatch(context.Background(), wideProblem(batch, mid, nil, nil), "none")
+		n, err := budget.MaxBatch(context.Background(), wideProblem(batch, mid, nil, nil), budget.RecomputeNone)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,10 +115,11 @@ func TestPlannerChoosesPrecisionAndCompression(t *testing.T) {
 
 	lowered := func(c budget.Choice) bool { return c.Precision != transform.FP32 || c.Compression != "none" }
 	for _, tc := range []struct {
-		name         string
-		precs, comps []string
-		budget       int64
-		check        func(t *testing.T, r *budget.Result, err error)
+		name   string
+		precs  []transform.Precision
+		comps  []transform.Compression
+		budget int64
+		check  func(t *testing.T, r *budget.Result, err error)
 	}{
 		{"fp32 only, below its minimum", fp32Only, keep, fp32Min - 1, func(t *testing.T, r *budget.Result, err error) {
 			var ts *budget.TooSmallError
@@ -196,14 +197,15 @@ func TestPlannerChoosesPrecisionAndCompression(t *testing.T) {
 // budget below the persistent state as from one above it.
 func TestMinimumExactWithPrecision(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		precs, comps []string
+		name  string
+		precs []transform.Precision
+		comps []transform.Compression
 	}{
 		{"fp32", fp32Only, keep},
 		{"bf16-mixed", mixed, keep},
 		{"compression", fp32Only, autoComps},
 		{"auto", autoPrecs, autoComps},
-		{"fp16-mixed and offload by name", []string{"fp16-mixed"}, []string{"offload"}},
+		{"fp16-mixed and offload by name", []transform.Precision{transform.FP16Mixed}, []transform.Compression{{To: transform.Offload, MinBytes: transform.DefaultMinBytes, Masks: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := wideProblem(4, 0, tc.precs, tc.comps)
@@ -306,8 +308,11 @@ func TestCostChargesRoundingAndCompression(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		tr.SetPrecision(prec)
-		tr.Compress, _ = transform.ParseCompress(comp)
+		cp, _ := transform.ParseCompress(comp)
+		st, _ := train.StorageOf(cp)
+		if err := tr.SetConfig(train.Config{Precision: prec, Storage: st}); err != nil {
+			t.Fatal(err)
+		}
 		x, y := wideProblem(1, 0, nil, nil).Example(4)
 		p, err := tr.TrainProgram(x, y)
 		if err != nil {
@@ -340,18 +345,18 @@ func TestCostChargesRoundingAndCompression(t *testing.T) {
 func TestParsePrecisionsAndCompressions(t *testing.T) {
 	for _, tc := range []struct {
 		in    string
-		parse func(string) ([]string, error)
+		parse func(string) ([]string, error) // names of what it parsed
 		want  []string
 		err   string
 	}{
-		{"auto", budget.ParsePrecisions, budget.AutoPrecisions, ""},
-		{"fp32", budget.ParsePrecisions, []string{"fp32"}, ""},
-		{"fp16-mixed, bf16-true,fp16-mixed", budget.ParsePrecisions, []string{"fp16-mixed", "bf16-true"}, ""},
-		{"fp8", budget.ParsePrecisions, nil, "valid: auto, fp32, bf16-mixed, fp16-mixed, bf16-true"},
-		{"", budget.ParsePrecisions, nil, "valid"},
-		{"auto", budget.ParseCompressions, budget.AutoCompress, ""},
-		{"int8,offload", budget.ParseCompressions, []string{"int8", "offload"}, ""},
-		{"zstd", budget.ParseCompressions, nil, "valid: auto, none, masks, bf16, fp16, int8, offload"},
+		{"auto", precNames, budget.Names(budget.AutoPrecisions), ""},
+		{"fp32", precNames, []string{"fp32"}, ""},
+		{"fp16-mixed, bf16-true,fp16-mixed", precNames, []string{"fp16-mixed", "bf16-true"}, ""},
+		{"fp8", precNames, nil, "valid: auto, fp32, bf16-mixed, fp16-mixed, bf16-true"},
+		{"", precNames, nil, "valid"},
+		{"auto", compNames, budget.Names(budget.AutoCompress), ""},
+		{"int8,offload", compNames, []string{"int8", "offload"}, ""},
+		{"zstd", compNames, nil, "valid: auto, none, masks, bf16, fp16, int8, offload"},
 	} {
 		got, err := tc.parse(tc.in)
 		if tc.err != "" {
@@ -364,4 +369,14 @@ func TestParsePrecisionsAndCompressions(t *testing.T) {
 			t.Errorf("%q: %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
+}
+
+func precNames(s string) ([]string, error) {
+	ps, err := budget.ParsePrecisions(s)
+	return budget.Names(ps), err
+}
+
+func compNames(s string) ([]string, error) {
+	cs, err := budget.ParseCompressions(s)
+	return budget.Names(cs), err
 }

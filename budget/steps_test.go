@@ -53,7 +53,9 @@ func TestAcceptedBudgetsHold500Steps(t *testing.T) {
 				if err != nil {
 					t.Fatalf("budget %d: %v", b, err)
 				}
-				tr.Remat = res.Best.Remat
+				if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(res.Best.Remat)}); err != nil {
+					t.Fatal(err)
+				}
 				for step := 0; step < 500; step++ {
 					n := batch
 					if step%7 == 6 {

@@ -253,3 +253,6 @@ func (o *Adam) State() map[string]map[string][]float32 {
 	}
 	return out
 }
+
+// SetAlloc implements Optimizer: state buffers come from f (nil: make).
+func (o *Adam) SetAlloc(f AllocFunc) { o.Alloc = f }

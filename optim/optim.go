@@ -34,8 +34,12 @@ type Optimizer interface {
 	// changed, so an error leaves values and state as they were.
 	Step(params []Param) error
 	// StateBytes is the memory held now in optimizer state buffers (the
-	// ones obtained from Alloc).
+	// ones obtained from the AllocFunc).
 	StateBytes() int64
+	// SetAlloc sets where state buffers come from (nil: make). Every
+	// optimizer takes its state from it, so that an engine can place all
+	// of it in device memory and count it against the budget.
+	SetAlloc(f AllocFunc)
 	// StateBytesFor is what a parameter of numel elements will need once it
 	// has taken a step, so that the memory planner can count optimizer
 	// state before the first step.
@@ -130,7 +134,7 @@ var (
 // Adam, AdamW): StepParam(p) is Step([]Param{p}), and stepping parameters
 // one at a time, in any order, gives exactly Step's result. The engine uses
 // it to update each parameter inside the backward pass as soon as its
-// gradient is final (train.Trainer.OptimizerInBackward).
+// gradient is final (train.Config.OptimizerInBackward).
 type ParamStepper interface {
 	Optimizer
 	StepParam(p Param) error

@@ -178,3 +178,6 @@ func (o *SGD) State() map[string]map[string][]float32 {
 	}
 	return out
 }
+
+// SetAlloc implements Optimizer: state buffers come from f (nil: make).
+func (o *SGD) SetAlloc(f AllocFunc) { o.Alloc = f }

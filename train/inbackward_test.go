@@ -29,7 +29,7 @@ type ibModel struct {
 	name  string
 	build func(*nn.Store) (train.Model, train.LossFunc)
 	batch func(r *rand.Rand) train.Batch
-	remat transform.Policy
+	remat train.Recompute
 }
 
 func randBatch(r *rand.Rand, x, y trace.Meta, bound int) train.Batch {
@@ -95,10 +95,10 @@ func ibModels() []ibModel {
 	return []ibModel{
 		{name: "mlp", build: build(mlp), batch: func(r *rand.Rand) train.Batch { return randBatch(r, mx, my, 10) }},
 		{name: "cnn", build: build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }},
-		{name: "cnn-selective", build: build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }, remat: transform.CheapOps},
+		{name: "cnn-selective", build: build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }, remat: train.Selective},
 		{name: "gpt", build: tinyGPT(0), batch: gptBatch},
 		{name: "gpt-dropout", build: tinyGPT(0.2), batch: gptBatch},
-		{name: "gpt-selective", build: tinyGPT(0), batch: gptBatch, remat: transform.CheapOps},
+		{name: "gpt-selective", build: tinyGPT(0), batch: gptBatch, remat: train.Selective},
 		{name: "weight-first", build: func(s *nn.Store) (train.Model, train.LossFunc) {
 			b := s.Root()
 			w := b.Param("w", tensor.Shape{5, 16}, func(r *rand.Rand, t *tensor.Tensor) {
@@ -116,7 +116,7 @@ func ibModels() []ibModel {
 				mid: nn.NewLinear(b.Sub("mid"), 16, 16, false), out: nn.NewLinear(b.Sub("out"), 16, 5, true)}, zoo.CrossEntropyLoss
 		}, batch: func(r *rand.Rand) train.Batch {
 			return randBatch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{6, 8}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{6}}, 5)
-		}, remat: transform.Regions{}},
+		}, remat: train.Regions},
 	}
 }
 
@@ -155,15 +155,11 @@ var ibOptimizers = []struct {
 // (closed by the test's cleanup) and the losses.
 func trainSteps(t *testing.T, m ibModel, opt optim.Optimizer, inBackward bool, steps int, sched optim.Scheduler) (*train.Trainer, []float64) {
 	t.Helper()
-	tr, err := train.Setup(device.CPU(), 3, m.build, opt)
+	tr, err := train.SetupConfig(device.CPU(), 3, m.build, opt, train.Config{OptimizerInBackward: inBackward, Recompute: m.remat})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(tr.Close)
-	tr.OptimizerInBackward = inBackward
-	if m.remat != nil {
-		tr.SetRemat(m.remat)
-	}
 	r := rand.New(rand.NewSource(11))
 	var losses []float64
 	for i := 0; i < steps; i++ {
@@ -276,12 +272,11 @@ func TestOptimizerInBackwardLowersPlannedPeak(t *testing.T) {
 			spec, _ := zoo.Lookup(name)
 			planFor := func(inBackward bool) (train.MemoryPlan, *train.Trainer) {
 				opt, _ := optim.NewAdamW(optim.AdamWDefaults())
-				tr, err := train.Setup(device.Meta(), 1, build(spec), opt)
+				tr, err := train.SetupConfig(device.Meta(), 1, build(spec), opt, train.Config{OptimizerInBackward: inBackward})
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(tr.Close)
-				tr.OptimizerInBackward = inBackward
 				xm, ym := spec.Example(4)
 				mp, err := tr.Plan(xm, ym)
 				if err != nil {
@@ -358,21 +353,20 @@ func TestOptimizerInBackwardFallsBack(t *testing.T) {
 	}{
 		{"two micro-batches", 2, nil, "micro-batches"},
 		{"clip norm", 1, func(tr *train.Trainer) { tr.ClipNorm = 0.5 }, "clipping"},
-		{"fp16-mixed", 1, func(tr *train.Trainer) { tr.SetPrecision(transform.FP16Mixed) }, "GradScaler"},
-		{"bf16-mixed", 1, func(tr *train.Trainer) { tr.SetPrecision(transform.BF16Mixed) }, "bf16-mixed"},
-		{"bf16-true", 1, func(tr *train.Trainer) { tr.SetPrecision(transform.BF16True) }, "bf16-true"},
+		{"fp16-mixed", 1, func(tr *train.Trainer) { setPrecision(t, tr, transform.FP16Mixed) }, "GradScaler"},
+		{"bf16-mixed", 1, func(tr *train.Trainer) { setPrecision(t, tr, transform.BF16Mixed) }, "bf16-mixed"},
+		{"bf16-true", 1, func(tr *train.Trainer) { setPrecision(t, tr, transform.BF16True) }, "bf16-true"},
 		{"check finite", 1, func(tr *train.Trainer) { tr.RunOptions = &exec.Options{CheckFinite: true} }, "CheckFinite"},
 		{"custom optimizer", 1, func(tr *train.Trainer) { tr.Opt = customOpt{tr.Opt} }, "one parameter at a time"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(inBackward bool) (*train.Trainer, float64) {
-				tr, err := train.Setup(device.CPU(), 3, m.build, sgd())
+				tr, err := train.SetupConfig(device.CPU(), 3, m.build, sgd(), train.Config{OptimizerInBackward: inBackward})
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(tr.Close)
-				tr.OptimizerInBackward = inBackward
 				if c.setup != nil {
 					c.setup(tr)
 				}
@@ -422,15 +416,14 @@ func TestOptimizerInBackwardNonFiniteLoss(t *testing.T) {
 			var errs [2]error
 			for i, inBackward := range []bool{false, true} {
 				var err error
-				tr, err = train.Setup(device.CPU(), 1, func(s *nn.Store) (train.Model, train.LossFunc) {
+				tr, err = train.SetupConfig(device.CPU(), 1, func(s *nn.Store) (train.Model, train.LossFunc) {
 					m := &logNet{fc1: nn.NewLinear(s.Root().Sub("fc1"), 4, 4, true), fc2: nn.NewLinear(s.Root().Sub("fc2"), 4, 2, true)}
 					return m, sse
-				}, o.make())
+				}, o.make(), train.Config{OptimizerInBackward: inBackward})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer tr.Close()
-				tr.OptimizerInBackward = inBackward
 				before = nil
 				for _, p := range tr.Store.Trainable() {
 					before = append(before, append([]float32(nil), p.Value.F32()...))
@@ -478,7 +471,7 @@ func TestOptimizerInBackwardOutOfMemoryIsSplit(t *testing.T) {
 	var capacity int64
 	for b := int64(16 << 20); b < 256<<20; b += 1 << 20 {
 		prob.Budget = b
-		n, err := budget.MaxBatch(context.Background(), prob, "none")
+		n, err := budget.MaxBatch(context.Background(), prob, budget.RecomputeNone)
 		if err == nil && n >= 8 && n <= 32 {
 			capacity = b
 			break
@@ -494,12 +487,11 @@ func TestOptimizerInBackwardOutOfMemoryIsSplit(t *testing.T) {
 			t.Fatal(err)
 		}
 		opt, _ := prob.NewOptimizer()
-		tr, err := train.Setup(dev, 3, prob.Build, opt)
+		tr, err := train.SetupConfig(dev, 3, prob.Build, opt, train.Config{OptimizerInBackward: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(tr.Close)
-		tr.OptimizerInBackward = true
 		if _, err := tr.Step(context.Background(), b.X, b.Y); err != nil {
 			t.Fatalf("%s: %v", devSpec, err)
 		}
@@ -517,5 +509,15 @@ func TestOptimizerInBackwardOutOfMemoryIsSplit(t *testing.T) {
 	}
 	if peak := capped.Device.Alloc.Stats().ReservedBytes.Peak; peak > capacity {
 		t.Fatalf("reserved %d beyond the capacity %d", peak, capacity)
+	}
+}
+
+// setPrecision changes tr's precision through its one setter.
+func setPrecision(t *testing.T, tr *train.Trainer, p transform.Precision) {
+	t.Helper()
+	cfg := tr.Config()
+	cfg.Precision = p
+	if err := tr.SetConfig(cfg); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -19,7 +19,7 @@ func TestPredictUsesPrecision(t *testing.T) {
 	outs := map[transform.Precision]*tensor.Tensor{}
 	for _, p := range []transform.Precision{transform.FP32, transform.BF16Mixed} {
 		tr := newTrainer(t, device.CPU())
-		tr.SetPrecision(p)
+		setPrecision(t, tr, p)
 		out, err := tr.Predict(context.Background(), x)
 		if err != nil {
 			t.Fatal(err)

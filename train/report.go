@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -29,45 +28,65 @@ func (m MemoryPlan) Total() int64 {
 	return m.Parameters + m.Gradients + m.OptimizerState + m.Activations
 }
 
-// Plan predicts the memory of a training step on inputs x and targets y.
-// It allocates or frees the gradient buffers as the step will (freed with
-// OptimizerInBackward, where the step holds gradients in its arena).
+// Plan predicts the memory of a training step on inputs x and targets y
+// under the trainer's configuration. It allocates and frees nothing: the
+// persistent bytes are read from the allocator (gradient buffers released
+// by ReleaseMemory count as they were when last allocated).
 func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
-	var p *exec.Program
-	var err error
-	inBackward := t.OptimizerInBackward && t.CheckOptimizerInBackward(1) == nil
+	m, _, err := t.PlanConfig(t.cfg, x, y)
+	return m, err
+}
+
+// PlanConfig is Plan under configuration cfg, with the compiled step it
+// planned: a pure function of the model, cfg and the input shapes (the
+// trainer's own configuration and compiled steps are left as they are).
+func (t *Trainer) PlanConfig(cfg Config, x, y trace.Meta) (MemoryPlan, *Compiled, error) {
+	inBackward := cfg.OptimizerInBackward && t.checkInBackward(cfg, 1) == nil
+	mode := writeGrads
 	if inBackward {
-		p, err = t.InBackwardProgram(x, y)
-	} else {
-		p, err = t.TrainProgram(x, y)
+		mode = gradsToOptimizer
 	}
+	c, err := t.compile(cfg, x, y, mode)
 	if err != nil {
-		return MemoryPlan{}, err
+		return MemoryPlan{}, nil, err
 	}
-	// The persistent memory is made what the step will hold, so that the
-	// allocator's count below is exact: steps with the optimizer in the
-	// backward pass free the gradient buffers, the usual step allocates
-	// them.
-	if inBackward {
-		t.Store.ReleaseGrads()
-	} else if err := t.Store.AllocGrads(); err != nil {
-		return MemoryPlan{}, err
-	}
+	p := c.Program
 	var m MemoryPlan
 	// Persistent tensors were allocated when the trainer was made (the
 	// optimizer's state too), so their bytes are read from the allocator:
 	// exactly what it counts, including large blocks handed out whole.
 	st := t.Device.Alloc.Stats()
 	m.Parameters = st.ByCategory[device.Parameter]
-	m.Gradients = st.ByCategory[device.Gradient]
 	m.OptimizerState = st.ByCategory[device.OptimizerState]
+	if !inBackward {
+		// Steps with the optimizer in the backward pass hold no gradient
+		// buffers; the usual step holds them.
+		m.Gradients = st.ByCategory[device.Gradient]
+		if m.Gradients == 0 {
+			m.Gradients = t.gradBytes
+		}
+		if m.Gradients == 0 {
+			m.Gradients = t.gradEstimate()
+		}
+	}
 	m.Activations = p.Plan.PeakBytes
 	m.ArenaBytes = p.Plan.ArenaBytes
 	if len(p.Plan.Order) > 0 {
 		m.PeakStep = p.Plan.Order[p.Plan.PeakStep].Label()
 		m.TransientGradients = p.Plan.ByCategory(p.Plan.PeakStep)[plan.Gradient]
 	}
-	return m, nil
+	return m, c, nil
+}
+
+// gradEstimate is the gradient buffers' bytes for a trainer that never
+// allocated them (made to run the optimizer in the backward pass): each
+// rounded as the allocator rounds a request.
+func (t *Trainer) gradEstimate() int64 {
+	var n int64
+	for _, p := range t.Store.Trainable() {
+		n += device.RoundSize(p.Bytes())
+	}
+	return n
 }
 
 // Print writes the plan as the table printed before training starts.

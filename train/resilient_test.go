@@ -29,7 +29,7 @@ func TestOutOfMemoryStepIsSplit(t *testing.T) {
 	var capacity int64
 	for b := int64(16 << 20); b < 256<<20; b += 1 << 20 {
 		prob.Budget = b
-		n, err := budget.MaxBatch(context.Background(), prob, "none")
+		n, err := budget.MaxBatch(context.Background(), prob, budget.RecomputeNone)
 		if err == nil && n >= 8 && n <= 60 {
 			capacity = b
 			break

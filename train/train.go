@@ -51,39 +51,18 @@ type Trainer struct {
 	// fit in memory.
 	Splits int
 
-	// Remat, when set, selects activations to recompute in the backward
-	// pass instead of keeping them (activation checkpointing). Use
-	// SetRemat to change it after steps have been compiled.
-	Remat transform.Policy
-	// Precision is the step's numeric precision (zero value: fp32). Use
-	// SetPrecision, which also installs a GradScaler for fp16-mixed.
-	Precision transform.Precision
-	// Compress, when set, chooses how saved activations are stored between
-	// forward and backward (bf16, fp16, int8, ReLU masks as bits).
-	Compress transform.CompressPolicy
-
 	// RunOptions, when set, are passed to every step's Program.Run (for
-	// per-node timings in profiles and benchmarks).
+	// per-node timings in profiles and benchmarks). They change how a
+	// step runs, not what is compiled.
 	RunOptions *exec.Options
 
-	// OptimizerInBackward applies the optimizer inside the step: each
-	// parameter is updated as soon as its gradient is final, after every
-	// other read of the parameter in the step, and the gradient's arena
-	// buffer is then dead and reused (PyTorch's optimizer step in backward,
-	// register_post_accumulate_grad_hook). Gradients are no longer kept
-	// between steps: gradient buffers, if an earlier usual step made any,
-	// are freed (as zero_grad(set_to_none=True)) and gradients live in the step's arena
-	// only while in flight, which lowers the peak by about the gradients'
-	// bytes. Results are bit-identical to the usual step.
-	//
-	// It applies only where it is exactly the usual step (see
-	// CheckOptimizerInBackward); other steps take the usual path, with
-	// gradient buffers. A step that does not fit in memory is retried on
-	// the usual path, which splits it.
-	OptimizerInBackward bool
+	cfg Config
+	// gradBytes is what the gradient buffers took when last allocated:
+	// Plan reports it while they are released (ReleaseMemory).
+	gradBytes int64
 
 	arena    *exec.Arena
-	programs map[string]*exec.Program
+	programs map[programKey]*Compiled
 	optBlks  []*device.Block
 	params   []optim.Param
 	step     int64 // steps taken; seeds dropout masks
@@ -91,45 +70,94 @@ type Trainer struct {
 	ownsStore bool
 }
 
-// New returns a trainer. The store must be materialized on dev.
+// New returns a trainer with the zero Config (fp32, nothing recomputed or
+// compressed, gradient buffers). The store must be materialized on dev.
 func New(dev *device.Device, store *nn.Store, model Model, loss LossFunc, opt optim.Optimizer) (*Trainer, error) {
+	return NewConfig(dev, store, model, loss, opt, Config{})
+}
+
+// NewConfig returns a trainer with configuration cfg. The store must be
+// materialized on dev. Optimizer state and, unless cfg runs the optimizer
+// in the backward pass, the gradient buffers are allocated now, in that
+// order, as the first step would: the memory plan holds from the first
+// step and an out-of-memory shows at start-up.
+func NewConfig(dev *device.Device, store *nn.Store, model Model, loss LossFunc, opt optim.Optimizer, cfg Config) (*Trainer, error) {
 	if store.Device() != dev {
 		return nil, fmt.Errorf("train: the model's parameters are not on %v (materialize the store first)", dev)
 	}
-	t := &Trainer{Device: dev, Store: store, Model: model, Loss: loss, Opt: opt, arena: exec.NewArena(dev), programs: map[string]*exec.Program{}}
-	alloc := func(param, buffer string, n int) ([]float32, error) {
-		module := param
-		if i := strings.LastIndexByte(param, '.'); i >= 0 {
-			module = param[:i]
-		}
-		b, err := dev.Alloc.Allocate(int64(n)*4, device.Tag{Category: device.OptimizerState, Module: module, Op: buffer})
-		if err != nil {
-			return nil, err
-		}
-		t.optBlks = append(t.optBlks, b)
-		v := (&tensor.Tensor{DType: tensor.Float32, Shape: tensor.Shape{n}, Data: b.Data})
-		if b.Data == nil {
-			return make([]float32, n), nil // meta: no data to hold
-		}
-		return v.F32(), nil
-	}
-	switch o := opt.(type) {
-	case *optim.Adam:
-		o.Alloc = alloc
-	case *optim.SGD:
-		o.Alloc = alloc
+	t := &Trainer{Device: dev, Store: store, Model: model, Loss: loss, Opt: opt, arena: exec.NewArena(dev), programs: map[programKey]*Compiled{}}
+	if opt != nil {
+		// Every optimizer's state comes from the device, counted as
+		// optimizer state.
+		opt.SetAlloc(func(param, buffer string, n int) ([]float32, error) {
+			module := param
+			if i := strings.LastIndexByte(param, '.'); i >= 0 {
+				module = param[:i]
+			}
+			b, err := dev.Alloc.Allocate(int64(n)*4, device.Tag{Category: device.OptimizerState, Module: module, Op: buffer})
+			if err != nil {
+				return nil, err
+			}
+			t.optBlks = append(t.optBlks, b)
+			v := (&tensor.Tensor{DType: tensor.Float32, Shape: tensor.Shape{n}, Data: b.Data})
+			if b.Data == nil {
+				return make([]float32, n), nil // meta: no data to hold
+			}
+			return v.F32(), nil
+		})
 	}
 	for _, p := range store.Trainable() {
 		t.params = append(t.params, optim.Param{Name: p.Name})
 	}
-	// Optimizer state is allocated now, not lazily in the first step, so the
-	// memory plan holds from the first step and an out-of-memory shows at
-	// start-up.
 	if err := t.prepareOptimizer(); err != nil {
 		t.Close()
 		return nil, err
 	}
+	if err := t.SetConfig(cfg); err != nil {
+		t.Close()
+		return nil, err
+	}
 	return t, nil
+}
+
+// Config is the trainer's configuration.
+func (t *Trainer) Config() Config { return t.cfg }
+
+// SetConfig changes the configuration: the one way to change it. Steps
+// compiled under the old one are dropped. For fp16-mixed it installs
+// NewGradScaler() unless a scaler is set. The gradient buffers are made
+// what the steps will hold: freed when the optimizer runs in the backward
+// pass, allocated otherwise.
+func (t *Trainer) SetConfig(c Config) error {
+	if c != t.cfg {
+		clear(t.programs)
+	}
+	t.cfg = c
+	if c.Precision.NeedsScaler() && t.Scaler == nil {
+		t.Scaler = NewGradScaler()
+	}
+	if t.inBackward(1) {
+		t.Store.ReleaseGrads()
+		return nil
+	}
+	return t.allocGrads()
+}
+
+// allocGrads allocates missing gradient buffers and remembers their bytes.
+func (t *Trainer) allocGrads() error {
+	if err := t.Store.AllocGrads(); err != nil {
+		return err
+	}
+	if b := t.Device.Alloc.Stats().ByCategory[device.Gradient]; b > 0 {
+		t.gradBytes = b
+	}
+	return nil
+}
+
+// inBackward reports whether a step of microBatches micro-batches runs
+// the optimizer in the backward pass under the trainer's configuration.
+func (t *Trainer) inBackward(microBatches int) bool {
+	return t.cfg.OptimizerInBackward && t.CheckOptimizerInBackward(microBatches) == nil
 }
 
 // Close releases the trainer's arena and optimizer state (and the store,
@@ -157,6 +185,21 @@ func signature(kind string, training bool, metas ...trace.Meta) string {
 	return b.String()
 }
 
+// programKey is what a compiled step depends on besides the model: the
+// configuration, the kind of step and the input signature.
+type programKey struct {
+	cfg Config
+	sig string
+}
+
+// Compiled is a compiled step and what each pass of the pipeline did.
+type Compiled struct {
+	Program *exec.Program
+	// Passes reports the passes in order: autodiff, the transform
+	// pipeline (transform.Pipeline), then schedule and arena layout.
+	Passes []transform.PassReport
+}
+
 // LossScaleInput names the scalar input that seeds the backward pass: the
 // gradient of the loss with respect to itself. It is 1 for a plain step, the
 // micro-batch's weight under gradient accumulation, and the loss scale under
@@ -166,14 +209,22 @@ const LossScaleInput = "loss_scale"
 // TrainProgram returns the compiled training step for inputs and targets
 // of these shapes, tracing it on first use.
 func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
-	return t.trainProgram(x, y, writeGrads)
+	c, err := t.compile(t.cfg, x, y, writeGrads)
+	if err != nil {
+		return nil, err
+	}
+	return c.Program, nil
 }
 
 // InBackwardProgram returns the compiled training step with the optimizer
 // in the backward pass (OptimizerInBackward): one op.OptimizerStep per
 // parameter instead of gradient buffers.
 func (t *Trainer) InBackwardProgram(x, y trace.Meta) (*exec.Program, error) {
-	return t.trainProgram(x, y, gradsToOptimizer)
+	c, err := t.compile(t.cfg, x, y, gradsToOptimizer)
+	if err != nil {
+		return nil, err
+	}
+	return c.Program, nil
 }
 
 // gradMode says where a traced step's parameter gradients go.
@@ -185,16 +236,22 @@ const (
 	gradsToOptimizer                 // to an optimizer update inside the step
 )
 
-// trainProgram traces the step with gradients going where mode says.
-func (t *Trainer) trainProgram(x, y trace.Meta, mode gradMode) (*exec.Program, error) {
-	kind := fmt.Sprintf("train/acc=%v", mode == accumulateGrads)
-	if mode == gradsToOptimizer {
-		kind = "train/in-backward"
+func (m gradMode) kind() string {
+	if m == gradsToOptimizer {
+		return "train/in-backward"
 	}
-	key := signature(kind, t.Store.Training(), x, y)
-	if p, ok := t.programs[key]; ok {
-		return p, nil
-	}
+	return fmt.Sprintf("train/acc=%v", m == accumulateGrads)
+}
+
+// Trace returns the usual training step for inputs and targets of these
+// shapes as autodiff leaves it, before any pass of the pipeline: the graph
+// whose node IDs a RecomputeNodes policy names.
+func (t *Trainer) Trace(x, y trace.Meta) (*trace.Graph, error) {
+	return t.trace(x, y, writeGrads)
+}
+
+// trace records the step with gradients going where mode says.
+func (t *Trainer) trace(x, y trace.Meta, mode gradMode) (*trace.Graph, error) {
 	g := trace.New()
 	err := trace.Capture(func() {
 		xi := g.Input("x", x.DType, x.Shape)
@@ -238,72 +295,113 @@ func (t *Trainer) trainProgram(x, y trace.Meta, mode gradMode) (*exec.Program, e
 		}
 	})
 	if err != nil {
+		// A size that overflowed makes shape inference fail later with
+		// nonsense (negative sizes): name the cause.
+		if serr := checkSizes(g); serr != nil {
+			return nil, serr
+		}
 		return nil, err
 	}
-	if t.Remat != nil {
-		if g, _, err = transform.Rematerialize(g, t.Remat); err != nil {
-			return nil, err
+	return g, checkSizes(g)
+}
+
+// ErrSize is matched by errors.Is when a tensor of the step is too large
+// to be sized: its byte count overflows int64 (an impossible batch size).
+var ErrSize = errors.New("train: tensor too large")
+
+// checkSizes refuses a step with a tensor whose size overflows: every byte
+// count derived from it (liveness, arena offsets, messages) would wrap.
+func checkSizes(g *trace.Graph) error {
+	for _, n := range g.Nodes {
+		for _, o := range n.Outputs {
+			size := int64(o.Meta.DType.Size())
+			for _, d := range o.Meta.Shape {
+				if d < 0 || d != 0 && size > math.MaxInt64/int64(d) {
+					return fmt.Errorf("%w: %s makes %v of shape %v, more than 2^63 bytes", ErrSize, n.Label(), o.Meta.DType, o.Meta.Shape)
+				}
+				size *= int64(d)
+			}
 		}
 	}
-	if g, err = transform.ApplyPrecision(g, t.Precision, t.Compress); err != nil {
+	return nil
+}
+
+// compile returns the training step of kind mode compiled under cfg: a
+// function of the model, cfg and the input shapes alone. It allocates
+// nothing. Steps under the trainer's own configuration are cached.
+func (t *Trainer) compile(cfg Config, x, y trace.Meta, mode gradMode) (*Compiled, error) {
+	key := programKey{cfg, signature(mode.kind(), t.Store.Training(), x, y)}
+	if c, ok := t.programs[key]; ok {
+		return c, nil
+	}
+	g, err := t.trace(x, y, mode)
+	if err != nil {
 		return nil, err
 	}
-	if g, _, err = transform.Fuse(g); err != nil {
+	c, err := t.lower(g, transform.Options{Recompute: cfg.Recompute.Policy(), Precision: cfg.Precision, Compress: cfg.compress(), Backward: true})
+	if err != nil {
 		return nil, err
 	}
+	if cfg == t.cfg {
+		t.programs[key] = c
+	}
+	return c, nil
+}
+
+// lower runs the pipeline's passes on a traced step, then schedules it and
+// lays out its arena (exec.Compile).
+func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) {
+	forward := 0
+	for _, n := range g.Nodes {
+		if n.Phase == trace.Forward {
+			forward++
+		}
+	}
+	reports := []transform.PassReport{{Name: "autodiff", NodesBefore: forward, NodesAfter: len(g.Nodes), Skipped: !o.Backward,
+		Detail: fmt.Sprintf("%d backward and update nodes", len(g.Nodes)-forward)}}
+	g, passes, err := transform.Run(g, o)
+	if err != nil {
+		return nil, err
+	}
+	reports = append(reports, passes...)
 	p, err := exec.Compile(g, t.Device)
 	if err != nil {
 		return nil, err
 	}
-	t.programs[key] = p
-	return p, nil
-}
-
-// SetRemat changes the rematerialization policy (nil: keep everything) and
-// drops compiled steps so they are traced again with it.
-func (t *Trainer) SetRemat(p transform.Policy) {
-	t.Remat = p
-	clear(t.programs)
-}
-
-// SetPrecision changes the precision and drops compiled steps; for
-// fp16-mixed it installs NewGradScaler() unless a scaler is set.
-func (t *Trainer) SetPrecision(p transform.Precision) {
-	t.Precision = p
-	if p.NeedsScaler() && t.Scaler == nil {
-		t.Scaler = NewGradScaler()
-	}
-	clear(t.programs)
+	reports = append(reports,
+		transform.PassReport{Name: "schedule", NodesBefore: len(g.Nodes), NodesAfter: len(p.Plan.Order),
+			Detail: fmt.Sprintf("%d steps, peak %s at step %d", len(p.Plan.Order), device.FormatBytes(p.Plan.PeakBytes), p.Plan.PeakStep)},
+		transform.PassReport{Name: "arena", NodesBefore: len(p.Plan.Order), NodesAfter: len(p.Plan.Order), BytesAdded: p.Plan.ArenaBytes,
+			Detail: fmt.Sprintf("arena %s for a peak of %s", device.FormatBytes(p.Plan.ArenaBytes), device.FormatBytes(p.Plan.PeakBytes))})
+	return &Compiled{Program: p, Passes: reports}, nil
 }
 
 // EvalProgram returns the compiled forward pass for inputs of this shape.
 func (t *Trainer) EvalProgram(x trace.Meta) (*exec.Program, error) {
-	key := signature("eval", t.Store.Training(), x)
-	if p, ok := t.programs[key]; ok {
-		return p, nil
+	key := programKey{t.cfg, signature("eval", t.Store.Training(), x)}
+	if c, ok := t.programs[key]; ok {
+		return c.Program, nil
 	}
 	g := trace.New()
 	err := trace.Capture(func() {
 		xi := g.Input("x", x.DType, x.Shape)
 		g.Output("out", t.Model.Forward(xi))
 	})
+	if serr := checkSizes(g); serr != nil {
+		return nil, serr
+	}
+	if err != nil {
+		return nil, err
+	}
 	// Evaluation runs in the training precision, as under PyTorch's
-	// autocast (nothing is saved for a backward pass, so no compression).
-	if err == nil {
-		g, err = transform.ApplyPrecision(g, t.Precision, nil)
-	}
-	if err == nil {
-		g, _, err = transform.Fuse(g)
-	}
+	// autocast (nothing is saved for a backward pass, so nothing is
+	// recomputed or compressed).
+	c, err := t.lower(g, transform.Options{Precision: t.cfg.Precision})
 	if err != nil {
 		return nil, err
 	}
-	p, err := exec.Compile(g, t.Device)
-	if err != nil {
-		return nil, err
-	}
-	t.programs[key] = p
-	return p, nil
+	t.programs[key] = c
+	return c.Program, nil
 }
 
 // NonFiniteError stops training when the loss is NaN or infinite. First,
@@ -368,9 +466,19 @@ func (t *Trainer) diagnose(ctx context.Context, micro []Batch, step int64, inBac
 }
 
 // Step runs forward, backward and the optimizer on one batch and returns the
-// loss. Gradients are overwritten (not accumulated) each step.
+// loss. Gradients are overwritten (not accumulated) each step. With
+// Config.Accumulation > 1 the batch is split into that many micro-batches
+// (fewer when it has fewer samples) whose gradients are added up.
 func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
-	return t.StepAccumulate(ctx, []Batch{{X: x, Y: y}})
+	b := Batch{X: x, Y: y}
+	if k := t.cfg.Accumulation; k > 1 && len(x.Shape) > 0 && x.Shape[0] > 1 {
+		micro, err := Split(b, min(k, x.Shape[0]))
+		if err != nil {
+			return 0, err
+		}
+		return t.StepAccumulate(ctx, micro)
+	}
+	return t.StepAccumulate(ctx, []Batch{b})
 }
 
 // Batch is one micro-batch of inputs and targets.
@@ -385,13 +493,13 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
 	}
-	if t.OptimizerInBackward && t.CheckOptimizerInBackward(len(micro)) == nil {
+	if t.inBackward(len(micro)) {
 		if l, done, err := t.stepInBackward(ctx, micro[0]); done {
 			return l, err
 		}
 		// Out of memory before any update: the usual path, which splits.
 	}
-	if err := t.Store.AllocGrads(); err != nil {
+	if err := t.allocGrads(); err != nil {
 		return 0, err
 	}
 	first := t.step // the step number of this step's first pass
@@ -446,38 +554,91 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 }
 
 // CheckOptimizerInBackward returns nil when OptimizerInBackward applies to
-// a step of microBatches micro-batches, or the reason it does not (such
-// steps take the usual path). It applies only where updating parameters
-// one by one inside the step is exactly the usual step: an optimizer that
-// can step one parameter at a time (optim.ParamStepper and optim.Preparer:
-// SGD, Adam, AdamW), a single micro-batch (accumulation needs every
-// micro-batch's gradient), no ClipNorm (it needs the global norm of all
-// gradients), no GradScaler (it must see every gradient before deciding
-// to skip the step), fp32 precision (under the bf16 modes the usual step
-// rounds some gradients as they reach the float32 gradient buffers, which
-// the precision transform does not do for an update yet) and no
-// RunOptions.CheckFinite (it could stop a step after some updates).
+// a step of microBatches micro-batches, or the reason it does not (an
+// *InBackwardError; such steps take the usual path). It applies only where
+// updating parameters one by one inside the step is exactly the usual
+// step: an optimizer that can step one parameter at a time
+// (optim.ParamStepper and optim.Preparer: SGD, Adam, AdamW), a single
+// micro-batch (accumulation needs every micro-batch's gradient), no
+// ClipNorm (it needs the global norm of all gradients), no GradScaler (it
+// must see every gradient before deciding to skip the step), fp32
+// precision (under the bf16 modes the usual step rounds some gradients as
+// they reach the float32 gradient buffers, which the precision transform
+// does not do for an update yet) and no RunOptions.CheckFinite (it could
+// stop a step after some updates).
 func (t *Trainer) CheckOptimizerInBackward(microBatches int) error {
+	return t.checkInBackward(t.cfg, microBatches)
+}
+
+func (t *Trainer) checkInBackward(cfg Config, microBatches int) error {
 	_, stepper := t.Opt.(optim.ParamStepper)
 	_, preparer := t.Opt.(optim.Preparer)
+	e := &InBackwardError{Optimizer: fmt.Sprintf("%T", t.Opt), MicroBatches: microBatches, Precision: cfg.Precision}
 	switch {
 	case t.Opt == nil:
-		return errors.New("train: optimizer in backward: no optimizer")
+		e.Reason = NoOptimizer
 	case !stepper || !preparer:
-		return fmt.Errorf("train: optimizer in backward: %T cannot update one parameter at a time", t.Opt)
+		e.Reason = NotPerParameter
 	case microBatches != 1:
-		return fmt.Errorf("train: optimizer in backward: %d micro-batches (gradients must be accumulated before the update)", microBatches)
+		e.Reason = Accumulating
 	case t.ClipNorm > 0:
-		return errors.New("train: optimizer in backward: gradient clipping needs the norm of all gradients before any update")
+		e.Reason = Clipping
 	case t.Scaler != nil:
-		return errors.New("train: optimizer in backward: a GradScaler must check all gradients before any update")
+		e.Reason = Scaling
 	case t.RunOptions != nil && t.RunOptions.CheckFinite:
-		return errors.New("train: optimizer in backward: CheckFinite may stop a step after some updates")
-	case t.Precision != transform.FP32:
-		return fmt.Errorf("train: optimizer in backward: not with %v precision", t.Precision)
+		e.Reason = CheckingFinite
+	case cfg.Precision != transform.FP32:
+		e.Reason = LowPrecision
+	default:
+		return nil
 	}
-	return nil
+	return e
 }
+
+// InBackwardReason is why the optimizer cannot run in the backward pass.
+type InBackwardReason uint8
+
+const (
+	NoOptimizer     InBackwardReason = iota + 1 // no optimizer
+	NotPerParameter                             // it cannot update one parameter at a time
+	Accumulating                                // several micro-batches
+	Clipping                                    // ClipNorm needs every gradient first
+	Scaling                                     // a GradScaler needs every gradient first
+	CheckingFinite                              // RunOptions.CheckFinite could stop mid-update
+	LowPrecision                                // not fp32
+)
+
+// InBackwardError says why the optimizer cannot run in the backward pass.
+type InBackwardError struct {
+	Reason       InBackwardReason
+	Optimizer    string // its Go type
+	MicroBatches int
+	Precision    transform.Precision
+}
+
+// Detail is the reason in words, without the "train: optimizer in
+// backward:" prefix (for messages that say so already).
+func (e *InBackwardError) Detail() string {
+	switch e.Reason {
+	case NoOptimizer:
+		return "no optimizer"
+	case NotPerParameter:
+		return fmt.Sprintf("%s cannot update one parameter at a time", e.Optimizer)
+	case Accumulating:
+		return fmt.Sprintf("%d micro-batches (gradients must be accumulated before the update)", e.MicroBatches)
+	case Clipping:
+		return "gradient clipping needs the norm of all gradients before any update"
+	case Scaling:
+		return "a GradScaler must check all gradients before any update"
+	case CheckingFinite:
+		return "CheckFinite may stop a step after some updates"
+	case LowPrecision:
+		return fmt.Sprintf("not with %v precision", e.Precision)
+	}
+	return fmt.Sprintf("reason %d", e.Reason)
+}
+
+func (e *InBackwardError) Error() string { return "train: optimizer in backward: " + e.Detail() }
 
 // stepInBackward runs one step of b with the optimizer inside it. done is
 // false when the step ran out of memory before any update: nothing has
@@ -595,11 +756,11 @@ func (t *Trainer) run(ctx context.Context, x, y *tensor.Tensor, accumulate bool,
 	if accumulate {
 		mode = accumulateGrads
 	}
-	p, err := t.trainProgram(trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}, mode)
+	c, err := t.compile(t.cfg, trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}, mode)
 	if err != nil {
 		return 0, err
 	}
-	return t.runProgram(ctx, p, x, y, seed, t.RunOptions)
+	return t.runProgram(ctx, c.Program, x, y, seed, t.RunOptions)
 }
 
 // runProgram runs training step p on x and y with the given loss seed.
@@ -700,14 +861,20 @@ func rows(t *tensor.Tensor, lo, hi int) *tensor.Tensor {
 }
 
 // Setup builds a model into a new store, materializes it on dev (seeded
-// initialization) and returns its trainer. Close then releases the store too.
+// initialization) and returns its trainer, with the zero Config. Close then
+// releases the store too.
 func Setup(dev *device.Device, seed int64, build func(s *nn.Store) (Model, LossFunc), opt optim.Optimizer) (*Trainer, error) {
+	return SetupConfig(dev, seed, build, opt, Config{})
+}
+
+// SetupConfig is Setup with configuration cfg.
+func SetupConfig(dev *device.Device, seed int64, build func(s *nn.Store) (Model, LossFunc), opt optim.Optimizer, cfg Config) (*Trainer, error) {
 	s := nn.NewStore()
 	m, loss := build(s)
 	if err := s.Materialize(dev, seed); err != nil {
 		return nil, err
 	}
-	t, err := New(dev, s, m, loss, opt)
+	t, err := NewConfig(dev, s, m, loss, opt, cfg)
 	if err != nil {
 		s.Release()
 		return nil, err

@@ -215,18 +215,18 @@ func TestFP16MixedGetsAScaler(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	tr.SetPrecision(transform.BF16Mixed)
+	tr.SetConfig(train.Config{Precision: transform.BF16Mixed})
 	if tr.Scaler != nil {
 		t.Fatal("bf16-mixed installed a scaler")
 	}
-	tr.SetPrecision(transform.FP16Mixed)
+	tr.SetConfig(train.Config{Precision: transform.FP16Mixed})
 	if tr.Scaler == nil || tr.Scaler.Scale != 65536 || tr.Scaler.GrowthInterval != 2000 {
 		t.Fatalf("fp16-mixed scaler: %+v", tr.Scaler)
 	}
 	mine := train.NewGradScaler()
 	mine.Scale = 1024
 	tr.Scaler = mine
-	tr.SetPrecision(transform.FP16Mixed)
+	tr.SetConfig(train.Config{Precision: transform.FP16Mixed})
 	if tr.Scaler != mine {
 		t.Fatal("SetPrecision replaced the caller's scaler")
 	}
@@ -254,7 +254,7 @@ func TestBF16TrueRoundsParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	tr.SetPrecision(transform.BF16True)
+	tr.SetConfig(train.Config{Precision: transform.BF16True})
 	x, y := randomBatch(spec, 4, 1)
 	if _, err := tr.Step(context.Background(), x, y); err != nil {
 		t.Fatal(err)

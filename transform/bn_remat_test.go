@@ -49,7 +49,9 @@ func TestRecomputedBatchNormUpdatesStatisticsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		tr.Remat = p
+		if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(p)}); err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < 2; i++ {
 			if _, err := tr.Step(context.Background(), x, y); err != nil {
 				t.Fatal(err)

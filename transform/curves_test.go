@@ -413,7 +413,7 @@ numbers, made by rounding (cast to bfloat16 and back, round-to-nearest-even).
   rounded where a low-precision or float32 op reads them and where they reach a parameter's
   gradient, which is therefore a bf16 (fp16) number, as the upcast of a bf16 .grad would be;
   elementwise ops in between are not rounded after each step (at most a double rounding apart
-  from PyTorch). fp16-mixed needs the GradScaler; Trainer.SetPrecision installs one.
+  from PyTorch). fp16-mixed needs the GradScaler; Trainer.SetConfig installs one.
 - bf16-true: every floating output rounded (normalization statistics and logsumexps, which bf16
   kernels keep in float32, excepted), inputs rounded, parameters and buffers rounded in place at
   the start of each step (so the optimizer's update is rounded as a bf16 parameter's would be).

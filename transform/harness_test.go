@@ -26,9 +26,13 @@ type setup struct {
 }
 
 func (s setup) apply(tr *train.Trainer) {
-	tr.Remat = s.remat
-	tr.Compress = s.compress
-	tr.SetPrecision(s.precision)
+	st, err := train.StorageOf(s.compress)
+	if err != nil {
+		panic(err)
+	}
+	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(s.remat), Storage: st, Precision: s.precision}); err != nil {
+		panic(err)
+	}
 	if s.host != nil {
 		tr.RunOptions = &exec.Options{Host: s.host}
 	}

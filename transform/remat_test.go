@@ -78,7 +78,9 @@ func run(t *testing.T, segments int, policy transform.Policy) result {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	tr.Remat = policy
+	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(policy)}); err != nil {
+		t.Fatal(err)
+	}
 	r := rand.New(rand.NewSource(3))
 	x := tensor.New(tensor.Float32, tensor.Shape{32, 64})
 	for i := range x.F32() {

@@ -104,12 +104,16 @@ func TestPlannedPeakEqualsMeasuredInBackward(t *testing.T) {
 				r := rand.New(rand.NewSource(1))
 				for _, n := range []int{3, 2} {
 					xm, ym := spec.Example(n)
-					tr.OptimizerInBackward = false
+					if err := tr.SetConfig(train.Config{}); err != nil {
+						t.Fatal(err)
+					}
 					usual, err := tr.Plan(xm, ym)
 					if err != nil {
 						t.Fatal(err)
 					}
-					tr.OptimizerInBackward = true
+					if err := tr.SetConfig(train.Config{OptimizerInBackward: true}); err != nil {
+						t.Fatal(err)
+					}
 					mp, err := tr.Plan(xm, ym)
 					if err != nil {
 						t.Fatal(err)

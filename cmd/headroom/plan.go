@@ -12,6 +12,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
@@ -26,11 +27,11 @@ func cmdPlan(ctx context.Context, args []string) error {
 var (
 	precisionHelp = "numeric precision: " + strings.Join(transform.Precisions, ", ") +
 		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
-		strings.Join(budget.AutoPrecisions, " and ") + "; fp16-mixed and bf16-true only when named). " +
+		strings.Join(budget.Names(budget.AutoPrecisions), " and ") + "; fp16-mixed and bf16-true only when named). " +
 		"Low precision is emulated on the cpu (operands and outputs rounded, float32 arithmetic): it saves memory, not time"
 	compressHelp = "how saved activations are stored until the backward pass: " + strings.Join(transform.Compressions, ", ") +
 		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
-		strings.Join(budget.AutoCompress, ", ") + "; masks stores ReLU masks as bits, exactly, and bf16 and int8 do too and compress " +
+		strings.Join(budget.Names(budget.AutoCompress), ", ") + "; masks stores ReLU masks as bits, exactly, and bf16 and int8 do too and compress " +
 		"only the largest tensors the budget needs; fp16 and offload only when named)"
 )
 
@@ -44,6 +45,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	policy := fs.String("policy", "", "restrict recomputation to one policy: none, selective or auto (default: try all)")
 	precision := fs.String("precision", "fp32", precisionHelp)
 	compress := fs.String("compress", "none", compressHelp)
+	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
 	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom plan [flags]
@@ -84,8 +86,11 @@ Flags:
 	}
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3) }
+	if err := budget.CheckBatch(budget.Problem{Example: spec.Example, Batch: *batch}); err != nil {
+		return fmt.Errorf("plan: --batch: %w", err)
+	}
 	if *budgetFlag == "" {
-		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack)
+		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
 	}
 	b, err := device.ParseBytes(*budgetFlag)
 	if err != nil {
@@ -94,10 +99,11 @@ Flags:
 	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
 		OptimizerInBackward: *inBack}
 	if *policy != "" {
-		if _, err := budget.ParsePolicy(*policy); err != nil {
+		pol, err := budget.ParsePolicy(*policy)
+		if err != nil {
 			return err
 		}
-		prob.Policies = []string{*policy}
+		prob.Policies = []budget.Policy{pol}
 	}
 	res, err := budget.Fit(ctx, prob)
 	if err != nil {
@@ -105,12 +111,46 @@ Flags:
 	}
 	fmt.Fprintf(stdout, "model %s, batch %d, optimizer %s\n", spec.Name, *batch, *opt)
 	res.Print(stdout, b)
+	if *passes {
+		o, err := newOpt()
+		if err != nil {
+			return err
+		}
+		tr, err := train.Setup(device.Meta(), 1, build, o)
+		if err != nil {
+			return err
+		}
+		defer tr.Close()
+		x, y := spec.Example(res.Best.MicroBatch)
+		return printPasses(stdout, tr, res.Best.Config(), x, y)
+	}
+	return nil
+}
+
+// printPasses writes what each compile pass did to the step under cfg.
+func printPasses(w io.Writer, tr *train.Trainer, cfg train.Config, x, y trace.Meta) error {
+	_, c, err := tr.PlanConfig(cfg, x, y)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "compile passes (nodes before -> after):")
+	for _, r := range c.Passes {
+		if r.Skipped {
+			fmt.Fprintf(w, "  %-10s skipped\n", r.Name)
+			continue
+		}
+		line := fmt.Sprintf("  %-10s %6d -> %-6d %s", r.Name, r.NodesBefore, r.NodesAfter, r.Detail)
+		if r.BytesSaved != 0 {
+			line += fmt.Sprintf("; %s saved", device.FormatBytes(r.BytesSaved))
+		}
+		fmt.Fprintln(w, line)
+	}
 	return nil
 }
 
 // parseNumerics reads --precision and --compress: a choice for the planner
 // (auto or a list) needs a budget to choose by.
-func parseNumerics(precision, compress string, haveBudget bool) (precs, comps []string, err error) {
+func parseNumerics(precision, compress string, haveBudget bool) (precs []transform.Precision, comps []transform.Compression, err error) {
 	if precs, err = budget.ParsePrecisions(precision); err != nil {
 		return nil, nil, err
 	}
@@ -123,7 +163,7 @@ func parseNumerics(precision, compress string, haveBudget bool) (precs, comps []
 	return precs, comps, nil
 }
 
-func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, precision, compress string, inBack bool) error {
+func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, prec transform.Precision, storage transform.Compression, inBack, passes bool) error {
 	dev := device.Meta()
 	store := nn.NewStore()
 	m, loss := build(store)
@@ -134,22 +174,13 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 	if err != nil {
 		return err
 	}
-	tr, err := train.New(dev, store, m, loss, o)
+	tr, err := train.NewConfig(dev, store, m, loss, o, train.Config{Precision: prec, Storage: storage, OptimizerInBackward: inBack})
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
-	prec, err := transform.ParsePrecision(precision)
-	if err != nil {
-		return err
-	}
-	tr.SetPrecision(prec)
-	if tr.Compress, err = transform.ParseCompress(compress); err != nil {
-		return err
-	}
 	optimizer := ""
 	if inBack {
-		tr.OptimizerInBackward = true
 		if err := tr.CheckOptimizerInBackward(1); err != nil {
 			fmt.Fprintf(log, "headroom: --optimizer-in-backward does not apply, planning with gradient buffers: %v\n", err)
 		} else {
@@ -161,7 +192,10 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, precision, compress, optimizer)
+	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, prec, storage, optimizer)
 	mp.Print(w)
+	if passes {
+		return printPasses(w, tr, tr.Config(), x, y)
+	}
 	return nil
 }

@@ -208,3 +208,33 @@ func TestTrainBudgetOptimizerInBackward(t *testing.T) {
 		t.Errorf("log: %s", log.String())
 	}
 }
+
+// --passes prints what each compile pass did, in the pipeline's order,
+// with and without a budget.
+func TestPlanPasses(t *testing.T) {
+	for _, args := range [][]string{
+		{"--model", "cnn", "--batch", "8", "--precision", "bf16-mixed", "--compress", "int8", "--passes"},
+		{"--model", "cnn", "--batch", "8", "--budget", "64MiB", "--passes"},
+	} {
+		var out, errb bytes.Buffer
+		if err := planMain(context.Background(), args, &out, &errb); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		s := out.String()
+		i := strings.Index(s, "compile passes")
+		if i < 0 {
+			t.Fatalf("%v: no pass report:\n%s", args, s)
+		}
+		last := i
+		for _, p := range []string{"autodiff", "recompute", "autocast", "compress", "readlow", "fuse", "schedule", "arena"} {
+			j := strings.Index(s[last:], "  "+p+" ")
+			if j < 0 {
+				t.Fatalf("%v: pass %s missing or out of order:\n%s", args, p, s[i:])
+			}
+			last += j
+		}
+		if args[len(args)-2] == "int8" && (!strings.Contains(s, "stored compressed") || strings.Contains(s, "autocast   skipped")) {
+			t.Errorf("%v: compression and autocast not reported:\n%s", args, s[i:])
+		}
+	}
+}

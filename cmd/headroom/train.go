@@ -192,8 +192,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	prec, _ := transform.ParsePrecision(precs[0])
-	compress, _ := transform.ParseCompress(comps[0])
+	prec := precs[0]
+	var compress transform.CompressPolicy // nil: kept as produced
+	if comps[0] != (transform.Compression{}) {
+		compress = comps[0]
+	}
 	if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
@@ -212,20 +215,22 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
 		}
 		if f.recompute != "none" {
-			prob.Policies = []string{f.recompute}
+			pol, _ := budget.ParsePolicy(f.recompute)
+			prob.Policies = []budget.Policy{pol}
 		}
 		res, err := budget.Fit(ctx, prob)
 		if err != nil {
 			return err
 		}
 		res.Print(out, b)
-		accum, remat, policy = res.Best.Accumulation, res.Best.Remat, res.Best.Policy
+		accum, remat, policy = res.Best.Accumulation, res.Best.Remat, res.Best.Policy.String()
 		prec, compress = res.Best.Precision, res.Best.Compress
 		// The plan says where the optimizer runs, and why not in the
 		// backward pass when it was asked for.
 		inBack = res.Best.InBackward
 		if !strings.Contains(f.device, "mem=") {
-			f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
+			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity) // the budget, or the tighter capacity the plan fits
+
 		}
 	}
 	dev, err := device.New(f.device)
@@ -254,16 +259,17 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tr, err := train.New(dev, store, model, crossEntropy, opt)
+	st, err := train.StorageOf(compress)
+	if err != nil {
+		return err
+	}
+	tr, err := train.NewConfig(dev, store, model, crossEntropy, opt,
+		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack})
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
-	tr.Remat = remat
-	tr.SetPrecision(prec)
-	tr.Compress = compress
 	if inBack {
-		tr.OptimizerInBackward = true
 		if err := tr.CheckOptimizerInBackward(accum); err != nil {
 			fmt.Fprintf(log, "headroom: --optimizer-in-backward does not apply, training with gradient buffers: %v\n", err)
 		}

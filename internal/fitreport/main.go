@@ -108,7 +108,7 @@ func autoRemat(c config, target float64) (*zoo.Spec, train.MemoryPlan, *budget.R
 		res, err = budget.Fit(context.Background(), budget.Problem{
 			Build: build, Example: spec.Example, Batch: c.batch, NewOptimizer: newOpt,
 			Budget:   fixed + limit + slack,
-			Policies: []string{"auto"},
+			Policies: []budget.Policy{budget.RecomputeAuto},
 		})
 		if err == nil && res.Best.Memory.Activations > limit && slack > 0 {
 			continue
@@ -148,13 +148,11 @@ func mixedReport(models, prec string, target float64) error {
 		x, y := random(r, xm, 10), random(r, ym, 10)
 		measure := func(remat transform.Policy, prec transform.Precision) (peak, planned int64, err error) {
 			o, _ := optim.NewAdam(optim.AdamDefaults())
-			tr, err := train.Setup(device.CPU(), 1, build, o)
+			tr, err := train.SetupConfig(device.CPU(), 1, build, o, train.Config{Recompute: train.MustRecompute(remat), Precision: prec})
 			if err != nil {
 				return 0, 0, err
 			}
 			defer tr.Close()
-			tr.Remat = remat
-			tr.SetPrecision(prec)
 			plan, err := tr.Plan(xm, ym)
 			if err != nil {
 				return 0, 0, err
@@ -186,11 +184,10 @@ func report(c config, steps int, target float64) error {
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
 	o, _ := newOpt()
-	mt, err := train.Setup(device.Meta(), 0, build, o)
+	mt, err := train.SetupConfig(device.Meta(), 0, build, o, train.Config{Recompute: train.MustRecompute(res.Best.Remat)})
 	if err != nil {
 		return err
 	}
-	mt.Remat = res.Best.Remat
 	auto, err := mt.Plan(spec.Example(c.batch))
 	mt.Close()
 	if err != nil {
@@ -208,11 +205,10 @@ func report(c config, steps int, target float64) error {
 	x, y := random(r, xm, 10), random(r, ym, 10)
 	mk := func(p transform.Policy) (*train.Trainer, error) {
 		o, _ := newOpt()
-		tr, err := train.Setup(device.CPU(), 1, build, o)
+		tr, err := train.SetupConfig(device.CPU(), 1, build, o, train.Config{Recompute: train.MustRecompute(p)})
 		if err != nil {
 			return nil, err
 		}
-		tr.Remat = p
 		_, err = tr.Step(context.Background(), x, y) // warm-up: trace, plan, first touch
 		return tr, err
 	}
