@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"math"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/trace"
@@ -223,8 +224,11 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 		t := f.cost.Graph(prog.Program.Plan.Order)
 		if i == 0 {
 			c.Memory = mem
-			if c.Reserved, err = f.reserved(mem.ArenaBytes, c.InBackward); err != nil {
-				return c, err
+			var ok bool
+			if c.Reserved, ok = f.reserved(mem.ArenaBytes, c.InBackward); !ok {
+				// Larger than any device's address space: fits no budget.
+				c.Reserved = math.MaxInt64
+				return c, nil
 			}
 			if r, ok := fits(f.check[mode(c.InBackward)], mem.ArenaBytes); ok {
 				c.Reserved, c.Fits, c.Capacity = r, true, f.p.Budget

@@ -204,11 +204,8 @@ func (f *fitter) tryCapacity(capacity, arena int64, inBackward bool) (short int6
 
 // reserved simulates the arena's reservation next to the persistent state
 // of the optimizer mode and returns the device memory reserved with it, as
-// a real run on a device with the same allocator would reserve.
-func (f *fitter) reserved(arena int64, inBackward bool) (int64, error) {
-	r, ok := fits(f.full[mode(inBackward)], arena)
-	if !ok {
-		return 0, fmt.Errorf("budget: an arena of %s does not fit on an uncapped device", device.FormatBytes(arena))
-	}
-	return r, nil
+// a real run on a device with the same allocator would reserve; false when
+// the arena does not fit even an uncapped device (its address space).
+func (f *fitter) reserved(arena int64, inBackward bool) (int64, bool) {
+	return fits(f.full[mode(inBackward)], arena)
 }
