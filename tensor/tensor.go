@@ -24,8 +24,13 @@ func alignedBytes(n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
 }
 
-// New returns a zero tensor.
+// New returns a zero tensor. A shape that fails Shape.Check panics with its
+// *SizeError: an overflowing product would otherwise allocate a wrong,
+// possibly tiny, buffer.
 func New(dt DType, shape Shape) *Tensor {
+	if err := shape.Check(dt); err != nil {
+		panic(err)
+	}
 	return &Tensor{DType: dt, Shape: shape.Clone(), Data: alignedBytes(shape.NumElements() * dt.Size())}
 }
 
