@@ -11,7 +11,6 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/gemm"
-	"github.com/headroom-ml/headroom/internal/parallel"
 )
 
 const benchUsage = `Usage: headroom bench [flags]
@@ -102,8 +101,14 @@ func cmdBench(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
-	if f.steps < 1 || f.warmup < 0 || f.rounds < 1 || f.threads < 0 {
-		return fmt.Errorf("bench: --steps and --rounds must be at least 1, --warmup and --threads not negative")
+	if f.steps < 1 || f.warmup < 0 || f.rounds < 1 {
+		return fmt.Errorf("bench: --steps and --rounds must be at least 1, --warmup not negative")
+	}
+	given := false
+	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "threads" })
+	var err error
+	if f.threads, err = setThreads(given, f.threads, os.Stderr); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	if f.child != "" {
 		return benchChild(ctx, f, os.Stdout, os.Stderr)
@@ -114,9 +119,6 @@ func cmdBench(ctx context.Context, args []string) error {
 	}
 	if f.cpuprofile != "" && len(ws) != 1 {
 		return fmt.Errorf("bench: --cpuprofile needs exactly one workload (--workloads NAME)")
-	}
-	if f.threads == 0 {
-		f.threads = parallel.Threads()
 	}
 	return benchRun(ctx, f, ws, os.Stdout, os.Stderr)
 }
