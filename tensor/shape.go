@@ -62,7 +62,7 @@ func (s Shape) Check(dt DType) error {
 	n := size
 	for _, d := range s {
 		if n > MaxBytes/int64(d) {
-			return &SizeError{Shape: s, DType: dt, Why: fmt.Sprintf("(more than %d bytes, the largest tensor accepted)", MaxBytes)}
+			return &SizeError{Shape: s, DType: dt, Why: "(more than 256 TiB, the largest tensor accepted)"}
 		}
 		n *= int64(d)
 	}
