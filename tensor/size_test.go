@@ -48,3 +48,26 @@ func TestNewRefusesOverflow(t *testing.T) {
 	x := tensor.New(tensor.Uint8, tensor.Shape{1 << 32, 1 << 32})
 	t.Fatalf("got a tensor of %d bytes", len(x.Data))
 }
+
+// A view never reaches past Data, whatever Shape says.
+func TestViewChecksData(t *testing.T) {
+	for name, x := range map[string]*tensor.Tensor{
+		"grown":    {DType: tensor.Float32, Shape: tensor.Shape{3}, Data: make([]byte, 8)},
+		"wrapped":  {DType: tensor.Float32, Shape: tensor.Shape{1 << 32, 1 << 32}, Data: make([]byte, 8)}, // product wraps to 0
+		"negative": {DType: tensor.Float32, Shape: tensor.Shape{-1, -4}, Data: make([]byte, 16)},
+		"bf16":     {DType: tensor.BFloat16, Shape: tensor.Shape{5}, Data: make([]byte, 8)},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: viewed %v in %d bytes", name, x.Shape, len(x.Data))
+				}
+			}()
+			if x.DType == tensor.BFloat16 {
+				x.U16()
+			} else {
+				x.F32()
+			}
+		}()
+	}
+}

@@ -95,7 +95,7 @@ func cmdBench(ctx context.Context, args []string) error {
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of headroom's timed steps to `file` (one workload only)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print headroom's kernel time per op for each workload")
 	fs.StringVar(&f.child, "child", "", "(internal) measure this workload in this process and print the result line")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

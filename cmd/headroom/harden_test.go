@@ -6,16 +6,49 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/idx"
 	"github.com/headroom-ml/headroom/internal/parallel"
 )
+
+// The test binary doubles as the headroom command (and as a bare signal
+// handler) in a child process, selected by environment variables, so that
+// signals and start-up environment are tested on the real process.
+const (
+	envChildArgs = "HEADROOM_TEST_CHILD_ARGS" // the command's arguments, separated by \x1f
+	envChildMode = "HEADROOM_TEST_CHILD_MODE" // "signal": signalContext alone
+)
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(envChildArgs); args != "" {
+		os.Exit(mainExit(strings.Split(args, "\x1f"), os.Stderr))
+	}
+	if os.Getenv(envChildMode) == "signal" {
+		ctx, stop := signalContext(os.Stderr)
+		defer stop()
+		fmt.Println("ready")
+		<-ctx.Done()
+		fmt.Println("cancelled:", ctx.Err())
+		time.Sleep(time.Hour) // work that never looks at ctx again
+		os.Exit(3)
+	}
+	os.Exit(m.Run())
+}
+
+// childCommand returns the command that runs headroom args in a child.
+func childCommand(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), envChildArgs+"="+strings.Join(args, "\x1f")), env...)
+	return cmd
+}
 
 // Every flag is checked before any work: with a dataset directory that does
 // not exist, a bad flag is the error, not the missing dataset. Each error
@@ -222,5 +255,25 @@ func TestTrainFailedSaveIsAnError(t *testing.T) {
 	err := trainFashion(context.Background(), f, &out, log)
 	if err == nil || !strings.Contains(err.Error(), "--save") {
 		t.Fatalf("got %v, want the failed save\n%s%s", err, out.String(), log.String())
+	}
+}
+
+// A flag that does not parse is reported once, in --flag form, without
+// the whole usage; -h still prints the usage and exits 0.
+func TestFlagParseErrorsPrintedOnce(t *testing.T) {
+	for _, args := range [][]string{
+		{"train", "--batch-size", "abc"},
+		{"train", "--batch-size", "99999999999999999999"},
+		{"train", "--bogus"},
+		{"train", "--lr"},
+		{"bench", "--steps", "x"},
+	} {
+		out, code := runChild(t, nil, args...)
+		if code != 1 || strings.Count(out, "headroom:") != 1 || strings.Contains(out, "Usage") || !strings.Contains(out, " --") || strings.Contains(out, " -"+args[1][2:3]) {
+			t.Errorf("%v: exit %d, output:\n%s", args, code, out)
+		}
+	}
+	if out, code := runChild(t, nil, "train", "-h"); code != 0 || !strings.Contains(out, "Usage: headroom train") {
+		t.Errorf("train -h: exit %d, output:\n%s", code, out)
 	}
 }

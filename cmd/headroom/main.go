@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"sync"
 	"syscall"
@@ -51,6 +52,30 @@ func mainExit(args []string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// parseFlags parses a command's flags. A mistake is returned, to be printed
+// once by main in the --flag form the usage uses, with a pointer to -h;
+// the flag package would print it, then the whole usage, and main again.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		msg := dashFlag.ReplaceAllString(err.Error(), "$1--$2")
+		return fmt.Errorf("%s: %s (see: headroom %s -h)", fs.Name(), msg, fs.Name())
+	}
+	return nil
+}
+
+// dashFlag finds a flag named with one dash in the flag package's errors.
+var dashFlag = regexp.MustCompile(`(^|\s)-([A-Za-z])`)
 
 // errInterrupted is the cause of the context of a run that got SIGINT or
 // SIGTERM.

@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,37 +14,6 @@ import (
 	"testing"
 	"time"
 )
-
-// The test binary doubles as the headroom command (and as a bare signal
-// handler) in a child process, selected by environment variables, so that
-// signals and start-up environment are tested on the real process.
-const (
-	envChildArgs = "HEADROOM_TEST_CHILD_ARGS" // the command's arguments, separated by \x1f
-	envChildMode = "HEADROOM_TEST_CHILD_MODE" // "signal": signalContext alone
-)
-
-func TestMain(m *testing.M) {
-	if args := os.Getenv(envChildArgs); args != "" {
-		os.Exit(mainExit(strings.Split(args, "\x1f"), os.Stderr))
-	}
-	if os.Getenv(envChildMode) == "signal" {
-		ctx, stop := signalContext(os.Stderr)
-		defer stop()
-		fmt.Println("ready")
-		<-ctx.Done()
-		fmt.Println("cancelled:", ctx.Err())
-		time.Sleep(time.Hour) // work that never looks at ctx again
-		os.Exit(3)
-	}
-	os.Exit(m.Run())
-}
-
-// childCommand returns the command that runs headroom args in a child.
-func childCommand(env []string, args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), envChildArgs+"="+strings.Join(args, "\x1f")), env...)
-	return cmd
-}
 
 // liveness bounds how long a child may take to react to a signal before the
 // test gives up on it: a hang, not a measurement.

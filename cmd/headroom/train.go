@@ -58,7 +58,7 @@ type trainFlags struct {
 func cmdTrain(ctx context.Context, args []string) error {
 	var f trainFlags
 	fs := trainFlagSet(&f)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return runTrain(ctx, fs, f)
