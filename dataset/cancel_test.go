@@ -31,6 +31,19 @@ func (b blockingFS) Open(name string) (fs.File, error) {
 	return b.MapFS.Open(name)
 }
 
+// waitLoad returns the load's error, failing the test if the load still
+// blocks after a minute (a hang, not a measurement).
+func waitLoad(t *testing.T, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("the load ignored the cancellation")
+		return nil
+	}
+}
+
 // A load blocked in opening a file returns when its context is cancelled.
 func TestLoadContextAbandonsBlockedOpen(t *testing.T) {
 	const img = "train-images-idx3-ubyte"
@@ -48,7 +61,7 @@ func TestLoadContextAbandonsBlockedOpen(t *testing.T) {
 	<-b.opening
 	stop := errors.New("stop")
 	cancel(stop)
-	if err := <-errc; !errors.Is(err, stop) {
+	if err := waitLoad(t, errc); !errors.Is(err, stop) {
 		t.Fatalf("got %v, want the context's cause", err)
 	}
 }
@@ -91,7 +104,7 @@ func TestLoadContextAbandonsBlockedRead(t *testing.T) {
 	}
 	defer w.Close()
 	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	if err := waitLoad(t, errc); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
