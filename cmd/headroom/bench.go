@@ -120,6 +120,12 @@ func cmdBench(ctx context.Context, args []string) error {
 	if f.cpuprofile != "" && len(ws) != 1 {
 		return fmt.Errorf("bench: --cpuprofile needs exactly one workload (--workloads NAME)")
 	}
+	if f.cpuprofile != "" {
+		// Found out now, not after the measurements.
+		if err := checkOutputPath(f.cpuprofile); err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+	}
 	return benchRun(ctx, f, ws, os.Stdout, os.Stderr)
 }
 

@@ -277,3 +277,11 @@ func TestFlagParseErrorsPrintedOnce(t *testing.T) {
 		t.Errorf("train -h: exit %d, output:\n%s", code, out)
 	}
 }
+
+// bench checks where it will write its profile before measuring anything.
+func TestBenchChecksProfilePathFirst(t *testing.T) {
+	err := run(context.Background(), []string{"bench", "--workloads", "mlp", "--cpuprofile", "/nonexistent/dir/cpu.pprof"})
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Fatalf("got %v, want an error naming --cpuprofile", err)
+	}
+}
