@@ -101,6 +101,10 @@ func TestTrainFlagsCheckedBeforeData(t *testing.T) {
 		{[]string{"--accumulate", "0"}, "--accumulate"},
 		{[]string{"--accumulate", "64"}, "--accumulate"},
 		{[]string{"--epochs", "-1"}, "--epochs"},
+		{[]string{"--precision", "fp8"}, "--precision"},
+		{[]string{"--compress", "int4"}, "--compress"},
+		{[]string{"--precision", "auto"}, "--budget"}, // a choice needs a budget
+		{[]string{"--recompute", "auto"}, "--budget"},
 	} {
 		args := append([]string{"train", "--data", missing}, c.args...)
 		err := run(context.Background(), args)

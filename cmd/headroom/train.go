@@ -120,68 +120,76 @@ func runTrain(ctx context.Context, fs *flag.FlagSet, f trainFlags) error {
 // check validates every flag, before any work (reading the dataset, fitting
 // the budget, building the trainer), so that a mistake is reported at once,
 // and sets the thread count. It fills in the defaults of zero fields (as
-// tests leave them) and returns the budget in bytes (0: none).
-func (f *trainFlags) check(log io.Writer) (budgetBytes int64, err error) {
+// tests leave them).
+func (f *trainFlags) check(log io.Writer) error {
+	var budgetBytes int64
 	if f.batch <= 0 || f.epochs <= 0 {
-		return 0, fmt.Errorf("--batch-size and --epochs must be positive")
+		return fmt.Errorf("--batch-size and --epochs must be positive")
 	}
 	// The input of one step must be a tensor that can exist.
 	if err := (tensor.Shape{f.batch, 1, dataset.Rows, dataset.Cols}).Check(tensor.Float32); err != nil {
-		return 0, fmt.Errorf("--batch-size %d: must be smaller: %w", f.batch, err)
+		return fmt.Errorf("--batch-size %d: must be smaller: %w", f.batch, err)
 	}
 	if !(f.lr > 0) || math.IsInf(f.lr, 0) {
-		return 0, fmt.Errorf("--lr %g: must be a positive, finite number", f.lr)
+		return fmt.Errorf("--lr %g: must be a positive, finite number", f.lr)
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr); err != nil {
-		return 0, fmt.Errorf("--optimizer: %w", err)
+		return fmt.Errorf("--optimizer: %w", err)
 	}
 	if _, err := buildFashionModel(f.model, nn.NewStore()); err != nil {
-		return 0, fmt.Errorf("--model: %w", err)
+		return fmt.Errorf("--model: %w", err)
 	}
 	if f.limit < 0 {
-		return 0, fmt.Errorf("--limit %d: must be at least 0 (0: all the training images)", f.limit)
+		return fmt.Errorf("--limit %d: must be at least 0 (0: all the training images)", f.limit)
 	}
 	f.precision, f.compress, f.recompute = cmp.Or(f.precision, "fp32"), cmp.Or(f.compress, "none"), cmp.Or(f.recompute, "none")
 	if _, err := budget.ParsePolicy(f.recompute); err != nil {
-		return 0, fmt.Errorf("--recompute: %w", err)
+		return fmt.Errorf("--recompute: %w", err)
 	}
 	if f.given["budget"] || f.budget != "" {
+		var err error
 		if budgetBytes, err = device.ParseBytes(f.budget); err != nil {
-			return 0, fmt.Errorf("--budget: %w", err)
+			return fmt.Errorf("--budget: %w", err)
 		}
 	}
+	if _, err := budget.ParsePrecisions(f.precision); err != nil {
+		return fmt.Errorf("--precision: %w", err)
+	}
+	if _, err := budget.ParseCompressions(f.compress); err != nil {
+		return fmt.Errorf("--compress: %w", err)
+	}
 	if _, _, err := parseNumerics(f.precision, f.compress, budgetBytes > 0); err != nil {
-		return 0, err
+		return err
 	}
 	if f.recompute == "auto" && budgetBytes == 0 {
-		return 0, fmt.Errorf("--recompute auto needs --budget (auto chooses what to recompute to fit it)")
+		return fmt.Errorf("--recompute auto needs --budget (auto chooses what to recompute to fit it)")
 	}
 	if f.accum == 0 && !f.given["accumulate"] {
 		f.accum = 1
 	}
 	if f.accum < 1 || f.accum > f.batch {
-		return 0, fmt.Errorf("--accumulate %d: must be between 1 and the batch size %d", f.accum, f.batch)
+		return fmt.Errorf("--accumulate %d: must be between 1 and the batch size %d", f.accum, f.batch)
 	}
 	capacity, err := device.Capacity(f.device)
 	if err != nil {
-		return 0, fmt.Errorf("--device: %w", err)
+		return fmt.Errorf("--device: %w", err)
 	}
 	if budgetBytes > 0 && capacity > 0 {
-		return 0, fmt.Errorf("--budget %s and --device %s both cap the memory: give only --budget (the device is then capped at the budget)", f.budget, f.device)
+		return fmt.Errorf("--budget %s and --device %s both cap the memory: give only --budget (the device is then capped at the budget)", f.budget, f.device)
 	}
 	if isMeta(f.device) {
 		for _, fl := range []struct{ name, value string }{{"save", f.save}, {"load", f.load}} {
 			if fl.value != "" {
-				return 0, fmt.Errorf("--%s with --device %s: the meta device holds no data (it plans; nothing runs), so there are no weights to %s", fl.name, f.device, fl.name)
+				return fmt.Errorf("--%s with --device %s: the meta device holds no data (it plans; nothing runs), so there are no weights to %s", fl.name, f.device, fl.name)
 			}
 		}
 	}
 	if f.snapshot != "" || f.given["memory-history"] {
 		if f.snapshot == "" {
-			return 0, fmt.Errorf("--memory-history applies only with --memory-snapshot")
+			return fmt.Errorf("--memory-history applies only with --memory-snapshot")
 		}
 		if f.history < 1 {
-			return 0, fmt.Errorf("--memory-history %d: must be at least 1 (events kept)", f.history)
+			return fmt.Errorf("--memory-history %d: must be at least 1 (events kept)", f.history)
 		}
 	}
 	for _, out := range []struct{ name, path string }{{"save", f.save}, {"memory-snapshot", f.snapshot}} {
@@ -189,22 +197,22 @@ func (f *trainFlags) check(log io.Writer) (budgetBytes int64, err error) {
 			continue
 		}
 		if err := checkOutputPath(out.path); err != nil {
-			return 0, fmt.Errorf("--%s: %w", out.name, err)
+			return fmt.Errorf("--%s: %w", out.name, err)
 		}
 	}
 	if f.load != "" {
 		fi, err := os.Stat(f.load)
 		if err != nil {
-			return 0, fmt.Errorf("--load: %w", err)
+			return fmt.Errorf("--load: %w", err)
 		}
 		if !fi.Mode().IsRegular() {
-			return 0, fmt.Errorf("--load %s: not a regular file", f.load)
+			return fmt.Errorf("--load %s: not a regular file", f.load)
 		}
 	}
 	if _, err := setThreads(f.given["threads"], f.threads, log); err != nil {
-		return 0, err
+		return err
 	}
-	return budgetBytes, nil
+	return nil
 }
 
 // isMeta reports whether a device spec names the meta device.
@@ -293,7 +301,7 @@ func loadFashion(ctx context.Context, dir string) (trainSet, testSet *dataset.Da
 }
 
 func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
-	if _, err := f.check(log); err != nil {
+	if err := f.check(log); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	// The meta device has no data: it plans the step and nothing runs, so
