@@ -9,11 +9,13 @@
 package dataset
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/headroom-ml/headroom/idx"
 )
@@ -70,17 +72,36 @@ func (d *Dataset) ClassCounts() [NumClasses]int {
 	return c
 }
 
+// ErrEmpty is matched by errors.Is when a split holds no examples: nothing
+// can be trained or scored on it.
+var ErrEmpty = errors.New("no examples")
+
 // FashionMNIST loads a split ("train" or "test") from dir, which holds the
 // files under their original names (train-images-idx3-ubyte and so on), each
 // either gzip-compressed with a .gz suffix or not.
 func FashionMNIST(dir, split string) (*Dataset, error) {
-	return Load(os.DirFS(dir), dir, split)
+	return FashionMNISTContext(context.Background(), dir, split)
+}
+
+// FashionMNISTContext is FashionMNIST, abandoned when ctx is done (see
+// LoadContext).
+func FashionMNISTContext(ctx context.Context, dir, split string) (*Dataset, error) {
+	return LoadContext(ctx, os.DirFS(dir), dir, split)
 }
 
 // Load loads a split ("train" or "test") from the root of fsys, as
 // FashionMNIST does from a directory. source names fsys in errors and in
 // Dataset.Source (a directory path, or Embedded).
 func Load(fsys fs.FS, source, split string) (*Dataset, error) {
+	return LoadContext(context.Background(), fsys, source, split)
+}
+
+// LoadContext is Load, abandoned when ctx is done: it then returns an error
+// wrapping ctx's cause at once, even when a file blocks (a FIFO with no
+// writer, a stalled network file system). A read in progress is ended by
+// closing the file; an open(2) that blocks cannot be, so its goroutine is
+// left to finish (or to end with the process).
+func LoadContext(ctx context.Context, fsys fs.FS, source, split string) (*Dataset, error) {
 	prefix, ok := filePrefix[split]
 	if !ok {
 		return nil, fmt.Errorf("dataset: unknown split %q (want %q or %q)", split, Train, Test)
@@ -93,11 +114,11 @@ func Load(fsys fs.FS, source, split string) (*Dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	images, err := decode(fsys, source, imgName)
+	images, err := decode(ctx, fsys, source, imgName)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := decode(fsys, source, lblName)
+	labels, err := decode(ctx, fsys, source, lblName)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +131,9 @@ func Load(fsys fs.FS, source, split string) (*Dataset, error) {
 	}
 	if images.Dims[0] != labels.Dims[0] {
 		return nil, fmt.Errorf("dataset: %s holds %d images but %s holds %d labels", images.Name, images.Dims[0], labels.Name, labels.Dims[0])
+	}
+	if images.Dims[0] == 0 {
+		return nil, fmt.Errorf("dataset: %s and %s hold 0 images: %w", images.Name, labels.Name, ErrEmpty)
 	}
 	for i, l := range labels.Data {
 		if l >= NumClasses {
@@ -135,12 +159,55 @@ func find(fsys fs.FS, source, base string) (string, error) {
 	return "", fmt.Errorf("dataset: neither %s nor %s.gz found in %s: %w", base, base, source, fs.ErrNotExist)
 }
 
-func decode(fsys fs.FS, source, name string) (*idx.File, error) {
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, fmt.Errorf("dataset: %w", err)
+// decode opens and decodes one IDX file, giving up when ctx is done (see
+// LoadContext).
+func decode(ctx context.Context, fsys fs.FS, source, name string) (*idx.File, error) {
+	path := filepath.Join(source, name) // idx errors name the file the user can look at
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dataset: %s: %w", path, context.Cause(ctx))
 	}
-	defer f.Close()
-	// idx errors then name the file the user can look at.
-	return idx.Decode(f, filepath.Join(source, name))
+	type result struct {
+		f   *idx.File
+		err error
+	}
+	done := make(chan result, 1)
+	var (
+		mu        sync.Mutex
+		open      fs.File // closed on cancellation, to end a blocked read
+		abandoned bool
+	)
+	go func() {
+		f, err := fsys.Open(name)
+		if err != nil {
+			done <- result{nil, fmt.Errorf("dataset: %w", err)}
+			return
+		}
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			f.Close()
+			return
+		}
+		open = f
+		mu.Unlock()
+		r, err := idx.Decode(f, path)
+		mu.Lock()
+		if !abandoned {
+			f.Close()
+		}
+		mu.Unlock()
+		done <- result{r, err}
+	}()
+	select {
+	case r := <-done:
+		return r.f, r.err
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		if open != nil {
+			open.Close()
+		}
+		mu.Unlock()
+		return nil, fmt.Errorf("dataset: %s: %w", path, context.Cause(ctx))
+	}
 }

@@ -255,6 +255,8 @@ func TestLoadErrors(t *testing.T) {
 			want: []string{"data/fm/" + lbl, "int [1]", "want ubyte [n]"}},
 		{name: "truncated images", files: fstest.MapFS{img: {Data: goodImages[:100]}, lbl: {Data: goodLabels}}, split: Train,
 			want: []string{"data/fm/" + img, "truncated data", "need 2352 bytes, only 84 present"}, as: true},
+		{name: "no examples", files: fstest.MapFS{img: {Data: ubyte(t, []int{0, Rows, Cols}, nil)}, lbl: {Data: ubyte(t, []int{0}, nil)}}, split: Train,
+			want: []string{"data/fm/" + img, "0 images"}, is: ErrEmpty},
 		{name: "labels file is garbage", files: fstest.MapFS{img: {Data: goodImages}, lbl: {Data: []byte("hello, world")}}, split: Train,
 			want: []string{"data/fm/" + lbl, "wrong magic"}, as: true},
 	}

@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -78,14 +79,19 @@ func locate(envDir, systemDir string) (fsys fs.FS, source string, full bool, err
 
 // Open loads both splits from where Locate finds them.
 func Open() (train, test *Dataset, source string, err error) {
+	return OpenContext(context.Background())
+}
+
+// OpenContext is Open, abandoned when ctx is done (see LoadContext).
+func OpenContext(ctx context.Context) (train, test *Dataset, source string, err error) {
 	fsys, source, _, err := Locate()
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if train, err = Load(fsys, source, Train); err != nil {
+	if train, err = LoadContext(ctx, fsys, source, Train); err != nil {
 		return nil, nil, "", err
 	}
-	if test, err = Load(fsys, source, Test); err != nil {
+	if test, err = LoadContext(ctx, fsys, source, Test); err != nil {
 		return nil, nil, "", err
 	}
 	return train, test, source, nil

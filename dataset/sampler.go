@@ -33,7 +33,12 @@ func (s Sampler) NumBatches() int {
 	if s.DropLast {
 		return s.N / s.BatchSize
 	}
-	return (s.N + s.BatchSize - 1) / s.BatchSize
+	// Not (N+BatchSize-1)/BatchSize: that overflows for a huge BatchSize.
+	n := s.N / s.BatchSize
+	if s.N%s.BatchSize != 0 {
+		n++
+	}
+	return n
 }
 
 // Order returns the order in which epoch visits the examples: 0..N-1, or a
@@ -64,7 +69,7 @@ func (s Sampler) Epoch(epoch int) iter.Seq[[]int] {
 		order := s.Order(epoch)
 		for b := range s.NumBatches() {
 			lo := b * s.BatchSize
-			hi := min(lo+s.BatchSize, len(order))
+			hi := lo + min(s.BatchSize, len(order)-lo) // lo+BatchSize may overflow
 			if !yield(order[lo:hi:hi]) {
 				return
 			}

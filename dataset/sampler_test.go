@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"math"
 	"slices"
 	"testing"
 )
@@ -142,4 +143,28 @@ func TestSamplerBadBatchSize(t *testing.T) {
 		}
 	}()
 	Sampler{N: 3}.Epoch(0)
+}
+
+// A batch size beyond the data (up to MaxInt) is one batch of everything,
+// not an overflow into zero batches or a bad slice.
+func TestSamplerHugeBatch(t *testing.T) {
+	for _, bs := range []int{11, 1 << 40, math.MaxInt - 1, math.MaxInt} {
+		for _, drop := range []bool{false, true} {
+			s := Sampler{N: 10, BatchSize: bs, Shuffle: true, Seed: 3, DropLast: drop}
+			want := 1
+			if drop {
+				want = 0
+			}
+			if got := s.NumBatches(); got != want {
+				t.Errorf("batch %d, drop last %v: %d batches, want %d", bs, drop, got, want)
+			}
+			n := 0
+			for b := range s.Epoch(0) {
+				n += len(b)
+			}
+			if n != 10*want {
+				t.Errorf("batch %d, drop last %v: an epoch has %d examples", bs, drop, n)
+			}
+		}
+	}
 }

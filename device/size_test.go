@@ -3,147 +3,90 @@ package device
 import (
 	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 )
 
-// Sizes near MaxInt64 overflowed the 512-byte rounding: on cpu a panic with
-// the allocator's lock held (every later call then blocked), on meta a
-// 2 MiB block for a 9.2e18-byte request. They are refused with a
-// *SizeError, and the allocator stays usable.
-func TestHugeSizesRefused(t *testing.T) {
-	sizes := []int64{
-		math.MaxInt64,
-		math.MaxInt64 - 1,
-		math.MaxInt64 - 511,
-		math.MaxInt64 - 512,
-		math.MaxInt64 - RoundLarge,
-		MaxAllocSize + 1,
-		-1,
-		math.MinInt64,
+// Every spelling of a size that is not a positive int64 is an error, never
+// a wrapped, zero or "unlimited" value.
+func TestParseBytesRefuses(t *testing.T) {
+	for _, in := range []string{
+		"", " ", "GiB", "NaN", "nan", "Inf", "+Inf", "-Inf", "infinity", "NaNGiB", "InfMiB",
+		"1e99", "1e99GiB", "1e400", "9223372036854775808", "18446744073709551616",
+		"9223372036854775807KiB", "8589934592GiB", "9.3e18",
+		"0", "0B", "0GiB", "0.0", "0.4", "1e-10GiB", "1e-400",
+		"-1", "-0", "-1MiB", "- 1", "0x10", "0x1p4", "1_000", "1,000", "1..2", "1e", "e5", ".", "+",
+		"1 2", "12 MiB MiB", "2XB",
+	} {
+		n, err := ParseBytes(in)
+		if err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, n)
+			continue
+		}
+		if !errors.Is(err, ErrSize) || !strings.Contains(err.Error(), "examples") {
+			t.Errorf("ParseBytes(%q): error %v does not match ErrSize or give examples", in, err)
+		}
 	}
-	for _, spec := range []string{"cpu", "meta", "meta:mem=1GiB", "cpu:mem=1GiB"} {
-		for _, reserve := range []bool{false, true} {
-			for _, n := range sizes {
-				d, err := New(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				a := d.Alloc
-				var b *Block
-				func() {
-					defer func() {
-						if r := recover(); r != nil {
-							t.Errorf("%s reserve=%v size %d: panic %v", spec, reserve, n, r)
-						}
-					}()
-					if reserve {
-						b, err = a.Reserve(n, Tag{})
-					} else {
-						b, err = a.Allocate(n, Tag{})
-					}
-				}()
-				if !a.mu.TryLock() {
-					t.Fatalf("%s reserve=%v size %d: the allocator's lock is still held", spec, reserve, n)
-				}
-				a.mu.Unlock()
-				var se *SizeError
-				if b != nil || !errors.As(err, &se) || !errors.Is(err, ErrInvalidSize) || se.Requested != n {
-					t.Errorf("%s reserve=%v size %d: got block %v, error %v; want a *SizeError", spec, reserve, n, b, err)
-				}
-				if s := a.Stats(); s.ReservedBytes.Current != 0 || s.NumDeviceAlloc != 0 {
-					t.Errorf("%s size %d: a refused request mapped memory (%d bytes)", spec, n, s.ReservedBytes.Current)
-				}
-				// Still usable.
-				small := mustAlloc(t, a, 100, Tag{})
-				a.Free(small)
-				mustCheck(t, a)
+}
+
+func TestParseBytesLimits(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"9223372036854775807", math.MaxInt64}, // exact, not rounded through a float64
+		{"9007199254740993", 9007199254740993},
+		{"8589934591GiB", 8589934591 << 30},
+		{"1", 1},
+		{"1.9", 1},
+		{"+5KiB", 5 << 10},
+		{"1e3", 1000},
+		{"1E3KiB", 1000 << 10},
+		{"2.5e-1KiB", 256},
+	} {
+		got, err := ParseBytes(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+}
+
+// A capacity that does not parse is an error, not an unlimited device.
+func TestNewDeviceRefusesBadCapacity(t *testing.T) {
+	for _, spec := range []string{"cpu:mem=1e99", "cpu:mem=NaN", "cpu:mem=0", "cpu:mem=", "cpu:mem=-1GiB", "meta:mem=Inf",
+		"cpu:mem=9223372036854775808", "cpu:mem=1GiB,mem=2GiB", "cpu:", "meta:"} {
+		d, err := New(spec)
+		if err == nil {
+			t.Errorf("New(%q) = %v, want an error", spec, d)
+		}
+	}
+	for spec, want := range map[string]int64{"cpu": 0, "meta": 0, "cpu:mem=1MiB": 1 << 20, "meta:mem=3GB": 3e9} {
+		if c, err := Capacity(spec); err != nil || c != want {
+			t.Errorf("Capacity(%q) = %d, %v; want %d", spec, c, err, want)
+		}
+	}
+}
+
+// FuzzParseBytes: whatever the input, a size is positive, or an error; a
+// parsed size printed in bytes parses back to itself.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"2GiB", "512MiB", "1.5G", "3GB", "1000", "12 KiB", "NaN", "1e99", "-1", "0", "9223372036854775807", "0x1p3", "1e-3KiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseBytes(s)
+		if err != nil {
+			if n != 0 || !errors.Is(err, ErrSize) {
+				t.Fatalf("ParseBytes(%q) = %d, %v", s, n, err)
 			}
+			return
 		}
-	}
-}
-
-// The largest size allowed does not overflow any of the allocator's
-// arithmetic: it is an out-of-memory under a capacity (never a block
-// smaller than asked), and on meta without one it is handed out whole.
-func TestMaxAllocSize(t *testing.T) {
-	if RoundSize(MaxAllocSize) < MaxAllocSize || SegmentSize(RoundSize(MaxAllocSize)) < MaxAllocSize {
-		t.Fatalf("rounding of MaxAllocSize overflows: %d, %d", RoundSize(MaxAllocSize), SegmentSize(RoundSize(MaxAllocSize)))
-	}
-	a := mustNew(t, "meta:mem=1GiB").Alloc
-	if _, err := a.Allocate(MaxAllocSize, Tag{}); !errors.Is(err, ErrOutOfMemory) {
-		t.Errorf("meta:mem=1GiB: %d bytes: %v, want out of memory", MaxAllocSize, err)
-	}
-	mustCheck(t, a)
-
-	a = Meta().Alloc
-	b, err := a.Allocate(MaxAllocSize, Tag{})
-	if err != nil || b.Size < MaxAllocSize {
-		t.Fatalf("meta: %d bytes: %v, %v", MaxAllocSize, b, err)
-	}
-	// The address space of the meta device is finite too: a second request
-	// that would run past it is refused, not wrapped.
-	var refused error
-	for range 4 {
-		if _, refused = a.Allocate(MaxAllocSize, Tag{}); refused != nil {
-			break
+		if n < 1 {
+			t.Fatalf("ParseBytes(%q) = %d, accepted", s, n)
 		}
-	}
-	if !errors.Is(refused, ErrOutOfMemory) {
-		t.Errorf("meta: repeated %d-byte requests: %v, want out of memory once the address space is used up", MaxAllocSize, refused)
-	}
-	if s := a.Stats(); s.ReservedBytes.Current < 0 || s.AllocatedBytes.Current < 0 {
-		t.Errorf("statistics wrapped: %+v", s.ReservedBytes)
-	}
-	mustCheck(t, a)
-}
-
-// TrackIn's bounds check must not wrap for a huge offset plus size.
-func TestTrackInOverflow(t *testing.T) {
-	a := Meta().Alloc
-	r, err := a.Reserve(4096, Tag{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("TrackIn with offset+size past MaxInt64 was accepted")
-			}
-		}()
-		a.TrackIn(r, 1024, math.MaxInt64-10, 10, Tag{})
-	}()
-	if !a.mu.TryLock() {
-		t.Fatal("lock held after TrackIn's panic")
-	}
-	a.mu.Unlock()
-	mustCheck(t, a)
-}
-
-func mustNew(t *testing.T, spec string) *Device {
-	t.Helper()
-	d, err := New(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-// The out-of-memory that ends the meta device's address space suggests a
-// capacity without wrapping to a negative number.
-func TestAddressSpaceOOMSuggestion(t *testing.T) {
-	a := Meta().Alloc
-	var err error
-	for range 4 {
-		if _, err = a.Allocate(MaxAllocSize, Tag{}); err != nil {
-			break
+		if back, err := ParseBytes(strconv.FormatInt(n, 10)); err != nil || back != n {
+			t.Fatalf("ParseBytes(%q) = %d, which reads back as %d, %v", s, n, back, err)
 		}
-	}
-	var oom *OutOfMemoryError
-	if !errors.As(err, &oom) {
-		t.Fatalf("got %v, want *OutOfMemoryError", err)
-	}
-	if oom.Suggested <= 0 || oom.SuggestedCapacity() <= 0 || oom.Cause == nil {
-		t.Errorf("suggested %d, capacity %d, cause %v", oom.Suggested, oom.SuggestedCapacity(), oom.Cause)
-	}
-	_ = oom.Error()
+	})
 }

@@ -1,7 +1,9 @@
 package tensor
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,6 +19,54 @@ func (s Shape) NumElements() int {
 		n *= d
 	}
 	return n
+}
+
+// MaxBytes is the largest tensor, in bytes, that a shape may describe:
+// 256 TiB, more than any device holds, yet small enough that the byte
+// counts of tens of thousands of such tensors still add up inside an
+// int64, so that planners summing them cannot overflow either.
+const MaxBytes int64 = 1 << 48
+
+// ErrSize is matched by errors.Is for every *SizeError.
+var ErrSize = errors.New("impossible tensor size")
+
+// SizeError says why a shape describes no tensor that can exist: a
+// negative dimension, or more than MaxBytes of elements of its type.
+type SizeError struct {
+	Shape Shape
+	DType DType
+	Why   string
+}
+
+func (e *SizeError) Error() string {
+	return fmt.Sprintf("impossible tensor size: %v%v %s", e.DType, e.Shape, e.Why)
+}
+
+// Is lets errors.Is(err, ErrSize) match.
+func (e *SizeError) Is(target error) bool { return target == ErrSize }
+
+// Check reports whether s describes a tensor of dt that can exist: every
+// dimension non-negative, and at most MaxBytes in all. Products are checked
+// step by step, so no multiplication overflows on the way; NumElements and
+// Bytes of a checked shape are exact.
+func (s Shape) Check(dt DType) error {
+	size := int64(max(dt.Size(), 1))
+	for i, d := range s {
+		if d < 0 {
+			return &SizeError{Shape: s, DType: dt, Why: fmt.Sprintf("(dimension %d is negative)", i)}
+		}
+	}
+	if slices.Contains(s, 0) {
+		return nil
+	}
+	n := size
+	for _, d := range s {
+		if n > MaxBytes/int64(d) {
+			return &SizeError{Shape: s, DType: dt, Why: "(more than 256 TiB, the largest tensor accepted)"}
+		}
+		n *= int64(d)
+	}
+	return nil
 }
 
 // Rank is the number of dimensions.

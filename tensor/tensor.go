@@ -24,8 +24,13 @@ func alignedBytes(n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
 }
 
-// New returns a zero tensor.
+// New returns a zero tensor. A shape that fails Shape.Check panics with its
+// *SizeError: an overflowing product would otherwise allocate a wrong,
+// possibly tiny, buffer.
 func New(dt DType, shape Shape) *Tensor {
+	if err := shape.Check(dt); err != nil {
+		panic(err)
+	}
 	return &Tensor{DType: dt, Shape: shape.Clone(), Data: alignedBytes(shape.NumElements() * dt.Size())}
 }
 
@@ -63,11 +68,23 @@ func view[T any](t *Tensor, want DType) []T {
 	if t.DType != want {
 		panic(fmt.Sprintf("tensor: %v tensor viewed as %v", t.DType, want))
 	}
-	n := t.Shape.NumElements()
+	n := t.elements(int(unsafe.Sizeof(*new(T))))
 	if n == 0 {
 		return nil
 	}
 	return unsafe.Slice((*T)(unsafe.Pointer(&t.Data[0])), n)
+}
+
+// elements is the number of elements of size bytes that Shape describes,
+// after checking that Data holds them: Shape and Data are public fields, and
+// a view past the end of Data would read and write memory that is not the
+// tensor's.
+func (t *Tensor) elements(size int) int {
+	n := t.Shape.NumElements()
+	if n < 0 || n > len(t.Data)/size || t.Shape.Check(t.DType) != nil {
+		panic(fmt.Sprintf("tensor: shape %v of %v does not fit its %d bytes of data", t.Shape, t.DType, len(t.Data)))
+	}
+	return n
 }
 
 // F32 views a float32 tensor's data (no copy).
@@ -87,7 +104,7 @@ func (t *Tensor) U16() []uint16 {
 	if t.DType != Float16 && t.DType != BFloat16 {
 		panic(fmt.Sprintf("tensor: %v tensor viewed as 16-bit float", t.DType))
 	}
-	n := t.Shape.NumElements()
+	n := t.elements(2)
 	if n == 0 {
 		return nil
 	}

@@ -16,7 +16,8 @@ type Meta struct {
 	Shape tensor.Shape
 }
 
-// Bytes is the unpadded size of a value with this metadata.
+// Bytes is the unpadded size of a value with this metadata; exact for every
+// value of a graph (Graph checks each shape with tensor.Shape.Check).
 func (m Meta) Bytes() int64 { return int64(m.Shape.NumElements()) * int64(m.DType.Size()) }
 
 func (m Meta) String() string { return m.DType.String() + m.Shape.String() }
@@ -193,6 +194,31 @@ func (g *Graph) SetPhase(p Phase) Phase {
 }
 
 func (g *Graph) add(n *Node, metas []Meta) *Node {
+	// Every value of every graph passes here, so this one check keeps
+	// overflowing shapes and byte counts out of all later stages.
+	for i, m := range metas {
+		if err := m.Shape.Check(m.DType); err != nil {
+			what := n.Name
+			switch n.Kind {
+			case KindOp:
+				what = n.Op.Name()
+			case KindInput:
+				what = "input " + n.Name
+			case KindState:
+				what = "state " + n.Name
+			case KindConst:
+				what = "const"
+			}
+			in := make([]Meta, len(n.Inputs))
+			for j, t := range n.Inputs {
+				in[j] = t.Meta
+			}
+			if len(metas) > 1 {
+				err = fmt.Errorf("output %d: %w", i, err)
+			}
+			panic(&ShapeError{Module: g.Module(), Op: what, Inputs: in, Err: err})
+		}
+	}
 	n.ID = len(g.Nodes)
 	n.Module = g.Module()
 	n.Phase = g.phase

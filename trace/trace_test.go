@@ -58,3 +58,24 @@ func TestStateRedeclarationMustAgree(t *testing.T) {
 		t.Fatal("conflicting state declarations accepted")
 	}
 }
+
+// A shape too large for any tensor is a *ShapeError wherever it arises (an
+// input, a parameter, an op's output), not a wrapped count in a later
+// message.
+func TestImpossibleSizes(t *testing.T) {
+	for name, f := range map[string]func(g *trace.Graph){
+		"input":    func(g *trace.Graph) { g.Input("x", tensor.Float32, tensor.Shape{1 << 60, 1, 28, 28}) },
+		"negative": func(g *trace.Graph) { g.Input("x", tensor.Float32, tensor.Shape{-2, 3}) },
+		"state":    func(g *trace.Graph) { g.State("w", "parameter", tensor.Float32, tensor.Shape{1 << 40, 1 << 20}) },
+		"op output": func(g *trace.Graph) {
+			a := g.Input("a", tensor.Float32, tensor.Shape{1 << 25, 1})
+			b := g.Input("b", tensor.Float32, tensor.Shape{1, 1 << 25})
+			op.MatMulT(a, b, false, false) // 2^50 elements
+		},
+	} {
+		err := trace.Capture(func() { f(trace.New()) })
+		if !errors.Is(err, trace.ErrShape) || !errors.Is(err, tensor.ErrSize) {
+			t.Errorf("%s: %v, want a shape error for an impossible size", name, err)
+		}
+	}
+}

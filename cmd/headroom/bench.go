@@ -11,7 +11,6 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/gemm"
-	"github.com/headroom-ml/headroom/internal/parallel"
 )
 
 const benchUsage = `Usage: headroom bench [flags]
@@ -96,14 +95,20 @@ func cmdBench(ctx context.Context, args []string) error {
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of headroom's timed steps to `file` (one workload only)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print headroom's kernel time per op for each workload")
 	fs.StringVar(&f.child, "child", "", "(internal) measure this workload in this process and print the result line")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
-	if f.steps < 1 || f.warmup < 0 || f.rounds < 1 || f.threads < 0 {
-		return fmt.Errorf("bench: --steps and --rounds must be at least 1, --warmup and --threads not negative")
+	if f.steps < 1 || f.warmup < 0 || f.rounds < 1 {
+		return fmt.Errorf("bench: --steps and --rounds must be at least 1, --warmup not negative")
+	}
+	given := false
+	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "threads" })
+	var err error
+	if f.threads, err = setThreads(given, f.threads, os.Stderr); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	if f.child != "" {
 		return benchChild(ctx, f, os.Stdout, os.Stderr)
@@ -115,8 +120,11 @@ func cmdBench(ctx context.Context, args []string) error {
 	if f.cpuprofile != "" && len(ws) != 1 {
 		return fmt.Errorf("bench: --cpuprofile needs exactly one workload (--workloads NAME)")
 	}
-	if f.threads == 0 {
-		f.threads = parallel.Threads()
+	if f.cpuprofile != "" {
+		// Found out now, not after the measurements.
+		if err := checkOutputPath(f.cpuprofile); err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
 	}
 	return benchRun(ctx, f, ws, os.Stdout, os.Stderr)
 }

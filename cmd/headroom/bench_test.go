@@ -17,6 +17,8 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "--rounds", "0"},
 		{"bench", "--cpuprofile", "x.pprof"}, // needs exactly one workload
 		{"bench", "extra"},
+		{"bench", "--threads", "0"},
+		{"bench", "--threads", "-2"},
 	} {
 		if err := run(context.Background(), args); err == nil {
 			t.Errorf("%v: no error", args)

@@ -7,7 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -47,12 +50,15 @@ type trainFlags struct {
 	history   int
 	precision string
 	compress  string
+	// given holds the names of the flags given on the command line (nil
+	// when the flags were filled in by a test).
+	given map[string]bool
 }
 
 func cmdTrain(ctx context.Context, args []string) error {
 	var f trainFlags
 	fs := trainFlagSet(&f)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return runTrain(ctx, fs, f)
@@ -82,17 +88,17 @@ Flags:
 	fs.IntVar(&f.batch, "batch-size", 32, "samples per step (the last batch of an epoch may be shorter)")
 	fs.Float64Var(&f.lr, "lr", 1e-3, "learning rate")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam, adamw or sgd (momentum 0.9)")
-	fs.StringVar(&f.device, "device", "cpu", "device: cpu, cpu:mem=SIZE (a capacity, e.g. 512MiB) or meta (plan only)")
-	fs.IntVar(&f.threads, "threads", 0, "worker threads for kernels (default $HEADROOM_NUM_THREADS or all cores)")
+	fs.StringVar(&f.device, "device", "cpu", "device: cpu, cpu:mem=SIZE (a capacity, e.g. 512MiB) or meta (prints the plan; nothing runs, so no --save or --load)")
+	fs.IntVar(&f.threads, "threads", 0, "worker threads for kernels, at least 1; more than the CPUs are lowered to their number (default $HEADROOM_NUM_THREADS or all cores)")
 	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
 	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
 	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above)")
-	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all)")
-	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching, recomputation and (with --precision/--compress auto) precision and compression to fit it, print the plan, and cap the device at it")
+	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all); a --batch-size above it is lowered to it")
+	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching, recomputation and (with --precision/--compress auto) precision and compression to fit it, print the plan, and cap the device at it (so not with --device ...:mem=)")
 	fs.StringVar(&f.recompute, "recompute", "none", "activations to recompute in the backward pass: none, selective (activations and norms) or auto (only with --budget)")
 	fs.StringVar(&f.snapshot, "memory-snapshot", "", "record the allocator's history and write a memory snapshot to this file at the end (.json, or .pickle for PyTorch's memory_viz)")
-	fs.IntVar(&f.history, "memory-history", 100000, "events kept in the history ring buffer with --memory-snapshot")
+	fs.IntVar(&f.history, "memory-history", 100000, "events kept in the history ring buffer (only with --memory-snapshot)")
 	fs.BoolVar(&f.summary, "memory-summary", false, "print the allocator's memory summary at the end of each epoch")
 	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
@@ -101,30 +107,147 @@ Flags:
 	return fs
 }
 
-// runTrain checks the parsed flags and trains.
+// runTrain trains with the parsed flags.
 func runTrain(ctx context.Context, fs *flag.FlagSet, f trainFlags) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("train: unexpected argument %q", fs.Arg(0))
 	}
+	f.given = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
+	return trainFashion(ctx, f, os.Stdout, os.Stderr)
+}
+
+// check validates every flag, before any work (reading the dataset, fitting
+// the budget, building the trainer), so that a mistake is reported at once,
+// and sets the thread count. It fills in the defaults of zero fields (as
+// tests leave them).
+func (f *trainFlags) check(log io.Writer) error {
+	var budgetBytes int64
 	if f.batch <= 0 || f.epochs <= 0 {
-		return fmt.Errorf("train: --batch-size and --epochs must be positive")
+		return fmt.Errorf("--batch-size and --epochs must be positive")
 	}
-	if f.threads > 0 {
-		parallel.SetThreads(f.threads)
+	// The input of one step must be a tensor that can exist.
+	if err := (tensor.Shape{f.batch, 1, dataset.Rows, dataset.Cols}).Check(tensor.Float32); err != nil {
+		return fmt.Errorf("--batch-size %d: must be smaller: %w", f.batch, err)
 	}
+	if !(f.lr > 0) || math.IsInf(f.lr, 0) {
+		return fmt.Errorf("--lr %g: must be a positive, finite number", f.lr)
+	}
+	if _, err := newOptimizer(f.optimizer, f.lr); err != nil {
+		return fmt.Errorf("--optimizer: %w", err)
+	}
+	if _, err := buildFashionModel(f.model, nn.NewStore()); err != nil {
+		return fmt.Errorf("--model: %w", err)
+	}
+	if f.limit < 0 {
+		return fmt.Errorf("--limit %d: must be at least 0 (0: all the training images)", f.limit)
+	}
+	f.precision, f.compress, f.recompute = cmp.Or(f.precision, "fp32"), cmp.Or(f.compress, "none"), cmp.Or(f.recompute, "none")
 	if _, err := budget.ParsePolicy(f.recompute); err != nil {
+		return fmt.Errorf("--recompute: %w", err)
+	}
+	if f.given["budget"] || f.budget != "" {
+		var err error
+		if budgetBytes, err = device.ParseBytes(f.budget); err != nil {
+			return fmt.Errorf("--budget: %w", err)
+		}
+	}
+	if _, err := budget.ParsePrecisions(f.precision); err != nil {
+		return fmt.Errorf("--precision: %w", err)
+	}
+	if _, err := budget.ParseCompressions(f.compress); err != nil {
+		return fmt.Errorf("--compress: %w", err)
+	}
+	if _, _, err := parseNumerics(f.precision, f.compress, budgetBytes > 0); err != nil {
 		return err
 	}
-	if _, _, err := parseNumerics(f.precision, f.compress, f.budget != ""); err != nil {
-		return fmt.Errorf("train: %w", err)
+	if f.recompute == "auto" && budgetBytes == 0 {
+		return fmt.Errorf("--recompute auto needs --budget (auto chooses what to recompute to fit it)")
 	}
-	if f.recompute == "auto" && f.budget == "" {
-		return fmt.Errorf("train: --recompute auto needs --budget (auto chooses what to recompute to fit it)")
+	if f.accum == 0 && !f.given["accumulate"] {
+		f.accum = 1
 	}
 	if f.accum < 1 || f.accum > f.batch {
-		return fmt.Errorf("train: --accumulate must be between 1 and the batch size %d", f.batch)
+		return fmt.Errorf("--accumulate %d: must be between 1 and the batch size %d", f.accum, f.batch)
 	}
-	return trainFashion(ctx, f, os.Stdout, os.Stderr)
+	capacity, err := device.Capacity(f.device)
+	if err != nil {
+		return fmt.Errorf("--device: %w", err)
+	}
+	if budgetBytes > 0 && capacity > 0 {
+		return fmt.Errorf("--budget %s and --device %s both cap the memory: give only --budget (the device is then capped at the budget)", f.budget, f.device)
+	}
+	if isMeta(f.device) {
+		for _, fl := range []struct{ name, value string }{{"save", f.save}, {"load", f.load}} {
+			if fl.value != "" {
+				return fmt.Errorf("--%s with --device %s: the meta device holds no data (it plans; nothing runs), so there are no weights to %s", fl.name, f.device, fl.name)
+			}
+		}
+	}
+	if f.snapshot != "" || f.given["memory-history"] {
+		if f.snapshot == "" {
+			return fmt.Errorf("--memory-history applies only with --memory-snapshot")
+		}
+		if f.history < 1 {
+			return fmt.Errorf("--memory-history %d: must be at least 1 (events kept)", f.history)
+		}
+	}
+	for _, out := range []struct{ name, path string }{{"save", f.save}, {"memory-snapshot", f.snapshot}} {
+		if out.path == "" {
+			continue
+		}
+		if err := checkOutputPath(out.path); err != nil {
+			return fmt.Errorf("--%s: %w", out.name, err)
+		}
+	}
+	if f.load != "" {
+		fi, err := os.Stat(f.load)
+		if err != nil {
+			return fmt.Errorf("--load: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("--load %s: not a regular file", f.load)
+		}
+	}
+	if _, err := setThreads(f.given["threads"], f.threads, log); err != nil {
+		return err
+	}
+	return nil
+}
+
+// isMeta reports whether a device spec names the meta device.
+func isMeta(spec string) bool {
+	kind, _, _ := strings.Cut(spec, ":")
+	return kind == "meta"
+}
+
+// checkOutputPath checks, before any work, that a file can be written at
+// path: its directory exists and takes new files, and path is not a
+// directory or a special file. Finding out after training would lose it.
+func checkOutputPath(path string) error {
+	if fi, err := os.Stat(path); err == nil {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s exists and is not a regular file", path)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("directory of %s: %w", path, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, dir)
+	}
+	// Access bits do not tell the whole story (read-only mounts, ACLs):
+	// creating a file does.
+	tmp, err := os.CreateTemp(dir, ".headroom-check-*")
+	if err != nil {
+		return fmt.Errorf("%s: cannot create files in %s: %w", path, dir, err)
+	}
+	tmp.Close()
+	return os.Remove(tmp.Name())
 }
 
 func policyByName(name string) transform.Policy {
@@ -164,29 +287,48 @@ func crossEntropy(out, y *trace.Tensor) *trace.Tensor {
 	return op.CrossEntropy(out, y, op.DefaultCrossEntropyOpts())
 }
 
-func loadFashion(dir string) (trainSet, testSet *dataset.Dataset, source string, err error) {
+func loadFashion(ctx context.Context, dir string) (trainSet, testSet *dataset.Dataset, source string, err error) {
 	if dir == "" {
-		return dataset.Open()
+		return dataset.OpenContext(ctx)
 	}
-	if trainSet, err = dataset.FashionMNIST(dir, dataset.Train); err != nil {
+	if trainSet, err = dataset.FashionMNISTContext(ctx, dir, dataset.Train); err != nil {
 		return nil, nil, "", err
 	}
-	if testSet, err = dataset.FashionMNIST(dir, dataset.Test); err != nil {
+	if testSet, err = dataset.FashionMNISTContext(ctx, dir, dataset.Test); err != nil {
 		return nil, nil, "", err
 	}
 	return trainSet, testSet, dir, nil
 }
 
 func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
-	trainSet, testSet, source, err := loadFashion(f.data)
-	if err != nil {
-		return err
+	if err := f.check(log); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
-	n := trainSet.Len()
-	if f.limit > 0 && f.limit < n {
-		n = f.limit
+	// The meta device has no data: it plans the step and nothing runs, so
+	// there is no dataset to read, no loss and no accuracy to report.
+	meta := isMeta(f.device)
+	var trainSet, testSet *dataset.Dataset
+	n := 0
+	if !meta {
+		var source string
+		var err error
+		if trainSet, testSet, source, err = loadFashion(ctx, f.data); err != nil {
+			return err
+		}
+		n = trainSet.Len()
+		if f.limit > 0 && f.limit < n {
+			n = f.limit
+		}
+		fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", source, n, testSet.Len())
+		if f.batch > n {
+			// The plan and the budget are then for the batches that run.
+			fmt.Fprintf(log, "headroom: --batch-size %d is more than the %d training images: each step uses all %d\n", f.batch, n, n)
+			f.batch = n
+			if f.accum > f.batch {
+				return fmt.Errorf("train: --accumulate %d: more micro-batches than the %d training images", f.accum, n)
+			}
+		}
 	}
-	fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", source, n, testSet.Len())
 	accum, remat, policy, inBack := max(f.accum, 1), policyByName(f.recompute), f.recompute, f.inBack
 	precs, comps, err := parseNumerics(cmp.Or(f.precision, "fp32"), cmp.Or(f.compress, "none"), f.budget != "")
 	if err != nil {
@@ -292,16 +434,21 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, policy)
 	}
 	mp.Print(out)
+	if meta {
+		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
+		return writeTrainSnapshot(f, dev, out)
+	}
 
-	save := func(why string) {
+	// A save that fails is the run's error: the weights are what it was for.
+	save := func(why string) error {
 		if f.save == "" {
-			return
+			return nil
 		}
 		if err := store.SaveFile(f.save, map[string]string{"format": "pt", "model": f.model}); err != nil {
-			fmt.Fprintf(log, "headroom: saving %s: %v\n", f.save, err)
-			return
+			return fmt.Errorf("--save %s (%s): %w", f.save, why, err)
 		}
 		fmt.Fprintf(out, "saved weights to %s (%s)\n", f.save, why)
+		return nil
 	}
 
 	sampler := dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}
@@ -313,8 +460,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		step := 0
 		for idx := range sampler.Epoch(epoch) {
 			if err := ctx.Err(); err != nil {
-				save("interrupted")
-				return fmt.Errorf("interrupted in epoch %d at step %d/%d", epoch+1, step, steps)
+				return errors.Join(fmt.Errorf("interrupted in epoch %d at step %d/%d", epoch+1, step, steps), save("interrupted"))
 			}
 			x, y, err := trainSet.Tensors(idx, dataset.TrainMean, dataset.TrainStd)
 			if err != nil {
@@ -325,6 +471,9 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 				return err
 			}
 			loss, err := tr.StepAccumulate(ctx, parts)
+			if err != nil && ctx.Err() != nil {
+				return errors.Join(fmt.Errorf("interrupted in epoch %d at step %d/%d: %w", epoch+1, step+1, steps, err), save("interrupted"))
+			}
 			if err != nil {
 				var nf *train.NonFiniteError
 				if errors.As(err, &nf) {
@@ -348,6 +497,9 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			evalBatch = micro // a forward pass needs less than a training step
 		}
 		acc, err := accuracy(ctx, tr, testSet, evalBatch)
+		if err != nil && ctx.Err() != nil {
+			return errors.Join(fmt.Errorf("interrupted in epoch %d while testing: %w", epoch+1, err), save("interrupted"))
+		}
 		if err != nil {
 			return err
 		}
@@ -362,13 +514,21 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		}
 		dev.Alloc.ResetPeak()
 	}
-	save("end of training")
-	if f.snapshot != "" {
-		if err := writeSnapshot(f.snapshot, dev.Alloc.Snapshot()); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "wrote memory snapshot to %s (view it with: headroom viz %s)\n", f.snapshot, f.snapshot)
+	if err := save("end of training"); err != nil {
+		return err
 	}
+	return writeTrainSnapshot(f, dev, out)
+}
+
+// writeTrainSnapshot writes the memory snapshot --memory-snapshot asks for.
+func writeTrainSnapshot(f trainFlags, dev *device.Device, out io.Writer) error {
+	if f.snapshot == "" {
+		return nil
+	}
+	if err := writeSnapshot(f.snapshot, dev.Alloc.Snapshot()); err != nil {
+		return fmt.Errorf("--memory-snapshot: %w", err)
+	}
+	fmt.Fprintf(out, "wrote memory snapshot to %s (view it with: headroom viz %s)\n", f.snapshot, f.snapshot)
 	return nil
 }
 

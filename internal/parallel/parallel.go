@@ -12,9 +12,12 @@
 package parallel
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,15 +39,39 @@ var (
 	cur     job         // the job being run; guarded by poolMu
 )
 
+// envErr says why $HEADROOM_NUM_THREADS was not used at start-up.
+var envErr error
+
 func init() {
 	n := runtime.GOMAXPROCS(0)
-	if s := os.Getenv(EnvThreads); s != "" {
-		if v, err := strconv.Atoi(s); err == nil && v > 0 {
+	if s := os.Getenv(EnvThreads); s != "" { // empty is unset, as for other variables
+		v, err := ParseThreads(s)
+		if err != nil {
+			envErr = fmt.Errorf("$%s: %w", EnvThreads, err)
+		} else {
 			n = v
 		}
 	}
 	threads.Store(int64(n))
 }
+
+// ErrThreads is matched by errors.Is for every thread count refused.
+var ErrThreads = errors.New("invalid thread count")
+
+// ParseThreads reads a thread count written as text, as in
+// $HEADROOM_NUM_THREADS: a positive integer.
+func ParseThreads(s string) (int, error) {
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%w %q (want a positive integer)", ErrThreads, s)
+	}
+	return v, nil
+}
+
+// EnvErr reports why $HEADROOM_NUM_THREADS was set but not used at
+// start-up (it is not a positive integer), or nil. The package cannot
+// refuse it itself (it is read before main runs); commands report it.
+func EnvErr() error { return envErr }
 
 // SetThreads sets the number of threads loops are split across (the caller
 // plus n-1 pool workers). n < 1 restores the default, runtime.GOMAXPROCS(0).

@@ -1,9 +1,11 @@
 package parallel
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,5 +98,38 @@ func TestEnvThreads(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "threads=7\n") {
 		t.Fatalf("child output %q, want threads=7", out)
+	}
+}
+
+func TestParseThreads(t *testing.T) {
+	for s, want := range map[string]int{"1": 1, "7": 7, " 12 ": 12} {
+		if n, err := ParseThreads(s); err != nil || n != want {
+			t.Errorf("ParseThreads(%q) = %d, %v; want %d", s, n, err, want)
+		}
+	}
+	for _, s := range []string{"", "abc", "0", "-4", "1.5", "99999999999999999999", "4 threads"} {
+		if n, err := ParseThreads(s); !errors.Is(err, ErrThreads) {
+			t.Errorf("ParseThreads(%q) = %d, %v; want ErrThreads", s, n, err)
+		}
+	}
+}
+
+// A $HEADROOM_NUM_THREADS that is not a positive integer is not silently
+// ignored: EnvErr says so (and the default is used meanwhile).
+func TestEnvThreadsInvalid(t *testing.T) {
+	if v := os.Getenv("HEADROOM_PARALLEL_CHILD"); v == "2" {
+		fmt.Printf("threads=%d err=%v\n", Threads(), EnvErr())
+		return
+	}
+	for _, bad := range []string{"abc", "-4", "0", "1e3"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestEnvThreadsInvalid$")
+		cmd.Env = append(os.Environ(), "HEADROOM_PARALLEL_CHILD=2", EnvThreads+"="+bad)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if !strings.Contains(string(out), "err=$"+EnvThreads) || !strings.Contains(string(out), fmt.Sprintf("threads=%d ", runtime.GOMAXPROCS(0))) {
+			t.Errorf("%s=%q: child says %q, want the default and an error", EnvThreads, bad, out)
+		}
 	}
 }
