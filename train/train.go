@@ -295,36 +295,16 @@ func (t *Trainer) trace(x, y trace.Meta, mode gradMode) (*trace.Graph, error) {
 		}
 	})
 	if err != nil {
-		// A size that overflowed makes shape inference fail later with
-		// nonsense (negative sizes): name the cause.
-		if serr := checkSizes(g); serr != nil {
-			return nil, serr
-		}
 		return nil, err
 	}
-	return g, checkSizes(g)
+	return g, nil
 }
 
-// ErrSize is matched by errors.Is when a tensor of the step is too large
-// to be sized: its byte count overflows int64 (an impossible batch size).
-var ErrSize = errors.New("train: tensor too large")
-
-// checkSizes refuses a step with a tensor whose size overflows: every byte
-// count derived from it (liveness, arena offsets, messages) would wrap.
-func checkSizes(g *trace.Graph) error {
-	for _, n := range g.Nodes {
-		for _, o := range n.Outputs {
-			size := int64(o.Meta.DType.Size())
-			for _, d := range o.Meta.Shape {
-				if d < 0 || d != 0 && size > math.MaxInt64/int64(d) {
-					return fmt.Errorf("%w: %s makes %v of shape %v, more than 2^63 bytes", ErrSize, n.Label(), o.Meta.DType, o.Meta.Shape)
-				}
-				size *= int64(d)
-			}
-		}
-	}
-	return nil
-}
+// ErrSize is matched by errors.Is when a tensor of a step is too large to
+// be sized (an impossible batch size): the graph checks every value's shape
+// where it is recorded (tensor.Shape.Check), so no byte count derived from
+// it (liveness, arena offsets, messages) can wrap.
+var ErrSize = tensor.ErrSize
 
 // compile returns the training step of kind mode compiled under cfg: a
 // function of the model, cfg and the input shapes alone. It allocates
@@ -387,9 +367,6 @@ func (t *Trainer) EvalProgram(x trace.Meta) (*exec.Program, error) {
 		xi := g.Input("x", x.DType, x.Shape)
 		g.Output("out", t.Model.Forward(xi))
 	})
-	if serr := checkSizes(g); serr != nil {
-		return nil, serr
-	}
 	if err != nil {
 		return nil, err
 	}
