@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/elide"
 	"github.com/headroom-ml/headroom/internal/pickle"
 )
 
@@ -230,20 +231,8 @@ func (r *reader) snapshot(v any) (*Snapshot, error) {
 }
 
 func keyList(d *pickle.Dict) string {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, k := range d.Keys() {
-		if i == 8 {
-			b.WriteString(", ...")
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%v", k)
-	}
-	b.WriteByte(']')
-	return b.String()
+	keys := d.Keys()
+	return "[" + elide.Items(len(keys), func(i int) string { return fmt.Sprint(keys[i]) }, ", ") + "]"
 }
 
 func (r *reader) headroomInfo(v any) (*device.SnapshotInfo, error) {
