@@ -31,6 +31,10 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(build(`{"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}}`, make([]byte, 12)))
 	f.Add(build(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, []byte{1}))
+	// Past the limits: more dimensions than MaxDims, a long data_offsets.
+	f.Add(hugeShapeHeader(MaxDims+1, "0"))
+	f.Add(hugeShapeHeader(MaxDims, "0"))
+	f.Add(build(`{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}}`, nil))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Decode(data, "fuzz")

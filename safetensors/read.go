@@ -24,6 +24,15 @@ import (
 // us allocate before anything else has been checked.
 const MaxHeaderSize = 100_000_000
 
+// MaxDims is the most dimensions a shape may have: NumPy's limit, far
+// beyond any model's. It bounds what a shape array in the header can cost
+// to parse, whatever its length.
+const MaxDims = 64
+
+// maxOffsets bounds how much of a data_offsets array is parsed; it must be
+// two numbers, and a longer one is refused after this many.
+const maxOffsets = 16
+
 // metadataKey is the reserved header key for the string-to-string map.
 const metadataKey = "__metadata__"
 
@@ -408,7 +417,10 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	if !ok {
 		return bad(ErrHeader, `entry has no "shape"`)
 	}
-	dims, err := intArray(rawShape)
+	dims, err := intArray(rawShape, MaxDims)
+	if errors.Is(err, errTooLong) {
+		return bad(ErrShape, "shape %s has more than %d dimensions", clip(rawShape), MaxDims)
+	}
 	if err != nil {
 		return bad(ErrShape, "shape %s: %v", clip(rawShape), err)
 	}
@@ -439,12 +451,12 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	if !ok {
 		return bad(ErrHeader, `entry has no "data_offsets"`)
 	}
-	offs, err := intArray(rawOffsets)
-	if err != nil {
+	offs, err := intArray(rawOffsets, maxOffsets)
+	if err != nil && !errors.Is(err, errTooLong) {
 		return bad(ErrOffsets, "data_offsets %s: %v", clip(rawOffsets), err)
 	}
-	if len(offs) != 2 {
-		return bad(ErrOffsets, "data_offsets %s has %d numbers, want [begin, end]", clip(rawOffsets), len(offs))
+	if err != nil || len(offs) != 2 {
+		return bad(ErrOffsets, "data_offsets %s has %s numbers, want [begin, end]", clip(rawOffsets), count(len(offs), err))
 	}
 	if offs[0] > offs[1] {
 		return bad(ErrOffsets, "data_offsets [%d, %d] end before they begin", offs[0], offs[1])
@@ -464,30 +476,53 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	return info, nil
 }
 
-// intArray parses a JSON array of non-negative integers. Numbers are checked
-// by their text, so 2.0, 1e3 and "2" are refused rather than coerced.
-func intArray(raw json.RawMessage) ([]uint64, error) {
+// errTooLong is intArray's error for an array longer than its limit.
+var errTooLong = errors.New("too many elements")
+
+// count says how many numbers an array held, or that it held more than
+// intArray read.
+func count(n int, err error) string {
+	if errors.Is(err, errTooLong) {
+		return fmt.Sprintf("more than %d", n)
+	}
+	return strconv.Itoa(n)
+}
+
+// intArray parses a JSON array of at most max non-negative integers.
+// Numbers are checked by their text, so 2.0, 1e3 and "2" are refused rather
+// than coerced. The array is read an element at a time and reading stops
+// past max, so a crafted array of fifty million elements costs no more than
+// one of max; an array longer than max returns its first max elements and
+// errTooLong.
+func intArray(raw json.RawMessage, max int) ([]uint64, error) {
 	if raw[0] != '[' {
 		return nil, errors.New("not a JSON array")
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
 		return nil, err
 	}
-	out := make([]uint64, len(elems))
-	for i, e := range elems {
+	var out []uint64
+	for i := 0; dec.More(); i++ {
+		if i == max {
+			return out, errTooLong
+		}
+		var e json.RawMessage
+		if err := dec.Decode(&e); err != nil {
+			return nil, err
+		}
 		s := string(bytes.TrimSpace(e))
 		if len(s) > 0 && s[0] == '-' && isDigits(s[1:]) {
-			return nil, fmt.Errorf("element %d is negative (%s)", i, s)
+			return nil, fmt.Errorf("element %d is negative (%s)", i, clip([]byte(s)))
 		}
 		if !isDigits(s) {
 			return nil, fmt.Errorf("element %d is %s, not a non-negative integer", i, clip([]byte(s)))
 		}
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("element %d (%s) is too large", i, s)
+			return nil, fmt.Errorf("element %d (%s) is too large", i, clip([]byte(s)))
 		}
-		out[i] = v
+		out = append(out, v)
 	}
 	return out, nil
 }
