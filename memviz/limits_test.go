@@ -1,0 +1,137 @@
+package memviz_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/headroom-ml/headroom/internal/pickle"
+	"github.com/headroom-ml/headroom/memviz"
+)
+
+// sharedPickle pickles v, keeping its shared values shared (memo
+// references), as a crafted file would.
+func sharedPickle(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := pickle.Marshal(v, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// A few kilobytes of pickle that refer to the same values over and over
+// (the memo) would stand for a million events or blocks; the reader
+// refuses them by the size of the file instead of building them.
+func TestDecodeRefusesSharedExpansion(t *testing.T) {
+	ev := pickle.DictOf("action", "alloc", "addr", int64(4096), "size", int64(512))
+	events := make([]any, 1000)
+	for i := range events {
+		events[i] = ev
+	}
+	traces := make([]any, 1000)
+	for i := range traces {
+		traces[i] = events // one list, a thousand times
+	}
+	eventsFile := sharedPickle(t, pickle.DictOf("segments", []any{}, "device_traces", traces))
+
+	// Blocks without an address tile their segment, so a shared list of
+	// them is at distinct addresses in each segment.
+	blk := pickle.DictOf("size", int64(1), "state", "inactive")
+	blocks := make([]any, 1000)
+	for i := range blocks {
+		blocks[i] = blk
+	}
+	segs := make([]any, 1000)
+	for i := range segs {
+		segs[i] = pickle.DictOf("device", int64(0), "address", int64(i)<<20, "total_size", int64(1<<20), "blocks", blocks)
+	}
+	blocksFile := sharedPickle(t, pickle.DictOf("segments", segs))
+
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"events.pickle", eventsFile, "a file that expands when read"},
+		{"blocks.pickle", blocksFile, "a file that expands when read"},
+	} {
+		if len(c.data) > 64<<10 {
+			t.Fatalf("%s: %d bytes, meant to be small", c.name, len(c.data))
+		}
+		s, err := memviz.Decode(c.name, c.data)
+		if err == nil {
+			n := 0
+			for _, tr := range s.Traces {
+				n += len(tr)
+			}
+			for _, g := range s.Segments {
+				n += len(g.Blocks)
+			}
+			t.Errorf("%s (%d bytes): read as %d events and blocks", c.name, len(c.data), n)
+			continue
+		}
+		var fe *memviz.FormatError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a *FormatError saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// Sharing that does not expand, such as the frames lists PyTorch's
+// snapshots share among their blocks, stays within the budget.
+func TestDecodeSharedFramesAreCheap(t *testing.T) {
+	frames := make([]any, 40)
+	for i := range frames {
+		frames[i] = pickle.DictOf("filename", fmt.Sprintf("model%d.py", i), "line", int64(i), "name", "forward")
+	}
+	n := 20000
+	events := make([]any, n)
+	for i := range events {
+		events[i] = pickle.DictOf("action", "alloc", "addr", int64(i+1)<<12, "size", int64(512), "frames", frames)
+	}
+	data := sharedPickle(t, pickle.DictOf("segments", []any{}, "device_traces", []any{events}))
+	s, err := memviz.Decode("frames.pickle", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Traces[0]) != n || len(s.Traces[0][n-1].Frames) != 40 {
+		t.Errorf("read %d events", len(s.Traces[0]))
+	}
+}
+
+// Blocks are placed in their segments in address order, at distinct
+// addresses; segments of a device do not overlap.
+func TestDecodeDistinctAddresses(t *testing.T) {
+	seg := func(addr, size int64, blocks string) string {
+		return fmt.Sprintf(`{"device":0,"address":%d,"total_size":%d,"blocks":[%s]}`, addr, size, blocks)
+	}
+	blk := func(addr, size int64) string {
+		return fmt.Sprintf(`{"address":%d,"size":%d,"state":"active_allocated"}`, addr, size)
+	}
+	for _, c := range []struct {
+		name, segs, want string
+	}{
+		{"ok", seg(0, 4096, blk(0, 1024)+","+blk(1024, 3072)) + "," + seg(4096, 4096, ""), ""},
+		{"overlapping blocks", seg(0, 4096, blk(0, 2048)+","+blk(1024, 1024)), "segments[0].blocks[1]: block at 0x400 of 1024 bytes overlaps the block before it"},
+		{"same block twice", seg(0, 4096, blk(0, 0)+","+blk(0, 0)), "segments[0].blocks[1]"},
+		{"blocks out of order", seg(0, 4096, blk(2048, 1024)+","+blk(0, 1024)), "overlaps the block before it"},
+		{"overlapping segments", seg(0, 8192, "") + "," + seg(4096, 4096, ""), "segments[1]: segment at 0x1000 of 4096 bytes overlaps segments[0]"},
+		{"same segment twice", seg(8192, 0, "") + "," + seg(8192, 0, ""), "overlaps segments[0]"},
+		{"other device", seg(0, 8192, "") + `,{"device":1,"address":0,"total_size":8192,"blocks":[]}`, ""},
+	} {
+		data := []byte(`{"segments":[` + c.segs + `],"device_traces":[]}`)
+		if !json.Valid(data) {
+			t.Fatalf("%s: bad JSON %s", c.name, data)
+		}
+		_, err := memviz.Decode(c.name+".json", data)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
