@@ -135,3 +135,83 @@ func TestDecodeDistinctAddresses(t *testing.T) {
 		}
 	}
 }
+
+// manyBlocks is a PyTorch snapshot of one segment of n active blocks and
+// segs-1 more segments of one block each: real memory, nothing shared.
+func manyBlocks(n, segs int, category string) *memviz.Snapshot {
+	s := &memviz.Snapshot{Source: memviz.SourcePyTorch, Traces: [][]memviz.Event{}}
+	big := memviz.Segment{Address: 1 << 30, TotalSize: int64(n) * 512, Type: "large"}
+	for i := range n {
+		big.Blocks = append(big.Blocks, memviz.Block{Address: big.Address + int64(i)*512, Size: 512, Requested: 500, State: "active_allocated",
+			Category: fmt.Sprintf("%s%d", category, i), Frames: []memviz.Frame{{Filename: strings.Repeat("deep/", 1000) + "model.py", Line: 1, Name: "forward"}}})
+	}
+	s.Segments = append(s.Segments, big)
+	for i := 1; i < segs; i++ {
+		addr := int64(1)<<40 + int64(i)<<20
+		s.Segments = append(s.Segments, memviz.Segment{Address: addr, TotalSize: 4096,
+			Blocks: []memviz.Block{{Address: addr, Size: 1024, Requested: 1024, State: "active_allocated"}}})
+	}
+	return s
+}
+
+// What the page is sent, and so what it draws, is bounded whatever the
+// snapshot holds: a state of 50000 blocks in 1500 segments sends at most
+// MaxStateBlocks tiles and MaxStateSegments segments (the rest elided and
+// counted, one elided tile per segment at most), and the totals still
+// count everything.
+func TestStateIsBounded(t *testing.T) {
+	const n, segs = 50_000, 1500
+	s := manyBlocks(n, segs, "")
+	a, err := memviz.Analyze(s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := a.State(0)
+	tiles, elided := 0, 0
+	for _, g := range st.Segments {
+		tiles += len(g.Blocks)
+		for _, b := range g.Blocks {
+			if b.State == "elided" {
+				elided += b.Count
+			}
+		}
+	}
+	if max := memviz.MaxStateBlocks + memviz.MaxStateSegments; tiles > max || len(st.Segments) > memviz.MaxStateSegments || !st.Truncated {
+		t.Errorf("state sends %d tiles in %d segments (truncated %v), want at most %d in %d",
+			tiles, len(st.Segments), st.Truncated, max, memviz.MaxStateSegments)
+	}
+	// PyTorch's timeline counts the requested bytes.
+	if st.Blocks != n+segs-1 || st.SegmentCount != segs || st.Active != int64(n)*500+int64(segs-1)*1024 {
+		t.Errorf("state counts %d blocks in %d segments, %d bytes active", st.Blocks, st.SegmentCount, st.Active)
+	}
+	if elided < n-memviz.MaxStateBlocks {
+		t.Errorf("elided tiles count %d blocks, want at least %d", elided, n-memviz.MaxStateBlocks)
+	}
+	js, _ := json.Marshal(st)
+	if len(js) > 1<<20 {
+		t.Errorf("state reply is %d bytes", len(js))
+	}
+	sum, _ := json.Marshal(a.Summary("big"))
+	if len(sum) > 1<<20 {
+		t.Errorf("summary reply is %d bytes", len(sum))
+	}
+}
+
+// Categories are strings of the file: a snapshot that names 100000 of
+// them gets a bounded number of bands.
+func TestCategorySeriesAreBounded(t *testing.T) {
+	s := manyBlocks(100_000, 1, "cat")
+	s.Source = memviz.SourceHeadroom
+	a, err := memviz.Analyze(s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := a.Summary("cats")
+	if len(sum.Timeline.Series) > memviz.MaxAllocationSeries+1 {
+		t.Errorf("%d series", len(sum.Timeline.Series))
+	}
+	js, _ := json.Marshal(sum)
+	if len(js) > 1<<20 {
+		t.Errorf("summary reply is %d bytes", len(js))
+	}
+}
