@@ -84,7 +84,7 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 		}
 	} else {
 		var err error
-		v, err = pickle.Unmarshal(data, nil)
+		v, err = pickle.Unmarshal(data, &pickle.Options{MaxElements: int64(len(data))/valuesPerByte + 1<<16})
 		if err != nil {
 			return nil, r.pickleError(err)
 		}
@@ -179,6 +179,13 @@ const (
 	walkPerByte = 2
 	walkFloor   = 1 << 12
 )
+
+// valuesPerByte: a snapshot's pickle holds one value for every three bytes
+// or more (dicts of keys referenced through the memo and numbers; PyTorch's
+// and headroom's files measure 3 to 6 bytes a value), so a pickle that
+// makes more than one value for every valuesPerByte bytes is refused
+// before it is built: a flood of one-byte values cannot take gigabytes.
+const valuesPerByte = 2
 
 // reader walks decoded values, naming the path of whatever is wrong.
 type reader struct {

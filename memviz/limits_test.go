@@ -215,3 +215,29 @@ func TestCategorySeriesAreBounded(t *testing.T) {
 		t.Errorf("summary reply is %d bytes", len(js))
 	}
 }
+
+// A pickle of one-byte values is refused by its value count before it is
+// built: a snapshot holds a value for every few bytes, not for every one.
+func TestDecodeRefusesValueFloods(t *testing.T) {
+	const n = 2_000_000
+	batched := []byte{0x80, 4, ']'}
+	for len(batched) < n {
+		batched = append(batched, '(')
+		for range 1000 {
+			batched = append(batched, 'N')
+		}
+		batched = append(batched, 'e')
+	}
+	batched = append(batched, '.')
+	flat := append([]byte{0x80, 4, ']', '('}, make([]byte, n)...)
+	for i := 4; i < len(flat); i++ {
+		flat[i] = 'N'
+	}
+	flat = append(flat, 'e', '.')
+	for name, data := range map[string][]byte{"batched": batched, "flat": flat} {
+		_, err := memviz.Decode(name+".pickle", data)
+		if !errors.Is(err, pickle.ErrLimit) || !errors.Is(err, memviz.ErrFormat) {
+			t.Errorf("%s: %v, want a limit error", name, err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ const (
 	DefaultMaxDepth    = 1000    // Python's default recursion limit
 	DefaultMaxElements = 1 << 27 // values pushed, memo entries and marks
 	DefaultMaxBytes    = 1 << 31 // string, bytes and long-int payload bytes
+	DefaultMaxStack    = 1 << 20 // values on the stack at once
 )
 
 // maxTextIntDigits is the longest decimal integer INT and LONG accept, as
@@ -54,6 +55,13 @@ type Options struct {
 	// entries and marks: in effect the number of values created. Default
 	// DefaultMaxElements.
 	MaxElements int64
+	// MaxStack bounds the values on the stack at once: what lies between
+	// a MARK and the opcode that consumes it, or what is pushed and never
+	// consumed. Python's pickler appends and sets items in batches of
+	// 1000, so only a tuple (or a protocol 0 LIST or DICT) of more values
+	// needs a larger stack; a flood of pushes fails at the limit instead
+	// of growing the stack with the input. Default DefaultMaxStack.
+	MaxStack int
 	// MaxBytes bounds the total size of str, bytes and long-int payloads
 	// and of text arguments, plus the work of hashing dict keys and set
 	// items (each key costs its size each time it is stored). Default
@@ -155,6 +163,9 @@ func NewDecoder(r io.Reader, opts *Options) *Decoder {
 	}
 	if d.opts.MaxElements <= 0 {
 		d.opts.MaxElements = DefaultMaxElements
+	}
+	if d.opts.MaxStack <= 0 {
+		d.opts.MaxStack = DefaultMaxStack
 	}
 	if d.opts.MaxBytes <= 0 {
 		d.opts.MaxBytes = DefaultMaxBytes
@@ -344,6 +355,9 @@ func (d *Decoder) push(v any) error {
 	d.elements--
 	if d.elements < 0 {
 		return d.fail(ErrLimit, "more than %d values (Options.MaxElements)", d.opts.MaxElements)
+	}
+	if len(d.stack) >= d.opts.MaxStack {
+		return d.fail(ErrLimit, "more than %d values on the stack at once (Options.MaxStack)", d.opts.MaxStack)
 	}
 	d.stack = append(d.stack, v)
 	return nil

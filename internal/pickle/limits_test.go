@@ -71,3 +71,36 @@ func TestUnmarshalLimitsAreProportional(t *testing.T) {
 		t.Errorf("1 MiB string in 8 bytes: %v, want ErrTruncated", err)
 	}
 }
+
+// Values pushed and never consumed stop at Options.MaxStack, instead of
+// growing the stack with the input.
+func TestMaxStack(t *testing.T) {
+	flood := append([]byte{0x80, 4}, make([]byte, 0, 1<<21)...)
+	for range DefaultMaxStack + 10 {
+		flood = append(flood, '}')
+	}
+	flood = append(flood, '.')
+	var err error
+	n := allocated(func() { _, err = Unmarshal(flood, nil) })
+	if !errors.Is(err, ErrLimit) {
+		t.Fatalf("err = %v, want ErrLimit", err)
+	}
+	if n > 256<<20 {
+		t.Errorf("allocated %d MiB", n>>20)
+	}
+	if _, err := Unmarshal(flood, &Options{MaxStack: DefaultMaxStack + 100}); err != nil {
+		t.Errorf("with a larger MaxStack: %v", err)
+	}
+	// A tuple of MaxStack values is the largest.
+	tuple := []byte{0x80, 4, '('}
+	for range 1000 {
+		tuple = append(tuple, 'N')
+	}
+	tuple = append(tuple, 't', '.')
+	if _, err := Unmarshal(tuple, &Options{MaxStack: 1001}); err != nil {
+		t.Errorf("tuple of 1000 with MaxStack 1001: %v", err)
+	}
+	if _, err := Unmarshal(tuple, &Options{MaxStack: 999}); !errors.Is(err, ErrLimit) {
+		t.Errorf("tuple of 1000 with MaxStack 999: %v, want ErrLimit", err)
+	}
+}
