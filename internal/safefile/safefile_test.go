@@ -135,3 +135,47 @@ func TestWriteDirectoryPath(t *testing.T) {
 		t.Errorf("error names the temporary file: %v", err)
 	}
 }
+
+// A file written over time (a profile) appears under its name only once
+// committed; aborted, it leaves nothing.
+func TestCreateCommitAbort(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cpu.prof")
+	victim := filepath.Join(dir, "victim")
+	os.WriteFile(victim, []byte("precious"), 0o600)
+	if err := os.Symlink(victim, path); err != nil {
+		t.Skip(err)
+	}
+	f, err := Create(path, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort()
+	f.Write([]byte("profile"))
+	if got, _ := os.ReadFile(victim); string(got) != "precious" {
+		t.Fatalf("victim holds %q while the file is written", got)
+	}
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	f.Abort() // after Commit: nothing
+	if got, _ := os.ReadFile(path); string(got) != "profile" {
+		t.Fatalf("%s holds %q", path, got)
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "precious" {
+		t.Fatalf("victim holds %q", got)
+	}
+	if err := f.Commit(); err == nil {
+		t.Error("a second Commit succeeded")
+	}
+
+	g, err := Create(filepath.Join(dir, "aborted"), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Write([]byte("x"))
+	g.Abort()
+	if names := entries(t, dir); len(names) != 2 {
+		t.Errorf("after Abort the directory holds %v", names)
+	}
+}
