@@ -78,6 +78,9 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 	// No pickle starts with these (they are not opcodes); JSON always
 	// does, for a snapshot.
 	if trimmed[0] == '{' || trimmed[0] == '[' || trimmed[0] == '"' {
+		if n, limit := jsonContainers(data), int64(len(data))/jsonBytesPerContainer+1<<12; n > limit {
+			return nil, r.fail("", "the JSON holds %d objects and arrays in %d bytes, more than %d: a snapshot's are hundreds of bytes each, and a file of empty ones would take gigabytes to read", n, len(data), limit)
+		}
 		var err error
 		if v, err = decodeJSON(data); err != nil {
 			return nil, r.jsonError(data, err)
@@ -115,6 +118,32 @@ func (r *reader) jsonError(data []byte, err error) error {
 		return &FormatError{File: r.file, Err: err, Msg: "the JSON ends early: the file is truncated"}
 	}
 	return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf("invalid JSON: %v", err)}
+}
+
+// jsonBytesPerContainer: headroom's JSON snapshots measure about 300 bytes
+// for each object or array, and each costs a few hundred bytes decoded;
+// JSON with one for every few bytes ({}, {}, ...) is refused before it is
+// decoded, as valuesPerByte refuses such pickles.
+const jsonBytesPerContainer = 32
+
+// jsonContainers counts the objects and arrays of JSON text: the '{' and
+// '[' outside strings.
+func jsonContainers(data []byte) int64 {
+	var n int64
+	in, esc := false, false
+	for _, c := range data {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && (c == '{' || c == '['):
+			n++
+		}
+	}
+	return n
 }
 
 // decodeJSON reads JSON into the values the pickle reader produces: objects

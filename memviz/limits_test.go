@@ -241,3 +241,18 @@ func TestDecodeRefusesValueFloods(t *testing.T) {
 		}
 	}
 }
+
+// JSON of empty objects is refused by their count before it is decoded:
+// a snapshot's objects are hundreds of bytes each. Braces inside strings
+// do not count.
+func TestDecodeRefusesJSONFloods(t *testing.T) {
+	flood := []byte(`{"segments":[` + strings.Repeat(`{},`, 1_000_000) + `{}],"device_traces":[]}`)
+	_, err := memviz.Decode("flood.json", flood)
+	if err == nil || !strings.Contains(err.Error(), "objects and arrays") {
+		t.Errorf("flood: %v", err)
+	}
+	braces := []byte(`{"segments":[],"device_traces":[[{"action":"snapshot","module":"` + strings.Repeat(`{[\"`, 100_000) + `"}]]}`)
+	if _, err := memviz.Decode("braces.json", braces); err != nil {
+		t.Errorf("braces in a string: %v", err)
+	}
+}
