@@ -257,51 +257,22 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		return ferr("", at(0), ErrHeader, "header does not start with '{'")
 	}
 
-	dec := json.NewDecoder(bytes.NewReader(hdr))
-	syntax := func(err error) error {
-		off := dec.InputOffset()
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			off = se.Offset
-		}
-		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			return ferr("", at(off), ErrHeader, "header JSON ends early")
-		}
-		return ferr("", at(off), ErrHeader, "header is not valid JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != nil { // the '{' checked above
-		return syntax(err)
-	}
 	f.index = map[string]int{}
 	sawMetadata := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return syntax(err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return ferr("", at(dec.InputOffset()), ErrHeader, "header object key is not a string")
-		}
-		// Point errors about this entry at its value, past the ':'.
-		valOff := dec.InputOffset()
-		for valOff < int64(len(hdr)) && bytes.IndexByte([]byte(" \t\r\n:"), hdr[valOff]) >= 0 {
-			valOff++
-		}
+	// entry takes one member of the header object: its key, the offset of
+	// its value in hdr and the value's text.
+	entry := func(key string, valOff int64, raw []byte) error {
 		entryOff := at(valOff)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return syntax(err)
-		}
 		if key == metadataKey {
 			if sawMetadata {
 				return ferr("", entryOff, ErrHeader, "%q appears twice", metadataKey)
 			}
+			var err error
 			if f.Metadata, err = parseMetadata(raw); err != nil {
 				return ferr("", entryOff, ErrHeader, "%s: %v", metadataKey, err)
 			}
 			sawMetadata = true
-			continue
+			return nil
 		}
 		if _, dup := f.index[key]; dup {
 			return ferr(key, entryOff, ErrHeader, "name appears twice in the header")
@@ -313,16 +284,20 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		}
 		f.index[key] = len(f.infos)
 		f.infos = append(f.infos, info)
+		return nil
 	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return syntax(err)
-	}
-	// Only the writer's space padding may follow the object.
-	if tok, err := dec.Token(); err != io.EOF {
+	if json.Valid(hdr) && !decoderOnly {
+		// The common case, read in place: encoding/json's Decoder would
+		// copy the header into its buffer and each entry out of it, so
+		// that a header of one huge entry cost several times its size.
+		err := members(hdr, func(key string, valOff int, raw []byte) error {
+			return entry(key, int64(valOff), raw)
+		})
 		if err != nil {
-			return syntax(err)
+			return err
 		}
-		return ferr("", at(dec.InputOffset()), ErrHeader, "unexpected %v after the header object", tok)
+	} else if err := f.parseInvalid(hdr, entry); err != nil {
+		return err
 	}
 
 	// The tensors must tile the data buffer exactly: no gaps, no overlaps,
@@ -353,6 +328,159 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		return ferr("", f.DataOffset+end, ErrOffsets, "data bytes [%d, %d) after the last tensor belong to no tensor", end, bufLen)
 	}
 	return nil
+}
+
+// decoderOnly makes every header go through parseInvalid, for the tests
+// that check both readers agree.
+var decoderOnly = false
+
+// parseInvalid reads a header that is not valid JSON with encoding/json's
+// Decoder, so that what is wrong is reported where it is, after whatever
+// is wrong with the entries before it; entry takes each member read.
+func (f *File) parseInvalid(hdr []byte, entry func(key string, valOff int64, raw []byte) error) error {
+	at := func(o int64) int64 { return 8 + o }
+	ferr := func(tensorName string, off int64, sentinel error, format string, args ...any) error {
+		return &FormatError{File: f.Name, Tensor: tensorName, Offset: off, Reason: fmt.Sprintf(format, args...), Err: sentinel}
+	}
+	dec := json.NewDecoder(bytes.NewReader(hdr))
+	syntax := func(err error) error {
+		off := dec.InputOffset()
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			off = se.Offset
+		}
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			return ferr("", at(off), ErrHeader, "header JSON ends early")
+		}
+		return ferr("", at(off), ErrHeader, "header is not valid JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != nil { // the '{' checked above
+		return syntax(err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return ferr("", at(dec.InputOffset()), ErrHeader, "header object key is not a string")
+		}
+		// Point errors about this entry at its value, past the ':'.
+		valOff := dec.InputOffset()
+		for valOff < int64(len(hdr)) && bytes.IndexByte([]byte(" \t\r\n:"), hdr[valOff]) >= 0 {
+			valOff++
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return syntax(err)
+		}
+		if err := entry(key, valOff, raw); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return syntax(err)
+	}
+	// Only the writer's space padding may follow the object.
+	if tok, err := dec.Token(); err != io.EOF {
+		if err != nil {
+			return syntax(err)
+		}
+		return ferr("", at(dec.InputOffset()), ErrHeader, "unexpected %v after the header object", tok)
+	}
+
+	return nil
+}
+
+// members calls fn with each member of the JSON object obj, which must be
+// valid JSON: its key, the offset of its value in obj and the value's text,
+// a slice of obj (not a copy).
+func members(obj []byte, fn func(key string, valOff int, raw []byte) error) error {
+	i := skipSpace(obj, 0) + 1 // '{'
+	for {
+		i = skipSpace(obj, i)
+		if obj[i] == '}' {
+			return nil
+		}
+		ks := i
+		i = skipString(obj, i)
+		key, err := jsonString(obj[ks:i])
+		if err != nil {
+			return err
+		}
+		i = skipSpace(obj, i) + 1 // ':'
+		i = skipSpace(obj, i)
+		vs := i
+		i = skipValue(obj, i)
+		if err := fn(key, vs, obj[vs:i]); err != nil {
+			return err
+		}
+		i = skipSpace(obj, i)
+		if obj[i] == ',' {
+			i++
+		}
+	}
+}
+
+// jsonString decodes a JSON string token.
+func jsonString(raw []byte) (string, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string token at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the end of the (valid) JSON value at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) && bytes.IndexByte([]byte(",}] \t\r\n"), b[i]) < 0 {
+		i++
+	}
+	return i
 }
 
 func parseMetadata(raw json.RawMessage) (map[string]string, error) {
@@ -390,8 +518,13 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	// Exact key lookup: encoding/json's struct decoding would also accept
 	// "DType" or "Shape", which no other reader does. Unknown keys are
 	// ignored, as the reference implementation ignores them.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	// Read in place (raw is valid JSON, from either reader of the header);
+	// a repeated key's last value wins, as with encoding/json's maps.
+	fields := map[string]json.RawMessage{}
+	if err := members(raw, func(key string, _ int, val []byte) error {
+		fields[key] = val
+		return nil
+	}); err != nil {
 		return bad(ErrHeader, "entry: %v", err)
 	}
 	info := TensorInfo{Name: name}
