@@ -304,3 +304,24 @@ func TestBrowserPyTorchSnapshot(t *testing.T) {
 }
 
 func jsonMarshal(s *device.Snapshot) ([]byte, error) { return json.Marshal(s) }
+
+// A snapshot of fifty thousand blocks in 1500 segments is drawn with a
+// bounded number of rectangles: the page draws what the state sends.
+func TestBrowserManyBlocks(t *testing.T) {
+	chromium(t)
+	dom := dumpDOM(t, serve(t, "many.pickle", manyBlocks(50_000, 1500, "")))
+	_, svg := elem(t, dom, "segments")
+	n := strings.Count(svg, "<rect")
+	if max := memviz.MaxStateBlocks + 2*memviz.MaxStateSegments; n > max {
+		t.Errorf("the page draws %d rectangles for the segments, want at most %d", n, max)
+	}
+	if n < memviz.MaxStateSegments {
+		t.Errorf("the page draws only %d rectangles", n)
+	}
+	if _, text := elem(t, dom, "state-segments"); text != "1500" {
+		t.Errorf("page counts %q segments, want 1500", text)
+	}
+	if _, text := elem(t, dom, "state-note"); !strings.Contains(text, "Too many blocks to draw") {
+		t.Errorf("note says %q", text)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/elide"
 	"github.com/headroom-ml/headroom/internal/pickle"
 )
 
@@ -67,7 +68,8 @@ func ReadFile(path string) (*Snapshot, error) {
 // *FormatError naming the file and, for content of the wrong type or
 // shape, where in the snapshot it is.
 func Decode(name string, data []byte) (*Snapshot, error) {
-	r := &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{}}
+	r := &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{},
+		budget: walkPerByte*int64(len(data)) + walkFloor, fileSize: len(data)}
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, r.fail("", "the file is empty")
@@ -76,13 +78,16 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 	// No pickle starts with these (they are not opcodes); JSON always
 	// does, for a snapshot.
 	if trimmed[0] == '{' || trimmed[0] == '[' || trimmed[0] == '"' {
+		if n, limit := jsonContainers(data), int64(len(data))/jsonBytesPerContainer+1<<12; n > limit {
+			return nil, r.fail("", "the JSON holds %d objects and arrays in %d bytes, more than %d: a snapshot's are hundreds of bytes each, and a file of empty ones would take gigabytes to read", n, len(data), limit)
+		}
 		var err error
 		if v, err = decodeJSON(data); err != nil {
 			return nil, r.jsonError(data, err)
 		}
 	} else {
 		var err error
-		v, err = pickle.Unmarshal(data, nil)
+		v, err = pickle.Unmarshal(data, &pickle.Options{MaxElements: int64(len(data))/valuesPerByte + 1<<16})
 		if err != nil {
 			return nil, r.pickleError(err)
 		}
@@ -113,6 +118,32 @@ func (r *reader) jsonError(data []byte, err error) error {
 		return &FormatError{File: r.file, Err: err, Msg: "the JSON ends early: the file is truncated"}
 	}
 	return &FormatError{File: r.file, Err: err, Msg: fmt.Sprintf("invalid JSON: %v", err)}
+}
+
+// jsonBytesPerContainer: headroom's JSON snapshots measure about 300 bytes
+// for each object or array, and each costs a few hundred bytes decoded;
+// JSON with one for every few bytes ({}, {}, ...) is refused before it is
+// decoded, as valuesPerByte refuses such pickles.
+const jsonBytesPerContainer = 32
+
+// jsonContainers counts the objects and arrays of JSON text: the '{' and
+// '[' outside strings.
+func jsonContainers(data []byte) int64 {
+	var n int64
+	in, esc := false, false
+	for _, c := range data {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && (c == '{' || c == '['):
+			n++
+		}
+	}
+	return n
 }
 
 // decodeJSON reads JSON into the values the pickle reader produces: objects
@@ -165,12 +196,43 @@ func fromJSON(v any) any {
 	return v
 }
 
+// The walk of a decoded snapshot is charged to a budget proportional to
+// the file: every list element and dict entry visited costs one, a dict
+// one more. A pickle shares values through its memo, and a reader that
+// walked each reference afresh would let an 8 KB file stand for a million
+// blocks; without sharing, each element visited is at least one byte of
+// the file (two for a dict's entry), so walkPerByte never refuses a file
+// whose contents are really there. Shared frames, which PyTorch's
+// snapshots do share, are walked once and cost one per reference.
+const (
+	walkPerByte = 2
+	walkFloor   = 1 << 12
+)
+
+// valuesPerByte: a snapshot's pickle holds one value for every three bytes
+// or more (dicts of keys referenced through the memo and numbers; PyTorch's
+// and headroom's files measure 3 to 6 bytes a value), so a pickle that
+// makes more than one value for every valuesPerByte bytes is refused
+// before it is built: a flood of one-byte values cannot take gigabytes.
+const valuesPerByte = 2
+
 // reader walks decoded values, naming the path of whatever is wrong.
 type reader struct {
 	file     string
 	headroom bool
 	frames   map[*pickle.Dict]Frame
 	lists    map[*any][]Frame // shared frames lists, by their first element
+	budget   int64            // what the walk may still visit
+	fileSize int              // for the budget's error
+}
+
+// charge pays for visiting n values at p.
+func (r *reader) charge(p string, n int) error {
+	r.budget -= int64(n)
+	if r.budget < 0 {
+		return r.fail(p, "the snapshot refers to its shared parts more often than a %d-byte file can hold (more than %d values visited): a file that expands when read", r.fileSize, walkPerByte*int64(r.fileSize)+walkFloor)
+	}
+	return nil
 }
 
 func (r *reader) fail(path, format string, args ...any) error {
@@ -223,27 +285,43 @@ func (r *reader) snapshot(v any) (*Snapshot, error) {
 		}
 		s.Segments = append(s.Segments, seg)
 	}
+	if err := r.distinctSegments(s.Segments); err != nil {
+		return nil, err
+	}
 	if s.Traces == nil {
 		s.Traces = [][]Event{}
 	}
 	return s, nil
 }
 
-func keyList(d *pickle.Dict) string {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, k := range d.Keys() {
-		if i == 8 {
-			b.WriteString(", ...")
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%v", k)
+// distinctSegments checks that no two segments of a device share an
+// address: each is memory of its own.
+func (r *reader) distinctSegments(segs []Segment) error {
+	order := make([]int, len(segs))
+	for i := range order {
+		order[i] = i
 	}
-	b.WriteByte(']')
-	return b.String()
+	sort.Slice(order, func(x, y int) bool {
+		a, b := &segs[order[x]], &segs[order[y]]
+		if a.Device != b.Device {
+			return a.Device < b.Device
+		}
+		return a.Address < b.Address
+	})
+	for k := 1; k < len(order); k++ {
+		prev, cur := &segs[order[k-1]], &segs[order[k]]
+		if prev.Device == cur.Device && (cur.Address == prev.Address || cur.Address-prev.Address < prev.TotalSize) {
+			i, j := min(order[k-1], order[k]), max(order[k-1], order[k])
+			return r.fail(fmt.Sprintf("segments[%d]", j), "segment at %#x of %d bytes overlaps segments[%d] (device %d)",
+				segs[j].Address, segs[j].TotalSize, i, cur.Device)
+		}
+	}
+	return nil
+}
+
+func keyList(d *pickle.Dict) string {
+	keys := d.Keys()
+	return "[" + elide.Items(len(keys), func(i int) string { return fmt.Sprint(keys[i]) }, ", ") + "]"
 }
 
 func (r *reader) headroomInfo(v any) (*device.SnapshotInfo, error) {
@@ -366,6 +444,13 @@ func (r *reader) segment(v any, p string) (Segment, error) {
 		if b.Address < seg.Address || b.Address > end || b.Size > end-b.Address {
 			return seg, r.fail(bp, "block at %#x of %d bytes lies outside its segment %#x..%#x (%d bytes)",
 				b.Address, b.Size, seg.Address, end, seg.TotalSize)
+		}
+		// The blocks of a segment tile it in address order (as the
+		// allocator lists them): one that starts before the previous one
+		// ends, or at the same address, is not a snapshot's.
+		if i > 0 && (b.Address < addr || b.Address == seg.Blocks[i-1].Address) {
+			return seg, r.fail(bp, "block at %#x of %d bytes overlaps the block before it, at %#x of %d bytes",
+				b.Address, b.Size, seg.Blocks[i-1].Address, seg.Blocks[i-1].Size)
 		}
 		addr = b.Address + b.Size
 		seg.Blocks = append(seg.Blocks, b)
@@ -567,17 +652,26 @@ func (r *reader) frameField(d *pickle.Dict, p string) ([]Frame, error) {
 	if !ok || v == nil {
 		return nil, nil
 	}
-	l, err := r.list(v, p+".frames")
-	if err != nil {
-		return nil, err
+	var l []any
+	switch x := v.(type) {
+	case []any:
+		l = x
+	case pickle.Tuple:
+		l = x
+	default:
+		return nil, r.typeError(p+".frames", "list", v)
 	}
 	if len(l) == 0 {
 		return nil, nil
 	}
 	if fs, ok := r.lists[&l[0]]; ok {
-		return fs, nil
+		return fs, r.charge(p+".frames", 1)
+	}
+	if err := r.charge(p+".frames", len(l)); err != nil {
+		return nil, err
 	}
 	fs := make([]Frame, len(l))
+	var err error
 	for i, fv := range l {
 		fd, ok := fv.(*pickle.Dict)
 		if !ok {
@@ -588,6 +682,9 @@ func (r *reader) frameField(d *pickle.Dict, p string) ([]Frame, error) {
 			continue
 		}
 		fp := fmt.Sprintf("%s.frames[%d]", p, i)
+		if err := r.charge(fp, 1+fd.Len()); err != nil {
+			return nil, err
+		}
 		var f Frame
 		if f.Filename, _, err = r.str(fd, fp, "filename", false); err != nil {
 			return nil, err
@@ -605,20 +702,22 @@ func (r *reader) frameField(d *pickle.Dict, p string) ([]Frame, error) {
 	return fs, nil
 }
 
+// dict returns v as a dict, charging the walk for its entries.
 func (r *reader) dict(v any, p string) (*pickle.Dict, error) {
 	d, ok := v.(*pickle.Dict)
 	if !ok || d == nil {
 		return nil, r.typeError(p, "dict", v)
 	}
-	return d, nil
+	return d, r.charge(p, 1+d.Len())
 }
 
+// list returns v as a list, charging the walk for its elements.
 func (r *reader) list(v any, p string) ([]any, error) {
 	switch l := v.(type) {
 	case []any:
-		return l, nil
+		return l, r.charge(p, len(l))
 	case pickle.Tuple:
-		return l, nil
+		return l, r.charge(p, len(l))
 	}
 	return nil, r.typeError(p, "list", v)
 }

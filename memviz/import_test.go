@@ -310,6 +310,13 @@ func FuzzImport(f *testing.F) {
 	js, _ := json.Marshal(s)
 	f.Add(js)
 	f.Add([]byte(`{"segments":[{"address":4096,"total_size":1024,"blocks":[{"size":512,"state":"active_allocated"},{"size":512,"state":"inactive"}]}],"device_traces":[[{"action":"free","addr":4096,"size":512},{"action":"segment_map","addr":0,"size":4096},{"action":"segment_unmap","addr":8192,"size":4096}]]}`))
+	// Shared references that expand, and blocks and segments that overlap.
+	ev := pickle.DictOf("action", "alloc", "addr", int64(4096), "size", int64(512))
+	evs := []any{ev, ev, ev, ev, ev, ev, ev, ev}
+	if data, err := pickle.Marshal(pickle.DictOf("segments", []any{}, "device_traces", []any{evs, evs, evs, evs}), 4); err == nil {
+		f.Add(data)
+	}
+	f.Add([]byte(`{"segments":[{"address":0,"total_size":4096,"blocks":[{"address":0,"size":2048,"state":"active_allocated"},{"address":1024,"size":1024,"state":"inactive"}]},{"address":2048,"total_size":4096,"blocks":[]}],"device_traces":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := memviz.Decode("fuzz", data)
 		if err != nil {

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -114,13 +116,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Write(data)
 }
 
-// Serve serves h on ln until ctx is done, then shuts down. When ln listens
-// on a loopback address only requests naming it (or localhost) as their
-// Host are answered, so that a web page elsewhere cannot reach the viewer
-// through a rebound DNS name.
-func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
-		h = loopbackOnly(h, strconv.Itoa(tcp.Port))
+// Serve serves h on ln until ctx is done, then shuts down. Only requests
+// whose Host names the listener's port and a host that no web page
+// elsewhere can rebind are answered, so that a page on another site cannot
+// reach the viewer through a DNS name it points at this machine: localhost
+// and loopback addresses always; when ln listens beyond loopback, also any
+// IP address literal (a browser sends those only when the user typed one)
+// and the names in hosts (the name the user gave to listen on).
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, hosts ...string) error {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
+		h = hostCheck(h, strconv.Itoa(tcp.Port), !tcp.IP.IsLoopback(), hosts)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
@@ -141,11 +146,17 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return nil
 }
 
-func loopbackOnly(h http.Handler, port string) http.Handler {
+func hostCheck(h http.Handler, port string, anyIP bool, names []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, p, err := net.SplitHostPort(r.Host)
-		if err != nil || p != port || (host != "localhost" && !isLoopbackIP(host)) {
-			http.Error(w, "the viewer answers only requests for localhost", http.StatusForbidden)
+		if err != nil {
+			// No port: the default one, 80.
+			host, p = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]"), "80"
+		}
+		ok := p == port && (strings.EqualFold(host, "localhost") || isLoopbackIP(host) ||
+			anyIP && net.ParseIP(host) != nil || slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, host) }))
+		if !ok {
+			http.Error(w, "the viewer answers only requests for localhost or for the address it listens on", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

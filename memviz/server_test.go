@@ -173,3 +173,37 @@ func TestServeStops(t *testing.T) {
 		t.Fatal("Serve did not stop")
 	}
 }
+
+// A viewer listening beyond loopback still checks Host: IP literals,
+// localhost and the names it was given pass; any other name is refused.
+func TestServeHostCheckBeyondLoopback(t *testing.T) {
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Skip("cannot listen on 0.0.0.0:", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- memviz.Serve(ctx, ln, http.NotFoundHandler(), "viewer.lan") }()
+	defer func() { cancel(); <-done }()
+	port := strings.TrimPrefix(ln.Addr().String(), "0.0.0.0:")
+	url := "http://127.0.0.1:" + port + "/x"
+	for _, c := range []struct {
+		host string
+		code int
+	}{
+		{"localhost:" + port, 404},
+		{"LOCALHOST:" + port, 404},
+		{"127.0.0.1:" + port, 404},
+		{"192.0.2.7:" + port, 404},
+		{"[2001:db8::1]:" + port, 404},
+		{"viewer.lan:" + port, 404},
+		{"evil.example.com:" + port, 403},
+		{"viewer.lan.evil.example.com:" + port, 403},
+		{"viewer.lan:1", 403},
+		{"192.0.2.7", 403}, // port 80
+	} {
+		if resp, _ := get(t, url, c.host); resp.StatusCode != c.code {
+			t.Errorf("Host %s: status %d, want %d", c.host, resp.StatusCode, c.code)
+		}
+	}
+}

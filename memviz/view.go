@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/headroom-ml/headroom/device"
 )
@@ -22,8 +23,20 @@ const (
 	MaxAllocationSeries = 40
 	// MaxLargest is the length of the table of largest allocations.
 	MaxLargest = 25
-	// MaxStateBlocks is the most blocks a state lists (all are drawn).
+	// MaxStateBlocks is the most tiles (blocks and free spaces) a state
+	// sends to the page, over all its segments: the rest of a segment past
+	// it is one tile of state "elided" that counts the blocks in it. The
+	// page draws what it is sent, so this bounds the reply and the drawing
+	// whatever the snapshot holds.
 	MaxStateBlocks = 2000
+	// MaxStateSegments is the most segments a state lists; the rest are
+	// counted (SegmentCount) and their bytes summed, not drawn.
+	MaxStateSegments = 1000
+	// MaxText is the most bytes of text taken from a snapshot (a module
+	// path, a frame) that one field of a reply holds.
+	MaxText = 300
+	// MaxStackFrames is the most frames of an allocation's stack sent.
+	MaxStackFrames = 64
 )
 
 // Stacking modes of the timeline.
@@ -274,10 +287,22 @@ func (a *Analysis) assignSeries() {
 		if unknown {
 			keys = append(keys, categoryUnknown)
 		}
+		// Categories are the file's strings: past MaxAllocationSeries of
+		// them, the rest share one band, so the timeline stays bounded.
+		var others []string
+		if len(keys) > MaxAllocationSeries {
+			keys, others = keys[:MaxAllocationSeries], keys[MaxAllocationSeries:]
+		}
 		index := map[string]int{}
 		for i, k := range keys {
 			index[k] = i
-			a.series = append(a.series, seriesInfo{key: k, label: k, color: categoryColor(k, i)})
+			a.series = append(a.series, seriesInfo{key: clipText(k), label: clipText(k), color: categoryColor(k, i)})
+		}
+		for _, k := range others {
+			index[k] = len(keys)
+		}
+		if len(others) > 0 {
+			a.series = append(a.series, seriesInfo{key: "other", label: fmt.Sprintf("%d other categories", len(others)), color: colorOther})
 		}
 		for i := range a.allocs {
 			c := a.allocs[i].category
@@ -338,6 +363,22 @@ func (a *Analysis) where(al *allocation) string {
 }
 
 func whereOf(source, category, module, op string, frames []Frame) string {
+	return clipText(whereOf1(source, category, module, op, frames))
+}
+
+// clipText bounds text from a snapshot to MaxText bytes.
+func clipText(s string) string {
+	if len(s) <= MaxText {
+		return s
+	}
+	n := MaxText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+func whereOf1(source, category, module, op string, frames []Frame) string {
 	if source == SourceHeadroom {
 		if category == "" && module == "" && op == "" {
 			return ""
@@ -392,10 +433,17 @@ func topFrame(fs []Frame) (Frame, bool) {
 
 func formatStack(fs []Frame) string {
 	var b strings.Builder
-	for _, f := range fs {
-		if keepFrame(f) {
-			fmt.Fprintf(&b, "%s:%d:%s\n", f.Filename, f.Line, f.Name)
+	n := 0
+	for i, f := range fs {
+		if !keepFrame(f) {
+			continue
 		}
+		if n == MaxStackFrames {
+			fmt.Fprintf(&b, "... (%d more frames)\n", len(fs)-i)
+			break
+		}
+		n++
+		fmt.Fprintf(&b, "%s\n", clipText(fmt.Sprintf("%s:%d:%s", f.Filename, f.Line, f.Name)))
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
@@ -582,9 +630,9 @@ type Alloc struct {
 func (a *Analysis) Summary(file string) *Summary {
 	s := &Summary{File: file, Source: a.snap.Source, Device: a.device, Devices: a.snap.Devices(), Mode: a.mode, Events: len(a.events)}
 	if h := a.snap.Headroom; h != nil {
-		s.Headroom = &HeadroomSum{Device: h.Device, Capacity: h.Capacity, Limit: h.Limit,
+		s.Headroom = &HeadroomSum{Device: clipText(h.Device), Capacity: h.Capacity, Limit: h.Limit,
 			AllocatedPeak: h.Stats["allocated_bytes.all.peak"], ReservedPeak: h.Stats["reserved_bytes.all.peak"],
-			CategoryAtPeak: h.CategoryBytesAtPeak}
+			CategoryAtPeak: largestEntries(h.CategoryBytesAtPeak, MaxAllocationSeries)}
 	}
 	idx := a.samples()
 	vals := a.seriesAt(idx)
@@ -612,10 +660,28 @@ func (a *Analysis) Summary(file string) *Summary {
 	return s
 }
 
+// largestEntries is m, or its n largest entries when it has more (a
+// crafted file may name any number of categories).
+func largestEntries(m map[string]int64, n int) map[string]int64 {
+	if len(m) <= n {
+		return m
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Or(cmp.Compare(m[y], m[x]), strings.Compare(x, y)) })
+	out := make(map[string]int64, n)
+	for _, k := range keys[:n] {
+		out[clipText(k)] = m[k]
+	}
+	return out
+}
+
 func (a *Analysis) alloc(j int) Alloc {
 	al := &a.allocs[j]
-	out := Alloc{Address: al.addr, Size: al.amount, Requested: al.requested, Block: al.size, Category: al.category,
-		Module: al.module, Op: al.op, Where: a.where(al), Stack: formatStack(al.frames), Since: al.start,
+	out := Alloc{Address: al.addr, Size: al.amount, Requested: al.requested, Block: al.size, Category: clipText(al.category),
+		Module: clipText(al.module), Op: clipText(al.op), Where: a.where(al), Stack: formatStack(al.frames), Since: al.start,
 		Color: a.series[al.series].color}
 	if out.Module == "" && out.Op == "" {
 		if a.snap.Source == SourceHeadroom {
@@ -624,7 +690,7 @@ func (a *Analysis) alloc(j int) Alloc {
 			}
 		} else if f, ok := topFrame(al.frames); ok {
 			// PyTorch's: the innermost frame stands for module and op
-			out.Module, out.Op = fmt.Sprintf("%s:%d", f.Filename, f.Line), f.Name
+			out.Module, out.Op = clipText(fmt.Sprintf("%s:%d", f.Filename, f.Line)), clipText(f.Name)
 		}
 	}
 	return out
@@ -633,15 +699,20 @@ func (a *Analysis) alloc(j int) Alloc {
 // State is the allocator's segments and blocks after one event (GET
 // /api/state?event=N).
 type State struct {
-	Event     int        `json:"event"`
-	Events    int        `json:"events"`
-	Desc      string     `json:"desc"` // the event, in words
-	Reserved  int64      `json:"reserved"`
-	Active    int64      `json:"active"` // as the timeline counts it
-	Blocks    int        `json:"blocks"` // live blocks
-	Segments  []SegState `json:"segments"`
-	Unplaced  int        `json:"unplaced"`  // live blocks without an address (headroom's Track) or outside every segment
-	Truncated bool       `json:"truncated"` // more than MaxStateBlocks blocks: the table lists the first
+	Event    int        `json:"event"`
+	Events   int        `json:"events"`
+	Desc     string     `json:"desc"` // the event, in words
+	Reserved int64      `json:"reserved"`
+	Active   int64      `json:"active"` // as the timeline counts it
+	Blocks   int        `json:"blocks"` // live blocks
+	Segments []SegState `json:"segments"`
+	// SegmentCount is the number of segments, of which Segments lists at
+	// most MaxStateSegments.
+	SegmentCount int `json:"segment_count"`
+	Unplaced     int `json:"unplaced"` // live blocks without an address (headroom's Track) or outside every segment
+	// Truncated: more than MaxStateBlocks tiles or MaxStateSegments
+	// segments, so some blocks are elided or some segments not listed.
+	Truncated bool `json:"truncated"`
 }
 
 // SegState is a segment at an event.
@@ -659,13 +730,17 @@ type BlockTile struct {
 	Address   int64  `json:"address"`
 	Size      int64  `json:"size"`
 	Requested int64  `json:"requested,omitempty"`
-	State     string `json:"state"` // active_allocated, active_pending_free, inactive, or arena: free space held by a step arena
+	State     string `json:"state"`           // active_allocated, active_pending_free, inactive, arena (free space held by a step arena), or elided
+	Count     int    `json:"count,omitempty"` // for an elided tile: the live blocks in it, not sent
 	Category  string `json:"category,omitempty"`
 	Where     string `json:"where,omitempty"`
 	Color     string `json:"color,omitempty"`
 }
 
-const stateArena = "arena"
+const (
+	stateArena  = "arena"
+	stateElided = "elided"
+)
 
 // State returns the segments and blocks after event i (clamped to the
 // history), found by undoing the later events' segment changes from the
@@ -701,8 +776,13 @@ func (a *Analysis) State(i int) *State {
 		bySeg[k] = append(bySeg[k], j)
 	}
 	shown := 0
+	st.SegmentCount = len(segs)
 	for k, sg := range segs {
 		st.Reserved += sg.size
+		if len(st.Segments) == MaxStateSegments {
+			st.Truncated = true
+			continue
+		}
 		ss := SegState{Address: sg.addr, Size: sg.size, Type: sg.typ, Blocks: []BlockTile{}}
 		at, end := sg.addr, sg.addr+sg.size
 		gap := func(to int64) {
@@ -733,12 +813,21 @@ func (a *Analysis) State(i int) *State {
 				state = statePendingFree
 			}
 			ss.Blocks = append(ss.Blocks, BlockTile{Address: al.addr, Size: al.size, Requested: al.requested, State: state,
-				Category: al.category, Where: a.where(al), Color: a.series[al.series].color})
+				Category: clipText(al.category), Where: a.where(al), Color: a.series[al.series].color})
 			ss.Active += al.size
 			at = max(at, min(al.addr+al.size, end))
 		}
 		gap(end)
-		if shown+len(ss.Blocks) > MaxStateBlocks {
+		if keep := max(MaxStateBlocks-shown, 0); len(ss.Blocks) > keep {
+			// One tile stands for the rest of the segment.
+			rest := ss.Blocks[keep:]
+			el := BlockTile{Address: rest[0].Address, Size: end - rest[0].Address, State: stateElided}
+			for _, b := range rest {
+				if b.State == device.StateActiveAllocated || b.State == statePendingFree {
+					el.Count++
+				}
+			}
+			ss.Blocks = append(ss.Blocks[:keep:keep], el)
 			st.Truncated = true
 		}
 		shown += len(ss.Blocks)
@@ -827,7 +916,7 @@ func (a *Analysis) describe(i int) string {
 		}
 	}
 	if e.Category != "" && e.Category != categoryUnknown {
-		fmt.Fprintf(&b, ", %s", e.Category)
+		fmt.Fprintf(&b, ", %s", clipText(e.Category))
 	}
 	if w := whereOf(a.snap.Source, e.Category, e.Module, e.Op, e.Frames); w != "" {
 		fmt.Fprintf(&b, ", %s", w)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/elide"
 	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -234,7 +235,9 @@ func (s *Store) StateDict() map[string]*tensor.Tensor {
 	return out
 }
 
-// LoadError lists what did not match in LoadStateDict.
+// LoadError lists what did not match in LoadStateDict. Its message names
+// the first few keys of each list and counts the rest: a checkpoint with a
+// million stray tensors gives an error line, not megabytes.
 type LoadError struct {
 	Missing    []string
 	Unexpected []string
@@ -244,15 +247,53 @@ type LoadError struct {
 func (e *LoadError) Error() string {
 	var parts []string
 	if len(e.Missing) > 0 {
-		parts = append(parts, fmt.Sprintf("missing keys: %s", strings.Join(e.Missing, ", ")))
+		parts = append(parts, fmt.Sprintf("missing keys: %s", elide.List(e.Missing, ", ")))
 	}
 	if len(e.Unexpected) > 0 {
-		parts = append(parts, fmt.Sprintf("unexpected keys: %s", strings.Join(e.Unexpected, ", ")))
+		parts = append(parts, fmt.Sprintf("unexpected keys: %s", elide.List(e.Unexpected, ", ")))
 	}
 	if len(e.Mismatched) > 0 {
-		parts = append(parts, fmt.Sprintf("size mismatch: %s", strings.Join(e.Mismatched, "; ")))
+		parts = append(parts, fmt.Sprintf("size mismatch: %s", elide.List(e.Mismatched, "; ")))
 	}
 	return "nn: error loading state_dict: " + strings.Join(parts, "; ")
+}
+
+// match compares what a checkpoint holds (its keys, and the dtype and shape
+// of each through info) with the store's parameters, as load_state_dict
+// does: with strict, missing and unexpected keys are errors; shape
+// mismatches, and dtypes that no conversion reconciles, always are.
+func (s *Store) match(keys []string, info func(name string) (tensor.DType, tensor.Shape, bool), strict bool) error {
+	le := &LoadError{}
+	for _, p := range s.params {
+		dt, shape, ok := info(p.Name)
+		if !ok {
+			le.Missing = append(le.Missing, p.Name)
+			continue
+		}
+		if !shape.Equal(p.Shape) || (dt != p.DType && !(dt.IsFloat() && p.DType.IsFloat())) {
+			le.Mismatched = append(le.Mismatched, fmt.Sprintf("%s: checkpoint %v%v, model %v%v", p.Name, dt, elideShape(shape), p.DType, p.Shape))
+		}
+	}
+	for _, k := range keys {
+		if _, ok := s.byName[k]; !ok {
+			le.Unexpected = append(le.Unexpected, k)
+		}
+	}
+	sort.Strings(le.Unexpected)
+	if len(le.Mismatched) > 0 || strict && (len(le.Missing) > 0 || len(le.Unexpected) > 0) {
+		return le
+	}
+	return nil
+}
+
+// elideShape prints a checkpoint's shape, which may have been crafted with
+// thousands of dimensions, in bounded space.
+func elideShape(sh tensor.Shape) string {
+	const max = 8
+	if len(sh) <= max {
+		return sh.String()
+	}
+	return fmt.Sprintf("%v... (%d dimensions)", sh[:max].String(), len(sh))
 }
 
 // LoadStateDict copies sd into the store's parameters. With strict, missing
@@ -263,25 +304,19 @@ func (s *Store) LoadStateDict(sd map[string]*tensor.Tensor, strict bool) error {
 	if s.dev == nil {
 		return errors.New("nn: load_state_dict before the store is materialized")
 	}
-	le := &LoadError{}
-	for _, p := range s.params {
-		t, ok := sd[p.Name]
-		if !ok {
-			le.Missing = append(le.Missing, p.Name)
-			continue
-		}
-		if !t.Shape.Equal(p.Shape) || (t.DType != p.DType && !(t.DType.IsFloat() && p.DType.IsFloat())) {
-			le.Mismatched = append(le.Mismatched, fmt.Sprintf("%s: checkpoint %v%v, model %v%v", p.Name, t.DType, t.Shape, p.DType, p.Shape))
-		}
-	}
+	keys := make([]string, 0, len(sd))
 	for k := range sd {
-		if _, ok := s.byName[k]; !ok {
-			le.Unexpected = append(le.Unexpected, k)
-		}
+		keys = append(keys, k)
 	}
-	sort.Strings(le.Unexpected)
-	if len(le.Mismatched) > 0 || strict && (len(le.Missing) > 0 || len(le.Unexpected) > 0) {
-		return le
+	err := s.match(keys, func(name string) (tensor.DType, tensor.Shape, bool) {
+		t, ok := sd[name]
+		if !ok {
+			return 0, nil, false
+		}
+		return t.DType, t.Shape, true
+	}, strict)
+	if err != nil {
+		return err
 	}
 	for _, p := range s.params {
 		t, ok := sd[p.Name]
@@ -306,14 +341,53 @@ func (s *Store) ZeroGrad() {
 }
 
 // LoadFile loads a safetensors checkpoint (a PyTorch state_dict saved with
-// safetensors) into the store; errors name the file.
+// safetensors) into the store; errors name the file. The header is compared
+// with the model before any tensor is read, and only the tensors the model
+// takes are read: a checkpoint whose header claims a terabyte-sized tensor,
+// or a million stray ones, costs its header, not what it claims. Nothing is
+// changed unless every tensor was read.
 func (s *Store) LoadFile(path string, strict bool) error {
-	sd, err := safetensors.Load(path)
+	if s.dev == nil {
+		return errors.New("nn: load_state_dict before the store is materialized")
+	}
+	f, err := safetensors.Open(path)
 	if err != nil {
 		return err
 	}
-	if err := s.LoadStateDict(sd, strict); err != nil {
+	defer f.Close()
+	err = s.match(f.Names(), func(name string) (tensor.DType, tensor.Shape, bool) {
+		info, err := f.Info(name)
+		if err != nil {
+			return 0, nil, false
+		}
+		return info.DType, info.Shape, true
+	}, strict)
+	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	// match has checked every tensor read here against its parameter, so
+	// what is allocated is what the model holds.
+	staged := make([]*tensor.Tensor, len(s.params))
+	for i, p := range s.params {
+		if p.Value == nil || p.Value.Data == nil {
+			continue
+		}
+		if _, err := f.Info(p.Name); err != nil {
+			continue // missing, and not strict
+		}
+		t, err := f.Tensor(p.Name)
+		if err != nil {
+			return err
+		}
+		if t.DType != p.DType {
+			t = t.Convert(p.DType)
+		}
+		staged[i] = t
+	}
+	for i, p := range s.params {
+		if staged[i] != nil {
+			copy(p.Value.Data, staged[i].Data)
+		}
 	}
 	return nil
 }

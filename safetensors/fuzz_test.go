@@ -3,7 +3,9 @@ package safetensors
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/headroom-ml/headroom/tensor"
@@ -31,9 +33,25 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(build(`{"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}}`, make([]byte, 12)))
 	f.Add(build(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, []byte{1}))
+	// Past the limits: more dimensions than MaxDims, a long data_offsets.
+	f.Add(hugeShapeHeader(MaxDims+1, "0"))
+	f.Add(hugeShapeHeader(MaxDims, "0"))
+	f.Add(build(`{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}}`, nil))
 
+	f.Add(build(`{"a\"\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"dtype":"F31","x":{"y":["}"]}}}`, []byte{1}))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The header read in place and read by encoding/json's Decoder
+		// agree, in what they accept and in what they say.
+		decoderOnly = true
+		slow, slowErr := Decode(data, "fuzz")
+		decoderOnly = false
 		file, err := Decode(data, "fuzz")
+		if fmt.Sprint(err) != fmt.Sprint(slowErr) {
+			t.Fatalf("in place: %v\ndecoder: %v", err, slowErr)
+		}
+		if err == nil && !slices.Equal(file.Names(), slow.Names()) {
+			t.Fatalf("in place: %q\ndecoder: %q", file.Names(), slow.Names())
+		}
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) {

@@ -24,6 +24,15 @@ import (
 // us allocate before anything else has been checked.
 const MaxHeaderSize = 100_000_000
 
+// MaxDims is the most dimensions a shape may have: NumPy's limit, far
+// beyond any model's. It bounds what a shape array in the header can cost
+// to parse, whatever its length.
+const MaxDims = 64
+
+// maxOffsets bounds how much of a data_offsets array is parsed; it must be
+// two numbers, and a longer one is refused after this many.
+const maxOffsets = 16
+
 // metadataKey is the reserved header key for the string-to-string map.
 const metadataKey = "__metadata__"
 
@@ -248,51 +257,22 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		return ferr("", at(0), ErrHeader, "header does not start with '{'")
 	}
 
-	dec := json.NewDecoder(bytes.NewReader(hdr))
-	syntax := func(err error) error {
-		off := dec.InputOffset()
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			off = se.Offset
-		}
-		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			return ferr("", at(off), ErrHeader, "header JSON ends early")
-		}
-		return ferr("", at(off), ErrHeader, "header is not valid JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != nil { // the '{' checked above
-		return syntax(err)
-	}
 	f.index = map[string]int{}
 	sawMetadata := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return syntax(err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return ferr("", at(dec.InputOffset()), ErrHeader, "header object key is not a string")
-		}
-		// Point errors about this entry at its value, past the ':'.
-		valOff := dec.InputOffset()
-		for valOff < int64(len(hdr)) && bytes.IndexByte([]byte(" \t\r\n:"), hdr[valOff]) >= 0 {
-			valOff++
-		}
+	// entry takes one member of the header object: its key, the offset of
+	// its value in hdr and the value's text.
+	entry := func(key string, valOff int64, raw []byte) error {
 		entryOff := at(valOff)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return syntax(err)
-		}
 		if key == metadataKey {
 			if sawMetadata {
 				return ferr("", entryOff, ErrHeader, "%q appears twice", metadataKey)
 			}
+			var err error
 			if f.Metadata, err = parseMetadata(raw); err != nil {
 				return ferr("", entryOff, ErrHeader, "%s: %v", metadataKey, err)
 			}
 			sawMetadata = true
-			continue
+			return nil
 		}
 		if _, dup := f.index[key]; dup {
 			return ferr(key, entryOff, ErrHeader, "name appears twice in the header")
@@ -303,17 +283,27 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 			return perr
 		}
 		f.index[key] = len(f.infos)
-		f.infos = append(f.infos, info)
-	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return syntax(err)
-	}
-	// Only the writer's space padding may follow the object.
-	if tok, err := dec.Token(); err != io.EOF {
-		if err != nil {
-			return syntax(err)
+		if len(f.infos) == cap(f.infos) {
+			// Double, rather than append's 1.25 for large slices: a
+			// header of a million entries then costs twice their size
+			// in all, not five times.
+			f.infos = slices.Grow(f.infos, max(len(f.infos), 16))
 		}
-		return ferr("", at(dec.InputOffset()), ErrHeader, "unexpected %v after the header object", tok)
+		f.infos = append(f.infos, info)
+		return nil
+	}
+	if json.Valid(hdr) && !decoderOnly {
+		// The common case, read in place: encoding/json's Decoder would
+		// copy the header into its buffer and each entry out of it, so
+		// that a header of one huge entry cost several times its size.
+		err := members(hdr, func(key string, valOff int, raw []byte) error {
+			return entry(key, int64(valOff), raw)
+		})
+		if err != nil {
+			return err
+		}
+	} else if err := f.parseInvalid(hdr, entry); err != nil {
+		return err
 	}
 
 	// The tensors must tile the data buffer exactly: no gaps, no overlaps,
@@ -344,6 +334,159 @@ func (f *File) parseHeader(hdr []byte, bufLen int64) error {
 		return ferr("", f.DataOffset+end, ErrOffsets, "data bytes [%d, %d) after the last tensor belong to no tensor", end, bufLen)
 	}
 	return nil
+}
+
+// decoderOnly makes every header go through parseInvalid, for the tests
+// that check both readers agree.
+var decoderOnly = false
+
+// parseInvalid reads a header that is not valid JSON with encoding/json's
+// Decoder, so that what is wrong is reported where it is, after whatever
+// is wrong with the entries before it; entry takes each member read.
+func (f *File) parseInvalid(hdr []byte, entry func(key string, valOff int64, raw []byte) error) error {
+	at := func(o int64) int64 { return 8 + o }
+	ferr := func(tensorName string, off int64, sentinel error, format string, args ...any) error {
+		return &FormatError{File: f.Name, Tensor: tensorName, Offset: off, Reason: fmt.Sprintf(format, args...), Err: sentinel}
+	}
+	dec := json.NewDecoder(bytes.NewReader(hdr))
+	syntax := func(err error) error {
+		off := dec.InputOffset()
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			off = se.Offset
+		}
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			return ferr("", at(off), ErrHeader, "header JSON ends early")
+		}
+		return ferr("", at(off), ErrHeader, "header is not valid JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != nil { // the '{' checked above
+		return syntax(err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return syntax(err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return ferr("", at(dec.InputOffset()), ErrHeader, "header object key is not a string")
+		}
+		// Point errors about this entry at its value, past the ':'.
+		valOff := dec.InputOffset()
+		for valOff < int64(len(hdr)) && bytes.IndexByte([]byte(" \t\r\n:"), hdr[valOff]) >= 0 {
+			valOff++
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return syntax(err)
+		}
+		if err := entry(key, valOff, raw); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return syntax(err)
+	}
+	// Only the writer's space padding may follow the object.
+	if tok, err := dec.Token(); err != io.EOF {
+		if err != nil {
+			return syntax(err)
+		}
+		return ferr("", at(dec.InputOffset()), ErrHeader, "unexpected %v after the header object", tok)
+	}
+
+	return nil
+}
+
+// members calls fn with each member of the JSON object obj, which must be
+// valid JSON: its key, the offset of its value in obj and the value's text,
+// a slice of obj (not a copy).
+func members(obj []byte, fn func(key string, valOff int, raw []byte) error) error {
+	i := skipSpace(obj, 0) + 1 // '{'
+	for {
+		i = skipSpace(obj, i)
+		if obj[i] == '}' {
+			return nil
+		}
+		ks := i
+		i = skipString(obj, i)
+		key, err := jsonString(obj[ks:i])
+		if err != nil {
+			return err
+		}
+		i = skipSpace(obj, i) + 1 // ':'
+		i = skipSpace(obj, i)
+		vs := i
+		i = skipValue(obj, i)
+		if err := fn(key, vs, obj[vs:i]); err != nil {
+			return err
+		}
+		i = skipSpace(obj, i)
+		if obj[i] == ',' {
+			i++
+		}
+	}
+}
+
+// jsonString decodes a JSON string token.
+func jsonString(raw []byte) (string, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string token at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the end of the (valid) JSON value at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) && bytes.IndexByte([]byte(",}] \t\r\n"), b[i]) < 0 {
+		i++
+	}
+	return i
 }
 
 func parseMetadata(raw json.RawMessage) (map[string]string, error) {
@@ -381,19 +524,33 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	// Exact key lookup: encoding/json's struct decoding would also accept
 	// "DType" or "Shape", which no other reader does. Unknown keys are
 	// ignored, as the reference implementation ignores them.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	// Read in place (raw is valid JSON, from either reader of the header);
+	// a repeated key's last value wins, as with encoding/json's maps.
+	var rawDType, rawShape, rawOffsets json.RawMessage
+	if err := members(raw, func(key string, _ int, val []byte) error {
+		switch key {
+		case "dtype":
+			rawDType = val
+		case "shape":
+			rawShape = val
+		case "data_offsets":
+			rawOffsets = val
+		}
+		return nil
+	}); err != nil {
 		return bad(ErrHeader, "entry: %v", err)
 	}
 	info := TensorInfo{Name: name}
 
-	rawDType, ok := fields["dtype"]
-	if !ok {
+	if rawDType == nil {
 		return bad(ErrHeader, `entry has no "dtype"`)
 	}
-	var code string
-	if rawDType[0] != '"' || json.Unmarshal(rawDType, &code) != nil {
+	if rawDType[0] != '"' {
 		return bad(ErrHeader, "dtype is %s, not a string", clip(rawDType))
+	}
+	code, err := jsonString(rawDType)
+	if err != nil {
+		return bad(ErrHeader, "dtype %s: %v", clip(rawDType), err)
 	}
 	dt, ok := parseCode(code)
 	switch {
@@ -404,11 +561,13 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	}
 	info.DType = dt
 
-	rawShape, ok := fields["shape"]
-	if !ok {
+	if rawShape == nil {
 		return bad(ErrHeader, `entry has no "shape"`)
 	}
-	dims, err := intArray(rawShape)
+	dims, err := intArray(rawShape, MaxDims)
+	if errors.Is(err, errTooLong) {
+		return bad(ErrShape, "shape %s has more than %d dimensions", clip(rawShape), MaxDims)
+	}
 	if err != nil {
 		return bad(ErrShape, "shape %s: %v", clip(rawShape), err)
 	}
@@ -435,16 +594,15 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 		elems = 0
 	}
 
-	rawOffsets, ok := fields["data_offsets"]
-	if !ok {
+	if rawOffsets == nil {
 		return bad(ErrHeader, `entry has no "data_offsets"`)
 	}
-	offs, err := intArray(rawOffsets)
-	if err != nil {
+	offs, err := intArray(rawOffsets, maxOffsets)
+	if err != nil && !errors.Is(err, errTooLong) {
 		return bad(ErrOffsets, "data_offsets %s: %v", clip(rawOffsets), err)
 	}
-	if len(offs) != 2 {
-		return bad(ErrOffsets, "data_offsets %s has %d numbers, want [begin, end]", clip(rawOffsets), len(offs))
+	if err != nil || len(offs) != 2 {
+		return bad(ErrOffsets, "data_offsets %s has %s numbers, want [begin, end]", clip(rawOffsets), count(len(offs), err))
 	}
 	if offs[0] > offs[1] {
 		return bad(ErrOffsets, "data_offsets [%d, %d] end before they begin", offs[0], offs[1])
@@ -464,30 +622,55 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	return info, nil
 }
 
-// intArray parses a JSON array of non-negative integers. Numbers are checked
-// by their text, so 2.0, 1e3 and "2" are refused rather than coerced.
-func intArray(raw json.RawMessage) ([]uint64, error) {
+// errTooLong is intArray's error for an array longer than its limit.
+var errTooLong = errors.New("too many elements")
+
+// count says how many numbers an array held, or that it held more than
+// intArray read.
+func count(n int, err error) string {
+	if errors.Is(err, errTooLong) {
+		return fmt.Sprintf("more than %d", n)
+	}
+	return strconv.Itoa(n)
+}
+
+// intArray parses a JSON array of at most max non-negative integers.
+// Numbers are checked by their text, so 2.0, 1e3 and "2" are refused rather
+// than coerced. The array is read an element at a time and reading stops
+// past max, so a crafted array of fifty million elements costs no more than
+// one of max; an array longer than max returns its first max elements and
+// errTooLong.
+func intArray(raw json.RawMessage, max int) ([]uint64, error) {
 	if raw[0] != '[' {
 		return nil, errors.New("not a JSON array")
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, err
-	}
-	out := make([]uint64, len(elems))
-	for i, e := range elems {
+	// raw is valid JSON (see parseEntry), so its elements are found by
+	// skipping values, with no decoder and no copies.
+	var out []uint64
+	i := skipSpace(raw, 1)
+	for n := 0; raw[i] != ']'; n++ {
+		if n == max {
+			return out, errTooLong
+		}
+		start := i
+		i = skipValue(raw, i)
+		e := raw[start:i]
+		i = skipSpace(raw, i)
+		if raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
 		s := string(bytes.TrimSpace(e))
 		if len(s) > 0 && s[0] == '-' && isDigits(s[1:]) {
-			return nil, fmt.Errorf("element %d is negative (%s)", i, s)
+			return nil, fmt.Errorf("element %d is negative (%s)", n, clip([]byte(s)))
 		}
 		if !isDigits(s) {
-			return nil, fmt.Errorf("element %d is %s, not a non-negative integer", i, clip([]byte(s)))
+			return nil, fmt.Errorf("element %d is %s, not a non-negative integer", n, clip([]byte(s)))
 		}
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("element %d (%s) is too large", i, s)
+			return nil, fmt.Errorf("element %d (%s) is too large", n, clip([]byte(s)))
 		}
-		out[i] = v
+		out = append(out, v)
 	}
 	return out, nil
 }

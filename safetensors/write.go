@@ -7,14 +7,13 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/headroom-ml/headroom/internal/safefile"
 	"github.com/headroom-ml/headroom/tensor"
 )
 
@@ -22,49 +21,15 @@ import (
 // temporary file in the same directory, synced and renamed over path, so a
 // crash leaves either the old file or the complete new one, never a torn
 // checkpoint. The new file has mode 0644.
-func WriteFile(path string, tensors map[string]*tensor.Tensor, metadata map[string]string) (err error) {
+func WriteFile(path string, tensors map[string]*tensor.Tensor, metadata map[string]string) error {
 	// Validate before touching the file system, so bad input leaves no
 	// temporary file behind.
 	hdr, order, err := prepare(path, tensors, metadata)
 	if err != nil {
 		return err
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
+	if err := safefile.Write(path, 0o644, func(w io.Writer) error { return writeTo(w, hdr, order) }); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = writeTo(tmp, hdr, order); err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	// Sync before rename: otherwise the rename can reach the disk before the
-	// data does, and a crash leaves an empty or partial file under path.
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	// Make the rename itself durable. Not every platform can sync a
-	// directory, and the file is complete either way, so failure is ignored.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -3,16 +3,17 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/safefile"
 )
 
 // writeSnapshot writes s as JSON (the documented schema) or, for .pickle and
 // .pkl files, as the pickle PyTorch's memory_viz page opens. The file is
-// written next to its final name and renamed, so a crash leaves no half file.
+// written through safefile: a crash leaves no half file and a planted
+// symlink is not followed.
 func writeSnapshot(path string, s *device.Snapshot) error {
 	var data []byte
 	var err error
@@ -25,9 +26,8 @@ func writeSnapshot(path string, s *device.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("memory snapshot %s: %w", path, err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := safefile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("memory snapshot: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }

@@ -35,7 +35,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0: any free port); the default answers this machine only")
+	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0: any free port); without a host (:PORT) it is 127.0.0.1, which answers this machine only; name a host (0.0.0.0, an interface's address) to listen beyond it")
 	// The file may come before or after the flags.
 	var files []string
 	for rest := args; ; {
@@ -52,17 +52,24 @@ Flags:
 		fs.Usage()
 		return fmt.Errorf("viz: want one snapshot file, got %d", len(files))
 	}
+	network, listen, hosts, err := vizAddr(*addr)
+	if err != nil {
+		return err
+	}
 	snap, err := memviz.ReadFile(files[0])
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen(network, listen)
 	if err != nil {
 		return fmt.Errorf("viz: %w", err)
 	}
-	url := "http://" + ln.Addr().String() + "/"
-	if host, port, err := net.SplitHostPort(ln.Addr().String()); err == nil && (host == "::" || host == "0.0.0.0") {
-		url = "http://localhost:" + port + "/"
+	// The URL is the address actually bound, so what is printed is where
+	// the viewer can be reached.
+	bound := ln.Addr().(*net.TCPAddr)
+	url := "http://" + bound.String() + "/"
+	if !bound.IP.IsLoopback() {
+		fmt.Fprintf(out, "warning: listening on %s, beyond this machine's loopback: anyone who can reach it can read the snapshot\n", bound)
 	}
 	fmt.Fprintf(out, "serving %s at %s (Ctrl-C to stop)\n", files[0], url)
 	if ready != nil {
@@ -72,5 +79,31 @@ Flags:
 	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
 		name = name[i+1:]
 	}
-	return memviz.Serve(ctx, ln, memviz.NewServer(name, snap))
+	return memviz.Serve(ctx, ln, memviz.NewServer(name, snap), hosts...)
+}
+
+// vizAddr turns --addr into the address to listen on and the host names
+// requests may use besides localhost and IP addresses. Listening beyond
+// loopback takes an explicit host: ":PORT" alone, which net.Listen would
+// bind on every interface, means 127.0.0.1:PORT.
+//
+// An IPv4 address is listened on with tcp4, so that 0.0.0.0 means the IPv4
+// interfaces, as written, and not also IPv6's (Go's "tcp" would bind [::]).
+func vizAddr(addr string) (network, listen string, hosts []string, err error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("viz: --addr %q: %w", addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	network = "tcp"
+	if ip := net.ParseIP(host); ip == nil {
+		// A name (this machine's, or localhost): requests naming it are
+		// the user's own.
+		hosts = []string{host}
+	} else if ip.To4() != nil {
+		network = "tcp4"
+	}
+	return network, net.JoinHostPort(host, port), hosts, nil
 }

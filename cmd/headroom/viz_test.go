@@ -121,3 +121,98 @@ func TestVizErrors(t *testing.T) {
 		}
 	}
 }
+
+// startViz runs viz with args until the test ends and returns its URL and
+// what it printed by then.
+func startViz(t *testing.T, args []string) (url, printed string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	go func() { done <- viz(ctx, args, &out, ready) }()
+	select {
+	case url = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("%v: %v", args, err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatalf("%v: not serving after 10 s", args)
+	}
+	printed = out.String() // written before ready
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%v: %v", args, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%v: still serving after its context ended", args)
+		}
+	})
+	return url, printed
+}
+
+func status(t *testing.T, url, host string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// --addr without a host listens on loopback, not on every interface;
+// listening beyond loopback takes an explicit host and prints a warning;
+// the printed URL is the address bound; and a request naming a foreign
+// host is refused either way (DNS rebinding).
+func TestVizAddr(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.json")
+	if err := writeSnapshot(path, testSnapshot(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr    string
+		prefix  string // of the printed URL
+		warn    bool
+		allowed []string // Host names (without port) answered
+	}{
+		{":0", "http://127.0.0.1:", false, []string{"localhost", "127.0.0.1"}},
+		{"localhost:0", "http://127.0.0.1:", false, []string{"localhost", "127.0.0.1"}},
+		{"0.0.0.0:0", "http://0.0.0.0:", true, []string{"localhost", "127.0.0.1", "0.0.0.0", "192.0.2.7"}},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			url, printed := startViz(t, []string{"--addr", tc.addr, path})
+			if !strings.HasPrefix(url, tc.prefix) {
+				t.Errorf("URL %s, want %s...", url, tc.prefix)
+			}
+			if !strings.Contains(printed, "at "+url) {
+				t.Errorf("printed %q, not the URL %s", printed, url)
+			}
+			if got := strings.Contains(printed, "warning:"); got != tc.warn {
+				t.Errorf("warning printed: %v, want %v: %q", got, tc.warn, printed)
+			}
+			port := url[strings.LastIndex(url, ":")+1 : len(url)-1]
+			// Requests go to 127.0.0.1 whatever the Host says.
+			target := "http://127.0.0.1:" + port + "/api/summary"
+			for _, h := range tc.allowed {
+				if code := status(t, target, h+":"+port); code != 200 {
+					t.Errorf("Host %s:%s: status %d, want 200", h, port, code)
+				}
+			}
+			for _, h := range []string{"evil.example.com:" + port, "evil.example.com", "localhost:1", "attacker.localhost.example:" + port} {
+				if code := status(t, target, h); code != http.StatusForbidden {
+					t.Errorf("Host %s: status %d, want 403", h, code)
+				}
+			}
+		})
+	}
+}

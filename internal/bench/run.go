@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -17,6 +16,7 @@ import (
 	"github.com/headroom-ml/headroom/internal/cputime"
 	"github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/safefile"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -52,7 +52,7 @@ func (o Options) progress(format string, args ...any) {
 // arena and the gradients, which nothing has touched yet), which is the
 // point at which PyTorch, whose gradients and Adam state appear lazily
 // during the first step, is measured too.
-func RunHeadroom(ctx context.Context, w Workload, o Options) (Result, error) {
+func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err error) {
 	if o.Threads > 0 {
 		parallel.SetThreads(o.Threads)
 	}
@@ -120,15 +120,23 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (Result, error) {
 				tr.RunOptions = &exec.Options{Observe: prof.observe}
 			}
 			if o.CPUProfile != "" {
-				f, err := os.Create(o.CPUProfile)
+				// Through safefile, as every file headroom writes: a
+				// symlink at the name is not followed, and an
+				// interrupted run leaves no half profile.
+				f, err := safefile.Create(o.CPUProfile, 0o644)
 				if err != nil {
 					return res, err
 				}
 				if err := pprof.StartCPUProfile(f); err != nil {
-					f.Close()
+					f.Abort()
 					return res, err
 				}
-				defer func() { pprof.StopCPUProfile(); f.Close() }()
+				defer func() {
+					pprof.StopCPUProfile()
+					if cerr := f.Commit(); cerr != nil && err == nil {
+						err = fmt.Errorf("cpu profile: %w", cerr)
+					}
+				}()
 			}
 		}
 		start, cpu0 := time.Now(), cpuTime()

@@ -3,6 +3,7 @@ package pickle
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ const (
 	DefaultMaxDepth    = 1000    // Python's default recursion limit
 	DefaultMaxElements = 1 << 27 // values pushed, memo entries and marks
 	DefaultMaxBytes    = 1 << 31 // string, bytes and long-int payload bytes
+	DefaultMaxStack    = 1 << 20 // values on the stack at once
 )
 
 // maxTextIntDigits is the longest decimal integer INT and LONG accept, as
@@ -53,6 +55,13 @@ type Options struct {
 	// entries and marks: in effect the number of values created. Default
 	// DefaultMaxElements.
 	MaxElements int64
+	// MaxStack bounds the values on the stack at once: what lies between
+	// a MARK and the opcode that consumes it, or what is pushed and never
+	// consumed. Python's pickler appends and sets items in batches of
+	// 1000, so only a tuple (or a protocol 0 LIST or DICT) of more values
+	// needs a larger stack; a flood of pushes fails at the limit instead
+	// of growing the stack with the input. Default DefaultMaxStack.
+	MaxStack int
 	// MaxBytes bounds the total size of str, bytes and long-int payloads
 	// and of text arguments, plus the work of hashing dict keys and set
 	// items (each key costs its size each time it is stored). Default
@@ -60,10 +69,42 @@ type Options struct {
 	MaxBytes int64
 }
 
+// Limits of Unmarshal, whose input length is known, where Options leaves
+// them zero: proportional to the input, so that a small pickle cannot make
+// a large result. Each opcode byte creates at most one value, so
+// ElementsPerByte values per byte (plus a floor for short inputs) is never
+// short for a pickle whose values are really there; what it refuses is
+// expansion: memo slots skipped over by a PUT, walks of shared values.
+// Payloads cannot exceed the input; the bytes budget also pays for hashing
+// dict keys, which a key shared through the memo makes cost its length per
+// 2-byte reference, hence the larger factor.
+const (
+	ElementsPerByte = 1
+	MinElements     = 1 << 16
+	BytesPerByte    = 16
+	MinBytes        = 1 << 20
+)
+
 // Unmarshal decodes one pickle from data. Bytes after the STOP opcode are
-// ignored, as Python's pickle.loads does.
+// ignored, as Python's pickle.loads does. Limits that opts leaves zero are
+// proportional to len(data) (ElementsPerByte, BytesPerByte), capped by the
+// Default ones.
 func Unmarshal(data []byte, opts *Options) (any, error) {
-	v, err := NewDecoder(bytes.NewReader(data), opts).Decode()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	capBytes := cmp.Or(max(o.MaxBytes, 0), DefaultMaxBytes)
+	n := int64(len(data))
+	if o.MaxElements <= 0 {
+		o.MaxElements = min(DefaultMaxElements, ElementsPerByte*n+MinElements)
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = min(DefaultMaxBytes, BytesPerByte*n+MinBytes)
+	}
+	d := NewDecoder(bytes.NewReader(data), &o)
+	d.size, d.capBytes = n, capBytes
+	v, err := d.Decode()
 	if err == io.EOF {
 		return nil, &Error{Offset: 0, Msg: "empty input", Err: ErrTruncated}
 	}
@@ -75,6 +116,11 @@ type Decoder struct {
 	r    *bufio.Reader
 	opts Options
 	pos  int64 // offset of the next byte in the stream
+	size int64 // length of the input when known (Unmarshal), else 0
+	// capBytes is the MaxBytes the caller asked for (or the default):
+	// a length within it but past the end of a known input is reported
+	// as truncation, not as exceeding the proportional budget.
+	capBytes int64
 
 	// state of the pickle being decoded
 	start    int64 // offset of the current opcode
@@ -117,6 +163,9 @@ func NewDecoder(r io.Reader, opts *Options) *Decoder {
 	}
 	if d.opts.MaxElements <= 0 {
 		d.opts.MaxElements = DefaultMaxElements
+	}
+	if d.opts.MaxStack <= 0 {
+		d.opts.MaxStack = DefaultMaxStack
 	}
 	if d.opts.MaxBytes <= 0 {
 		d.opts.MaxBytes = DefaultMaxBytes
@@ -241,6 +290,11 @@ func (d *Decoder) readU64() (uint64, error) {
 // the bytes budget. Large payloads are read in pieces, so a length field
 // larger than the data costs no more memory than the data.
 func (d *Decoder) readPayload(n uint64) ([]byte, error) {
+	if d.size > 0 && n > uint64(d.size-d.pos) && n <= uint64(d.capBytes) {
+		// Past the end of a known input: the data is truncated, whatever
+		// the budget would say.
+		return nil, d.fail(ErrTruncated, "data ends at offset %d, %d bytes short", d.size, n-uint64(d.size-d.pos))
+	}
 	if d.bytes < 0 || n > uint64(d.bytes) {
 		return nil, d.fail(ErrLimit, "%d bytes of data exceed the remaining budget of %d (Options.MaxBytes)", n, d.bytes)
 	}
@@ -301,6 +355,9 @@ func (d *Decoder) push(v any) error {
 	d.elements--
 	if d.elements < 0 {
 		return d.fail(ErrLimit, "more than %d values (Options.MaxElements)", d.opts.MaxElements)
+	}
+	if len(d.stack) >= d.opts.MaxStack {
+		return d.fail(ErrLimit, "more than %d values on the stack at once (Options.MaxStack)", d.opts.MaxStack)
 	}
 	d.stack = append(d.stack, v)
 	return nil

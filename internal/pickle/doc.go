@@ -40,7 +40,8 @@
 // provides for them, and extension codes are refused always.
 //
 // Hostile input is bounded: Options limits nesting depth, the number of
-// values and the bytes of payload (and of key hashing), reads of declared
+// values and the bytes of payload (and of key hashing), by default in
+// proportion to the input's length (Unmarshal), reads of declared
 // lengths grow with the data actually present, shared structures are never
 // expanded, and containers that contain themselves are rejected
 // (ErrRecursive) so that callers can walk results recursively. Every error

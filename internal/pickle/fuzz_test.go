@@ -60,10 +60,21 @@ func FuzzUnpickle(f *testing.F) {
 	if b, err := os.ReadFile(filepath.Join("testdata", "go_mapping_p4.pickle")); err == nil {
 		f.Add(b)
 	}
+	// Small inputs that would expand: memo slots skipped over by PUTs.
+	f.Add(memoHoleFlood(3))
+	f.Add(memoHoleFlood(20))
 
 	sentinels := []error{ErrTruncated, ErrOpcode, ErrSyntax, ErrStack, ErrMemo, ErrType, ErrNotAllowed,
 		ErrUnsupported, ErrLimit, ErrRecursive, ErrConstructor}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The default limits, proportional to the input, keep every input
+		// cheap too; and their errors are *Errors.
+		if _, err := Unmarshal(data, nil); err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("default options: error %v is a %T, not *Error", err, err)
+			}
+		}
 		v, err := Unmarshal(data, fuzzOptions())
 		if err != nil {
 			var pe *Error

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -708,6 +709,12 @@ func (d *Decoder) appendTo(items []any) error {
 	if !ok {
 		return d.fail(ErrType, "appends to a list, not a %s", TypeName(v))
 	}
+	if len(l.items)+len(items) > cap(l.items) {
+		// Double, rather than append's 1.25 for large slices: a long
+		// list built in batches then allocates twice its size in all,
+		// not five times.
+		l.items = slices.Grow(l.items, max(len(items), len(l.items)))
+	}
 	l.items = append(l.items, items...)
 	return nil
 }
@@ -731,6 +738,9 @@ func (d *Decoder) setItems(m *Dict, kv []any) error {
 	}
 	if m.items == nil {
 		m.items = make([]Item, 0, len(kv)/2)
+	} else if len(m.items)+len(kv)/2 > cap(m.items) {
+		// Double, as appendTo does.
+		m.items = slices.Grow(m.items, max(len(kv)/2, len(m.items)))
 	}
 	for i := 0; i < len(kv); i += 2 {
 		if s, ok := kv[i].(string); ok {

@@ -202,11 +202,11 @@ function drawState(st) {
   $('state-reserved').setAttribute('data-bytes', st.reserved);
   $('state-active').textContent = fmt(st.active);
   $('state-active').setAttribute('data-bytes', st.active);
-  $('state-segments').textContent = st.segments.length;
+  $('state-segments').textContent = st.segment_count ?? st.segments.length;
   $('state-blocks').textContent = st.blocks;
   let note = '';
   if (st.unplaced) note += `${st.unplaced} live blocks have no place in a segment. `;
-  if (st.truncated) note += `The table lists the first ${MAX_ROWS} blocks.`;
+  if (st.truncated) note += `Too many blocks to draw: ${st.segments.length} segments are drawn, the rest of their blocks are grey, and the table lists the first ${MAX_ROWS} rows.`;
   $('state-note').textContent = note;
 
   const svg = $('segments');
@@ -224,10 +224,11 @@ function drawState(st) {
     outline.append(el('svg:title', {}, `segment ${hex(g.address)} (${g.type || 'pool unknown'}): ${fmt(g.size)}, ${fmt(g.active)} active`));
     seg.append(outline);
     for (const b of g.blocks) {
-      const fill = b.state === 'active_allocated' ? b.color : b.state === 'active_pending_free' ? '#d62728' : b.state === 'arena' ? '#dcdcf0' : null;
+      const fill = b.state === 'active_allocated' ? b.color : b.state === 'active_pending_free' ? '#d62728' : b.state === 'arena' ? '#dcdcf0' : b.state === 'elided' ? '#999' : null;
       if (fill) {
         const rect = el('svg:rect', {x: 1 + (b.address - g.address) * scale, y, width: Math.max(0.5, b.size * scale), height: rowH - 4, fill, 'data-state': b.state});
-        rect.append(el('svg:title', {}, `${fmt(b.size)} ${b.state}${b.category ? ', ' + b.category : ''}${b.where ? ', ' + b.where : ''}`));
+        rect.append(el('svg:title', {}, b.state === 'elided' ? `${fmt(b.size)} holding ${b.count} more blocks, not drawn` :
+          `${fmt(b.size)} ${b.state}${b.category ? ', ' + b.category : ''}${b.where ? ', ' + b.where : ''}`));
         seg.append(rect);
       }
     }
@@ -237,7 +238,7 @@ function drawState(st) {
       el('td', {}, g.type), el('td', {}, fmt(g.active) + ' active')], {class: 'seg'}));
     for (const b of g.blocks) {
       if (rows++ >= MAX_ROWS) break;
-      const state = b.state === 'arena' ? 'free (arena)' : b.state;
+      const state = b.state === 'arena' ? 'free (arena)' : b.state === 'elided' ? `${b.count} more blocks, not listed` : b.state;
       body.append(row([el('td', {class: 'mono'}, hex(b.address)), bytesCell(b.size),
         b.requested ? bytesCell(b.requested, 'requested') : el('td'), el('td', {class: 'state'}, state),
         el('td', {}, b.category || ''), el('td', {class: 'mono'}, b.where || '')], {'data-state': b.state}));
