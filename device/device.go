@@ -167,23 +167,15 @@ func ParseBytes(s string) (int64, error) {
 
 // FormatBytes prints a byte count in binary units: "1.50 GiB", "512 B".
 func FormatBytes(n int64) string {
-	neg := n < 0
-	if neg {
-		n = -n
+	sign, u := "", uint64(n)
+	if n < 0 {
+		sign, u = "-", -u // two's complement: exact for MinInt64 too
 	}
-	var s string
-	switch {
-	case n >= 1<<30:
-		s = fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		s = fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		s = fmt.Sprintf("%.2f KiB", float64(n)/(1<<10))
-	default:
-		s = fmt.Sprintf("%d B", n)
+	units := [...]string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	for i := len(units) - 1; i >= 0; i-- {
+		if unit := uint64(1) << (10 * (i + 1)); u >= unit {
+			return fmt.Sprintf("%s%.2f %s", sign, float64(u)/float64(unit), units[i])
+		}
 	}
-	if neg {
-		return "-" + s
-	}
-	return s
+	return fmt.Sprintf("%s%d B", sign, u)
 }
