@@ -3,7 +3,7 @@
 // (exact, from the plans) and the step time of both on the cpu device,
 // measured side by side (A B A B ...), median and spread.
 //
-//	go run ./internal/fitreport [-models resnet152-128,rrdbnet] [-steps 5]
+//	go run ./cmd/fitreport [-models resnet152-128,rrdbnet] [-steps 5]
 package main
 
 import (
