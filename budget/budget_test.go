@@ -9,7 +9,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -21,7 +21,7 @@ import (
 func cnnProblem(batch int, b int64) budget.Problem {
 	spec, _ := zoo.Lookup("cnn")
 	return budget.Problem{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Build:        testkit.Build(spec),
 		Example:      spec.Example,
 		Batch:        batch,
 		Budget:       b,

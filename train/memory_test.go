@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -36,7 +37,7 @@ func TestReservedDoesNotGrow(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	dev := device.CPU()
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
-	tr, err := train.Setup(dev, 1, func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }, opt)
+	tr, err := train.Setup(dev, 1, testkit.Build(spec), opt)
 	if err != nil {
 		t.Fatal(err)
 	}

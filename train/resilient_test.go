@@ -8,6 +8,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -20,7 +21,7 @@ import (
 func TestOutOfMemoryStepIsSplit(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	prob := budget.Problem{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Build:        testkit.Build(spec),
 		Example:      spec.Example,
 		Batch:        64,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1}) },
