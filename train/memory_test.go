@@ -20,15 +20,7 @@ import (
 )
 
 func fashionBatch(r *rand.Rand, n int) (*tensor.Tensor, *tensor.Tensor) {
-	x := tensor.New(tensor.Float32, tensor.Shape{n, 1, 28, 28})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	y := tensor.New(tensor.Int64, tensor.Shape{n})
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(10))
-	}
-	return x, y
+	return testkit.Classification(r, tensor.Shape{n, 1, 28, 28}, 10)
 }
 
 // Reserved memory does not grow after the first step, over 200 steps with a

@@ -40,14 +40,7 @@ func TestOutOfMemoryStepIsSplit(t *testing.T) {
 		t.Fatal("no capacity found that fits a batch of 8 to 60 but not 64")
 	}
 	r := rand.New(rand.NewSource(2))
-	x := tensor.New(tensor.Float32, tensor.Shape{64, 1, 28, 28})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	y := tensor.New(tensor.Int64, tensor.Shape{64})
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(10))
-	}
+	x, y := testkit.Classification(r, tensor.Shape{64, 1, 28, 28}, 10)
 	step := func(spec string) (*train.Trainer, *nn.Store, float64) {
 		dev, err := device.New(spec)
 		if err != nil {

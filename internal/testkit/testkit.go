@@ -66,3 +66,9 @@ func Trainer(t testing.TB, dev *device.Device, seed int64, build func(*nn.Store)
 	}
 	return tr
 }
+
+// Classification is a batch for a classifier: normal float32 inputs of
+// shape x, then one class index below classes per example (x[0] of them).
+func Classification(r *rand.Rand, x tensor.Shape, classes int) (*tensor.Tensor, *tensor.Tensor) {
+	return Batch(r, trace.Meta{DType: tensor.Float32, Shape: x}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{x[0]}}, classes)
+}

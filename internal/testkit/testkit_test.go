@@ -47,3 +47,23 @@ func TestBatchDrawsInOrder(t *testing.T) {
 		})
 	}
 }
+
+// Classification is Batch of float32 inputs and one int64 class per example.
+func TestClassification(t *testing.T) {
+	x, y := testkit.Classification(rand.New(rand.NewSource(4)), tensor.Shape{5, 3}, 4)
+	wx, wy := testkit.Batch(rand.New(rand.NewSource(4)),
+		trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{5, 3}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{5}}, 4)
+	if x.DType != tensor.Float32 || y.DType != tensor.Int64 || !y.Shape.Equal(tensor.Shape{5}) {
+		t.Fatalf("got %v %v and %v %v", x.DType, x.Shape, y.DType, y.Shape)
+	}
+	for i, v := range y.I64() {
+		if v != wy.I64()[i] || v < 0 || v >= 4 {
+			t.Errorf("class %d = %d, want %d below 4", i, v, wy.I64()[i])
+		}
+	}
+	for i, v := range x.F32() {
+		if v != wx.F32()[i] {
+			t.Errorf("input %d = %v, want %v", i, v, wx.F32()[i])
+		}
+	}
+}
