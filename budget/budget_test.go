@@ -9,7 +9,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -21,7 +21,7 @@ import (
 func cnnProblem(batch int, b int64) budget.Problem {
 	spec, _ := zoo.Lookup("cnn")
 	return budget.Problem{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Build:        testkit.Build(spec),
 		Example:      spec.Example,
 		Batch:        batch,
 		Budget:       b,
@@ -96,14 +96,7 @@ func TestAcceptedPlansRunWithinBudget(t *testing.T) {
 				if step == 2 {
 					n = 17 // a shorter last batch
 				}
-				x := tensor.New(tensor.Float32, tensor.Shape{n, 1, 28, 28})
-				for i := range x.F32() {
-					x.F32()[i] = float32(r.NormFloat64())
-				}
-				y := tensor.New(tensor.Int64, tensor.Shape{n})
-				for i := range y.I64() {
-					y.I64()[i] = int64(r.Intn(10))
-				}
+				x, y := testkit.Classification(r, tensor.Shape{n, 1, 28, 28}, 10)
 				parts, err := train.Split(train.Batch{X: x, Y: y}, min(res.Best.Accumulation, n))
 				if err != nil {
 					t.Fatal(err)

@@ -4,9 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
-	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -20,7 +19,7 @@ func TestResidualSegmentsChosenWhereCheaper(t *testing.T) {
 	}
 	const batch = 8
 	prob := Problem{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Build:        testkit.Build(spec),
 		Example:      spec.Example,
 		Batch:        batch,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },

@@ -12,6 +12,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -182,7 +183,7 @@ func TestMinimumExactWithOptimizerInBackward(t *testing.T) {
 func zooProblem(name string, batch int) budget.Problem {
 	spec, _ := zoo.Lookup(name)
 	p := cnnProblem(batch, 0)
-	p.Build = func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	p.Build = testkit.Build(spec)
 	p.Example = spec.Example
 	return p
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -272,14 +273,7 @@ func TestAcceptedPrecisionPlansRun(t *testing.T) {
 			defer tr.Close()
 			res.Best.Apply(tr)
 			for step := 0; step < 2; step++ {
-				x := tensor.New(tensor.Float32, tensor.Shape{batch, 3, 64, 64})
-				for i := range x.F32() {
-					x.F32()[i] = float32(r.NormFloat64())
-				}
-				y := tensor.New(tensor.Int64, tensor.Shape{batch})
-				for i := range y.I64() {
-					y.I64()[i] = int64(r.Intn(10))
-				}
+				x, y := testkit.Classification(r, tensor.Shape{batch, 3, 64, 64}, 10)
 				parts, err := train.Split(train.Batch{X: x, Y: y}, res.Best.Accumulation)
 				if err != nil {
 					t.Fatal(err)

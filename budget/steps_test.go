@@ -8,7 +8,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
@@ -27,7 +27,7 @@ func TestAcceptedBudgetsHold500Steps(t *testing.T) {
 		}
 		t.Run(spec.Name, func(t *testing.T) {
 			const batch = 4
-			build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+			build := testkit.Build(spec)
 			newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
 			prob := budget.Problem{Build: build, Example: spec.Example, Batch: batch, NewOptimizer: newOpt, Budget: 1}
 			_, err := budget.Fit(context.Background(), prob)

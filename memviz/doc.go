@@ -15,7 +15,7 @@
 //     history instead of frames, and the list of segments of
 //     torch.cuda.memory_snapshot() (PyTorch 1.13).
 //
-// Pickles are read with internal/pickle and nothing allowed but plain
+// Pickles are read with memviz/internal/pickle and nothing allowed but plain
 // values, so a pickle that names any class is refused before anything in it
 // is used. Every reading error is a *FormatError that names the file and,
 // for content of the wrong type, the place in the snapshot

@@ -2,7 +2,7 @@ package memviz
 
 import (
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/internal/pickle"
+	"github.com/headroom-ml/headroom/memviz/internal/pickle"
 )
 
 // PickleProtocol is the protocol of the pickles MarshalPickle writes: what

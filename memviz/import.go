@@ -13,7 +13,7 @@ import (
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/elide"
-	"github.com/headroom-ml/headroom/internal/pickle"
+	"github.com/headroom-ml/headroom/memviz/internal/pickle"
 )
 
 // ErrFormat is what every error of Decode wraps: the data is not a memory

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/internal/pickle"
 	"github.com/headroom-ml/headroom/memviz"
+	"github.com/headroom-ml/headroom/memviz/internal/pickle"
 )
 
 // withoutPickleOnly drops what the pickle does not carry: headroom's

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/headroom-ml/headroom/internal/pickle"
 	"github.com/headroom-ml/headroom/memviz"
+	"github.com/headroom-ml/headroom/memviz/internal/pickle"
 )
 
 // sharedPickle pickles v, keeping its shared values shared (memo

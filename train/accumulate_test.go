@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -67,14 +68,7 @@ func TestAccumulationEqualsFullBatch(t *testing.T) {
 			return op.CrossEntropy(out, y, op.DefaultCrossEntropyOpts())
 		}
 	}
-	x := tensor.New(tensor.Float32, tensor.Shape{30, 8})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	y := tensor.New(tensor.Int64, tensor.Shape{30})
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(5))
-	}
+	x, y := testkit.Classification(r, tensor.Shape{30, 8}, 5)
 	full := afterOneStep(t, mlp, train.Batch{X: x, Y: y}, 1, nil)
 	for _, k := range []int{2, 3, 4, 7} { // 4 and 7 give micro-batches of unequal sizes
 		got := afterOneStep(t, mlp, train.Batch{X: x, Y: y}, k, nil)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -20,7 +20,7 @@ func cnnTrainer(t *testing.T) *train.Trainer {
 	t.Helper()
 	spec, _ := zoo.Lookup("cnn")
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
-	tr, err := train.Setup(device.Meta(), 0, func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }, opt)
+	tr, err := train.Setup(device.Meta(), 0, testkit.Build(spec), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func (f funcPolicy) Region(*trace.Node) int       { return 0 }
 // as StepAccumulate over train.Split, bit for bit.
 func TestStepSplitsByAccumulation(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
-	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	build := testkit.Build(spec)
 	x, y := fashionBatch(rand.New(rand.NewSource(3)), 10)
 	weights := func(cfg train.Config, split int) map[string][]float32 {
 		opt, _ := optim.NewSGD(optim.SGDConfig{LR: 0.5})

@@ -12,6 +12,7 @@ import (
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -32,22 +33,10 @@ type ibModel struct {
 	remat train.Recompute
 }
 
+// randBatch is testkit.Batch as the train.Batch these tests pass around.
 func randBatch(r *rand.Rand, x, y trace.Meta, bound int) train.Batch {
-	fill := func(m trace.Meta) *tensor.Tensor {
-		t := tensor.New(m.DType, m.Shape)
-		switch m.DType {
-		case tensor.Int64:
-			for i := range t.I64() {
-				t.I64()[i] = int64(r.Intn(bound))
-			}
-		default:
-			for i := range t.F32() {
-				t.F32()[i] = float32(r.NormFloat64())
-			}
-		}
-		return t
-	}
-	return train.Batch{X: fill(x), Y: fill(y)}
+	xt, yt := testkit.Batch(r, x, y, bound)
+	return train.Batch{X: xt, Y: yt}
 }
 
 // checkpointed is an MLP whose hidden layers run in checkpoint regions,
@@ -93,9 +82,9 @@ func ibModels() []ibModel {
 	mx, my := mlp.Example(8)
 	cx, cy := cnn.Example(4)
 	return []ibModel{
-		{name: "mlp", build: build(mlp), batch: func(r *rand.Rand) train.Batch { return randBatch(r, mx, my, 10) }},
-		{name: "cnn", build: build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }},
-		{name: "cnn-selective", build: build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }, remat: train.Selective},
+		{name: "mlp", build: testkit.Build(mlp), batch: func(r *rand.Rand) train.Batch { return randBatch(r, mx, my, 10) }},
+		{name: "cnn", build: testkit.Build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }},
+		{name: "cnn-selective", build: testkit.Build(cnn), batch: func(r *rand.Rand) train.Batch { return randBatch(r, cx, cy, 10) }, remat: train.Selective},
 		{name: "gpt", build: tinyGPT(0), batch: gptBatch},
 		{name: "gpt-dropout", build: tinyGPT(0.2), batch: gptBatch},
 		{name: "gpt-selective", build: tinyGPT(0), batch: gptBatch, remat: train.Selective},
@@ -118,10 +107,6 @@ func ibModels() []ibModel {
 			return randBatch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{6, 8}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{6}}, 5)
 		}, remat: train.Regions},
 	}
-}
-
-func build(spec zoo.Spec) func(*nn.Store) (train.Model, train.LossFunc) {
-	return func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 }
 
 var ibOptimizers = []struct {
@@ -272,7 +257,7 @@ func TestOptimizerInBackwardLowersPlannedPeak(t *testing.T) {
 			spec, _ := zoo.Lookup(name)
 			planFor := func(inBackward bool) (train.MemoryPlan, *train.Trainer) {
 				opt, _ := optim.NewAdamW(optim.AdamWDefaults())
-				tr, err := train.SetupConfig(device.Meta(), 1, build(spec), opt, train.Config{OptimizerInBackward: inBackward})
+				tr, err := train.SetupConfig(device.Meta(), 1, testkit.Build(spec), opt, train.Config{OptimizerInBackward: inBackward})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -461,7 +446,7 @@ func TestOptimizerInBackwardNonFiniteLoss(t *testing.T) {
 func TestOptimizerInBackwardOutOfMemoryIsSplit(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	prob := budget.Problem{
-		Build:        build(spec),
+		Build:        testkit.Build(spec),
 		Example:      spec.Example,
 		Batch:        64,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1, Momentum: 0.9}) },

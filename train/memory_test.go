@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -19,15 +20,7 @@ import (
 )
 
 func fashionBatch(r *rand.Rand, n int) (*tensor.Tensor, *tensor.Tensor) {
-	x := tensor.New(tensor.Float32, tensor.Shape{n, 1, 28, 28})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	y := tensor.New(tensor.Int64, tensor.Shape{n})
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(10))
-	}
-	return x, y
+	return testkit.Classification(r, tensor.Shape{n, 1, 28, 28}, 10)
 }
 
 // Reserved memory does not grow after the first step, over 200 steps with a
@@ -36,7 +29,7 @@ func TestReservedDoesNotGrow(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	dev := device.CPU()
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
-	tr, err := train.Setup(dev, 1, func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }, opt)
+	tr, err := train.Setup(dev, 1, testkit.Build(spec), opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -20,7 +21,7 @@ import (
 func TestOutOfMemoryStepIsSplit(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	prob := budget.Problem{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Build:        testkit.Build(spec),
 		Example:      spec.Example,
 		Batch:        64,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1}) },
@@ -39,14 +40,7 @@ func TestOutOfMemoryStepIsSplit(t *testing.T) {
 		t.Fatal("no capacity found that fits a batch of 8 to 60 but not 64")
 	}
 	r := rand.New(rand.NewSource(2))
-	x := tensor.New(tensor.Float32, tensor.Shape{64, 1, 28, 28})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	y := tensor.New(tensor.Int64, tensor.Shape{64})
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(10))
-	}
+	x, y := testkit.Classification(r, tensor.Shape{64, 1, 28, 28}, 10)
 	step := func(spec string) (*train.Trainer, *nn.Store, float64) {
 		dev, err := device.New(spec)
 		if err != nil {

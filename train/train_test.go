@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -25,34 +26,19 @@ func (m *mlp) Forward(x *trace.Tensor) *trace.Tensor { return m.l2.Forward(op.Re
 
 func sse(out, y *trace.Tensor) *trace.Tensor { return op.Mean(op.Square(op.Sub(out, y)), false) }
 
+// batch is n examples for the mlp: inputs and targets normal.
 func batch(r *rand.Rand, n int) (*tensor.Tensor, *tensor.Tensor) {
-	x := tensor.New(tensor.Float32, tensor.Shape{n, 8})
-	y := tensor.New(tensor.Float32, tensor.Shape{n, 4})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	for i := range y.F32() {
-		y.F32()[i] = float32(r.NormFloat64())
-	}
-	return x, y
+	return testkit.Batch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 8}}, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 4}}, 0)
 }
 
+// newTrainer is the mlp with Adam on dev, initialized with seed 1.
 func newTrainer(t *testing.T, dev *device.Device) *train.Trainer {
 	t.Helper()
-	s := nn.NewStore()
-	m := newMLP(s)
-	if err := s.Materialize(dev, 1); err != nil {
-		t.Fatal(err)
-	}
 	opt, err := optim.NewAdam(optim.AdamDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := train.New(dev, s, m, sse, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
+	return testkit.Trainer(t, dev, 1, func(s *nn.Store) (train.Model, train.LossFunc) { return newMLP(s), sse }, opt)
 }
 
 // The plan's predicted peak equals the allocator's measured peak, on the cpu

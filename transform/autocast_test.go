@@ -10,6 +10,7 @@ import (
 	"github.com/headroom-ml/headroom/autodiff"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -255,7 +256,7 @@ func TestBF16TrueRoundsParameters(t *testing.T) {
 	}
 	defer tr.Close()
 	tr.SetConfig(train.Config{Precision: transform.BF16True})
-	x, y := randomBatch(spec, 4, 1)
+	x, y := testkit.SpecBatch(spec, 4, 1)
 	if _, err := tr.Step(context.Background(), x, y); err != nil {
 		t.Fatal(err)
 	}

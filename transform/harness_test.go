@@ -3,14 +3,13 @@ package transform_test
 import (
 	"context"
 	"math"
-	"math/rand"
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
-	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
@@ -47,35 +46,6 @@ type outcome struct {
 	prog  *trace.Graph
 }
 
-// randomBatch returns a reproducible batch for spec.
-func randomBatch(spec zoo.Spec, n int, seed int64) (x, y *tensor.Tensor) {
-	xm, ym := spec.Example(n)
-	r := rand.New(rand.NewSource(seed))
-	x = tensor.New(xm.DType, xm.Shape)
-	y = tensor.New(ym.DType, ym.Shape)
-	switch xm.DType {
-	case tensor.Float32:
-		for i := range x.F32() {
-			x.F32()[i] = float32(r.NormFloat64())
-		}
-	case tensor.Int64:
-		for i := range x.I64() {
-			x.I64()[i] = int64(r.Intn(10))
-		}
-	}
-	switch ym.DType {
-	case tensor.Int64:
-		for i := range y.I64() {
-			y.I64()[i] = int64(r.Intn(10))
-		}
-	case tensor.Float32:
-		for i := range y.F32() {
-			y.F32()[i] = float32(r.NormFloat64())
-		}
-	}
-	return x, y
-}
-
 // step runs one training step (SGD with lr 0, so weights stay put) of a
 // zoo model under s on the cpu device, checks that the measured peak equals
 // the planned one, and returns the loss, the (unscaled) gradients, the plan
@@ -96,7 +66,7 @@ func step(t testing.TB, spec zoo.Spec, batch int, s setup) outcome {
 	}
 	defer tr.Close()
 	s.apply(tr)
-	x, y := randomBatch(spec, batch, 5)
+	x, y := testkit.SpecBatch(spec, batch, 5)
 	xm, ym := trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}
 	mp, err := tr.Plan(xm, ym)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -82,14 +83,7 @@ func run(t *testing.T, segments int, policy transform.Policy) result {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewSource(3))
-	x := tensor.New(tensor.Float32, tensor.Shape{32, 64})
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	y := tensor.New(tensor.Int64, tensor.Shape{32})
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(3))
-	}
+	x, y := testkit.Classification(r, tensor.Shape{32, 64}, 3)
 	mp, err := tr.Plan(trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
@@ -18,7 +19,7 @@ func TestArenaPackingOverhead(t *testing.T) {
 		}
 		t.Run(spec.Name, func(t *testing.T) {
 			opt, _ := optim.NewAdam(optim.AdamDefaults())
-			tr, err := train.Setup(device.Meta(), 0, build(spec), opt)
+			tr, err := train.Setup(device.Meta(), 0, testkit.Build(spec), opt)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,34 +6,11 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
-	"github.com/headroom-ml/headroom/tensor"
-	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
-
-// randomBatch fills inputs and targets valid for the model: token ids and
-// class indices below their bound, images normal.
-func randomBatch(r *rand.Rand, m trace.Meta, bound int) *tensor.Tensor {
-	t := tensor.New(m.DType, m.Shape)
-	switch m.DType {
-	case tensor.Int64:
-		for i := range t.I64() {
-			t.I64()[i] = int64(r.Intn(bound))
-		}
-	case tensor.Float32:
-		for i := range t.F32() {
-			t.F32()[i] = float32(r.NormFloat64())
-		}
-	}
-	return t
-}
-
-func build(spec zoo.Spec) func(*nn.Store) (train.Model, train.LossFunc) {
-	return func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
-}
 
 // For every model of the zoo, the planner's predicted peak of allocated
 // bytes equals the allocator's measured peak, on the meta device for all
@@ -53,7 +30,7 @@ func TestPlannedPeakEqualsMeasuredForZoo(t *testing.T) {
 			t.Run(spec.Name+"/"+kind, func(t *testing.T) {
 				dev, _ := device.New(kind)
 				opt, _ := optim.NewAdam(optim.AdamDefaults())
-				tr, err := train.Setup(dev, 1, build(spec), opt)
+				tr, err := train.Setup(dev, 1, testkit.Build(spec), opt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -69,7 +46,7 @@ func TestPlannedPeakEqualsMeasuredForZoo(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					x, y := randomBatch(r, xm, 10), randomBatch(r, ym, 10)
+					x, y := testkit.Batch(r, xm, ym, 10)
 					dev.Alloc.ResetPeak()
 					if _, err := tr.Step(context.Background(), x, y); err != nil {
 						t.Fatal(err)
@@ -96,7 +73,7 @@ func TestPlannedPeakEqualsMeasuredInBackward(t *testing.T) {
 				spec, _ := zoo.Lookup(name)
 				dev, _ := device.New(kind)
 				opt, _ := optim.NewAdamW(optim.AdamWDefaults())
-				tr, err := train.Setup(dev, 1, build(spec), opt)
+				tr, err := train.Setup(dev, 1, testkit.Build(spec), opt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -121,7 +98,7 @@ func TestPlannedPeakEqualsMeasuredInBackward(t *testing.T) {
 					if mp.Total() >= usual.Total() || mp.Gradients != 0 || mp.TransientGradients < 0 {
 						t.Errorf("batch %d: planned %d in backward (gradients %d, transient %d), %d usual", n, mp.Total(), mp.Gradients, mp.TransientGradients, usual.Total())
 					}
-					x, y := randomBatch(r, xm, 10), randomBatch(r, ym, 10)
+					x, y := testkit.Batch(r, xm, ym, 10)
 					dev.Alloc.ResetPeak()
 					if _, err := tr.Step(context.Background(), x, y); err != nil {
 						t.Fatal(err)

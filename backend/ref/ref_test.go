@@ -12,6 +12,7 @@ import (
 	"github.com/headroom-ml/headroom/backend/ref"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
@@ -219,13 +220,7 @@ func step(t *testing.T, model string, be backend.Backend) (float64, map[string][
 	defer tr.Close()
 	xm, ym := spec.Example(8)
 	r := rand.New(rand.NewSource(7))
-	x, y := tensor.New(xm.DType, xm.Shape), tensor.New(ym.DType, ym.Shape)
-	for i := range x.F32() {
-		x.F32()[i] = float32(r.NormFloat64())
-	}
-	for i := range y.I64() {
-		y.I64()[i] = int64(r.Intn(10))
-	}
+	x, y := testkit.Batch(r, xm, ym, 10)
 	loss, err := tr.Step(context.Background(), x, y)
 	if err != nil {
 		t.Fatal(err)

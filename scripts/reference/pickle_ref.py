@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference pickles for package internal/pickle, and the check of the
+"""Reference pickles for package memviz/internal/pickle, and the check of the
 pickles that package writes.
 
 Run with Debian's interpreter (the one that has torch):
@@ -7,7 +7,7 @@ Run with Debian's interpreter (the one that has torch):
     /usr/bin/python3 scripts/reference/pickle_ref.py           # write references
     /usr/bin/python3 scripts/reference/pickle_ref.py --check   # check Go's files
 
-Writing (the default) produces, in internal/pickle/testdata:
+Writing (the default) produces, in memviz/internal/pickle/testdata:
 
   nested_p{0..5}.pickle   nested() below, pickled with protocols 0 to 5
   snapshot_p4.pickle      snapshot(): a memory snapshot shaped like what
@@ -28,7 +28,7 @@ object), because Go's pickler shares equal strings through the memo while
 Python's shares identical objects; with that, Go re-encoding what it decoded
 reproduces these files byte for byte.
 
-The Go test writes the go_*.pickle files (go test ./internal/pickle -run
+The Go test writes the go_*.pickle files (go test ./memviz/internal/pickle -run
 TestGoWritten -update). --check then verifies, offline, that Python reads
 each of them as the expected value (go_nested_p*: nested() less the parts Go
 cannot hold; go_snapshot_p*: snapshot()) and that Python's own pickler,
@@ -50,7 +50,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.normpath(os.path.join(HERE, "..", "..", "internal", "pickle", "testdata"))
+OUT = os.path.normpath(os.path.join(HERE, "..", "..", "memviz", "internal", "pickle", "testdata"))
 
 
 # ---------------------------------------------------------------------------

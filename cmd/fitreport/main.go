@@ -3,7 +3,7 @@
 // (exact, from the plans) and the step time of both on the cpu device,
 // measured side by side (A B A B ...), median and spread.
 //
-//	go run ./internal/fitreport [-models resnet152-128,rrdbnet] [-steps 5]
+//	go run ./cmd/fitreport [-models resnet152-128,rrdbnet] [-steps 5]
 package main
 
 import (
@@ -20,7 +20,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -32,21 +32,6 @@ import (
 type config struct {
 	model string
 	batch int
-}
-
-func random(r *rand.Rand, m trace.Meta, bound int) *tensor.Tensor {
-	t := tensor.New(m.DType, m.Shape)
-	switch m.DType {
-	case tensor.Int64:
-		for i := range t.I64() {
-			t.I64()[i] = int64(r.Intn(bound))
-		}
-	default:
-		for i := range t.F32() {
-			t.F32()[i] = float32(r.NormFloat64())
-		}
-	}
-	return t
 }
 
 func main() {
@@ -87,7 +72,7 @@ func autoRemat(c config, target float64) (*zoo.Spec, train.MemoryPlan, *budget.R
 	if err != nil {
 		return nil, train.MemoryPlan{}, nil, err
 	}
-	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	build := testkit.Build(spec)
 	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
 	o, _ := newOpt()
 	tr, err := train.Setup(device.Meta(), 0, build, o)
@@ -142,10 +127,10 @@ func mixedReport(models, prec string, target float64) error {
 		if err != nil {
 			return err
 		}
-		build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+		build := testkit.Build(*spec)
 		r := rand.New(rand.NewSource(1))
 		xm, ym := spec.Example(c.batch)
-		x, y := random(r, xm, 10), random(r, ym, 10)
+		x, y := testkit.Batch(r, xm, ym, 10)
 		measure := func(remat transform.Policy, prec transform.Precision) (peak, planned int64, err error) {
 			o, _ := optim.NewAdam(optim.AdamDefaults())
 			tr, err := train.SetupConfig(device.CPU(), 1, build, o, train.Config{Recompute: train.MustRecompute(remat), Precision: prec})
@@ -181,7 +166,7 @@ func report(c config, steps int, target float64) error {
 	if err != nil {
 		return err
 	}
-	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	build := testkit.Build(*spec)
 	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
 	o, _ := newOpt()
 	mt, err := train.SetupConfig(device.Meta(), 0, build, o, train.Config{Recompute: train.MustRecompute(res.Best.Remat)})
@@ -202,7 +187,7 @@ func report(c config, steps int, target float64) error {
 	// Step times, alternating the two variants.
 	r := rand.New(rand.NewSource(1))
 	xm, ym := spec.Example(c.batch)
-	x, y := random(r, xm, 10), random(r, ym, 10)
+	x, y := testkit.Batch(r, xm, ym, 10)
 	mk := func(p transform.Policy) (*train.Trainer, error) {
 		o, _ := newOpt()
 		tr, err := train.SetupConfig(device.CPU(), 1, build, o, train.Config{Recompute: train.MustRecompute(p)})

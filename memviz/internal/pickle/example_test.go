@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/headroom-ml/headroom/internal/pickle"
+	"github.com/headroom-ml/headroom/memviz/internal/pickle"
 )
 
 // Reading a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) and

@@ -4,7 +4,7 @@ package pickle
 // Python. The files in testdata come from scripts/reference/pickle_ref.py;
 // see its documentation. The go_*.pickle files are written by this test:
 //
-//	go test ./internal/pickle -run TestGoWritten -update
+//	go test ./memviz/internal/pickle -run TestGoWritten -update
 //	/usr/bin/python3 scripts/reference/pickle_ref.py --check
 //
 // The second command checks, offline, that Python loads each of them as the
