@@ -104,7 +104,7 @@ Flags:
 	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
 	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
-	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above; cnn and mlp only)")
+	fs.StringVar(&f.data, "data", "", "training data: for cnn and mlp a directory with Fashion-MNIST IDX files (overrides the search above); for any classifier an image folder (one subfolder per class) or a .csv/.tsv table (label in column 0), for the gpt models a token file (uint16, as nanoGPT's train.bin), read through the loader")
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training samples (0: all; generated data: 1024); a --batch-size above it is lowered to it")
 	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps in all (0: run the --epochs); counts the steps of a resumed run too")
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "write checkpoints (DIR/step-N/{model.safetensors,optimizer.safetensors,state.json}) here: every --save-every steps, at the end and on Ctrl-C")
@@ -158,9 +158,6 @@ func (f *trainFlags) check(log io.Writer) error {
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr); err != nil {
 		return fmt.Errorf("--optimizer: %w", err)
-	}
-	if f.data != "" && !isFashion(f.model) {
-		return fmt.Errorf("--data with --model %s: only cnn and mlp read data (Fashion-MNIST IDX files) so far; without --data %s trains on data it generates", f.model, f.model)
 	}
 	if f.limit < 0 {
 		return fmt.Errorf("--limit %d: must be at least 0 (0: all the training images)", f.limit)

@@ -140,10 +140,12 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	// there is no dataset to read, no loss and no accuracy to report.
 	meta := isMeta(f.device)
 	var trainSrc source
+	var md *mapData // --data read through the loader
 	var evals []evalSet
 	n := 0
 	if !meta {
-		if isFashion(f.model) {
+		switch {
+		case isFashion(f.model) && (f.data == "" || hasFashionFiles(f.data)):
 			trainSet, testSet, where, err := loadFashion(ctx, f.data)
 			if err != nil {
 				return err
@@ -155,7 +157,25 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			trainSrc = fashionSource{trainSet}
 			evals = []evalSet{{"test", fashionSource{testSet}, 0, testSet.Len()}}
 			fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", where, n, testSet.Len())
-		} else {
+		case f.data != "":
+			if md, err = openData(f.data, spec); err != nil {
+				return fmt.Errorf("train: --data: %w", err)
+			}
+			n = md.src.Len()
+			if f.limit > 0 && f.limit < n {
+				n = f.limit
+			}
+			if n == 0 {
+				return fmt.Errorf("train: --data %s: no samples", f.data)
+			}
+			if md.classes > 0 {
+				if o, err := zoo.OutputMeta(spec, 1); err == nil && md.classes > o.Shape[len(o.Shape)-1] {
+					return fmt.Errorf("train: --data %s: %d classes, more than the %d outputs of %s", f.data, md.classes, o.Shape[len(o.Shape)-1], f.model)
+				}
+			}
+			trainSrc = md
+			fmt.Fprintf(out, "data: %s; training on %d samples through the loader\n", md.what, n)
+		default:
 			synth, err := zoo.NewSynthetic(spec, uint64(f.seed))
 			if err != nil {
 				return err
@@ -289,8 +309,23 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
 	}
-	return (&runner{f: f, out: out, log: log, tr: tr, dev: dev, src: trainSrc, evals: evals, n: n, accum: accum, micro: micro,
-		budgeted: f.budget != ""}).run(ctx)
+	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != ""}
+	r.open = func(start dataset.State) (batches, error) {
+		if md == nil {
+			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
+		}
+		l, err := dataset.NewLoader(subset{md.src, 0, n}, dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed),
+			Workers: parallel.Threads(), Transforms: md.transforms, Alloc: deviceStaging(dev), Start: start})
+		if err != nil {
+			return nil, fmt.Errorf("--data: %w", err)
+		}
+		m := l.Memory()
+		fmt.Fprintf(out, "data loader: %s staging (%d x %s) from the device as input, shuffle %s, scratch %d x %s; %s in all\n",
+			device.FormatBytes(m.Staging()), m.Depth, device.FormatBytes(m.StagingBuffer), device.FormatBytes(m.Shuffle),
+			m.Workers, device.FormatBytes(m.ScratchPerWorker), device.FormatBytes(m.Total()))
+		return &loaderBatches{l: l, shape: md.shape}, nil
+	}
+	return r.run(ctx)
 }
 
 // runner is one training run after set-up: the loop over epochs and
@@ -300,7 +335,7 @@ type runner struct {
 	out, log   io.Writer
 	tr         *train.Trainer
 	dev        *device.Device
-	src        source
+	open       func(start dataset.State) (batches, error)
 	evals      []evalSet
 	n          int
 	accum      int
@@ -391,8 +426,12 @@ func (r *runner) run(ctx context.Context) error {
 		defer lf.Close()
 		r.logFile = lf
 	}
-	sampler := dataset.Sampler{N: r.n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}
-	steps := sampler.NumBatches()
+	data, err := r.open(dataset.State{Epoch: r.last.Epoch, Step: r.last.Batch})
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	steps := data.NumBatches()
 	done := f.steps > 0 && r.last.Step >= int64(f.steps)
 	for epoch := r.last.Epoch; epoch < f.epochs && !done; epoch++ {
 		start := time.Now()
@@ -400,12 +439,11 @@ func (r *runner) run(ctx context.Context) error {
 		var count int
 		var epochPeak int64
 		b := 0
+		if epoch == r.last.Epoch {
+			b = r.last.Batch // done before the checkpoint
+		}
 		dataStart := time.Now()
-		for idx := range sampler.Epoch(epoch) {
-			if epoch == r.last.Epoch && b < r.last.Batch {
-				b++ // done before the checkpoint
-				continue
-			}
+		for {
 			if f.steps > 0 && r.last.Step >= int64(f.steps) {
 				done = true
 				break
@@ -413,11 +451,18 @@ func (r *runner) run(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return r.interrupted(fmt.Sprintf("in epoch %d at step %d/%d", epoch+1, b, steps), nil, false)
 			}
-			x, y, err := r.src.Batch(idx)
+			x, y, err := data.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil && ctx.Err() != nil {
+				return r.interrupted(fmt.Sprintf("in epoch %d at step %d/%d (waiting for data)", epoch+1, b, steps), nil, false)
+			}
 			if err != nil {
 				return err
 			}
-			parts, err := train.Split(train.Batch{X: x, Y: y}, min(r.accum, len(idx)))
+			samples := x.Shape[0]
+			parts, err := train.Split(train.Batch{X: x, Y: y}, min(r.accum, samples))
 			if err != nil {
 				return err
 			}
@@ -444,12 +489,12 @@ func (r *runner) run(ctx context.Context) error {
 			if b == steps {
 				r.last.Epoch, r.last.Batch = epoch+1, 0
 			}
-			sum += loss * float64(len(idx))
-			count += len(idx)
+			sum += loss * float64(samples)
+			count += samples
 			el := time.Since(stepStart)
 			if r.logFile != nil {
-				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: len(idx),
-					SamplesPerSec: float64(len(idx)) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
+				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
+					SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
 					PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
 					MicroBatches: len(parts) + tr.Splits - splits}
 				line, _ := json.Marshal(rec)
