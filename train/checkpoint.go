@@ -275,20 +275,9 @@ func LatestCheckpoint(path string) (string, error) {
 // hyperparameters); a mismatch is an error naming the file, after which
 // the trainer may be partly loaded (build a fresh one).
 func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, string, error) {
-	dir, err := LatestCheckpoint(path)
+	st, dir, err := readState(path)
 	if err != nil {
-		return Checkpoint{}, "", fmt.Errorf("train: resume: %w", err)
-	}
-	js, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if err != nil {
-		return Checkpoint{}, dir, fmt.Errorf("train: resume: %w", err)
-	}
-	var st checkpointState
-	if err := json.Unmarshal(js, &st); err != nil {
-		return Checkpoint{}, dir, fmt.Errorf("train: resume: %s: %w", filepath.Join(dir, stateFile), err)
-	}
-	if st.Format != CheckpointFormat {
-		return Checkpoint{}, dir, fmt.Errorf("train: resume: %s: format %d, want %d", filepath.Join(dir, stateFile), st.Format, CheckpointFormat)
+		return Checkpoint{}, dir, err
 	}
 	if (st.Optimizer == nil) != (t.Opt == nil) {
 		return Checkpoint{}, dir, fmt.Errorf("train: resume: %s: the checkpoint's optimizer (%v) and the trainer's (%T) differ", dir, st.Optimizer != nil, t.Opt)
@@ -332,6 +321,34 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, string, error) {
 	t.step = st.Passes
 	t.Splits = st.Splits
 	return st.Checkpoint, dir, nil
+}
+
+// ReadCheckpoint returns the position and metadata of the checkpoint at
+// path (see LatestCheckpoint) and its directory, reading state.json only:
+// a caller can check that a checkpoint fits its run before loading it.
+func ReadCheckpoint(path string) (Checkpoint, string, error) {
+	st, dir, err := readState(path)
+	return st.Checkpoint, dir, err
+}
+
+func readState(path string) (checkpointState, string, error) {
+	var st checkpointState
+	dir, err := LatestCheckpoint(path)
+	if err != nil {
+		return st, "", fmt.Errorf("train: resume: %w", err)
+	}
+	file := filepath.Join(dir, stateFile)
+	js, err := os.ReadFile(file)
+	if err != nil {
+		return st, dir, fmt.Errorf("train: resume: %w", err)
+	}
+	if err := json.Unmarshal(js, &st); err != nil {
+		return st, dir, fmt.Errorf("train: resume: %s: %w", file, err)
+	}
+	if st.Format != CheckpointFormat {
+		return st, dir, fmt.Errorf("train: resume: %s: format %d, want %d", file, st.Format, CheckpointFormat)
+	}
+	return st, dir, nil
 }
 
 func cutLast(s, sep string) (before, after string, ok bool) {

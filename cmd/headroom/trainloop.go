@@ -403,7 +403,7 @@ func (r *runner) run(ctx context.Context) error {
 		fmt.Fprintf(r.out, "removed %d unfinished checkpoint file(s) of an earlier run from %s\n", n, f.ckptDir)
 	}
 	if f.resume != "" {
-		ck, dir, err := tr.LoadCheckpoint(f.resume)
+		ck, dir, err := train.ReadCheckpoint(f.resume)
 		if err != nil {
 			return err
 		}
@@ -411,6 +411,9 @@ func (r *runner) run(ctx context.Context) error {
 			if got, ok := ck.Meta[k]; ok && got != v {
 				return fmt.Errorf("--resume %s: the checkpoint was trained with %s %s, this run has %s (resuming exactly needs the same)", dir, k, got, v)
 			}
+		}
+		if ck, dir, err = tr.LoadCheckpoint(dir); err != nil {
+			return err
 		}
 		r.last, r.savedSteps = ck, ck.Step
 		r.last.Meta = nil
@@ -425,6 +428,10 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		defer lf.Close()
 		r.logFile = lf
+	}
+	if r.last.Epoch >= f.epochs {
+		fmt.Fprintf(r.out, "the checkpoint is at the end of epoch %d: nothing left to train (raise --epochs)\n", r.last.Epoch)
+		return writeTrainSnapshot(f, r.dev, r.out)
 	}
 	data, err := r.open(dataset.State{Epoch: r.last.Epoch, Step: r.last.Batch})
 	if err != nil {
