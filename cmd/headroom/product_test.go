@@ -229,6 +229,11 @@ func TestTrainDataThroughLoader(t *testing.T) {
 			}
 		})
 	}
+	// Under --budget the loader's staging is part of the budget.
+	out := trainArgs(t, "--model", "mlp", "--data", table, "--batch-size", "8", "--budget", "5MiB", "--steps", "2")
+	if !strings.Contains(out, "data loader staging 49.12 KiB of the budget") || !strings.Contains(out, "data loader: 49.12 KiB staging") {
+		t.Errorf("budget with the loader:\n%s", out)
+	}
 	common := []string{"--model", "mlp", "--data", table, "--batch-size", "4", "--epochs", "2", "--lr", "0.01"}
 	straight, resumed, ck := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors"), filepath.Join(dir, "ck")
 	trainArgs(t, append(common, "--save", straight)...)

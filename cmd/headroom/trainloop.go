@@ -218,10 +218,26 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if comps[0] != (transform.Compression{}) {
 		compress = comps[0]
 	}
+	loaderCfg := func() dataset.Config {
+		return dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), Workers: parallel.Threads(), Transforms: md.transforms}
+	}
 	if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
 			return fmt.Errorf("train: --budget: %w", err)
+		}
+		if md != nil {
+			// The loader's staging buffers come from the device: they
+			// are part of the budget, and the step gets the rest.
+			m, err := dataset.PlanMemory(subset{md.src, 0, n}, loaderCfg())
+			if err != nil {
+				return fmt.Errorf("train: --data: %w", err)
+			}
+			if m.Staging() >= b {
+				return fmt.Errorf("train: --budget %s: the data loader's staging buffers alone take %s", f.budget, device.FormatBytes(m.Staging()))
+			}
+			fmt.Fprintf(out, "data loader staging %s of the budget; the step is planned in the remaining %s\n", device.FormatBytes(m.Staging()), device.FormatBytes(b-m.Staging()))
+			b -= m.Staging()
 		}
 		prob := budget.Problem{
 			Build: func(s *nn.Store) (train.Model, train.LossFunc) {
@@ -247,7 +263,12 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		// backward pass when it was asked for.
 		inBack = res.Best.InBackward
 		if !strings.Contains(f.device, "mem=") {
-			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity) // the budget, or the tighter capacity the plan fits
+			capacity := res.Best.Capacity // the budget, or the tighter capacity the plan fits
+			if md != nil {
+				m, _ := dataset.PlanMemory(subset{md.src, 0, n}, loaderCfg())
+				capacity += m.Staging()
+			}
+			f.device = fmt.Sprintf("%s:mem=%d", f.device, capacity)
 		}
 	}
 	dev, err := device.New(f.device)
@@ -314,8 +335,9 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		if md == nil {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
 		}
-		l, err := dataset.NewLoader(subset{md.src, 0, n}, dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed),
-			Workers: parallel.Threads(), Transforms: md.transforms, Alloc: deviceStaging(dev), Start: start})
+		cfg := loaderCfg()
+		cfg.Alloc, cfg.Start = deviceStaging(dev), start
+		l, err := dataset.NewLoader(subset{md.src, 0, n}, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("--data: %w", err)
 		}
@@ -407,9 +429,9 @@ func (r *runner) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for k, v := range map[string]string{"model": f.model, "optimizer": f.optimizer, "batch": fmt.Sprint(f.batch), "samples": fmt.Sprint(r.n)} {
-			if got, ok := ck.Meta[k]; ok && got != v {
-				return fmt.Errorf("--resume %s: the checkpoint was trained with %s %s, this run has %s (resuming exactly needs the same)", dir, k, got, v)
+		for _, kv := range [][2]string{{"model", f.model}, {"optimizer", f.optimizer}, {"seed", fmt.Sprint(f.seed)}, {"batch", fmt.Sprint(f.batch)}, {"samples", fmt.Sprint(r.n)}} {
+			if got, ok := ck.Meta[kv[0]]; ok && got != kv[1] {
+				return fmt.Errorf("--resume %s: the checkpoint was trained with %s %s, this run has %s (resuming exactly needs the same)", dir, kv[0], got, kv[1])
 			}
 		}
 		if ck, dir, err = tr.LoadCheckpoint(dir); err != nil {
