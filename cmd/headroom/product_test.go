@@ -245,3 +245,34 @@ func TestTrainDataThroughLoader(t *testing.T) {
 		t.Error("resumed through the loader: weights differ from a straight run")
 	}
 }
+
+// --save-every takes steps or a duration; bad values are refused before
+// any work, naming the flag.
+func TestTrainSaveEvery(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	ck := filepath.Join(t.TempDir(), "ck")
+	out := trainArgs(t, "--model", "mlp", "--limit", "32", "--batch-size", "8", "--steps", "3", "--checkpoint-dir", ck, "--save-every", "1ns", "--keep", "0")
+	if n := strings.Count(out, "every 1ns)"); n != 3 {
+		t.Errorf("%d time-based checkpoints, want 3:\n%s", n, out)
+	}
+	for _, c := range []struct{ args []string }{
+		{[]string{"--save-every", "often", "--checkpoint-dir", ck}},
+		{[]string{"--save-every", "-2", "--checkpoint-dir", ck}},
+		{[]string{"--save-every", "5"}},
+		{[]string{"--keep", "-1"}},
+		{[]string{"--val-split", "1"}},
+		{[]string{"--steps", "-1"}},
+		{[]string{"--resume", t.TempDir()}},
+	} {
+		var f trainFlags
+		fs := trainFlagSet(&f)
+		if err := parseFlags(fs, append([]string{"--data", "/nonexistent"}, c.args...)); err != nil {
+			t.Fatal(err)
+		}
+		var o, l bytes.Buffer
+		err := trainFashion(context.Background(), f, &o, &l)
+		if err == nil || !strings.Contains(err.Error(), c.args[0]) {
+			t.Errorf("%v: got %v, want an error naming %s", c.args, err, c.args[0])
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/dataset"
@@ -48,12 +49,15 @@ type trainFlags struct {
 	precision string
 	compress  string
 	steps     int
-	saveEvery int
-	keep      int
-	ckptDir   string
-	resume    string
-	logPath   string
-	valSplit  float64
+	saveEvery string
+	// everySteps and everyTime are --save-every parsed by check.
+	everySteps int
+	everyTime  time.Duration
+	keep       int
+	ckptDir    string
+	resume     string
+	logPath    string
+	valSplit   float64
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -108,7 +112,7 @@ Flags:
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training samples (0: all; generated data: 1024); a --batch-size above it is lowered to it")
 	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps in all (0: run the --epochs); counts the steps of a resumed run too")
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "write checkpoints (DIR/step-N/{model.safetensors,optimizer.safetensors,state.json}) here: every --save-every steps, at the end and on Ctrl-C")
-	fs.IntVar(&f.saveEvery, "save-every", 0, "write a checkpoint every N steps (needs --checkpoint-dir or --resume)")
+	fs.StringVar(&f.saveEvery, "save-every", "", "write a checkpoint every N steps, or every DURATION of training (e.g. 10m), at the end of the step that reaches it (needs --checkpoint-dir or --resume)")
 	fs.IntVar(&f.keep, "keep", 3, "keep only the newest K checkpoints (0: all)")
 	fs.StringVar(&f.resume, "resume", "", "resume exactly from a checkpoint: a step-N directory, a file in one, or a --checkpoint-dir (its newest); later checkpoints go to the same --checkpoint-dir unless another is given")
 	fs.StringVar(&f.logPath, "log", "", "write one JSON line per step to this file (step, epoch, loss, lr, samples/s, data wait, peak allocated and reserved, micro-batches), flushed per line; appended to with --resume")

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,16 +38,25 @@ func isFashion(model string) bool {
 
 // checkProduct checks the flags of checkpoints, logs and validation.
 func (f *trainFlags) checkProduct() error {
+	if f.saveEvery != "" {
+		if n, err := strconv.Atoi(f.saveEvery); err == nil {
+			f.everySteps = n
+		} else if d, err := time.ParseDuration(f.saveEvery); err == nil && d > 0 {
+			f.everyTime = d
+		} else {
+			return fmt.Errorf("--save-every %q: a number of steps or a positive duration (10m, 1h30m)", f.saveEvery)
+		}
+	}
 	switch {
 	case f.steps < 0:
 		return fmt.Errorf("--steps %d: must be at least 0 (0: run the --epochs)", f.steps)
-	case f.saveEvery < 0:
-		return fmt.Errorf("--save-every %d: must be at least 0 (0: no periodic checkpoints)", f.saveEvery)
+	case f.everySteps < 0:
+		return fmt.Errorf("--save-every %d: must be at least 0 (0: no periodic checkpoints)", f.everySteps)
 	case f.keep < 0:
 		return fmt.Errorf("--keep %d: must be at least 0 (0: keep all)", f.keep)
 	case !(f.valSplit >= 0 && f.valSplit < 1):
 		return fmt.Errorf("--val-split %g: must be at least 0 and below 1", f.valSplit)
-	case f.saveEvery > 0 && f.ckptDir == "" && f.resume == "":
+	case (f.everySteps > 0 || f.everyTime > 0) && f.ckptDir == "" && f.resume == "":
 		return fmt.Errorf("--save-every needs --checkpoint-dir (where the checkpoints go)")
 	}
 	if f.ckptDir != "" {
@@ -461,6 +471,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	defer data.Close()
 	steps := data.NumBatches()
+	lastSave := time.Now()
 	done := f.steps > 0 && r.last.Step >= int64(f.steps)
 	for epoch := r.last.Epoch; epoch < f.epochs && !done; epoch++ {
 		start := time.Now()
@@ -533,10 +544,16 @@ func (r *runner) run(ctx context.Context) error {
 					return fmt.Errorf("--log: %w", err)
 				}
 			}
-			if f.saveEvery > 0 && r.last.Step%int64(f.saveEvery) == 0 {
-				if err := r.checkpoint(fmt.Sprintf("every %d steps", f.saveEvery)); err != nil {
+			if f.everySteps > 0 && r.last.Step%int64(f.everySteps) == 0 {
+				if err := r.checkpoint(fmt.Sprintf("every %d steps", f.everySteps)); err != nil {
 					return err
 				}
+			}
+			if f.everyTime > 0 && time.Since(lastSave) >= f.everyTime {
+				if err := r.checkpoint(fmt.Sprintf("every %v", f.everyTime)); err != nil {
+					return err
+				}
+				lastSave = time.Now()
 			}
 			if b%50 == 0 || b == steps {
 				all := time.Since(start)
