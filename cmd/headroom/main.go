@@ -24,7 +24,7 @@ Usage:
   headroom <command> [flags]
 
 Commands:
-  train     train a model on Fashion-MNIST and report test accuracy
+  train     train a model of the zoo (Fashion-MNIST, generated data or --data), checkpoint and resume it
   plan      print the memory plan of a training step without running it
   bench     measure step time and memory of the standard workloads (and PyTorch's)
   viz       show a memory snapshot (headroom's or PyTorch's) in the browser

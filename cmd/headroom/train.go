@@ -17,11 +17,9 @@ import (
 	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
-	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
@@ -50,6 +48,16 @@ type trainFlags struct {
 	history   int
 	precision string
 	compress  string
+	steps     int
+	saveEvery string
+	// everySteps and everyTime are --save-every parsed by check.
+	everySteps int
+	everyTime  time.Duration
+	keep       int
+	ckptDir    string
+	resume     string
+	logPath    string
+	valSplit   float64
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -70,9 +78,16 @@ func trainFlagSet(f *trainFlags) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom train [flags]
 
-Trains a model on Fashion-MNIST and reports test accuracy. The data comes from
+Trains a model of the zoo and reports its test loss and accuracy. cnn and mlp
+(the default: cnn) train on Fashion-MNIST: from --data, else
 $HEADROOM_FASHION_MNIST, else /usr/share/datasets/fashion-mnist (Debian package
 dataset-fashion-mnist), else the 2000/500-image subset built into the binary.
+Every other model trains on learnable data it generates (zoo.Synthetic: images
+labelled by a fixed random linear teacher, token sequences with a pattern,
+image pairs for super-resolution); --limit sets its size (default 1024).
+With --checkpoint-dir, checkpoints that resume exactly (weights, optimizer
+state, step, data position, dropout and loss-scaler state) are written every
+--save-every steps, at the end and on Ctrl-C; --resume continues from one.
 Before the first step it prints the memory plan of a step. With --budget it
 first chooses how to fit the budget (micro-batches, recomputation, and with
 --precision auto / --compress auto the precision among fp32 and bf16-mixed and
@@ -83,7 +98,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.model, "model", "cnn", "model: cnn (2 conv layers) or mlp (784-256-10)")
+	fs.StringVar(&f.model, "model", "cnn", "model of the zoo: "+strings.Join(zoo.Names(), ", "))
 	fs.IntVar(&f.epochs, "epochs", 1, "number of passes over the training set")
 	fs.IntVar(&f.batch, "batch-size", 32, "samples per step (the last batch of an epoch may be shorter)")
 	fs.Float64Var(&f.lr, "lr", 1e-3, "learning rate")
@@ -93,8 +108,15 @@ Flags:
 	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
 	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
-	fs.StringVar(&f.data, "data", "", "directory with Fashion-MNIST IDX files (overrides the search above)")
-	fs.IntVar(&f.limit, "limit", 0, "use only the first N training images (0: all); a --batch-size above it is lowered to it")
+	fs.StringVar(&f.data, "data", "", "training data: for cnn and mlp a directory with Fashion-MNIST IDX files (overrides the search above); for any classifier an image folder (one subfolder per class) or a .csv/.tsv table (label in column 0), for the gpt models a token file (uint16, as nanoGPT's train.bin), read through the loader")
+	fs.IntVar(&f.limit, "limit", 0, "use only the first N training samples (0: all; generated data: 1024); a --batch-size above it is lowered to it")
+	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps in all (0: run the --epochs); counts the steps of a resumed run too")
+	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "write checkpoints (DIR/step-N/{model.safetensors,optimizer.safetensors,state.json}) here: every --save-every steps, at the end and on Ctrl-C")
+	fs.StringVar(&f.saveEvery, "save-every", "", "write a checkpoint every N steps, or every DURATION of training (e.g. 10m), at the end of the step that reaches it (needs --checkpoint-dir or --resume)")
+	fs.IntVar(&f.keep, "keep", 3, "keep only the newest K checkpoints (0: all)")
+	fs.StringVar(&f.resume, "resume", "", "resume exactly from a checkpoint: a step-N directory, a file in one, or a --checkpoint-dir (its newest); later checkpoints go to the same --checkpoint-dir unless another is given")
+	fs.StringVar(&f.logPath, "log", "", "write one JSON line per step to this file (step, epoch, loss, lr, samples/s, data wait, peak allocated and reserved, micro-batches), flushed per line; appended to with --resume")
+	fs.Float64Var(&f.valSplit, "val-split", 0, "hold out this fraction of the training samples (0 to 1) and report validation loss and accuracy each epoch")
 	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching, recomputation and (with --precision/--compress auto) precision and compression to fit it, print the plan, and cap the device at it (so not with --device ...:mem=)")
 	fs.StringVar(&f.recompute, "recompute", "none", "activations to recompute in the backward pass: none, selective (activations and norms) or auto (only with --budget)")
 	fs.StringVar(&f.snapshot, "memory-snapshot", "", "record the allocator's history and write a memory snapshot to this file at the end (.json, or .pickle for PyTorch's memory_viz)")
@@ -126,8 +148,13 @@ func (f *trainFlags) check(log io.Writer) error {
 	if f.batch <= 0 || f.epochs <= 0 {
 		return fmt.Errorf("--batch-size and --epochs must be positive")
 	}
+	spec, err := zoo.Lookup(cmp.Or(f.model, "cnn"))
+	if err != nil {
+		return fmt.Errorf("--model: %w", err)
+	}
 	// The input of one step must be a tensor that can exist.
-	if err := (tensor.Shape{f.batch, 1, dataset.Rows, dataset.Cols}).Check(tensor.Float32); err != nil {
+	if x, y := spec.Example(f.batch); x.Shape.Check(x.DType) != nil || y.Shape.Check(y.DType) != nil {
+		err := cmp.Or(x.Shape.Check(x.DType), y.Shape.Check(y.DType))
 		return fmt.Errorf("--batch-size %d: must be smaller: %w", f.batch, err)
 	}
 	if !(f.lr > 0) || math.IsInf(f.lr, 0) {
@@ -135,9 +162,6 @@ func (f *trainFlags) check(log io.Writer) error {
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr); err != nil {
 		return fmt.Errorf("--optimizer: %w", err)
-	}
-	if _, err := buildFashionModel(f.model, nn.NewStore()); err != nil {
-		return fmt.Errorf("--model: %w", err)
 	}
 	if f.limit < 0 {
 		return fmt.Errorf("--limit %d: must be at least 0 (0: all the training images)", f.limit)
@@ -178,7 +202,7 @@ func (f *trainFlags) check(log io.Writer) error {
 		return fmt.Errorf("--budget %s and --device %s both cap the memory: give only --budget (the device is then capped at the budget)", f.budget, f.device)
 	}
 	if isMeta(f.device) {
-		for _, fl := range []struct{ name, value string }{{"save", f.save}, {"load", f.load}} {
+		for _, fl := range []struct{ name, value string }{{"save", f.save}, {"load", f.load}, {"checkpoint-dir", f.ckptDir}, {"resume", f.resume}} {
 			if fl.value != "" {
 				return fmt.Errorf("--%s with --device %s: the meta device holds no data (it plans; nothing runs), so there are no weights to %s", fl.name, f.device, fl.name)
 			}
@@ -192,13 +216,16 @@ func (f *trainFlags) check(log io.Writer) error {
 			return fmt.Errorf("--memory-history %d: must be at least 1 (events kept)", f.history)
 		}
 	}
-	for _, out := range []struct{ name, path string }{{"save", f.save}, {"memory-snapshot", f.snapshot}} {
+	for _, out := range []struct{ name, path string }{{"save", f.save}, {"memory-snapshot", f.snapshot}, {"log", f.logPath}} {
 		if out.path == "" {
 			continue
 		}
 		if err := checkOutputPath(out.path); err != nil {
 			return fmt.Errorf("--%s: %w", out.name, err)
 		}
+	}
+	if err := f.checkProduct(); err != nil {
+		return err
 	}
 	if f.load != "" {
 		fi, err := os.Stat(f.load)
@@ -257,14 +284,14 @@ func policyByName(name string) transform.Policy {
 	return nil
 }
 
+// buildFashionModel builds a model of the zoo (the name says "Fashion"
+// for history: cnn and mlp are the Fashion-MNIST models).
 func buildFashionModel(name string, s *nn.Store) (train.Model, error) {
-	switch name {
-	case "cnn":
-		return zoo.NewFashionCNN(s.Root()), nil
-	case "mlp":
-		return zoo.NewMLP(s.Root(), 784, 256, 10), nil
+	spec, err := zoo.Lookup(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("unknown model %q (valid: cnn, mlp)", name)
+	return spec.New(s.Root()), nil
 }
 
 func newOptimizer(name string, lr float64) (optim.Optimizer, error) {
@@ -300,226 +327,6 @@ func loadFashion(ctx context.Context, dir string) (trainSet, testSet *dataset.Da
 	return trainSet, testSet, dir, nil
 }
 
-func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
-	if err := f.check(log); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	// The meta device has no data: it plans the step and nothing runs, so
-	// there is no dataset to read, no loss and no accuracy to report.
-	meta := isMeta(f.device)
-	var trainSet, testSet *dataset.Dataset
-	n := 0
-	if !meta {
-		var source string
-		var err error
-		if trainSet, testSet, source, err = loadFashion(ctx, f.data); err != nil {
-			return err
-		}
-		n = trainSet.Len()
-		if f.limit > 0 && f.limit < n {
-			n = f.limit
-		}
-		fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", source, n, testSet.Len())
-		if f.batch > n {
-			// The plan and the budget are then for the batches that run.
-			fmt.Fprintf(log, "headroom: --batch-size %d is more than the %d training images: each step uses all %d\n", f.batch, n, n)
-			f.batch = n
-			if f.accum > f.batch {
-				return fmt.Errorf("train: --accumulate %d: more micro-batches than the %d training images", f.accum, n)
-			}
-		}
-	}
-	accum, remat, policy, inBack := max(f.accum, 1), policyByName(f.recompute), f.recompute, f.inBack
-	precs, comps, err := parseNumerics(cmp.Or(f.precision, "fp32"), cmp.Or(f.compress, "none"), f.budget != "")
-	if err != nil {
-		return err
-	}
-	prec := precs[0]
-	var compress transform.CompressPolicy // nil: kept as produced
-	if comps[0] != (transform.Compression{}) {
-		compress = comps[0]
-	}
-	if f.budget != "" {
-		b, err := device.ParseBytes(f.budget)
-		if err != nil {
-			return fmt.Errorf("train: --budget: %w", err)
-		}
-		prob := budget.Problem{
-			Build: func(s *nn.Store) (train.Model, train.LossFunc) {
-				m, _ := buildFashionModel(f.model, s)
-				return m, crossEntropy
-			},
-			Example: func(n int) (trace.Meta, trace.Meta) {
-				return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 1, dataset.Rows, dataset.Cols}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}
-			},
-			Batch: f.batch, Budget: b,
-			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr) },
-			Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
-		}
-		if f.recompute != "none" {
-			pol, _ := budget.ParsePolicy(f.recompute)
-			prob.Policies = []budget.Policy{pol}
-		}
-		res, err := budget.Fit(ctx, prob)
-		if err != nil {
-			return err
-		}
-		res.Print(out, b)
-		accum, remat, policy = res.Best.Accumulation, res.Best.Remat, res.Best.Policy.String()
-		prec, compress = res.Best.Precision, res.Best.Compress
-		// The plan says where the optimizer runs, and why not in the
-		// backward pass when it was asked for.
-		inBack = res.Best.InBackward
-		if !strings.Contains(f.device, "mem=") {
-			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity) // the budget, or the tighter capacity the plan fits
-
-		}
-	}
-	dev, err := device.New(f.device)
-	if err != nil {
-		return err
-	}
-	if f.snapshot != "" {
-		dev.Alloc.RecordHistory(f.history)
-	}
-	store := nn.NewStore()
-	model, err := buildFashionModel(f.model, store)
-	if err != nil {
-		return err
-	}
-	if err := store.Materialize(dev, f.seed); err != nil {
-		return err
-	}
-	defer store.Release()
-	if f.load != "" {
-		if err := store.LoadFile(f.load, true); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "loaded weights from %s\n", f.load)
-	}
-	opt, err := newOptimizer(f.optimizer, f.lr)
-	if err != nil {
-		return err
-	}
-	st, err := train.StorageOf(compress)
-	if err != nil {
-		return err
-	}
-	tr, err := train.NewConfig(dev, store, model, crossEntropy, opt,
-		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack})
-	if err != nil {
-		return err
-	}
-	defer tr.Close()
-	if inBack {
-		if err := tr.CheckOptimizerInBackward(accum); err != nil {
-			fmt.Fprintf(log, "headroom: --optimizer-in-backward does not apply, training with gradient buffers: %v\n", err)
-		}
-	}
-	storage := "kept"
-	if compress != nil {
-		storage = fmt.Sprint(compress)
-	}
-	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; precision %s; saved activations %s; device %v; %d threads\n",
-		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, prec, storage, dev, parallel.Threads())
-
-	micro := (f.batch + accum - 1) / accum
-	xMeta := trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{micro, 1, dataset.Rows, dataset.Cols}}
-	yMeta := trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{micro}}
-	mp, err := tr.Plan(xMeta, yMeta)
-	if err != nil {
-		return err
-	}
-	if accum > 1 || remat != nil {
-		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, policy)
-	}
-	mp.Print(out)
-	if meta {
-		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
-		return writeTrainSnapshot(f, dev, out)
-	}
-
-	// A save that fails is the run's error: the weights are what it was for.
-	save := func(why string) error {
-		if f.save == "" {
-			return nil
-		}
-		if err := store.SaveFile(f.save, map[string]string{"format": "pt", "model": f.model}); err != nil {
-			return fmt.Errorf("--save %s (%s): %w", f.save, why, err)
-		}
-		fmt.Fprintf(out, "saved weights to %s (%s)\n", f.save, why)
-		return nil
-	}
-
-	sampler := dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}
-	steps := sampler.NumBatches()
-	for epoch := 0; epoch < f.epochs; epoch++ {
-		start := time.Now()
-		var sum float64
-		var count int
-		step := 0
-		for idx := range sampler.Epoch(epoch) {
-			if err := ctx.Err(); err != nil {
-				return errors.Join(fmt.Errorf("interrupted in epoch %d at step %d/%d", epoch+1, step, steps), save("interrupted"))
-			}
-			x, y, err := trainSet.Tensors(idx, dataset.TrainMean, dataset.TrainStd)
-			if err != nil {
-				return err
-			}
-			parts, err := train.Split(train.Batch{X: x, Y: y}, min(accum, len(idx)))
-			if err != nil {
-				return err
-			}
-			loss, err := tr.StepAccumulate(ctx, parts)
-			if err != nil && ctx.Err() != nil {
-				return errors.Join(fmt.Errorf("interrupted in epoch %d at step %d/%d: %w", epoch+1, step+1, steps, err), save("interrupted"))
-			}
-			if err != nil {
-				var nf *train.NonFiniteError
-				if errors.As(err, &nf) {
-					return fmt.Errorf("epoch %d step %d: %w", epoch+1, step+1, err)
-				}
-				return err
-			}
-			sum += loss * float64(len(idx))
-			count += len(idx)
-			step++
-			if step%50 == 0 || step == steps {
-				el := time.Since(start)
-				eta := time.Duration(float64(el) / float64(step) * float64(steps-step))
-				fmt.Fprintf(log, "\repoch %d  step %4d/%d  loss %.4f  %6.0f img/s  eta %v   ", epoch+1, step, steps, sum/float64(count), float64(count)/el.Seconds(), eta.Round(time.Second))
-			}
-		}
-		fmt.Fprintln(log)
-		trainPeak := dev.Alloc.Stats().AllocatedBytes.Peak
-		evalBatch := 500
-		if f.budget != "" {
-			evalBatch = micro // a forward pass needs less than a training step
-		}
-		acc, err := accuracy(ctx, tr, testSet, evalBatch)
-		if err != nil && ctx.Err() != nil {
-			return errors.Join(fmt.Errorf("interrupted in epoch %d while testing: %w", epoch+1, err), save("interrupted"))
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "epoch %d: train loss %.4f, test accuracy %.2f%% (%d images), %.1fs, training peak allocated %s\n",
-			epoch+1, sum/float64(count), 100*acc, testSet.Len(), time.Since(start).Seconds(), device.FormatBytes(trainPeak))
-		if f.summary {
-			fmt.Fprint(out, dev.Alloc.Summary())
-		}
-		if epoch+1 < f.epochs {
-			// Between epochs the arena and gradients go back to the OS.
-			tr.ReleaseMemory()
-		}
-		dev.Alloc.ResetPeak()
-	}
-	if err := save("end of training"); err != nil {
-		return err
-	}
-	return writeTrainSnapshot(f, dev, out)
-}
-
 // writeTrainSnapshot writes the memory snapshot --memory-snapshot asks for.
 func writeTrainSnapshot(f trainFlags, dev *device.Device, out io.Writer) error {
 	if f.snapshot == "" {
@@ -530,40 +337,4 @@ func writeTrainSnapshot(f trainFlags, dev *device.Device, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "wrote memory snapshot to %s (view it with: headroom viz %s)\n", f.snapshot, f.snapshot)
 	return nil
-}
-
-func accuracy(ctx context.Context, tr *train.Trainer, ds *dataset.Dataset, batch int) (float64, error) {
-	correct := 0
-	idx := make([]int, 0, batch)
-	for start := 0; start < ds.Len(); start += batch {
-		idx = idx[:0]
-		for i := start; i < min(start+batch, ds.Len()); i++ {
-			idx = append(idx, i)
-		}
-		x, y, err := ds.Tensors(idx, dataset.TrainMean, dataset.TrainStd)
-		if err != nil {
-			return 0, err
-		}
-		logits, err := tr.Predict(ctx, x)
-		if err != nil {
-			return 0, err
-		}
-		if logits.Data == nil {
-			return 0, nil // meta device: nothing to score
-		}
-		l := logits.F32()
-		c := logits.Shape[1]
-		for i, want := range y.I64() {
-			best := 0
-			for j := 1; j < c; j++ {
-				if l[i*c+j] > l[i*c+best] {
-					best = j
-				}
-			}
-			if int64(best) == want {
-				correct++
-			}
-		}
-	}
-	return float64(correct) / float64(ds.Len()), nil
 }

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/dataset"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+// batches is training data as a sequence of batches from a position
+// (epoch, step): Next returns io.EOF at the end of each epoch and then
+// goes on with the next.
+type batches interface {
+	Next(ctx context.Context) (x, y *tensor.Tensor, err error)
+	NumBatches() int
+	Close() error
+}
+
+// samplerBatches reads the batches of a sampler's order from a source:
+// data held in memory (Fashion-MNIST) or generated.
+type samplerBatches struct {
+	s           dataset.Sampler
+	src         source
+	epoch, step int
+	order       []int
+}
+
+func (b *samplerBatches) NumBatches() int { return b.s.NumBatches() }
+func (b *samplerBatches) Close() error    { return nil }
+
+func (b *samplerBatches) Next(ctx context.Context) (*tensor.Tensor, *tensor.Tensor, error) {
+	if b.step >= b.s.NumBatches() {
+		b.epoch, b.step, b.order = b.epoch+1, 0, nil
+		return nil, nil, io.EOF
+	}
+	if b.order == nil {
+		b.order = b.s.Order(b.epoch)
+	}
+	lo := b.step * b.s.BatchSize
+	idx := b.order[lo:min(lo+b.s.BatchSize, len(b.order))]
+	b.step++
+	return b.src.Batch(idx)
+}
+
+// loaderBatches reads batches through the dataset loader, whose staging
+// buffers come from the device allocator (category input): a batch's
+// tensors are views of its staging buffer, valid until the next Next.
+type loaderBatches struct {
+	l     *dataset.Loader
+	shape []int // one example's shape as the model takes it (nil: as loaded)
+}
+
+func (b *loaderBatches) NumBatches() int { return b.l.NumBatches() }
+func (b *loaderBatches) Close() error    { return b.l.Close() }
+
+func (b *loaderBatches) Next(ctx context.Context) (*tensor.Tensor, *tensor.Tensor, error) {
+	bt, err := b.l.Next(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return loaderTensors(bt.N, bt.Shape, b.shape, bt.X, bt.Tokens, bt.Y)
+}
+
+// loaderTensors makes tensors of a batch's inputs and targets, over the
+// same memory.
+func loaderTensors(n int, shape, want []int, xf []float32, xt []int64, y []int64) (*tensor.Tensor, *tensor.Tensor, error) {
+	xs := append(tensor.Shape{n}, shape...)
+	if want != nil {
+		xs = append(tensor.Shape{n}, want...)
+	}
+	var x *tensor.Tensor
+	if xt != nil {
+		x = &tensor.Tensor{DType: tensor.Int64, Shape: xs, Data: bytesOf(xt)}
+	} else {
+		x = &tensor.Tensor{DType: tensor.Float32, Shape: xs, Data: bytesOf(xf)}
+	}
+	ys := tensor.Shape{n}
+	if len(y) > n && n > 0 {
+		ys = tensor.Shape{n, len(y) / n}
+	}
+	yt := &tensor.Tensor{DType: tensor.Int64, Shape: ys, Data: bytesOf(y)}
+	if len(x.Data) != xs.NumElements()*x.DType.Size() {
+		return nil, nil, fmt.Errorf("data: a batch of %d examples of shape %v does not make the model's input %v", n, shape, xs)
+	}
+	return x, yt, nil
+}
+
+func bytesOf[T float32 | int64](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// mapData is a map source opened from --data, with the transforms that
+// bring its examples to the model's input.
+type mapData struct {
+	src        dataset.MapSource
+	transforms []dataset.Transform
+	shape      []int // the model's example shape when the source's differs (a CSV row)
+	classes    int   // classes in the data (0: unknown)
+	what       string
+}
+
+// openData opens --data for a model of the zoo: a token file for the
+// language models, else an image folder (a directory) or a CSV/TSV table.
+func openData(path string, spec zoo.Spec) (*mapData, error) {
+	x, _ := spec.Example(1)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if x.DType == tensor.Int64 {
+		if fi.IsDir() {
+			return nil, fmt.Errorf("%s is a directory; %s trains on a token file (flat uint16 tokens, as nanoGPT's train.bin)", path, spec.Name)
+		}
+		t, err := dataset.OpenTokens(path, dataset.TokenOptions{Context: x.Shape[1]})
+		if err != nil {
+			return nil, err
+		}
+		return &mapData{src: t, what: fmt.Sprintf("token file %s (%d tokens, windows of %d)", path, t.NumTokens(), x.Shape[1])}, nil
+	}
+	if len(x.Shape) != 4 {
+		return nil, fmt.Errorf("%s takes inputs %v: no data source for them", spec.Name, x.Shape)
+	}
+	c, h, w := x.Shape[1], x.Shape[2], x.Shape[3]
+	if fi.IsDir() {
+		f, err := dataset.OpenImageFolder(path, c)
+		if err != nil {
+			return nil, err
+		}
+		return &mapData{src: f, transforms: []dataset.Transform{dataset.Resize{Height: h, Width: w}}, classes: len(f.Classes),
+			what: fmt.Sprintf("image folder %s (%d images, %d classes, resized to %dx%d)", path, f.Len(), len(f.Classes), h, w)}, nil
+	}
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".csv" && ext != ".tsv" {
+		return nil, fmt.Errorf("%s: not an image folder (a directory) or a .csv/.tsv table", path)
+	}
+	opt := dataset.CSVOptions{}
+	if ext == ".tsv" {
+		opt.Comma = '\t'
+	}
+	t, err := dataset.ReadCSV(path, opt)
+	if errors.Is(err, dataset.ErrNotNumber) {
+		// The first line may name the columns.
+		opt.Header = true
+		if t2, err2 := dataset.ReadCSV(path, opt); err2 == nil {
+			t, err = t2, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.NumFeatures() != c*h*w {
+		return nil, fmt.Errorf("%s: %d feature columns; %s takes %d (%dx%dx%d)", path, t.NumFeatures(), spec.Name, c*h*w, c, h, w)
+	}
+	maxLabel := int64(-1)
+	for _, l := range t.Labels {
+		maxLabel = max(maxLabel, l)
+	}
+	return &mapData{src: t, shape: []int{c, h, w}, classes: int(maxLabel + 1),
+		what: fmt.Sprintf("table %s (%d rows, %d features, label column 0)", path, t.Len(), t.NumFeatures())}, nil
+}
+
+// subset is samples [lo, hi) of a map source.
+type subset struct {
+	src    dataset.MapSource
+	lo, hi int
+}
+
+func (s subset) Len() int                             { return s.hi - s.lo }
+func (s subset) Get(i int, ex *dataset.Example) error { return s.src.Get(s.lo+i, ex) }
+
+// Batch reads samples idx of the map data for evaluation, on the Go heap
+// (evaluation is not pipelined).
+func (d *mapData) Batch(idx []int) (*tensor.Tensor, *tensor.Tensor, error) {
+	var ex dataset.Example
+	var scratch []float32
+	var r dataset.Rand
+	var xf []float32
+	var xt, y []int64
+	var shape []int
+	for _, i := range idx {
+		if err := d.src.Get(i, &ex); err != nil {
+			return nil, nil, err
+		}
+		for _, t := range d.transforms {
+			t.Apply(&r, &ex, &scratch)
+		}
+		if shape == nil {
+			shape = append([]int(nil), ex.Shape...)
+		}
+		xf = append(xf, ex.X...)
+		xt = append(xt, ex.Tokens...)
+		y = append(y, ex.Y...)
+	}
+	if len(xt) == 0 {
+		xt = nil
+	}
+	return loaderTensors(len(idx), shape, d.shape, xf, xt, y)
+}
+
+// deviceStaging allocates the loader's staging buffers from the device's
+// allocator, as category input, so that they count in its statistics and
+// under its capacity.
+func deviceStaging(dev *device.Device) dataset.AllocFunc {
+	return func(what string, bytes int64) ([]byte, func(), error) {
+		b, err := dev.Alloc.Allocate(bytes, device.Tag{Category: device.Input, Module: "data", Op: what})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b.Data[:bytes:bytes], func() { dev.Alloc.Free(b) }, nil
+	}
+}
+
+// hasFashionFiles reports whether dir holds Fashion-MNIST's IDX files
+// (raw or gzipped): then cnn and mlp read it as before.
+func hasFashionFiles(dir string) bool {
+	for _, name := range []string{"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
