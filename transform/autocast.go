@@ -83,7 +83,16 @@ func ParsePrecision(name string) (Precision, error) {
 			return Precision(i), nil
 		}
 	}
-	return FP32, fmt.Errorf("unknown precision %q (valid: %s)", name, strings.Join(precisionNames[:], ", "))
+	if p, ok := lightningPrecisions[name]; ok {
+		return p, nil
+	}
+	return FP32, fmt.Errorf("unknown precision %q (valid: %s; Lightning's 32-true, 32, 16-mixed, 16 and bf16 also)", name, strings.Join(precisionNames[:], ", "))
+}
+
+// lightningPrecisions are PyTorch Lightning's names for the same modes
+// (Trainer(precision=...)), accepted so that its users need not translate.
+var lightningPrecisions = map[string]Precision{
+	"32-true": FP32, "32": FP32, "16-mixed": FP16Mixed, "16": FP16Mixed, "bf16": BF16Mixed,
 }
 
 // LowDType is the 16-bit type of the mode (float32 for FP32).

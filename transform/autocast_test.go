@@ -27,6 +27,19 @@ func TestParsePrecision(t *testing.T) {
 			t.Errorf("ParsePrecision(%q) = %v, %v", name, p, err)
 		}
 	}
+	for name, want := range map[string]transform.Precision{
+		"32-true": transform.FP32, "32": transform.FP32, "16-mixed": transform.FP16Mixed,
+		"16": transform.FP16Mixed, "bf16": transform.BF16Mixed,
+	} {
+		if p, err := transform.ParsePrecision(name); err != nil || p != want {
+			t.Errorf("ParsePrecision(%q) (Lightning's name) = %v, %v; want %v", name, p, err, want)
+		}
+	}
+	for _, name := range []string{"16-true", "64", "bf16-mixed ", "FP32"} {
+		if p, err := transform.ParsePrecision(name); err == nil {
+			t.Errorf("ParsePrecision(%q) = %v, want an error", name, p)
+		}
+	}
 	_, err := transform.ParsePrecision("fp8")
 	if err == nil || !strings.Contains(err.Error(), `"fp8"`) || !strings.Contains(err.Error(), "fp32, bf16-mixed, fp16-mixed, bf16-true") {
 		t.Errorf("ParsePrecision(fp8): %v", err)

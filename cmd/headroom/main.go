@@ -69,6 +69,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	case err != nil:
 		msg := dashFlag.ReplaceAllString(err.Error(), "$1--$2")
+		if name := undefinedFlag(err); name != "" {
+			if s := suggest(name, flagNames(fs)); s != "" {
+				msg = fmt.Sprintf("unknown flag --%s; did you mean --%s?", name, s)
+			}
+		}
 		return fmt.Errorf("%s: %s (see: headroom %s -h)", fs.Name(), msg, fs.Name())
 	}
 	return nil
@@ -158,6 +163,9 @@ func run(ctx context.Context, args []string) error {
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
+	}
+	if s := suggest(args[0], commands); s != "" {
+		return fmt.Errorf("unknown command %q; did you mean %q? (see: headroom help)", args[0], s)
 	}
 	fmt.Fprint(os.Stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestSuggest(t *testing.T) {
+	cands := []string{"batch-size", "budget", "lr", "epochs", "precision", "threads"}
+	for _, tc := range []struct{ word, want string }{
+		{"batch", "batch-size"},   // a prefix
+		{"bugdet", "budget"},      // swapped letters
+		{"precison", "precision"}, // a letter left out
+		{"thread", "threads"},
+		{"ep", ""}, // too short to guess from a prefix, too far otherwise
+		{"xyz", ""},
+		{"memory", ""},
+	} {
+		if got := suggest(tc.word, cands); got != tc.want {
+			t.Errorf("suggest(%q) = %q, want %q", tc.word, got, tc.want)
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"abc", "", 3}, {"", "ab", 2}, {"train", "train", 0},
+		{"trian", "train", 1}, {"plna", "plan", 1}, {"kitten", "sitting", 3},
+	} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// A mistyped command or flag is answered with the nearest name, once.
+func TestMistypedCommandAndFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"trian"}, `unknown command "trian"; did you mean "train"?`},
+		{[]string{"pln", "--budget", "1GiB"}, `did you mean "plan"?`},
+		{[]string{"train", "--bugdet", "1GiB"}, "unknown flag --bugdet; did you mean --budget?"},
+		{[]string{"plan", "--precison", "fp32"}, "unknown flag --precison; did you mean --precision?"},
+	} {
+		err := run(context.Background(), tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
