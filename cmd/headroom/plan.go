@@ -39,10 +39,12 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	model := fs.String("model", "cnn", "model: "+strings.Join(zoo.Names(), ", "))
-	batch := fs.Int("batch", 32, "effective batch size (samples per optimizer step)")
+	batch := fs.Int("batch-size", 32, "effective batch size (samples per optimizer step)")
+	fs.IntVar(batch, "batch", 32, "the same as --batch-size")
 	opt := fs.String("optimizer", "adam", "optimizer: adam, adamw or sgd")
 	budgetFlag := fs.String("budget", "", "memory budget (e.g. 2GiB): choose micro-batching, recomputation, precision and compression to fit it")
-	policy := fs.String("policy", "", "restrict recomputation to one policy: none, selective or auto (default: try all)")
+	policy := fs.String("recompute", "", "restrict recomputation to one policy: none, selective or auto (default: try all)")
+	fs.StringVar(policy, "policy", "", "the same as --recompute")
 	precision := fs.String("precision", "fp32", precisionHelp)
 	compress := fs.String("compress", "none", compressHelp)
 	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
@@ -78,7 +80,7 @@ Flags:
 		return err
 	}
 	if *batch < 1 {
-		return fmt.Errorf("plan: --batch must be positive")
+		return fmt.Errorf("plan: --batch-size must be positive")
 	}
 	precs, comps, err := parseNumerics(*precision, *compress, *budgetFlag != "")
 	if err != nil {
@@ -87,7 +89,7 @@ Flags:
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
 	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3) }
 	if err := budget.CheckBatch(budget.Problem{Example: spec.Example, Batch: *batch}); err != nil {
-		return fmt.Errorf("plan: --batch: %w", err)
+		return fmt.Errorf("plan: --batch-size: %w", err)
 	}
 	if *budgetFlag == "" {
 		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
@@ -101,7 +103,7 @@ Flags:
 	if *policy != "" {
 		pol, err := budget.ParsePolicy(*policy)
 		if err != nil {
-			return err
+			return fmt.Errorf("plan: --recompute: %w", err)
 		}
 		prob.Policies = []budget.Policy{pol}
 	}

@@ -54,3 +54,23 @@ func TestMistypedCommandAndFlag(t *testing.T) {
 		}
 	}
 }
+
+// train and plan share flag names: plan's older --batch and --policy are
+// the same flags as --batch-size and --recompute, as in train.
+func TestPlanSharesTrainFlagNames(t *testing.T) {
+	out := func(args ...string) string {
+		var stdout, stderr strings.Builder
+		if err := planMain(context.Background(), args, &stdout, &stderr); err != nil {
+			t.Fatalf("plan %q: %v", args, err)
+		}
+		return stdout.String()
+	}
+	a := out("--model", "cnn", "--batch-size", "8", "--budget", "16MiB", "--recompute", "selective")
+	b := out("--model", "cnn", "--batch", "8", "--budget", "16MiB", "--policy", "selective")
+	if a != b || !strings.Contains(a, "batch 8") {
+		t.Errorf("--batch-size/--recompute and --batch/--policy differ:\n%s\n%s", a, b)
+	}
+	if !strings.Contains(a, "recomputation: selective") {
+		t.Errorf("--recompute selective did not restrict the planner:\n%s", a)
+	}
+}

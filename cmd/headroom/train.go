@@ -101,6 +101,7 @@ Flags:
 	fs.StringVar(&f.model, "model", "cnn", "model of the zoo: "+strings.Join(zoo.Names(), ", "))
 	fs.IntVar(&f.epochs, "epochs", 1, "number of passes over the training set")
 	fs.IntVar(&f.batch, "batch-size", 32, "samples per step (the last batch of an epoch may be shorter)")
+	fs.IntVar(&f.batch, "batch", 32, "the same as --batch-size")
 	fs.Float64Var(&f.lr, "lr", 1e-3, "learning rate")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam, adamw or sgd (momentum 0.9)")
 	fs.StringVar(&f.device, "device", "cpu", "device: cpu, cpu:mem=SIZE (a capacity, e.g. 512MiB) or meta (prints the plan; nothing runs, so no --save or --load)")
