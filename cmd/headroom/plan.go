@@ -64,7 +64,7 @@ budget that would.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

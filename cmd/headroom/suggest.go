@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"io"
+	"strconv"
 	"strings"
 )
 
@@ -67,4 +70,41 @@ func undefinedFlag(err error) string {
 		return ""
 	}
 	return strings.TrimLeft(strings.TrimPrefix(msg, prefix), "-")
+}
+
+// printFlags writes fs's flags as the help shows them: in --flag form,
+// aliases ("the same as --x") on their flag's line, usage wrapped.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	aliases := map[string][]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if target, ok := strings.CutPrefix(f.Usage, "the same as --"); ok {
+			aliases[target] = append(aliases[target], "--"+f.Name)
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, "the same as --") {
+			return
+		}
+		kind, usage := flag.UnquoteUsage(f)
+		head := "  " + strings.Join(append([]string{"--" + f.Name}, aliases[f.Name]...), ", ")
+		if kind != "" {
+			head += " " + kind
+		}
+		if d := f.DefValue; d != "" && d != "0" && d != "false" {
+			if kind == "string" {
+				d = strconv.Quote(d)
+			}
+			usage += " (default " + d + ")"
+		}
+		fmt.Fprintln(w, head)
+		line := "      "
+		for _, word := range strings.Fields(usage) {
+			if len(line)+1+len(word) > 80 && strings.TrimSpace(line) != "" {
+				fmt.Fprintln(w, line)
+				line = "      "
+			}
+			line += " " + word
+		}
+		fmt.Fprintln(w, line)
+	})
 }

@@ -74,3 +74,20 @@ func TestPlanSharesTrainFlagNames(t *testing.T) {
 		t.Errorf("--recompute selective did not restrict the planner:\n%s", a)
 	}
 }
+
+// Help lists flags in --flag form, an alias on its flag's line.
+func TestHelpInFlagForm(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if err := planMain(context.Background(), []string{"-h"}, &stdout, &stderr); err == nil {
+		t.Fatal("plan -h: no flag.ErrHelp")
+	}
+	help := stderr.String() + stdout.String()
+	for _, want := range []string{"\n  --batch-size, --batch int\n", "\n  --recompute, --policy string\n", "\n  --budget string\n"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("plan -h lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "\n  -budget") || strings.Contains(help, "\n  --batch int") {
+		t.Errorf("plan -h prints single-dash or alias lines:\n%s", help)
+	}
+}

@@ -96,7 +96,7 @@ int8), prints that plan, and trains with it on a device capped at the budget.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&f.model, "model", "cnn", "model of the zoo: "+strings.Join(zoo.Names(), ", "))
 	fs.IntVar(&f.epochs, "epochs", 1, "number of passes over the training set")

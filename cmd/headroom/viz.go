@@ -33,7 +33,7 @@ binary and loads nothing from elsewhere. Stop with Ctrl-C.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0: any free port); without a host (:PORT) it is 127.0.0.1, which answers this machine only; name a host (0.0.0.0, an interface's address) to listen beyond it")
 	// The file may come before or after the flags.
