@@ -76,7 +76,7 @@ Flags:
 	if err != nil {
 		return err
 	}
-	if _, err := newOptimizer(*opt, 1e-3); err != nil {
+	if _, err := newOptimizer(*opt, 1e-3, -1); err != nil {
 		return err
 	}
 	if *batch < 1 {
@@ -87,7 +87,7 @@ Flags:
 		return fmt.Errorf("plan: %w", err)
 	}
 	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
-	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3) }
+	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3, -1) }
 	if err := budget.CheckBatch(budget.Problem{Example: spec.Example, Batch: *batch}); err != nil {
 		return fmt.Errorf("plan: --batch-size: %w", err)
 	}

@@ -276,3 +276,29 @@ func TestTrainSaveEvery(t *testing.T) {
 		}
 	}
 }
+
+// --weight-decay and --clip-grad reach the optimizer and the trainer: each
+// changes the trained weights, and naming a default changes nothing.
+func TestTrainWeightDecayAndClip(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	dir := t.TempDir()
+	weights := func(name string, extra ...string) []byte {
+		path := filepath.Join(dir, name+".safetensors")
+		trainArgs(t, append([]string{"--model", "mlp", "--optimizer", "adamw", "--limit", "32", "--batch-size", "8", "--steps", "3", "--lr", "0.01", "--save", path}, extra...)...)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	base := weights("base")
+	if !bytes.Equal(base, weights("wd-default", "--weight-decay", "0.01")) {
+		t.Error("--weight-decay 0.01 (AdamW's default) changed the weights")
+	}
+	if bytes.Equal(base, weights("wd", "--weight-decay", "0.5")) {
+		t.Error("--weight-decay 0.5 left the weights as with the default")
+	}
+	if bytes.Equal(base, weights("clip", "--clip-grad", "1e-3")) {
+		t.Error("--clip-grad 1e-3 left the weights as without clipping")
+	}
+}

@@ -27,29 +27,31 @@ import (
 )
 
 type trainFlags struct {
-	model     string
-	epochs    int
-	batch     int
-	lr        float64
-	optimizer string
-	device    string
-	threads   int
-	seed      int64
-	save      string
-	load      string
-	data      string
-	limit     int
-	budget    string
-	recompute string
-	accum     int
-	inBack    bool
-	snapshot  string
-	summary   bool
-	history   int
-	precision string
-	compress  string
-	steps     int
-	saveEvery string
+	model       string
+	epochs      int
+	batch       int
+	lr          float64
+	weightDecay float64
+	clipGrad    float64
+	optimizer   string
+	device      string
+	threads     int
+	seed        int64
+	save        string
+	load        string
+	data        string
+	limit       int
+	budget      string
+	recompute   string
+	accum       int
+	inBack      bool
+	snapshot    string
+	summary     bool
+	history     int
+	precision   string
+	compress    string
+	steps       int
+	saveEvery   string
 	// everySteps and everyTime are --save-every parsed by check.
 	everySteps int
 	everyTime  time.Duration
@@ -103,6 +105,8 @@ Flags:
 	fs.IntVar(&f.batch, "batch-size", 32, "samples per step (the last batch of an epoch may be shorter)")
 	fs.IntVar(&f.batch, "batch", 32, "the same as --batch-size")
 	fs.Float64Var(&f.lr, "lr", 1e-3, "learning rate")
+	fs.Float64Var(&f.weightDecay, "weight-decay", -1, "weight decay (-1: the optimizer's default, 0.01 for adamw and 0 for adam and sgd)")
+	fs.Float64Var(&f.clipGrad, "clip-grad", 0, "clip the gradients' global L2 norm to this value, after unscaling (torch.nn.utils.clip_grad_norm_; 0: no clipping)")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam, adamw or sgd (momentum 0.9)")
 	fs.StringVar(&f.device, "device", "cpu", "device: cpu, cpu:mem=SIZE (a capacity, e.g. 512MiB) or meta (prints the plan; nothing runs, so no --save or --load)")
 	fs.IntVar(&f.threads, "threads", 0, "worker threads for kernels, at least 1; more than the CPUs are lowered to their number (default $HEADROOM_NUM_THREADS or all cores)")
@@ -161,7 +165,13 @@ func (f *trainFlags) check(log io.Writer) error {
 	if !(f.lr > 0) || math.IsInf(f.lr, 0) {
 		return fmt.Errorf("--lr %g: must be a positive, finite number", f.lr)
 	}
-	if _, err := newOptimizer(f.optimizer, f.lr); err != nil {
+	if f.weightDecay != -1 && !(f.weightDecay >= 0 && !math.IsInf(f.weightDecay, 0)) {
+		return fmt.Errorf("--weight-decay %g: must be a finite number of at least 0", f.weightDecay)
+	}
+	if !(f.clipGrad >= 0) || math.IsInf(f.clipGrad, 0) {
+		return fmt.Errorf("--clip-grad %g: must be a finite number of at least 0 (0: no clipping)", f.clipGrad)
+	}
+	if _, err := newOptimizer(f.optimizer, f.lr, f.weightDecay); err != nil {
 		return fmt.Errorf("--optimizer: %w", err)
 	}
 	if f.limit < 0 {
@@ -295,18 +305,27 @@ func buildFashionModel(name string, s *nn.Store) (train.Model, error) {
 	return spec.New(s.Root()), nil
 }
 
-func newOptimizer(name string, lr float64) (optim.Optimizer, error) {
+// newOptimizer makes the named optimizer with PyTorch's defaults, the
+// learning rate lr and, when wd >= 0, that weight decay (below 0: the
+// optimizer's default, 0.01 for adamw and 0 otherwise).
+func newOptimizer(name string, lr, wd float64) (optim.Optimizer, error) {
 	switch name {
 	case "adam":
 		c := optim.AdamDefaults()
 		c.LR = lr
+		if wd >= 0 {
+			c.WeightDecay = wd
+		}
 		return optim.NewAdam(c)
 	case "adamw":
 		c := optim.AdamWDefaults()
 		c.LR = lr
+		if wd >= 0 {
+			c.WeightDecay = wd
+		}
 		return optim.NewAdamW(c)
 	case "sgd":
-		return optim.NewSGD(optim.SGDConfig{LR: lr, Momentum: 0.9})
+		return optim.NewSGD(optim.SGDConfig{LR: lr, Momentum: 0.9, WeightDecay: max(wd, 0)})
 	}
 	return nil, fmt.Errorf("unknown optimizer %q (valid: adam, adamw, sgd)", name)
 }

@@ -255,7 +255,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			},
 			Example: spec.Example,
 			Batch:   f.batch, Budget: b,
-			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr) },
+			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
 			Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
 		}
 		if f.recompute != "none" {
@@ -300,7 +300,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		}
 		fmt.Fprintf(out, "loaded weights from %s\n", f.load)
 	}
-	opt, err := newOptimizer(f.optimizer, f.lr)
+	opt, err := newOptimizer(f.optimizer, f.lr, f.weightDecay)
 	if err != nil {
 		return err
 	}
@@ -314,6 +314,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return err
 	}
 	defer tr.Close()
+	tr.ClipNorm = f.clipGrad
 	if inBack {
 		if err := tr.CheckOptimizerInBackward(accum); err != nil {
 			fmt.Fprintf(log, "headroom: --optimizer-in-backward does not apply, training with gradient buffers: %v\n", err)
