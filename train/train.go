@@ -1,7 +1,3 @@
-// Package train runs training: it traces a model's step once per input
-// shape signature (a shorter last batch gets its own plan), appends the
-// backward pass, plans memory, executes on a device and applies the
-// optimizer to parameters in device memory.
 package train
 
 import (

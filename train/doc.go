@@ -1,6 +1,9 @@
-package train
-
-// Concurrency contract
+// Package train runs training: it traces a model's step once per input
+// shape signature (a shorter last batch gets its own plan), appends the
+// backward pass, plans memory, executes on a device and applies the
+// optimizer to parameters in device memory.
+//
+// # Concurrency
 //
 // A Trainer, the nn.Store it trains and the optimizer it was given are not
 // safe for concurrent use: Step, StepAccumulate, Predict, Plan, SetConfig,
@@ -8,11 +11,10 @@ package train
 // else may read or write its parameters while a step runs. Wrap them in a
 // mutex to share one trainer between goroutines.
 //
-// Different trainers are independent and may step concurrently, each on
-// its own device or on one device (the device allocator takes a lock per
-// call, and every trainer's arena, gradients and optimizer state are
-// blocks of their own). Device.Alloc's methods, statistics and snapshots
-// may be read at any time, from any goroutine.
+// Different trainers, each on a device of its own, are independent and may
+// step concurrently (TestTrainersStepConcurrently). A device's allocator
+// takes a lock per call: its statistics and snapshots may be read at any
+// time, from any goroutine.
 //
 // Threads: CPU kernels split their loops over one process-wide pool of
 // internal/parallel.Threads() workers (HEADROOM_NUM_THREADS, headroom's
@@ -24,3 +26,4 @@ package train
 // kernels to be handed their pool (the backend seam), which they are not
 // yet: goroutines have no cheap identity to tell a nested loop from a
 // concurrent one (runtime.Stack costs about 10 microseconds per loop).
+package train
