@@ -34,6 +34,9 @@ type Options struct {
 	Precisions          []transform.Precision
 	Compress            []transform.Compression
 	OptimizerInBackward bool
+	// Outputs keeps every step's model outputs for Outputs (training
+	// metrics), planned within the budget.
+	Outputs bool
 }
 
 // Trainer is a train.Trainer set up to run the plan Fit chose within a
@@ -95,6 +98,7 @@ func NewTrainer(ctx context.Context, build func(s *nn.Store) (train.Model, train
 	res, err := Fit(ctx, Problem{
 		Build: build, Example: exampleOf(xm, ym), Batch: o.Batch, Budget: o.Budget, NewOptimizer: newOpt,
 		Cost: o.Cost, Policies: o.Policies, Precisions: o.Precisions, Compress: o.Compress, OptimizerInBackward: o.OptimizerInBackward,
+		Outputs: o.Outputs,
 	})
 	if err != nil {
 		return nil, err

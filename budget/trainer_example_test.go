@@ -21,7 +21,8 @@ func (m *exampleNet) Forward(x *trace.Tensor) *trace.Tensor {
 
 // One call plans training within a memory budget and returns a trainer
 // that runs the plan: the model is written once, the shapes come from the
-// example batch, and Step takes whole batches and splits them itself.
+// example batch, Step takes whole batches and splits them itself, and the
+// step's outputs are kept for metrics.
 func ExampleNewTrainer() {
 	build := func(s *nn.Store) (train.Model, train.LossFunc) {
 		b := s.Root()
@@ -34,7 +35,7 @@ func ExampleNewTrainer() {
 	x := tensor.New(tensor.Float32, tensor.Shape{batch, 64})
 	y := tensor.New(tensor.Int64, tensor.Shape{batch})
 	const limit = 2 << 20 // 2 MiB: less than the whole batch at once needs
-	tr, err := budget.NewTrainer(context.Background(), build, newOpt, x, y, budget.Options{Budget: limit})
+	tr, err := budget.NewTrainer(context.Background(), build, newOpt, x, y, budget.Options{Budget: limit, Outputs: true})
 	if err != nil {
 		panic(err)
 	}
@@ -42,10 +43,13 @@ func ExampleNewTrainer() {
 	if _, err := tr.Step(context.Background(), x, y); err != nil {
 		panic(err)
 	}
+	// The logits of the step's forward pass, for training metrics.
+	fmt.Println("outputs:", tr.Outputs().Shape)
 	fmt.Println("whole batch fits:", tr.Plan.Baseline.Reserved <= limit)
 	fmt.Println("split into micro-batches:", tr.MicroBatch() < batch)
 	fmt.Println("within the budget:", tr.Device.Alloc.Stats().ReservedBytes.Peak <= limit)
 	// Output:
+	// outputs: [256, 10]
 	// whole batch fits: false
 	// split into micro-batches: true
 	// within the budget: true

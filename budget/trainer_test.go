@@ -119,3 +119,50 @@ func randomImages(r *rand.Rand, n int) *tensor.Tensor {
 	}
 	return tensor.FromFloat32(tensor.Shape{n, 1, 28, 28}, v)
 }
+
+// With Options.Outputs the steps keep the model's outputs for the
+// trainer's Outputs, within the budget: the whole batch's logits,
+// joined from its micro-batches.
+func TestNewTrainerOutputs(t *testing.T) {
+	spec, err := zoo.Lookup("mlp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	newOpt := func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1}) }
+	const batch = 12
+	r := rand.New(rand.NewSource(2))
+	x := randomImages(r, batch)
+	y := tensor.FromInt64(tensor.Shape{batch}, make([]int64, batch))
+	ctx := context.Background()
+	_, err = budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: 1, Outputs: true})
+	var ts *budget.TooSmallError
+	if !errors.As(err, &ts) {
+		t.Fatalf("a 1-byte budget: %v", err)
+	}
+	tr, err := budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: ts.Minimum, Outputs: true, Policies: []budget.Policy{budget.RecomputeNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	want, err := tr.Predict(ctx, x) // no dropout or norm in the mlp
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Step(ctx, x, y); err != nil {
+		t.Fatal(err)
+	}
+	got := tr.Outputs()
+	if got == nil || !got.Shape.Equal(want.Shape) {
+		t.Fatalf("outputs %v, want shape %v", got, want.Shape)
+	}
+	for i, v := range got.F32() {
+		if d := v - want.F32()[i]; d > 1e-5 || d < -1e-5 {
+			t.Fatalf("output %d = %v, want %v", i, v, want.F32()[i])
+		}
+	}
+	st := tr.Device.Alloc.Stats()
+	if st.NumOOMs != 0 || tr.Splits != 0 || st.ReservedBytes.Peak > ts.Minimum {
+		t.Errorf("%d OOMs, %d splits, reserved peak %d over the budget %d (micro-batch %d)", st.NumOOMs, tr.Splits, st.ReservedBytes.Peak, ts.Minimum, tr.MicroBatch())
+	}
+}

@@ -61,7 +61,8 @@ type Trainer struct {
 	programs map[programKey]*Compiled
 	optBlks  []*device.Block
 	params   []optim.Param
-	step     int64 // steps taken; seeds dropout masks
+	step     int64            // steps taken; seeds dropout masks
+	outs     []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
 	// ownsStore: Close releases the store (trainers made by Setup).
 	ownsStore bool
 }
@@ -243,11 +244,11 @@ func (m gradMode) kind() string {
 // shapes as autodiff leaves it, before any pass of the pipeline: the graph
 // whose node IDs a RecomputeNodes policy names.
 func (t *Trainer) Trace(x, y trace.Meta) (*trace.Graph, error) {
-	return t.trace(x, y, writeGrads)
+	return t.trace(x, y, writeGrads, t.cfg.Outputs)
 }
 
 // trace records the step with gradients going where mode says.
-func (t *Trainer) trace(x, y trace.Meta, mode gradMode) (*trace.Graph, error) {
+func (t *Trainer) trace(x, y trace.Meta, mode gradMode, outputs bool) (*trace.Graph, error) {
 	g := trace.New()
 	err := trace.Capture(func() {
 		xi := g.Input("x", x.DType, x.Shape)
@@ -258,6 +259,9 @@ func (t *Trainer) trace(x, y trace.Meta, mode gradMode) (*trace.Graph, error) {
 			g.Errorf("loss", []*trace.Tensor{loss}, "loss must be a scalar")
 		}
 		g.Output("loss", loss)
+		if outputs {
+			g.Output(OutputName, out)
+		}
 		params := t.Store.Trainable()
 		wrt := make([]*trace.Tensor, len(params))
 		for i, p := range params {
@@ -310,7 +314,7 @@ func (t *Trainer) compile(cfg Config, x, y trace.Meta, mode gradMode) (*Compiled
 	if c, ok := t.programs[key]; ok {
 		return c, nil
 	}
-	g, err := t.trace(x, y, mode)
+	g, err := t.trace(x, y, mode, cfg.Outputs)
 	if err != nil {
 		return nil, err
 	}
@@ -466,6 +470,7 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
 	}
+	t.outs = t.outs[:0]
 	if t.inBackward(len(micro)) {
 		if l, done, err := t.stepInBackward(ctx, micro[0]); done {
 			return l, err
@@ -751,6 +756,9 @@ func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, x, y *tensor.
 	}
 	if !t.Device.HasData() {
 		return math.NaN(), nil
+	}
+	if out, ok := res[OutputName]; ok {
+		t.outs = append(t.outs, out)
 	}
 	return res["loss"].Float64s()[0], nil
 }
