@@ -43,8 +43,10 @@ type Options struct {
 // budget, on a device of its own capped at the plan's capacity. Its Step
 // takes whole batches and splits them into the plan's micro-batches.
 //
-// A Trainer is not safe for concurrent use (as train.Trainer); two
-// Trainers are independent.
+// The plan holds for Step; a configuration set afterwards (SetConfig) or
+// steps taken through the embedded trainer's StepAccumulate with larger
+// micro-batches are outside it. A Trainer is not safe for concurrent use
+// (as train.Trainer); two Trainers are independent.
 type Trainer struct {
 	*train.Trainer
 	// Plan is what Fit chose, and what it was compared with.
