@@ -57,6 +57,10 @@ type Problem struct {
 	// optimizer that updates one parameter at a time (SGD, Adam, AdamW);
 	// with another it changes nothing.
 	OptimizerInBackward bool
+	// Outputs plans steps that keep the model's outputs to their end for
+	// train.Trainer.Outputs (train.Config.Outputs): they count against
+	// the budget.
+	Outputs bool
 }
 
 // Choice is one way to run the step.
@@ -104,6 +108,8 @@ type Choice struct {
 	// (simulated: under a capacity the allocator maps tighter segments, so
 	// a run may fit a budget below its uncapped Reserved).
 	Fits bool
+	// Outputs: the step keeps the model's outputs (Problem.Outputs).
+	Outputs bool
 
 	// Filled in for Result.Best only (Fit's describe): what the precision
 	// and compression do to a full micro-batch.
@@ -119,7 +125,7 @@ func (c Choice) Bytes() int64 { return c.Reserved }
 // where the optimizer runs.
 func (c Choice) Config() train.Config {
 	st, _ := train.StorageOf(c.Compress) // the planner makes only Compression values
-	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward}
+	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward, Outputs: c.Outputs}
 }
 
 // Apply configures tr to run the choice (tr.SetConfig(c.Config())). Step

@@ -161,7 +161,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 	k := 1 + (f.p.Batch-1)/m
 	m = 1 + (f.p.Batch-1)/k
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
-		InBackward: inBackward && f.inBack && k == 1 && s.prec == transform.FP32}
+		InBackward: inBackward && f.inBack && k == 1 && s.prec == transform.FP32, Outputs: f.p.Outputs}
 	switch pol {
 	case RecomputeSelective:
 		c.Remat = transform.CheapOps

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+
+	"github.com/headroom-ml/headroom/internal/env"
 )
 
 //go:generate go run ./internal/mksubset -src /usr/share/datasets/fashion-mnist -out fashionmnist -facts testdata/subset-facts.json -train 2000 -test 500
@@ -23,7 +25,7 @@ const SystemDir = "/usr/share/datasets/fashion-mnist"
 // EnvDir names an environment variable that, when set, points to a directory
 // holding the Fashion-MNIST files (for example a torchvision download's
 // FashionMNIST/raw); it takes precedence over SystemDir.
-const EnvDir = "HEADROOM_FASHION_MNIST"
+const EnvDir = env.FashionMNIST
 
 // Embedded is the Source of datasets loaded from the embedded subset.
 const Embedded = "embedded:dataset/fashionmnist"
@@ -52,7 +54,8 @@ func Subset() fs.FS {
 // lacks some of the files is an error, not a reason to fall back quietly to
 // a thirtieth of the data.
 func Locate() (fsys fs.FS, source string, full bool, err error) {
-	return locate(os.Getenv(EnvDir), SystemDir)
+	dir, _ := env.Lookup(EnvDir)
+	return locate(dir, SystemDir)
 }
 
 // locate is Locate with its inputs explicit, so that tests can take every

@@ -204,6 +204,7 @@ type Allocator struct {
 	seq       uint64
 	stats     Stats
 	hist      history
+	mapped    *mappedSet // the segments mapped, for the cleanup (cleanup.go)
 }
 
 const vaddrBase = 1 << 36
@@ -215,7 +216,9 @@ var errAddressSpace = errors.New("the allocator's address space is used up")
 
 // NewAllocator returns an allocator over src; capacity 0 means unlimited.
 func NewAllocator(src source, capacity int64) *Allocator {
-	return &Allocator{src: src, capacity: capacity, fraction: 1, nextVaddr: vaddrBase, arenas: map[blockID]map[int64]tracked{}}
+	a := &Allocator{src: src, capacity: capacity, fraction: 1, nextVaddr: vaddrBase, arenas: map[blockID]map[int64]tracked{}}
+	a.watch()
+	return a
 }
 
 // Capacity is the device's memory size in bytes (0: unlimited).
@@ -617,6 +620,7 @@ func (a *Allocator) mapSegmentLocked(size int64, k poolKind, retry bool) (blockI
 	if err != nil {
 		return noBlock, err
 	}
+	a.mapped.add(data)
 	a.stats.NumDeviceAlloc++
 	var si int32
 	if n := len(a.freeSegs); n > 0 {
@@ -664,6 +668,7 @@ func (a *Allocator) unmapSegmentLocked(id blockID) {
 	si := a.blocks[id].seg
 	seg := a.segs[si]
 	if seg.data != nil {
+		a.mapped.remove(seg.data)
 		_ = a.src.Unmap(seg.data)
 	}
 	a.stats.NumDeviceFree++

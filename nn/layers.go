@@ -35,7 +35,9 @@ type BatchNorm struct {
 
 // BatchNormOpts are the constructor options of torch.nn.BatchNorm2d that
 // differ from the defaults when set: NoAffine is affine=False, NoTrack is
-// track_running_stats=False. Zero Eps and Momentum mean 1e-5 and 0.1.
+// track_running_stats=False. Zero Eps and Momentum mean 1e-5 and 0.1
+// (PyTorch's defaults), so momentum=0, which PyTorch takes as running
+// statistics that never move, is not expressible here.
 type BatchNormOpts struct {
 	Eps, Momentum     float64
 	NoAffine, NoTrack bool

@@ -341,12 +341,13 @@ func LeakyReLU(x *trace.Tensor, slope float64) *trace.Tensor { return unary(Leak
 // SiLU returns x*sigmoid(x).
 func SiLU(x *trace.Tensor) *trace.Tensor { return unary(SiLUKind, 0, x) }
 
-// GELU returns x*Φ(x); with approximate "tanh" the tanh approximation.
-func GELU(x *trace.Tensor, approximate string) *trace.Tensor {
+// GELU returns x*Φ(x); with GELUTanh the tanh approximation. The zero
+// Approximate is GELUExact.
+func GELU(x *trace.Tensor, approximate Approximate) *trace.Tensor {
 	switch approximate {
-	case "", "none":
+	case "", GELUExact:
 		return unary(GELUKind, 0, x)
-	case "tanh":
+	case GELUTanh:
 		return unary(GELUTanhKind, 0, x)
 	}
 	x.Graph().Errorf("gelu", []*trace.Tensor{x}, "approximate must be 'none' or 'tanh', got %q", approximate)

@@ -2,6 +2,7 @@ package op
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -11,16 +12,9 @@ func init() {
 	register(&CrossEntropyOp{}, &CrossEntropyBackward{}, &PointwiseLoss{Kind: MSEKind}, &PointwiseLoss{Kind: L1Kind}, &PointwiseLossBackward{Kind: MSEKind}, &PointwiseLossBackward{Kind: L1Kind})
 }
 
-// Reductions of a loss, PyTorch's reduction= argument.
-const (
-	ReductionMean = "mean"
-	ReductionSum  = "sum"
-	ReductionNone = "none"
-)
-
 // lossReduction validates a reduction name; "" means "mean", PyTorch's
 // default.
-func lossReduction(g *trace.Graph, name string, in []*trace.Tensor, r string) string {
+func lossReduction(g *trace.Graph, name string, in []*trace.Tensor, r Reduction) Reduction {
 	switch r {
 	case "":
 		return ReductionMean
@@ -32,7 +26,7 @@ func lossReduction(g *trace.Graph, name string, in []*trace.Tensor, r string) st
 }
 
 // lossOutShape is the shape of a loss: a scalar unless the reduction is "none".
-func lossOutShape(reduction string, elem tensor.Shape) tensor.Shape {
+func lossOutShape(reduction Reduction, elem tensor.Shape) tensor.Shape {
 	if reduction == ReductionNone {
 		return elem.Clone()
 	}
@@ -42,19 +36,75 @@ func lossOutShape(reduction string, elem tensor.Shape) tensor.Shape {
 // CrossEntropyOpts are the options of CrossEntropy, PyTorch's keyword
 // arguments of torch.nn.functional.cross_entropy (without class weights).
 //
-// IgnoreIndex is taken literally: the zero value ignores class 0. Start from
-// DefaultCrossEntropyOpts() for PyTorch's defaults (ignore_index=-100,
-// label_smoothing=0, reduction="mean"). An empty Reduction means "mean".
+// The zero value is PyTorch's defaults (ignore_index=-100,
+// label_smoothing=0, reduction="mean"): an unset IgnoreIndex is -100, so
+// CrossEntropyOpts{LabelSmoothing: 0.1} ignores no real class. Set
+// IgnoreIndex with Class, e.g. IgnoreIndex: op.Class(0).
 type CrossEntropyOpts struct {
-	IgnoreIndex    int
-	LabelSmoothing float64 // in [0, 1]
-	Reduction      string  // "mean" (or ""), "sum", "none"
+	IgnoreIndex    ClassIndex
+	LabelSmoothing float64   // in [0, 1]
+	Reduction      Reduction // "mean" (or ""), "sum", "none"
+}
+
+// DefaultIgnoreIndex is PyTorch's ignore_index default, the class an unset
+// CrossEntropyOpts.IgnoreIndex stands for.
+const DefaultIgnoreIndex = -100
+
+// ClassIndex is an optional class index. The zero value is unset: an
+// option of this type then means its documented default, never class 0.
+type ClassIndex struct {
+	i   int
+	set bool
+}
+
+// Class returns the class index c, set.
+func Class(c int) ClassIndex { return ClassIndex{i: c, set: true} }
+
+// Get returns the index and whether it was set.
+func (c ClassIndex) Get() (int, bool) { return c.i, c.set }
+
+// Or returns the index, or def when unset.
+func (c ClassIndex) Or(def int) int {
+	if c.set {
+		return c.i
+	}
+	return def
+}
+
+func (c ClassIndex) String() string {
+	if !c.set {
+		return "unset"
+	}
+	return strconv.Itoa(c.i)
+}
+
+// MarshalJSON writes the index, or null when unset.
+func (c ClassIndex) MarshalJSON() ([]byte, error) {
+	if !c.set {
+		return []byte("null"), nil
+	}
+	return []byte(strconv.Itoa(c.i)), nil
+}
+
+// UnmarshalJSON reads an index, or null for unset.
+func (c *ClassIndex) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*c = ClassIndex{}
+		return nil
+	}
+	i, err := strconv.Atoi(string(b))
+	if err != nil {
+		return fmt.Errorf("op: class index %s: not an integer", b)
+	}
+	*c = Class(i)
+	return nil
 }
 
 // DefaultCrossEntropyOpts returns PyTorch's defaults: ignore_index=-100,
-// label_smoothing=0.0, reduction="mean".
+// label_smoothing=0.0, reduction="mean". It equals the zero value but for
+// IgnoreIndex being set explicitly.
 func DefaultCrossEntropyOpts() CrossEntropyOpts {
-	return CrossEntropyOpts{IgnoreIndex: -100, Reduction: ReductionMean}
+	return CrossEntropyOpts{IgnoreIndex: Class(DefaultIgnoreIndex), Reduction: ReductionMean}
 }
 
 // CrossEntropyOp is log_softmax over the class axis followed by the negative
@@ -74,7 +124,7 @@ func DefaultCrossEntropyOpts() CrossEntropyOpts {
 type CrossEntropyOp struct {
 	IgnoreIndex    int64
 	LabelSmoothing float64
-	Reduction      string // "mean", "sum" or "none"
+	Reduction      Reduction // "mean", "sum" or "none"
 }
 
 func (o *CrossEntropyOp) Name() string { return "cross_entropy" }
@@ -139,7 +189,7 @@ func (o *CrossEntropyOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Ten
 type CrossEntropyBackward struct {
 	IgnoreIndex    int64
 	LabelSmoothing float64
-	Reduction      string
+	Reduction      Reduction
 }
 
 func (o *CrossEntropyBackward) Name() string { return "cross_entropy_backward" }
@@ -186,7 +236,7 @@ func CrossEntropy(logits, target *trace.Tensor, o CrossEntropyOpts) *trace.Tenso
 	if !(o.LabelSmoothing >= 0 && o.LabelSmoothing <= 1) {
 		g.Errorf("cross_entropy", in, "label_smoothing must be between 0.0 and 1.0, got %v", o.LabelSmoothing)
 	}
-	return g.Apply(&CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex), LabelSmoothing: o.LabelSmoothing, Reduction: red}, logits, target)[0]
+	return g.Apply(&CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex.Or(DefaultIgnoreIndex)), LabelSmoothing: o.LabelSmoothing, Reduction: red}, logits, target)[0]
 }
 
 // PointwiseLossKind selects a pointwise regression loss.
@@ -203,7 +253,7 @@ var pointwiseLossNames = [...]string{"mse_loss", "l1_loss"}
 // (same shape and dtype), reduced by Reduction, fused in one pass.
 type PointwiseLoss struct {
 	Kind      PointwiseLossKind
-	Reduction string
+	Reduction Reduction
 }
 
 func (o *PointwiseLoss) Name() string { return pointwiseLossNames[o.Kind] }
@@ -250,7 +300,7 @@ func (o *PointwiseLoss) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tens
 // for "mean"). The target's gradient is its negation.
 type PointwiseLossBackward struct {
 	Kind      PointwiseLossKind
-	Reduction string
+	Reduction Reduction
 }
 
 func (o *PointwiseLossBackward) Name() string { return pointwiseLossNames[o.Kind] + "_backward" }
@@ -280,19 +330,19 @@ func (o *PointwiseLossBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	return metas1(in[1].DType, in[1].Shape), nil
 }
 
-func pointwiseLoss(k PointwiseLossKind, x, target *trace.Tensor, reduction string) *trace.Tensor {
+func pointwiseLoss(k PointwiseLossKind, x, target *trace.Tensor, reduction Reduction) *trace.Tensor {
 	red := lossReduction(x.Graph(), pointwiseLossNames[k], []*trace.Tensor{x, target}, reduction)
 	return Apply1(&PointwiseLoss{Kind: k, Reduction: red}, x, target)
 }
 
 // MSELoss is torch.nn.functional.mse_loss(x, target, reduction=reduction)
 // ("" means "mean"); x and target have the same shape.
-func MSELoss(x, target *trace.Tensor, reduction string) *trace.Tensor {
+func MSELoss(x, target *trace.Tensor, reduction Reduction) *trace.Tensor {
 	return pointwiseLoss(MSEKind, x, target, reduction)
 }
 
 // L1Loss is torch.nn.functional.l1_loss(x, target, reduction=reduction)
 // ("" means "mean"); x and target have the same shape.
-func L1Loss(x, target *trace.Tensor, reduction string) *trace.Tensor {
+func L1Loss(x, target *trace.Tensor, reduction Reduction) *trace.Tensor {
 	return pointwiseLoss(L1Kind, x, target, reduction)
 }

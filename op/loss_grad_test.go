@@ -41,10 +41,10 @@ func TestSoftmaxGradients(t *testing.T) {
 func TestPointwiseLossGradients(t *testing.T) {
 	var cases []gradCase
 	for _, red := range []string{"mean", "sum", "none"} {
-		r := red
+		r := op.Reduction(red)
 		cases = append(cases,
-			gradCase{name: "mse_" + r, shapes: []tensor.Shape{{3, 4}, {3, 4}}, f: bin(func(a, b *trace.Tensor) *trace.Tensor { return op.MSELoss(a, b, r) })},
-			gradCase{name: "l1_" + r, shapes: []tensor.Shape{{3, 4}, {3, 4}}, f: bin(func(a, b *trace.Tensor) *trace.Tensor { return op.L1Loss(a, b, r) })},
+			gradCase{name: "mse_" + red, shapes: []tensor.Shape{{3, 4}, {3, 4}}, f: bin(func(a, b *trace.Tensor) *trace.Tensor { return op.MSELoss(a, b, r) })},
+			gradCase{name: "l1_" + red, shapes: []tensor.Shape{{3, 4}, {3, 4}}, f: bin(func(a, b *trace.Tensor) *trace.Tensor { return op.L1Loss(a, b, r) })},
 		)
 	}
 	runGradCases(t, cases)
@@ -134,17 +134,17 @@ func TestCrossEntropyGradients(t *testing.T) {
 		opts   op.CrossEntropyOpts
 	}{
 		{"mean", tensor.Shape{5, 4}, nil, op.DefaultCrossEntropyOpts()},
-		{"ignore_mean", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, Reduction: "mean"}},
-		{"ignore_sum", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, Reduction: "sum"}},
-		{"ignore_none", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, Reduction: "none"}},
-		{"ls_mean", tensor.Shape{5, 4}, nil, op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.1}},
-		{"ls_ignore_mean", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.1, Reduction: "mean"}},
-		{"ls_ignore_sum", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.1, Reduction: "sum"}},
-		{"ls_ignore_none", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.1, Reduction: "none"}},
-		{"ignore_class", tensor.Shape{6, 3}, &cls, op.CrossEntropyOpts{IgnoreIndex: 2, LabelSmoothing: 0.3}},
-		{"spatial_mean", tensor.Shape{2, 3, 2, 2}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.1}},
-		{"spatial_none", tensor.Shape{2, 3, 2, 2}, &ign, op.CrossEntropyOpts{IgnoreIndex: -100, Reduction: "none"}},
-		{"one_d", tensor.Shape{4}, nil, op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.2, Reduction: "sum"}},
+		{"ignore_mean", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), Reduction: "mean"}},
+		{"ignore_sum", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), Reduction: "sum"}},
+		{"ignore_none", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), Reduction: "none"}},
+		{"ls_mean", tensor.Shape{5, 4}, nil, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.1}},
+		{"ls_ignore_mean", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.1, Reduction: "mean"}},
+		{"ls_ignore_sum", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.1, Reduction: "sum"}},
+		{"ls_ignore_none", tensor.Shape{6, 4}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.1, Reduction: "none"}},
+		{"ignore_class", tensor.Shape{6, 3}, &cls, op.CrossEntropyOpts{IgnoreIndex: op.Class(2), LabelSmoothing: 0.3}},
+		{"spatial_mean", tensor.Shape{2, 3, 2, 2}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.1}},
+		{"spatial_none", tensor.Shape{2, 3, 2, 2}, &ign, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), Reduction: "none"}},
+		{"one_d", tensor.Shape{4}, nil, op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.2, Reduction: "sum"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := ceInputs(rand.New(rand.NewSource(7)), c.shape, c.ignore)
@@ -198,7 +198,7 @@ func TestCrossEntropyValues(t *testing.T) {
 		{"mean", []float64{(1-ls)*sn/float64(cnt) + ls/5*ss/float64(cnt)}},
 	} {
 		y, _, err := check.Eval(func(xs []*trace.Tensor) *trace.Tensor {
-			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: ls, Reduction: c.red})
+			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: ls, Reduction: op.Reduction(c.red)})
 		}, in, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -234,7 +234,7 @@ func TestCrossEntropyTargetOutOfRange(t *testing.T) {
 	for _, bad := range []int64{4, -1, -100} {
 		tg := tensor.FromInt64(tensor.Shape{3}, []int64{0, bad, 2})
 		_, _, err := check.Eval(func(xs []*trace.Tensor) *trace.Tensor {
-			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: 3, Reduction: "sum"})
+			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: op.Class(3), Reduction: "sum"})
 		}, []*tensor.Tensor{x, tg}, nil)
 		if err == nil {
 			t.Fatalf("target %d: expected an error", bad)
@@ -397,10 +397,10 @@ func TestLossKernelsThreadInvariant(t *testing.T) {
 		{"softmax_last", un(func(x *trace.Tensor) *trace.Tensor { return op.Softmax(x, -1) }), []*tensor.Tensor{x}},
 		{"log_softmax_mid", un(func(x *trace.Tensor) *trace.Tensor { return op.LogSoftmax(x, 1) }), []*tensor.Tensor{x}},
 		{"ce_mean", func(xs []*trace.Tensor) *trace.Tensor {
-			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: -100, LabelSmoothing: 0.1})
+			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.1})
 		}, ce},
 		{"ce_spatial_sum", func(xs []*trace.Tensor) *trace.Tensor {
-			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: -100, Reduction: "sum"})
+			return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: op.Class(-100), Reduction: "sum"})
 		}, ceSpatial},
 		{"mse", bin(func(a, b *trace.Tensor) *trace.Tensor { return op.MSELoss(a, b, "mean") }), []*tensor.Tensor{x, y}},
 		{"l1", bin(func(a, b *trace.Tensor) *trace.Tensor { return op.L1Loss(a, b, "sum") }), []*tensor.Tensor{x, y}},

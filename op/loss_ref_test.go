@@ -20,7 +20,7 @@ const lossRefPath = "testdata/loss.safetensors"
 
 func ceRef(ignore int, ls float64, red string) check.Func {
 	return func(xs []*trace.Tensor) *trace.Tensor {
-		return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: ignore, LabelSmoothing: ls, Reduction: red})
+		return op.CrossEntropy(xs[0], xs[1], op.CrossEntropyOpts{IgnoreIndex: op.Class(ignore), LabelSmoothing: ls, Reduction: op.Reduction(red)})
 	}
 }
 
@@ -49,7 +49,7 @@ func lossRefCases() map[string]check.Func {
 		c["ce_ignore_"+red] = ceRef(-100, 0, red)
 		c["ce_ls_"+red] = ceRef(-100, 0.1, red)
 		c["ce_ls_ignore_"+red] = ceRef(-100, 0.1, red)
-		r := red
+		r := op.Reduction(red)
 		c["mse_"+red] = bin(func(a, b *trace.Tensor) *trace.Tensor { return op.MSELoss(a, b, r) })
 		c["l1_"+red] = bin(func(a, b *trace.Tensor) *trace.Tensor { return op.L1Loss(a, b, r) })
 	}

@@ -1,6 +1,7 @@
 package optim
 
 import (
+	"errors"
 	"math"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -9,7 +10,11 @@ import (
 
 // AdamConfig holds the hyperparameters of torch.optim.Adam and AdamW. Start
 // from AdamDefaults or AdamWDefaults: zero is a meaningful value for most
-// fields, so the zero AdamConfig is not PyTorch's default.
+// fields, so the zero AdamConfig is not PyTorch's default. Since a literal
+// such as AdamConfig{LR: 1e-3, WeightDecay: 1e-2} leaves betas and eps at
+// 0 by omission, NewAdam and NewAdamW refuse a configuration with a
+// learning rate whose Beta1, Beta2 and Eps are all 0 (ErrUnsetBetas); set
+// any of them to say the zeros are meant.
 type AdamConfig struct {
 	LR          float64
 	Beta1       float64
@@ -19,6 +24,10 @@ type AdamConfig struct {
 	AMSGrad     bool
 	Maximize    bool
 }
+
+// ErrUnsetBetas is wrapped by the ConfigError NewAdam and NewAdamW return for
+// a configuration with a learning rate and betas and eps all 0.
+var ErrUnsetBetas = errors.New("optim: Adam betas and eps left at zero")
 
 // AdamDefaults returns torch.optim.Adam's defaults: lr 1e-3, betas
 // (0.9, 0.999), eps 1e-8, no weight decay.
@@ -76,6 +85,8 @@ func newAdam(kind string, cfg AdamConfig, decoupled bool) (*Adam, error) {
 		return bad("Invalid beta parameter at index 1: " + pyFloat(cfg.Beta2))
 	case !(cfg.WeightDecay >= 0):
 		return bad("Invalid weight_decay value: " + pyFloat(cfg.WeightDecay))
+	case cfg.LR != 0 && cfg.Beta1 == 0 && cfg.Beta2 == 0 && cfg.Eps == 0:
+		return nil, &ConfigError{Kind: kind, Msg: "betas and eps are all 0, the zero AdamConfig's values, not PyTorch's (0.9, 0.999) and 1e-8: start from AdamDefaults()", Err: ErrUnsetBetas}
 	}
 	return &Adam{cfg: cfg, decoupled: decoupled, state: map[string]*adamState{}}, nil
 }

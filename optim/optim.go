@@ -66,7 +66,10 @@ type AllocFunc func(param, buffer string, n int) ([]float32, error)
 type ConfigError struct {
 	Kind string // "SGD", "Adam", "AdamW", "StepLR", ...
 	Msg  string
+	Err  error // a sentinel such as ErrUnsetBetas, or nil
 }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 func (e *ConfigError) Error() string { return "optim: " + e.Kind + ": " + e.Msg }
 

@@ -47,6 +47,10 @@ type Config struct {
 	// gradient buffers. A step that does not fit in memory is retried on
 	// the usual path, which splits it.
 	OptimizerInBackward bool
+	// Outputs keeps the model's outputs of every step for Trainer.Outputs
+	// (training metrics without a second forward pass). They stay in the
+	// step's arena until its end, which the memory plan counts.
+	Outputs bool
 }
 
 // compress is the storage policy handed to the precision pass: nil when
@@ -66,6 +70,9 @@ func (c Config) String() string {
 	}
 	if c.OptimizerInBackward {
 		s += " in-backward"
+	}
+	if c.Outputs {
+		s += " outputs"
 	}
 	return s
 }

@@ -41,12 +41,17 @@ func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
 // planned: a pure function of the model, cfg and the input shapes (the
 // trainer's own configuration and compiled steps are left as they are).
 func (t *Trainer) PlanConfig(cfg Config, x, y trace.Meta) (MemoryPlan, *Compiled, error) {
+	return t.planConfig(cfg, x, y)
+}
+
+// planConfig is PlanConfig with a MultiModel's extra inputs.
+func (t *Trainer) planConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (MemoryPlan, *Compiled, error) {
 	inBackward := cfg.OptimizerInBackward && t.checkInBackward(cfg, 1) == nil
 	mode := writeGrads
 	if inBackward {
 		mode = gradsToOptimizer
 	}
-	c, err := t.compile(cfg, x, y, mode)
+	c, err := t.compile(cfg, x, y, mode, extra...)
 	if err != nil {
 		return MemoryPlan{}, nil, err
 	}

@@ -1,7 +1,3 @@
-// Package train runs training: it traces a model's step once per input
-// shape signature (a shorter last batch gets its own plan), appends the
-// backward pass, plans memory, executes on a device and applies the
-// optimizer to parameters in device memory.
 package train
 
 import (
@@ -65,7 +61,8 @@ type Trainer struct {
 	programs map[programKey]*Compiled
 	optBlks  []*device.Block
 	params   []optim.Param
-	step     int64 // steps taken; seeds dropout masks
+	step     int64            // steps taken; seeds dropout masks
+	outs     []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
 	// ownsStore: Close releases the store (trainers made by Setup).
 	ownsStore bool
 }
@@ -247,21 +244,24 @@ func (m gradMode) kind() string {
 // shapes as autodiff leaves it, before any pass of the pipeline: the graph
 // whose node IDs a RecomputeNodes policy names.
 func (t *Trainer) Trace(x, y trace.Meta) (*trace.Graph, error) {
-	return t.trace(x, y, writeGrads)
+	return t.trace(x, y, nil, writeGrads, t.cfg.Outputs)
 }
 
 // trace records the step with gradients going where mode says.
-func (t *Trainer) trace(x, y trace.Meta, mode gradMode) (*trace.Graph, error) {
+func (t *Trainer) trace(x, y trace.Meta, extra []trace.Meta, mode gradMode, outputs bool) (*trace.Graph, error) {
 	g := trace.New()
 	err := trace.Capture(func() {
 		xi := g.Input("x", x.DType, x.Shape)
 		yi := g.Input("y", y.DType, y.Shape)
-		out := t.Model.Forward(xi)
+		out := t.forward(g, xi, extra)
 		loss := t.Loss(out, yi)
 		if loss.Shape().NumElements() != 1 {
 			g.Errorf("loss", []*trace.Tensor{loss}, "loss must be a scalar")
 		}
 		g.Output("loss", loss)
+		if outputs {
+			g.Output(OutputName, out)
+		}
 		params := t.Store.Trainable()
 		wrt := make([]*trace.Tensor, len(params))
 		for i, p := range params {
@@ -309,12 +309,12 @@ var ErrSize = tensor.ErrSize
 // compile returns the training step of kind mode compiled under cfg: a
 // function of the model, cfg and the input shapes alone. It allocates
 // nothing. Steps under the trainer's own configuration are cached.
-func (t *Trainer) compile(cfg Config, x, y trace.Meta, mode gradMode) (*Compiled, error) {
-	key := programKey{cfg, signature(mode.kind(), t.Store.Training(), x, y)}
+func (t *Trainer) compile(cfg Config, x, y trace.Meta, mode gradMode, extra ...trace.Meta) (*Compiled, error) {
+	key := programKey{cfg, signature(mode.kind(), t.Store.Training(), append([]trace.Meta{x, y}, extra...)...)}
 	if c, ok := t.programs[key]; ok {
 		return c, nil
 	}
-	g, err := t.trace(x, y, mode)
+	g, err := t.trace(x, y, extra, mode, cfg.Outputs)
 	if err != nil {
 		return nil, err
 	}
@@ -432,7 +432,7 @@ func (t *Trainer) diagnose(ctx context.Context, micro []Batch, step int64, inBac
 				return errors.New("train: no update while diagnosing")
 			})
 		} else {
-			_, err = t.run(ctx, b.X, b.Y, i > 0, 1)
+			_, err = t.run(ctx, b, i > 0, 1)
 		}
 		var nf *exec.NonFiniteError
 		if errors.As(err, &nf) {
@@ -459,7 +459,12 @@ func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error
 }
 
 // Batch is one micro-batch of inputs and targets.
-type Batch struct{ X, Y *tensor.Tensor }
+type Batch struct {
+	X, Y *tensor.Tensor
+	// Inputs are a MultiModel's inputs after the first (X), each with
+	// X's number of samples; nil for a Model of one input.
+	Inputs []*tensor.Tensor
+}
 
 // StepAccumulate runs forward and backward on each micro-batch, adding up
 // their gradients, then one optimizer step: the gradient of the whole batch,
@@ -470,6 +475,7 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
 	}
+	t.outs = t.outs[:0]
 	if t.inBackward(len(micro)) {
 		if l, done, err := t.stepInBackward(ctx, micro[0]); done {
 			return l, err
@@ -663,16 +669,17 @@ func (t *Trainer) stepInBackward(ctx context.Context, b Batch) (loss float64, do
 // runInBackward runs b's step with the optimizer in the backward pass;
 // update applies the optimizer to one parameter.
 func (t *Trainer) runInBackward(ctx context.Context, b Batch, update func(name string, value, grad *tensor.Tensor) error) (float64, error) {
-	p, err := t.InBackwardProgram(trace.Meta{DType: b.X.DType, Shape: b.X.Shape}, trace.Meta{DType: b.Y.DType, Shape: b.Y.Shape})
+	c, err := t.compile(t.cfg, MetaOf(b.X), MetaOf(b.Y), gradsToOptimizer, metasOf(b.Inputs)...)
 	if err != nil {
 		return 0, err
 	}
+	p := c.Program
 	opts := exec.Options{}
 	if t.RunOptions != nil {
 		opts = *t.RunOptions
 	}
 	opts.Update = update
-	return t.runProgram(ctx, p, b.X, b.Y, 1, &opts)
+	return t.runProgram(ctx, p, b, 1, &opts)
 }
 
 // runResilient runs micro-batch b with weight w. If its step does not fit
@@ -680,7 +687,7 @@ func (t *Trainer) runInBackward(ctx context.Context, b Batch, update func(name s
 // one after the other with accumulation, recursively, so the gradient is the
 // same and no progress is lost. It returns b's loss and how many passes ran.
 func (t *Trainer) runResilient(ctx context.Context, b Batch, accumulate bool, w, scale float64) (float64, int, error) {
-	l, err := t.run(ctx, b.X, b.Y, accumulate, w*scale)
+	l, err := t.run(ctx, b, accumulate, w*scale)
 	if err == nil || !errors.Is(err, device.ErrOutOfMemory) || b.X.Shape[0] < 2 {
 		return l, 1, err
 	}
@@ -728,23 +735,26 @@ func (t *Trainer) ReleaseMemory() {
 }
 
 // run executes one forward/backward pass with the given loss seed.
-func (t *Trainer) run(ctx context.Context, x, y *tensor.Tensor, accumulate bool, seed float64) (float64, error) {
+func (t *Trainer) run(ctx context.Context, b Batch, accumulate bool, seed float64) (float64, error) {
 	mode := writeGrads
 	if accumulate {
 		mode = accumulateGrads
 	}
-	c, err := t.compile(t.cfg, trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}, mode)
+	c, err := t.compile(t.cfg, MetaOf(b.X), MetaOf(b.Y), mode, metasOf(b.Inputs)...)
 	if err != nil {
 		return 0, err
 	}
-	return t.runProgram(ctx, c.Program, x, y, seed, t.RunOptions)
+	return t.runProgram(ctx, c.Program, b, seed, t.RunOptions)
 }
 
 // runProgram runs training step p on x and y with the given loss seed.
-func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, x, y *tensor.Tensor, seed float64, opts *exec.Options) (float64, error) {
+func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, b Batch, seed float64, opts *exec.Options) (float64, error) {
 	lossMeta := p.Graph.InputNode(LossScaleInput).Outputs[0].Meta
 	s := tensor.FromFloat64(lossMeta.Shape, []float64{seed}).Convert(lossMeta.DType)
-	feed := map[string]*tensor.Tensor{"x": x, "y": y, LossScaleInput: s}
+	feed := map[string]*tensor.Tensor{"x": b.X, "y": b.Y, LossScaleInput: s}
+	for i, in := range b.Inputs {
+		feed[InputName(i+1)] = in
+	}
 	if p.Graph.InputNode(op.StepInput) != nil {
 		feed[op.StepInput] = tensor.FromInt64(tensor.Shape{1}, []int64{t.step})
 	}
@@ -755,6 +765,9 @@ func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, x, y *tensor.
 	}
 	if !t.Device.HasData() {
 		return math.NaN(), nil
+	}
+	if out, ok := res[OutputName]; ok {
+		t.outs = append(t.outs, out)
 	}
 	return res["loss"].Float64s()[0], nil
 }
@@ -814,6 +827,11 @@ func Split(b Batch, k int) ([]Batch, error) {
 	if b.Y.Shape[0] != n {
 		return nil, fmt.Errorf("train: inputs have %d samples, targets %d", n, b.Y.Shape[0])
 	}
+	for i, in := range b.Inputs {
+		if len(in.Shape) == 0 || in.Shape[0] != n {
+			return nil, fmt.Errorf("train: input 0 has %d samples, input %d shape %v", n, i+1, in.Shape)
+		}
+	}
 	out := make([]Batch, 0, k)
 	start := 0
 	for i := 0; i < k; i++ {
@@ -821,7 +839,11 @@ func Split(b Batch, k int) ([]Batch, error) {
 		if i < n%k {
 			size++
 		}
-		out = append(out, Batch{X: rows(b.X, start, start+size), Y: rows(b.Y, start, start+size)})
+		mb := Batch{X: rows(b.X, start, start+size), Y: rows(b.Y, start, start+size)}
+		for _, in := range b.Inputs {
+			mb.Inputs = append(mb.Inputs, rows(in, start, start+size))
+		}
+		out = append(out, mb)
 		start += size
 	}
 	return out, nil

@@ -2,9 +2,9 @@ package transform
 
 import (
 	"fmt"
-	"os"
 	"sort"
 
+	"github.com/headroom-ml/headroom/internal/env"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -57,11 +57,12 @@ func fuseProducer(o trace.Op) bool { return op.TraitsOf(o).Fusion == op.FuseProd
 // checkpoint region: nothing crosses a region or the forward and backward
 // boundary. Run it last, after Rematerialize and ApplyPrecision.
 //
-// HEADROOM_FUSE=0 in the environment turns it off (for comparisons).
+// HEADROOM_FUSE=0 in the environment turns it off (for comparisons); a
+// value that is not a switch (internal/env.Bool) is an error.
 func Fuse(g *trace.Graph) (*trace.Graph, FuseStats, error) {
 	st := FuseStats{Patterns: map[string]int{}}
-	if os.Getenv("HEADROOM_FUSE") == "0" {
-		return g, st, nil
+	if on, err := env.Bool(env.Fuse, true); err != nil || !on {
+		return g, st, err
 	}
 	f := newFuser(g)
 	f.findGroups()

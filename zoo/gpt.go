@@ -210,7 +210,7 @@ func (blk *GPTBlock) manualAttention(q, k, v *trace.Tensor) *trace.Tensor {
 func GPTLoss(logits, targets *trace.Tensor) *trace.Tensor {
 	v := logits.Dim(-1)
 	o := op.DefaultCrossEntropyOpts()
-	o.IgnoreIndex = -1
+	o.IgnoreIndex = op.Class(-1)
 	return op.CrossEntropy(op.Reshape(logits, tensor.Shape{-1, v}), op.Reshape(targets, tensor.Shape{-1}), o)
 }
 

@@ -139,10 +139,10 @@ var opCases = []opCase{
 		x, y := in(g, "x", dt, 6, 5, 3), g.Input("y", tensor.Int64, tensor.Shape{6, 3})
 		for _, o := range []op.CrossEntropyOpts{
 			op.DefaultCrossEntropyOpts(),
-			{IgnoreIndex: 2, LabelSmoothing: 0.1, Reduction: op.ReductionSum},
-			{IgnoreIndex: -100, LabelSmoothing: 0.3, Reduction: op.ReductionNone},
+			{IgnoreIndex: op.Class(2), LabelSmoothing: 0.1, Reduction: op.ReductionSum},
+			{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.3, Reduction: op.ReductionNone},
 		} {
-			ce := &op.CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex), LabelSmoothing: o.LabelSmoothing, Reduction: o.Reduction}
+			ce := &op.CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex.Or(op.DefaultIgnoreIndex)), LabelSmoothing: o.LabelSmoothing, Reduction: o.Reduction}
 			outs := g.Apply(ce, x, y)
 			name := fmt.Sprintf("%s_ls%v", o.Reduction, o.LabelSmoothing)
 			g.Output(name, outs[0])

@@ -3,9 +3,8 @@
 package gemm
 
 import (
-	"os"
-
 	"github.com/headroom-ml/headroom/internal/cpuid"
+	"github.com/headroom-ml/headroom/internal/env"
 )
 
 // sgemmKernel6x16 is the AVX2+FMA micro-kernel in kernel_amd64.s. It reads
@@ -75,7 +74,7 @@ func asmKernels() []*kernel[float32] {
 func init() {
 	ks := append(asmKernels(), kernGo32)
 	sgemmKern = ks[0]
-	if name := os.Getenv(kernelEnv); name != "" {
+	if name, ok := env.Lookup(kernelEnv); ok {
 		for _, k := range ks {
 			if k.name == name {
 				sgemmKern = k

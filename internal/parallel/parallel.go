@@ -14,18 +14,19 @@ package parallel
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/headroom-ml/headroom/internal/env"
 )
 
 // EnvThreads is the environment variable read at start-up for the default
 // number of threads.
-const EnvThreads = "HEADROOM_NUM_THREADS"
+const EnvThreads = env.NumThreads
 
 var (
 	threads atomic.Int64 // configured thread count, >= 1
@@ -44,7 +45,7 @@ var envErr error
 
 func init() {
 	n := runtime.GOMAXPROCS(0)
-	if s := os.Getenv(EnvThreads); s != "" { // empty is unset, as for other variables
+	if s, ok := env.Lookup(EnvThreads); ok {
 		v, err := ParseThreads(s)
 		if err != nil {
 			envErr = fmt.Errorf("$%s: %w", EnvThreads, err)

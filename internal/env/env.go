@@ -1,0 +1,97 @@
+// Package env is the one place headroom reads its environment variables:
+// every knob is listed here with what it does, and read through a typed
+// accessor that says what is wrong with a bad value instead of ignoring it.
+// The packages a knob configures call these accessors; nothing else in the
+// module calls os.Getenv for a HEADROOM_ variable (test-only switches
+// aside).
+package env
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The knobs.
+const (
+	// NumThreads is the default number of threads CPU kernels split loops
+	// across (a positive integer; default: all cores). Read by
+	// internal/parallel at start-up.
+	NumThreads = "HEADROOM_NUM_THREADS"
+	// Fuse turns the fusion pass off when false ("0"), for comparisons.
+	// Read by transform.Fuse on every call.
+	Fuse = "HEADROOM_FUSE"
+	// SGEMMKernel names the float32 matrix-multiply kernel to use (avx512,
+	// avx2, go); an unknown or unsupported name keeps the best one. Read
+	// by internal/gemm at start-up.
+	SGEMMKernel = "HEADROOM_SGEMM_KERNEL"
+	// FashionMNIST is a directory holding the Fashion-MNIST IDX files.
+	// Read by dataset.Locate.
+	FashionMNIST = "HEADROOM_FASHION_MNIST"
+)
+
+// Knobs lists every knob with a one-line description (for help texts).
+var Knobs = []struct{ Name, Doc string }{
+	{NumThreads, "threads for CPU kernels, a positive integer (default: all cores)"},
+	{Fuse, "0 turns off the fusion of elementwise ops"},
+	{SGEMMKernel, "float32 matrix-multiply kernel: avx512, avx2 or go (default: the best this CPU runs)"},
+	{FashionMNIST, "directory with the Fashion-MNIST IDX files"},
+}
+
+// ErrValue is matched by errors.Is for every value refused.
+var ErrValue = errors.New("invalid environment value")
+
+// Error is a variable whose value is not of the kind its knob wants.
+type Error struct {
+	Name, Value string
+	Want        string // what it should be, e.g. "a positive integer"
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("$%s=%q: want %s", e.Name, e.Value, e.Want)
+}
+
+func (e *Error) Is(t error) bool { return t == ErrValue }
+
+// Lookup returns the variable's value; an empty value is unset, as for
+// the other variables headroom reads.
+func Lookup(name string) (string, bool) {
+	v := os.Getenv(name)
+	return v, v != ""
+}
+
+// Int returns the variable as an integer of at least lo, or def when it
+// is unset.
+func Int(name string, def, lo int) (int, error) {
+	s, ok := Lookup(name)
+	if !ok {
+		return def, nil
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || v < lo {
+		want := fmt.Sprintf("an integer of at least %d", lo)
+		if lo == 1 {
+			want = "a positive integer"
+		}
+		return def, &Error{Name: name, Value: s, Want: want}
+	}
+	return v, nil
+}
+
+// Bool returns the variable as a switch, or def when it is unset:
+// 1, true, on and yes are true; 0, false, off and no are false (any case).
+func Bool(name string, def bool) (bool, error) {
+	s, ok := Lookup(name)
+	if !ok {
+		return def, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "on", "yes":
+		return true, nil
+	case "0", "false", "off", "no":
+		return false, nil
+	}
+	return def, &Error{Name: name, Value: s, Want: "0 or 1 (false or true)"}
+}
