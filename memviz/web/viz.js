@@ -5,7 +5,13 @@
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = id => document.getElementById(id);
 const W = 960, H = 320, LEFT = 80, RIGHT = 10, TOP = 10, BOTTOM = 30;
-let summary = null, device = null, points = [];
+let summary = null, device = null, points = [], detail = 0;
+// zoom: the shown range of the timeline's points, inclusive
+let zoom = null;
+// The page's state can be given in the URL's hash (#event=N&detail=K&zoom=A-B),
+// so that a view can be linked to (and tested).
+const hashArgs = new URLSearchParams(location.hash.slice(1));
+if (hashArgs.has('detail')) detail = Number(hashArgs.get('detail')) || 0;
 
 // fmt prints bytes as device.FormatBytes does: "1.50 MiB", "512 B".
 function fmt(n) {
@@ -48,8 +54,10 @@ function fail(err) {
 }
 
 async function load() {
-  const q = device === null ? '' : '?device=' + device;
-  summary = await getJSON('/api/summary' + q);
+  const q = new URLSearchParams();
+  if (device !== null) q.set('device', device);
+  if (detail) q.set('detail', detail);
+  summary = await getJSON('/api/summary?' + q);
   device = summary.device;
   render();
 }
@@ -57,8 +65,10 @@ async function load() {
 function render() {
   const s = summary;
   $('file').textContent = s.file;
-  let meta = `${s.source === 'headroom' ? "headroom's" : "PyTorch's"} snapshot, ${s.events} events` +
-      `, timeline stacked by ${s.mode}`;
+  // The count the file has; what the page shows after merging, said as such.
+  let meta = `${s.source === 'headroom' ? "headroom's" : "PyTorch's"} snapshot, ${s.file_events} events in the file`;
+  if (s.merged) meta += ` (${s.merged} free_requested and free_completed pairs shown as one free each: ${s.events} events shown)`;
+  meta += `, timeline stacked by ${s.mode}`;
   if (s.headroom) {
     meta += `; ${s.headroom.device} device` + (s.headroom.limit ? `, limit ${fmt(s.headroom.limit)}` : '');
   }
@@ -68,7 +78,7 @@ function render() {
     $('device-label').hidden = false;
     const sel = $('device');
     sel.replaceChildren(...s.devices.map(d => el('option', d === s.device ? {value: d, selected: ''} : {value: d}, d)));
-    sel.onchange = () => { device = Number(sel.value); load().catch(fail); };
+    sel.onchange = () => { device = Number(sel.value); zoom = null; listFrom = -1; load().catch(fail); };
   }
   $('peak-total').textContent = fmt(s.peak.total);
   $('peak-total').setAttribute('data-bytes', s.peak.total);
@@ -79,39 +89,103 @@ function render() {
       `(the allocator's peak statistics say ${fmt(ap)}: they were reset after this peak, or the history does not reach back to theirs)`;
     p.setAttribute('data-bytes', ap);
   }
+  ooms(s);
+  const dl = $('detail');
+  $('detail-label').hidden = s.mode !== 'allocation';
+  if (s.mode === 'allocation') {
+    dl.value = s.detail;
+    dl.setAttribute('value', s.detail);
+    dl.onchange = () => { detail = Math.max(1, Number(dl.value) || 1); load().catch(fail); };
+  }
+  const n = s.timeline.index.length;
+  if (!zoom) {
+    zoom = [0, Math.max(0, n - 1)];
+    const z = /^(\d+)-(\d+)$/.exec(hashArgs.get('zoom') || '');
+    if (z) setZoom(eventPoint(Number(z[1])), eventPoint(Number(z[2])), false);
+  }
+  $('zoom-reset').onclick = () => setZoom(0, n - 1);
   drawTimeline(s.timeline, s.peak);
+  drawMinimap(s.timeline);
   peakTable(s);
   largestTable(s.largest, s.mode);
-  const last = Math.max(0, s.events - 1);
+  const lastEv = Math.max(0, s.events - 1);
   for (const id of ['event-slider', 'event-input']) {
     const i = $(id);
-    i.max = last;
+    i.max = lastEv;
     i.value = s.peak.event;
-    i.oninput = () => select(Number(i.value));
+    i.oninput = () => select(Number(i.value), true);
   }
   $('goto-peak').onclick = () => select(s.peak.event);
-  select(s.peak.event);
+  const start = hashArgs.has('event') ? Number(hashArgs.get('event')) : s.peak.event;
+  select(start, hashArgs.has('event'));
+}
+
+// ooms says first what went wrong: the out-of-memory events, each with
+// the request refused and what the device had free.
+function ooms(s) {
+  const p = $('oom-summary'), list = $('oom-list');
+  p.hidden = list.hidden = !s.oom_count;
+  p.setAttribute('data-count', s.oom_count);
+  list.replaceChildren();
+  if (!s.oom_count) return;
+  p.textContent = `${s.oom_count} out-of-memory event${s.oom_count > 1 ? 's' : ''}` +
+      (s.oom_count > s.ooms.length ? ` (the first ${s.ooms.length} listed)` : '') + ':';
+  for (const o of s.ooms) {
+    const free = o.device_free < 0 ? 'no limit' : o.device_free ? fmt(o.device_free) + ' free' : 'free memory not recorded';
+    const li = el('li', {'data-event': o.event, 'data-requested': o.requested, 'data-device-free': o.device_free},
+      `event ${o.event}: ${fmt(o.requested)} requested, ${free}, ${fmt(o.active)} active` + (o.where ? `, asked by ${o.where}` : ''));
+    const a = el('a', {href: '#event=' + o.event}, ' show');
+    a.onclick = ev => { ev.preventDefault(); select(o.event, true); };
+    li.append(a);
+    list.append(li);
+  }
+}
+
+// eventPoint: the timeline's point that shows event i.
+function eventPoint(i) {
+  const k = points.length ? points.findIndex(p => p >= i) : summary.timeline.index.findIndex(p => p >= i);
+  return k < 0 ? summary.timeline.index.length - 1 : k;
+}
+
+function setZoom(a, b, redraw = true) {
+  const n = summary.timeline.index.length;
+  a = Math.max(0, Math.min(a, n - 1));
+  b = Math.max(0, Math.min(b, n - 1));
+  if (a > b) [a, b] = [b, a];
+  if (b === a && n > 1) { if (b < n - 1) b++; else a--; }
+  zoom = [a, b];
+  if (redraw) {
+    drawTimeline(summary.timeline, summary.peak);
+    drawMinimap(summary.timeline);
+    select(Number($('event-input').value));
+  }
 }
 
 function drawTimeline(t, peak) {
   const svg = $('timeline');
   svg.replaceChildren();
-  const n = t.index.length;
-  const maxY = Math.max(1, ...t.total);
+  const all = t.index.length;
+  const [z0, z1] = zoom || [0, Math.max(0, all - 1)];
+  const n = all ? z1 - z0 + 1 : 0;
+  const shown = t.total.slice(z0, z1 + 1);
+  const maxY = Math.max(1, ...shown);
   const pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
-  const x = k => LEFT + (n > 1 ? k * pw / (n - 1) : 0);
+  const x = k => LEFT + (n > 1 ? (k - z0) * pw / (n - 1) : 0);
   const y = v => TOP + ph - v * ph / maxY;
   points = t.index;
-  const xs = n > 1 ? t.index.map((_, k) => x(k)) : [LEFT, LEFT + pw];
-  const at = k => Math.min(k, n - 1);
+  const ks = [];
+  for (let k = z0; k <= z1 && all; k++) ks.push(k);
+  const xs = n > 1 ? ks.map(k => x(k)) : [LEFT, LEFT + pw];
+  const at = j => ks[Math.min(j, ks.length - 1)];
   const g = el('svg:g', {id: 'series'});
-  const bottom = new Array(n).fill(0);
+  const bottom = new Array(all).fill(0);
   for (const s of t.series) {
     const top = bottom.map((b, k) => b + s.values[k]);
-    const up = xs.map((xv, k) => `${xv.toFixed(1)},${y(top[at(k)]).toFixed(1)}`);
-    const down = xs.map((xv, k) => `${xv.toFixed(1)},${y(bottom[at(k)]).toFixed(1)}`).reverse();
+    const up = xs.map((xv, j) => `${xv.toFixed(1)},${y(top[at(j)]).toFixed(1)}`);
+    const down = xs.map((xv, j) => `${xv.toFixed(1)},${y(bottom[at(j)]).toFixed(1)}`).reverse();
     const poly = el('svg:polygon', {'data-key': s.key, fill: s.color, points: up.concat(down).join(' ')});
     poly.append(el('svg:title', {}, s.label));
+    poly.onclick = () => side(s.label, s.stack ? '' : 'no stack recorded for this band', s.stack || '', {key: s.key});
     g.append(poly);
     top.forEach((v, k) => { bottom[k] = v; });
   }
@@ -123,22 +197,120 @@ function drawTimeline(t, peak) {
   }
   axis.append(el('svg:line', {x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph, stroke: '#888'}));
   axis.append(el('svg:line', {x1: LEFT, x2: W - RIGHT, y1: TOP + ph, y2: TOP + ph, stroke: '#888'}));
-  const last = n ? t.index[n - 1] : 0;
-  axis.append(el('svg:text', {x: LEFT, y: H - 8}, 'event 0'));
+  const first = n ? t.index[z0] : 0, last = n ? t.index[z1] : 0;
+  axis.append(el('svg:text', {x: LEFT, y: H - 8}, 'event ' + first));
   axis.append(el('svg:text', {x: W - RIGHT, y: H - 8, 'text-anchor': 'end'}, 'event ' + last));
   svg.append(axis);
+  $('zoom-range').textContent = n && (z0 > 0 || z1 < all - 1) ? `events ${first} to ${last} of ${summary.events}` : '';
+  $('zoom-reset').hidden = !(z0 > 0 || z1 < all - 1);
+  const marks = el('svg:g', {id: 'oom-marks'});
+  for (const o of summary.ooms) {
+    const k = eventPoint(o.event);
+    if (k < z0 || k > z1) continue;
+    const ox = x(k);
+    const line = el('svg:line', {class: 'oomline', 'data-event': o.event, x1: ox, x2: ox, y1: TOP, y2: TOP + ph});
+    line.append(el('svg:title', {}, `out of memory at event ${o.event}: ${fmt(o.requested)} requested`));
+    marks.append(line);
+    marks.append(el('svg:text', {class: 'axis oom', x: ox + 3, y: TOP + ph - 4, fill: '#b00'}, 'OOM'));
+  }
+  svg.append(marks);
   const pk = Math.max(0, t.index.indexOf(peak.event));
-  const px = n > 1 ? x(pk) : LEFT;
-  svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
-  svg.append(el('svg:text', {class: 'axis', x: px + 4, y: TOP + 12}, 'peak ' + fmt(peak.total)));
-  svg.append(el('svg:line', {id: 'cursor', class: 'cursor', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
+  if (pk >= z0 && pk <= z1) {
+    const px = n > 1 ? x(pk) : LEFT;
+    svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
+    svg.append(el('svg:text', {class: 'axis', x: px + 4, y: TOP + 12}, 'peak ' + fmt(peak.total)));
+  }
+  svg.append(el('svg:line', {id: 'cursor', class: 'cursor', x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph}));
   svg.onclick = ev => {
     const r = svg.getBoundingClientRect();
     const vx = (ev.clientX - r.left) * W / r.width;
-    const k = Math.round((vx - LEFT) * (n - 1) / pw);
-    if (n) select(t.index[Math.max(0, Math.min(n - 1, k))]);
+    const k = z0 + Math.round((vx - LEFT) * (n - 1) / pw);
+    if (n) select(t.index[Math.max(z0, Math.min(z1, k))], true);
   };
 }
+
+// drawMinimap draws the whole history small, with the zoomed range as a
+// brush: dragging across it zooms the timeline to what was dragged over.
+function drawMinimap(t) {
+  const svg = $('minimap'), MH = 50, all = t.index.length;
+  svg.replaceChildren();
+  const pw = W - LEFT - RIGHT, maxY = Math.max(1, ...t.total);
+  const x = k => LEFT + (all > 1 ? k * pw / (all - 1) : 0);
+  const pts = t.total.map((v, k) => `${x(k).toFixed(1)},${(MH - 2 - v * (MH - 6) / maxY).toFixed(1)}`);
+  svg.append(el('svg:polyline', {points: pts.join(' '), fill: 'none', stroke: '#555'}));
+  const [z0, z1] = zoom;
+  const brush = el('svg:rect', {id: 'brush', class: 'brush', x: x(z0), y: 1, width: Math.max(2, x(z1) - x(z0)), height: MH - 2,
+    'data-from': t.index[z0], 'data-to': t.index[z1]});
+  svg.append(brush);
+  const toK = ev => {
+    const r = svg.getBoundingClientRect();
+    const vx = (ev.clientX - r.left) * W / r.width;
+    return Math.max(0, Math.min(all - 1, Math.round((vx - LEFT) * (all - 1) / pw)));
+  };
+  let from = null;
+  svg.onpointerdown = ev => { from = toK(ev); svg.setPointerCapture(ev.pointerId); };
+  svg.onpointermove = ev => {
+    if (from === null) return;
+    const k = toK(ev);
+    brush.setAttribute('x', x(Math.min(from, k)));
+    brush.setAttribute('width', Math.max(2, Math.abs(x(k) - x(from))));
+  };
+  svg.onpointerup = ev => {
+    if (from === null) return;
+    const k = toK(ev), a = from;
+    from = null;
+    if (a === k) { // a click: centre the zoomed range there
+      const half = Math.floor((zoom[1] - zoom[0]) / 2);
+      setZoom(k - half, k - half + (zoom[1] - zoom[0]));
+    } else setZoom(a, k);
+  };
+}
+
+// side shows what is selected: a band's or an event's stack (or module path).
+function side(title, desc, stack, attrs) {
+  $('side-title').textContent = title;
+  $('side-desc').textContent = desc;
+  $('side-stack').textContent = stack;
+  const a = $('side');
+  for (const k of ['data-key', 'data-event']) a.removeAttribute(k);
+  for (const [k, v] of Object.entries(attrs || {})) a.setAttribute('data-' + k, v);
+}
+
+// The event list: a page of events around the selected one, selected with
+// a click or the arrow keys.
+let listFrom = -1, listRows = [];
+async function eventList(i = 0) {
+  const PAGE = 200, from = Math.floor(i / PAGE) * PAGE;
+  if (from === listFrom) return markSelected(i);
+  listFrom = from;
+  const ev = await getJSON(`/api/events?device=${summary.device}&from=${from}`).catch(fail);
+  if (!ev || listFrom !== from) return;
+  listRows = ev.rows;
+  const ul = $('event-list');
+  ul.replaceChildren(...ev.rows.map(r => {
+    const li = el('li', {role: 'option', 'data-event': r.index, 'aria-selected': 'false', class: r.action === 'oom' ? 'oom' : ''},
+      `${r.desc} → ${fmt(r.active)} active`);
+    li.onclick = () => select(r.index, true);
+    return li;
+  }));
+  $('event-list-range').textContent = ev.rows.length ? `${ev.rows[0].index} to ${ev.rows[ev.rows.length - 1].index} of ${ev.events}` : '(none recorded)';
+  markSelected(Number($('event-input').value)); // the selection may have moved while the page loaded
+}
+function markSelected(i) {
+  const ul = $('event-list');
+  for (const li of ul.children) {
+    const on = Number(li.getAttribute('data-event')) === i;
+    li.setAttribute('aria-selected', on);
+    // scroll the list only, not the page
+    if (on) ul.scrollTop = Math.max(0, li.offsetTop - ul.offsetTop - ul.clientHeight / 2);
+  }
+}
+$('event-list').onkeydown = ev => {
+  const cur = Number($('event-input').value), step = {ArrowDown: 1, ArrowUp: -1, PageDown: 20, PageUp: -20}[ev.key];
+  if (step === undefined) return;
+  ev.preventDefault();
+  select(cur + step, true);
+};
 
 // niceStep: a tick step of 1, 2 or 5 times a power of ten of bytes, KiB,
 // MiB or GiB that gives about four ticks.
@@ -180,7 +352,9 @@ function largestTable(list) {
 }
 
 let pending = 0;
-async function select(i) {
+// select shows the state after event i; shown (a choice of the user's)
+// also puts the event in the side pane.
+async function select(i, shown) {
   const s = summary;
   i = Math.max(0, Math.min(i, Math.max(0, s.events - 1)));
   $('event-slider').value = i;
@@ -188,12 +362,20 @@ async function select(i) {
   const n = points.length;
   let k = points.findIndex(p => p >= i);
   if (k < 0) k = n - 1;
-  const cx = n > 1 ? LEFT + k * (W - LEFT - RIGHT) / (n - 1) : LEFT;
+  const [z0, z1] = zoom;
   const c = $('cursor');
-  if (c) { c.setAttribute('x1', cx); c.setAttribute('x2', cx); }
+  if (c) {
+    const cx = z1 > z0 ? LEFT + (k - z0) * (W - LEFT - RIGHT) / (z1 - z0) : LEFT;
+    c.setAttribute('x1', cx); c.setAttribute('x2', cx);
+    c.setAttribute('visibility', k >= z0 && k <= z1 ? 'visible' : 'hidden');
+  }
+  eventList(i);
   const ticket = ++pending;
   const st = await getJSON(`/api/state?device=${s.device}&event=${i}`).catch(fail);
-  if (st && ticket === pending) drawState(st);
+  if (st && ticket === pending) {
+    drawState(st);
+    if (shown) side('Event ' + st.event, st.desc, st.stack || 'no stack recorded', {event: st.event});
+  }
 }
 
 function drawState(st) {
