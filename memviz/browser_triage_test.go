@@ -1,6 +1,7 @@
 package memviz_test
 
 import (
+	"bytes"
 	"regexp"
 	"strconv"
 	"strings"
@@ -119,5 +120,41 @@ func TestBrowserZoom(t *testing.T) {
 	attr, _ = elem(t, dom, "peak-line")
 	if attr["x1"] != "660" {
 		t.Errorf("peak line at x %q, want 660 (80 + 4/6 of 870)", attr["x1"])
+	}
+}
+
+// The SVG export draws the page's numbers: each band's points in the SVG
+// are the page's, for PyTorch's reference snapshot.
+func TestBrowserSVGMatchesPage(t *testing.T) {
+	chromium(t)
+	s, err := memviz.ReadFile("testdata/torch_2x.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := dumpDOM(t, serve(t, "torch_2x.pickle", s))
+	_, body := elem(t, dom, "series")
+	page := map[string]string{}
+	var order []string
+	for _, p := range regexp.MustCompile(`<polygon([^>]*)>`).FindAllStringSubmatch(body, -1) {
+		a := attributes(p[1])
+		page[a["data-key"]] = a["points"]
+		order = append(order, a["data-key"])
+	}
+	var buf bytes.Buffer
+	if err := analyze(t, s).Summary("torch_2x.pickle").WriteSVG(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range svgElems(t, buf.Bytes()) {
+		if e.name != "polygon" {
+			continue
+		}
+		got = append(got, e.attr["data-key"])
+		if e.attr["points"] != page[e.attr["data-key"]] {
+			t.Errorf("band %s: SVG %q, page %q", e.attr["data-key"], e.attr["points"], page[e.attr["data-key"]])
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(order, " ") || len(got) != 11 {
+		t.Errorf("SVG bands %v, page's %v", got, order)
 	}
 }
