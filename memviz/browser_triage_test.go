@@ -158,3 +158,41 @@ func TestBrowserSVGMatchesPage(t *testing.T) {
 		t.Errorf("SVG bands %v, page's %v", got, order)
 	}
 }
+
+// longHistory is n allocations of 1 KiB, then each freed: a history of 2n
+// events whose active bytes after event i are known (i+1 KiB, then down).
+func longHistory(n int) *memviz.Snapshot {
+	var tr []memviz.Event
+	for i := range n {
+		tr = append(tr, memviz.Event{Action: "alloc", Addr: int64(1<<20 + 4096*i), Size: 1024})
+	}
+	for i := range n {
+		tr = append(tr, memviz.Event{Action: "free", Addr: int64(1<<20 + 4096*i), Size: 1024})
+	}
+	return &memviz.Snapshot{Source: memviz.SourcePyTorch, Traces: [][]memviz.Event{tr}}
+}
+
+// Zoomed into a history longer than the summary's points, the page draws
+// every event of the range (from /api/timeline), not the summary's sparse
+// points in it.
+func TestBrowserZoomLongHistory(t *testing.T) {
+	chromium(t)
+	dom := dumpDOM(t, serve(t, "long.pickle", longHistory(2500))+"#zoom=100-199")
+	if _, text := elem(t, dom, "zoom-range"); text != "events 100 to 199 of 5000" {
+		t.Errorf("zoom says %q", text)
+	}
+	_, body := elem(t, dom, "series")
+	polys := regexp.MustCompile(`<polygon([^>]*)>`).FindAllStringSubmatch(body, -1)
+	if len(polys) == 0 {
+		t.Fatal("no bands")
+	}
+	for _, p := range polys {
+		if n := len(strings.Fields(attributes(p[1])["points"])); n != 2*100 {
+			t.Errorf("band %s has %d points, want 200 (100 events, top and bottom)", attributes(p[1])["data-key"], n)
+		}
+	}
+	attr, _ := elem(t, dom, "brush")
+	if attr["data-from"] != "100" || attr["data-to"] != "199" {
+		t.Errorf("brush from %q to %q", attr["data-from"], attr["data-to"])
+	}
+}

@@ -25,6 +25,7 @@ var webFiles embed.FS
 //	GET /                          the page (index.html, viz.js, viz.css)
 //	GET /api/summary?device=D&detail=K Summary: timeline, peak, largest allocations
 //	GET /api/events?device=D&from=N Events: the event list, a page from event N
+//	GET /api/timeline?device=D&from=A&to=B&detail=K Timeline of events A to B (zoomed)
 //	GET /api/state?device=D&event=N State: segments and blocks after event N
 type Server struct {
 	name string
@@ -88,6 +89,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		writeJSON(w, a.SummaryDetail(s.name, detail))
+	case "/api/timeline":
+		a, err := s.analysis(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		var v [3]int
+		for k, name := range []string{"from", "to", "detail"} {
+			if v[k], err = strconv.Atoi(cmp.Or(r.URL.Query().Get(name), "0")); err != nil {
+				http.Error(w, name+" must be an integer", http.StatusBadRequest)
+				return
+			}
+		}
+		writeJSON(w, a.TimelineRange(v[0], v[1], v[2]))
 	case "/api/events":
 		a, err := s.analysis(r)
 		if err != nil {

@@ -2,6 +2,7 @@ package memviz_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -137,5 +138,31 @@ func TestEventsAndStacks(t *testing.T) {
 	}
 	if !strings.Contains(sum.Timeline.Series[0].Stack, ".py:") {
 		t.Errorf("band %s has stack %q", sum.Timeline.Series[0].Key, sum.Timeline.Series[0].Stack)
+	}
+}
+
+// A range of a long history has every event when it fits in MaxPoints,
+// with the known totals; a longer range keeps its largest point.
+func TestTimelineRange(t *testing.T) {
+	a := analyze(t, longHistory(2500))
+	tl := a.TimelineRange(199, 100, 0) // reversed: the same range
+	if len(tl.Index) != 100 || tl.Index[0] != 100 || tl.Index[99] != 199 {
+		t.Fatalf("range 100-199: %d points from %v", len(tl.Index), tl.Index[:1])
+	}
+	for k, i := range tl.Index {
+		if tl.Total[k] != int64(i+1)*1024 {
+			t.Fatalf("after event %d: %d, want %d", i, tl.Total[k], (i+1)*1024)
+		}
+		var sum int64
+		for _, s := range tl.Series {
+			sum += s.Values[k]
+		}
+		if sum != tl.Total[k] {
+			t.Fatalf("after event %d bands add up to %d, total %d", i, sum, tl.Total[k])
+		}
+	}
+	tl = a.TimelineRange(-5, 1<<40, 3)
+	if len(tl.Index) != memviz.MaxPoints || len(tl.Series) != 4 || !slices.Contains(tl.Index, 2499) {
+		t.Errorf("whole history: %d points, %d bands, peak (event 2499) shown: %v", len(tl.Index), len(tl.Series), slices.Contains(tl.Index, 2499))
 	}
 }

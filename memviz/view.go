@@ -511,20 +511,25 @@ func (a *Analysis) sweepTotals() {
 }
 
 // samples picks the event indices the timeline shows.
-func (a *Analysis) samples() []int {
-	np := len(a.totals)
+func (a *Analysis) samples() []int { return a.samplesIn(0, len(a.totals)-1) }
+
+// samplesIn picks at most MaxPoints event indices of [lo, hi]: every one
+// when they fit, else each of MaxPoints runs of consecutive events by its
+// event of most memory (so the range's peak is always a point).
+func (a *Analysis) samplesIn(lo, hi int) []int {
+	np := hi - lo + 1
 	if np <= MaxPoints {
 		out := make([]int, np)
 		for i := range out {
-			out[i] = i
+			out[i] = lo + i
 		}
 		return out
 	}
 	out := make([]int, 0, MaxPoints)
 	for b := range MaxPoints {
-		lo, hi := b*np/MaxPoints, (b+1)*np/MaxPoints
-		best := lo
-		for i := lo + 1; i < hi; i++ {
+		l, h := lo+b*np/MaxPoints, lo+(b+1)*np/MaxPoints
+		best := l
+		for i := l + 1; i < h; i++ {
 			if a.totals[i] > a.totals[best] {
 				best = i
 			}
@@ -714,20 +719,8 @@ func (a *Analysis) SummaryDetail(file string, detail int) *Summary {
 			AllocatedPeak: h.Stats["allocated_bytes.all.peak"], ReservedPeak: h.Stats["reserved_bytes.all.peak"],
 			CategoryAtPeak: largestEntries(h.CategoryBytesAtPeak, MaxAllocationSeries)}
 	}
-	series, of := a.series, make([]int, len(a.allocs))
-	for i := range a.allocs {
-		of[i] = a.allocs[i].series
-	}
-	if a.mode == ByAllocation {
-		if detail <= 0 {
-			detail = MaxAllocationSeries
-		}
-		detail = min(detail, MaxDetail)
-		s.Detail = detail
-		if detail != MaxAllocationSeries {
-			series, of = a.allocationSeries(detail, false)
-		}
-	}
+	series, of, detail := a.assignment(detail)
+	s.Detail = detail
 	idx := a.samples()
 	vals := a.seriesAt(idx, of, len(series))
 	s.Timeline.Index = idx
@@ -752,6 +745,49 @@ func (a *Analysis) SummaryDetail(file string, detail int) *Summary {
 		s.Largest = []Alloc{}
 	}
 	return s
+}
+
+// assignment is the bands at the given detail (see SummaryDetail) and
+// each allocation's band; the detail used (0 when stacked by category).
+func (a *Analysis) assignment(detail int) ([]seriesInfo, []int, int) {
+	series, of := a.series, make([]int, len(a.allocs))
+	for i := range a.allocs {
+		of[i] = a.allocs[i].series
+	}
+	if a.mode != ByAllocation {
+		return series, of, 0
+	}
+	if detail <= 0 {
+		detail = MaxAllocationSeries
+	}
+	detail = min(detail, MaxDetail)
+	if detail != MaxAllocationSeries {
+		series, of = a.allocationSeries(detail, false)
+	}
+	return series, of, detail
+}
+
+// TimelineRange is the timeline of events from to to (clamped to the
+// history), at most MaxPoints of them, at the given detail: what the page
+// draws when zoomed into a history longer than the summary's points
+// (GET /api/timeline?from=A&to=B&detail=K).
+func (a *Analysis) TimelineRange(from, to, detail int) *Timeline {
+	last := len(a.totals) - 1
+	from, to = max(0, min(from, last)), max(0, min(to, last))
+	if from > to {
+		from, to = to, from
+	}
+	series, of, _ := a.assignment(detail)
+	idx := a.samplesIn(from, to)
+	vals := a.seriesAt(idx, of, len(series))
+	t := &Timeline{Index: idx, Total: make([]int64, len(idx))}
+	for k, i := range idx {
+		t.Total[k] = a.totals[i]
+	}
+	for i, si := range series {
+		t.Series = append(t.Series, Series{Key: si.key, Label: si.label, Color: si.color, Stack: si.stack, Values: vals[i]})
+	}
+	return t
 }
 
 // largestEntries is m, or its n largest entries when it has more (a

@@ -5,9 +5,11 @@
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = id => document.getElementById(id);
 const W = 960, H = 320, LEFT = 80, RIGHT = 10, TOP = 10, BOTTOM = 30;
-let summary = null, device = null, points = [], detail = 0;
-// zoom: the shown range of the timeline's points, inclusive
-let zoom = null;
+let summary = null, device = null, detail = 0;
+// zoom: the shown range of events, inclusive. view: the timeline drawn
+// and the range of its points shown (the summary's, or, zoomed into a
+// history longer than its points, the server's points of the range).
+let zoom = null, view = null;
 // The page's state can be given in the URL's hash (#event=N&detail=K&zoom=A-B),
 // so that a view can be linked to (and tested).
 const hashArgs = new URLSearchParams(location.hash.slice(1));
@@ -97,15 +99,15 @@ function render() {
     dl.setAttribute('value', s.detail);
     dl.onchange = () => { detail = Math.max(1, Number(dl.value) || 1); load().catch(fail); };
   }
-  const n = s.timeline.index.length;
   if (!zoom) {
-    zoom = [0, Math.max(0, n - 1)];
+    zoom = [0, Math.max(0, s.events - 1)];
     const z = /^(\d+)-(\d+)$/.exec(hashArgs.get('zoom') || '');
-    if (z) setZoom(eventPoint(Number(z[1])), eventPoint(Number(z[2])), false);
+    if (z) zoom = [Number(z[1]), Number(z[2])];
   }
-  $('zoom-reset').onclick = () => setZoom(0, n - 1);
-  drawTimeline(s.timeline, s.peak);
-  drawMinimap(s.timeline);
+  $('zoom-reset').onclick = () => { zoom = [0, Math.max(0, s.events - 1)]; applyZoom().catch(fail); };
+  view = {t: s.timeline, z0: 0, z1: Math.max(0, s.timeline.index.length - 1)};
+  drawTimeline(s.peak);
+  applyZoom().catch(fail);
   peakTable(s);
   largestTable(s.largest, s.mode);
   const lastEv = Math.max(0, s.events - 1);
@@ -141,38 +143,62 @@ function ooms(s) {
   }
 }
 
-// eventPoint: the timeline's point that shows event i.
-function eventPoint(i) {
-  const k = points.length ? points.findIndex(p => p >= i) : summary.timeline.index.findIndex(p => p >= i);
-  return k < 0 ? summary.timeline.index.length - 1 : k;
+// firstPoint: the first of t's points at or after event i (the last
+// point when none is).
+function firstPoint(t, i) {
+  const k = t.index.findIndex(p => p >= i);
+  return k < 0 ? t.index.length - 1 : k;
+}
+function lastPoint(t, i) {
+  let k = t.index.length - 1;
+  while (k > 0 && t.index[k] > i) k--;
+  return k;
 }
 
-function setZoom(a, b, redraw = true) {
-  const n = summary.timeline.index.length;
-  a = Math.max(0, Math.min(a, n - 1));
-  b = Math.max(0, Math.min(b, n - 1));
+// applyZoom draws the zoomed range: from the summary's points when they
+// are every event, else from the server's points of the range.
+async function applyZoom() {
+  const s = summary, t = s.timeline, last = Math.max(0, s.events - 1);
+  let [a, b] = zoom;
+  a = Math.max(0, Math.min(a, last));
+  b = Math.max(0, Math.min(b, last));
   if (a > b) [a, b] = [b, a];
-  if (b === a && n > 1) { if (b < n - 1) b++; else a--; }
+  if (a === b && last > 0) { if (b < last) b++; else a--; }
   zoom = [a, b];
-  if (redraw) {
-    drawTimeline(summary.timeline, summary.peak);
-    drawMinimap(summary.timeline);
-    select(Number($('event-input').value));
+  const whole = a === 0 && b === last;
+  if (!whole && t.index.length < s.events) {
+    const q = new URLSearchParams({device: s.device, from: a, to: b, detail: detail});
+    const rt = await getJSON('/api/timeline?' + q);
+    if (zoom[0] !== a || zoom[1] !== b) return; // zoomed again meanwhile
+    view = {t: rt, z0: 0, z1: rt.index.length - 1};
+  } else {
+    view = {t, z0: firstPoint(t, a), z1: lastPoint(t, b)};
   }
+  drawTimeline(s.peak);
+  drawMinimap(t);
+  moveCursor(Number($('event-input').value));
 }
 
-function drawTimeline(t, peak) {
+// setZoom zooms to the summary's points a to b (the minimap's).
+function setZoom(a, b) {
+  const idx = summary.timeline.index;
+  a = Math.max(0, Math.min(a, idx.length - 1));
+  b = Math.max(0, Math.min(b, idx.length - 1));
+  zoom = [idx[Math.min(a, b)], idx[Math.max(a, b)]];
+  applyZoom().catch(fail);
+}
+
+function drawTimeline(peak) {
   const svg = $('timeline');
   svg.replaceChildren();
+  const {t, z0, z1} = view;
   const all = t.index.length;
-  const [z0, z1] = zoom || [0, Math.max(0, all - 1)];
   const n = all ? z1 - z0 + 1 : 0;
   const shown = t.total.slice(z0, z1 + 1);
   const maxY = Math.max(1, ...shown);
   const pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
   const x = k => LEFT + (n > 1 ? (k - z0) * pw / (n - 1) : 0);
   const y = v => TOP + ph - v * ph / maxY;
-  points = t.index;
   const ks = [];
   for (let k = z0; k <= z1 && all; k++) ks.push(k);
   const xs = n > 1 ? ks.map(k => x(k)) : [LEFT, LEFT + pw];
@@ -201,12 +227,13 @@ function drawTimeline(t, peak) {
   axis.append(el('svg:text', {x: LEFT, y: H - 8}, 'event ' + first));
   axis.append(el('svg:text', {x: W - RIGHT, y: H - 8, 'text-anchor': 'end'}, 'event ' + last));
   svg.append(axis);
-  $('zoom-range').textContent = n && (z0 > 0 || z1 < all - 1) ? `events ${first} to ${last} of ${summary.events}` : '';
-  $('zoom-reset').hidden = !(z0 > 0 || z1 < all - 1);
+  const zoomed = zoom && (zoom[0] > 0 || zoom[1] < summary.events - 1);
+  $('zoom-range').textContent = n && zoomed ? `events ${first} to ${last} of ${summary.events}` : '';
+  $('zoom-reset').hidden = !zoomed;
   const marks = el('svg:g', {id: 'oom-marks'});
   for (const o of summary.ooms) {
-    const k = eventPoint(o.event);
-    if (k < z0 || k > z1) continue;
+    if (!n || o.event < t.index[z0] || o.event > t.index[z1]) continue;
+    const k = firstPoint(t, o.event);
     const ox = x(k);
     const line = el('svg:line', {class: 'oomline', 'data-event': o.event, x1: ox, x2: ox, y1: TOP, y2: TOP + ph});
     line.append(el('svg:title', {}, `out of memory at event ${o.event}: ${fmt(o.requested)} requested`));
@@ -238,9 +265,9 @@ function drawMinimap(t) {
   const x = k => LEFT + (all > 1 ? k * pw / (all - 1) : 0);
   const pts = t.total.map((v, k) => `${x(k).toFixed(1)},${(MH - 2 - v * (MH - 6) / maxY).toFixed(1)}`);
   svg.append(el('svg:polyline', {points: pts.join(' '), fill: 'none', stroke: '#555'}));
-  const [z0, z1] = zoom;
+  const z0 = firstPoint(t, zoom[0]), z1 = lastPoint(t, zoom[1]);
   const brush = el('svg:rect', {id: 'brush', class: 'brush', x: x(z0), y: 1, width: Math.max(2, x(z1) - x(z0)), height: MH - 2,
-    'data-from': t.index[z0], 'data-to': t.index[z1]});
+    'data-from': zoom[0], 'data-to': zoom[1]});
   svg.append(brush);
   const toK = ev => {
     const r = svg.getBoundingClientRect();
@@ -260,8 +287,8 @@ function drawMinimap(t) {
     const k = toK(ev), a = from;
     from = null;
     if (a === k) { // a click: centre the zoomed range there
-      const half = Math.floor((zoom[1] - zoom[0]) / 2);
-      setZoom(k - half, k - half + (zoom[1] - zoom[0]));
+      const w = z1 - z0, from = Math.max(0, Math.min(k - Math.floor(w / 2), all - 1 - w));
+      setZoom(from, from + w);
     } else setZoom(a, k);
   };
 }
@@ -351,6 +378,17 @@ function largestTable(list) {
   });
 }
 
+// moveCursor puts the timeline's cursor on event i (hidden when zoomed
+// away from it).
+function moveCursor(i) {
+  const {t, z0, z1} = view, c = $('cursor');
+  if (!c || !t.index.length) return;
+  const k = firstPoint(t, i);
+  const cx = z1 > z0 ? LEFT + (k - z0) * (W - LEFT - RIGHT) / (z1 - z0) : LEFT;
+  c.setAttribute('x1', cx); c.setAttribute('x2', cx);
+  c.setAttribute('visibility', i >= t.index[z0] && i <= t.index[z1] ? 'visible' : 'hidden');
+}
+
 let pending = 0;
 // select shows the state after event i; shown (a choice of the user's)
 // also puts the event in the side pane.
@@ -359,16 +397,7 @@ async function select(i, shown) {
   i = Math.max(0, Math.min(i, Math.max(0, s.events - 1)));
   $('event-slider').value = i;
   $('event-input').value = i;
-  const n = points.length;
-  let k = points.findIndex(p => p >= i);
-  if (k < 0) k = n - 1;
-  const [z0, z1] = zoom;
-  const c = $('cursor');
-  if (c) {
-    const cx = z1 > z0 ? LEFT + (k - z0) * (W - LEFT - RIGHT) / (z1 - z0) : LEFT;
-    c.setAttribute('x1', cx); c.setAttribute('x2', cx);
-    c.setAttribute('visibility', k >= z0 && k <= z1 ? 'visible' : 'hidden');
-  }
+  moveCursor(i);
   eventList(i);
   const ticket = ++pending;
   const st = await getJSON(`/api/state?device=${s.device}&event=${i}`).catch(fail);
