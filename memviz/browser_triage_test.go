@@ -196,3 +196,26 @@ func TestBrowserZoomLongHistory(t *testing.T) {
 		t.Errorf("brush from %q to %q", attr["data-from"], attr["data-to"])
 	}
 }
+
+// Selecting a band (#band=KEY, what a click or Enter on it does) shows its
+// allocation's full stack in the side pane: torch_2x's first allocation,
+// 96 KiB from train.py:130 (the reference's stack).
+func TestBrowserBandStack(t *testing.T) {
+	chromium(t)
+	s, err := memviz.ReadFile("testdata/torch_2x.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := analyze(t, s).Summary("x").Timeline.Series[0].Key
+	dom := dumpDOM(t, serve(t, "torch_2x.pickle", s)+"#band="+key)
+	attr, _ := elem(t, dom, "side")
+	if attr["data-key"] != key {
+		t.Errorf("side pane shows %q, want band %s", attr["data-key"], key)
+	}
+	if _, text := elem(t, dom, "side-title"); !strings.HasPrefix(text, "96.00 KiB at 0x") {
+		t.Errorf("side pane title %q", text)
+	}
+	if _, text := elem(t, dom, "side-stack"); !strings.Contains(text, "/home/user/project/train.py:130:main") {
+		t.Errorf("side pane's stack:\n%s", text)
+	}
+}

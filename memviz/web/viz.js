@@ -120,6 +120,8 @@ function render() {
   $('goto-peak').onclick = () => select(s.peak.event);
   const start = hashArgs.has('event') ? Number(hashArgs.get('event')) : s.peak.event;
   select(start, hashArgs.has('event'));
+  const band = s.timeline.series.find(b => b.key === hashArgs.get('band'));
+  if (band) showBand(band);
 }
 
 // ooms says first what went wrong: the out-of-memory events, each with
@@ -211,7 +213,9 @@ function drawTimeline(peak) {
     const down = xs.map((xv, j) => `${xv.toFixed(1)},${y(bottom[at(j)]).toFixed(1)}`).reverse();
     const poly = el('svg:polygon', {'data-key': s.key, fill: s.color, points: up.concat(down).join(' ')});
     poly.append(el('svg:title', {}, s.label));
-    poly.onclick = () => side(s.label, s.stack ? '' : 'no stack recorded for this band', s.stack || '', {key: s.key});
+    poly.setAttribute('tabindex', 0);
+    poly.onclick = () => showBand(s);
+    poly.onkeydown = ev => { if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); showBand(s); } };
     g.append(poly);
     top.forEach((v, k) => { bottom[k] = v; });
   }
@@ -291,6 +295,10 @@ function drawMinimap(t) {
       setZoom(from, from + w);
     } else setZoom(a, k);
   };
+}
+
+function showBand(s) {
+  side(s.label, s.stack ? 'stack, innermost first:' : 'a band of many allocations: no one stack', s.stack || '', {key: s.key});
 }
 
 // side shows what is selected: a band's or an event's stack (or module path).
