@@ -219,3 +219,21 @@ func TestBrowserBandStack(t *testing.T) {
 		t.Errorf("side pane's stack:\n%s", text)
 	}
 }
+
+// Three hundred OOMs: all counted at the top, MaxOOMs listed and marked.
+func TestBrowserManyOOMs(t *testing.T) {
+	chromium(t)
+	dom := dumpDOM(t, serve(t, "ooms.pickle", manyOOMs(3*memviz.MaxOOMs)))
+	attr, text := elem(t, dom, "oom-summary")
+	if attr["data-count"] != "300" || !strings.HasPrefix(text, "300 out-of-memory events (the first 100 listed)") {
+		t.Errorf("OOM summary %v %q", attr, text)
+	}
+	_, list := elem(t, dom, "oom-list")
+	if n := strings.Count(list, "<li "); n != memviz.MaxOOMs {
+		t.Errorf("%d OOMs listed, want %d", n, memviz.MaxOOMs)
+	}
+	_, marks := elem(t, dom, "oom-marks")
+	if n := strings.Count(marks, `class="oomline"`); n != memviz.MaxOOMs {
+		t.Errorf("%d OOMs marked, want %d", n, memviz.MaxOOMs)
+	}
+}

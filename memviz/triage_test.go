@@ -166,3 +166,25 @@ func TestTimelineRange(t *testing.T) {
 		t.Errorf("whole history: %d points, %d bands, peak (event 2499) shown: %v", len(tl.Index), len(tl.Series), slices.Contains(tl.Index, 2499))
 	}
 }
+
+// manyOOMs is a history of n OOMs of i+1 MiB each, with 1 GiB free.
+func manyOOMs(n int) *memviz.Snapshot {
+	tr := []memviz.Event{{Action: "alloc", Addr: 1 << 20, Size: 4096}}
+	for i := range n {
+		tr = append(tr, memviz.Event{Action: "oom", Size: int64(i+1) << 20, DeviceFree: 1 << 30})
+	}
+	return &memviz.Snapshot{Source: memviz.SourcePyTorch, Traces: [][]memviz.Event{tr}}
+}
+
+// Every OOM is counted; MaxOOMs are listed, the first ones, in order.
+func TestOOMsAreBounded(t *testing.T) {
+	sum := analyze(t, manyOOMs(3*memviz.MaxOOMs)).Summary("x")
+	if sum.OOMCount != 3*memviz.MaxOOMs || len(sum.OOMs) != memviz.MaxOOMs {
+		t.Fatalf("%d OOMs counted, %d listed; want %d and %d", sum.OOMCount, len(sum.OOMs), 3*memviz.MaxOOMs, memviz.MaxOOMs)
+	}
+	for k, o := range sum.OOMs {
+		if o.Event != k+1 || o.Requested != int64(k+1)<<20 || o.DeviceFree != 1<<30 || o.Active != 4096 {
+			t.Fatalf("OOM %d: %+v", k, o)
+		}
+	}
+}
