@@ -214,7 +214,7 @@ function drawTimeline(peak) {
     const poly = el('svg:polygon', {'data-key': s.key, fill: s.color, points: up.concat(down).join(' ')});
     poly.append(el('svg:title', {}, s.label));
     poly.setAttribute('tabindex', 0);
-    poly.onclick = () => showBand(s);
+    poly.onclick = ev => { ev.stopPropagation(); showBand(s); }; // the band, not the event under it
     poly.onkeydown = ev => { if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); showBand(s); } };
     g.append(poly);
     top.forEach((v, k) => { bottom[k] = v; });
