@@ -264,4 +264,16 @@ func TestBrowserDrive(t *testing.T) {
 	p.wait(`document.querySelector('#series polygon').getAttribute('points').split(' ').length`, "22")
 	p.click("#zoom-reset")
 	p.wait(text("zoom-range"), `""`)
+
+	// the detail control, typed into: 3 allocations with bands, and the
+	// grey band of the other 8
+	p.click("#detail")
+	p.eval(`document.getElementById('detail').select(), 0`)
+	p.call("Input.insertText", map[string]any{"text": "3"}, true, nil)
+	p.call("Input.dispatchKeyEvent", map[string]any{"type": "keyDown", "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "text": "\r"}, true, nil)
+	p.call("Input.dispatchKeyEvent", map[string]any{"type": "keyUp", "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}, true, nil)
+	p.wait(`document.querySelectorAll('#series polygon').length`, "4")
+	if l := p.eval(`document.querySelector('#series polygon[data-key=other] title').textContent`); !strings.Contains(l, "(8 over the history)") {
+		t.Errorf("grey band at detail 3: %s", l)
+	}
 }
