@@ -42,7 +42,7 @@ Flags:
 	}
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0: any free port); without a host (:PORT) it is 127.0.0.1, which answers this machine only; name a host (0.0.0.0, an interface's address) to listen beyond it")
 	svgOut := fs.String("svg", "", "write the timeline as a static SVG to this file instead of serving the page")
-	dev := fs.Int("device", -1, "with --svg: the device to draw (default: the first with memory)")
+	dev := fs.Int("device", -1, "with --svg: the device to draw (-1: the first with memory)")
 	detail := fs.Int("detail", 0, fmt.Sprintf("with --svg: allocations with bands of their own, for a timeline stacked by allocation (1 to %d; default %d)", memviz.MaxDetail, memviz.MaxAllocationSeries))
 	// The file may come before or after the flags.
 	var files []string
