@@ -283,7 +283,7 @@ func TestBrowserPyTorchSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	dom := dumpDOM(t, serve(t, "torch_2x.pickle", s))
-	if _, text := elem(t, dom, "meta"); !strings.Contains(text, "PyTorch's snapshot, 19 events, timeline stacked by allocation") {
+	if _, text := elem(t, dom, "meta"); !strings.Contains(text, "PyTorch's snapshot, 23 events in the file (4 free_requested and free_completed pairs shown as one free each: 19 events shown), timeline stacked by allocation") {
 		t.Errorf("page says %q", text)
 	}
 	attr, text := elem(t, dom, "peak-total")

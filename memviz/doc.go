@@ -28,6 +28,19 @@
 // and the allocator's segments and blocks after any event (undoing later
 // segment events from the final state, as memory_viz does).
 //
+// The summary says what went wrong first: the out-of-memory events (the
+// request, the device's free bytes, the active bytes then), and the
+// history's length as the file has it, with the free_requested and
+// free_completed pairs shown as one free counted (Snapshot.Merged). The
+// page zooms (a brush on a minimap; /api/timeline gives every event of a
+// zoomed range of a long history), sets how many allocations get bands
+// (the detail control), lists the events (click or arrow keys) and shows
+// the selected event's or band's stack in a side pane; its view can be
+// given in the URL's hash (#event=N&detail=K&zoom=A-B&band=KEY).
+// Summary.WriteSVG draws the same timeline as a static SVG (headroom viz
+// --svg). Per-step peaks are not shown: the allocator's history records
+// no step boundaries.
+//
 // Server serves that as a page embedded in the binary (HTML, CSS and a small
 // script drawing SVG; nothing is loaded from elsewhere) and JSON endpoints;
 // headroom viz FILE runs it on localhost. The page is tested in headless

@@ -270,7 +270,7 @@ func (r *reader) snapshot(v any) (*Snapshot, error) {
 			}
 		}
 		if hasTraces && tv != nil {
-			if s.Traces, err = r.traces(tv); err != nil {
+			if s.Traces, s.Merged, err = r.traces(tv); err != nil {
 				return nil, err
 			}
 		}
@@ -534,12 +534,13 @@ func (r *reader) block(v any, p string, at int64) (Block, error) {
 	return b, nil
 }
 
-func (r *reader) traces(v any) ([][]Event, error) {
+func (r *reader) traces(v any) ([][]Event, []int, error) {
 	devs, err := r.list(v, "device_traces")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([][]Event, 0, len(devs))
+	var merged []int // nil when nothing was merged
 	for dev, tv := range devs {
 		p := fmt.Sprintf("device_traces[%d]", dev)
 		if tv == nil {
@@ -548,19 +549,23 @@ func (r *reader) traces(v any) ([][]Event, error) {
 		}
 		l, err := r.list(tv, p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		evs := make([]Event, 0, len(l))
 		for i, ev := range l {
 			e, err := r.event(ev, fmt.Sprintf("%s[%d]", p, i))
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			// memory_viz's merge: a free_requested immediately followed
 			// by its free_completed is one free.
 			if e.Action == actionFreeCompleted && len(evs) > 0 {
 				if prev := &evs[len(evs)-1]; prev.Action == actionFreeRequested && prev.Addr == e.Addr {
 					prev.Action = device.ActionFree
+					if merged == nil {
+						merged = make([]int, len(devs))
+					}
+					merged[dev]++
 					if prev.BlockSize == 0 {
 						prev.BlockSize = e.BlockSize
 					}
@@ -571,7 +576,7 @@ func (r *reader) traces(v any) ([][]Event, error) {
 		}
 		out = append(out, evs)
 	}
-	return out, nil
+	return out, merged, nil
 }
 
 func (r *reader) event(v any, p string) (Event, error) {

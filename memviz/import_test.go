@@ -16,13 +16,19 @@ import (
 
 // withoutPickleOnly drops what the pickle does not carry: headroom's
 // reserve, release and empty_cache entries and the allocs and frees
-// without an address.
+// without an address; and each free the pickle writes as memory_viz's
+// free_requested and free_completed pair, merged again when read (Merged).
 func withoutPickleOnly(s *memviz.Snapshot) *memviz.Snapshot {
 	out := *s
 	out.Traces = nil
-	for _, tr := range s.Traces {
+	merged, anyMerged := make([]int, len(s.Traces)), false
+	for d, tr := range s.Traces {
 		var keep []memviz.Event
 		for _, e := range tr {
+			if e.Action == device.ActionFree && e.Addr != 0 {
+				merged[d]++
+				anyMerged = true
+			}
 			switch e.Action {
 			case device.ActionReserve, device.ActionRelease, device.ActionEmptyCache:
 				continue
@@ -34,6 +40,9 @@ func withoutPickleOnly(s *memviz.Snapshot) *memviz.Snapshot {
 			keep = append(keep, e)
 		}
 		out.Traces = append(out.Traces, keep)
+	}
+	if anyMerged {
+		out.Merged = merged
 	}
 	return &out
 }

@@ -21,6 +21,10 @@ type Snapshot struct {
 	// free_requested immediately followed by the free_completed of the same
 	// address is merged into one "free" entry, as memory_viz does.
 	Traces [][]Event
+	// Merged counts, per device, the free_requested and free_completed
+	// pairs merged into one free: the file has Merged[d] more entries than
+	// Traces[d]. Nil when nothing was merged.
+	Merged []int
 	// Headroom is headroom's own part of the snapshot (statistics,
 	// capacity, categories at the peak); nil for PyTorch's files.
 	Headroom *device.SnapshotInfo

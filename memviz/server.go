@@ -1,6 +1,7 @@
 package memviz
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -22,7 +23,9 @@ var webFiles embed.FS
 // binary; it loads nothing from elsewhere) and its data as JSON.
 //
 //	GET /                          the page (index.html, viz.js, viz.css)
-//	GET /api/summary?device=D      Summary: timeline, peak, largest allocations
+//	GET /api/summary?device=D&detail=K Summary: timeline, peak, largest allocations
+//	GET /api/events?device=D&from=N Events: the event list, a page from event N
+//	GET /api/timeline?device=D&from=A&to=B&detail=K Timeline of events A to B (zoomed)
 //	GET /api/state?device=D&event=N State: segments and blocks after event N
 type Server struct {
 	name string
@@ -78,7 +81,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
-		writeJSON(w, a.Summary(s.name))
+		detail := 0
+		if v := r.URL.Query().Get("detail"); v != "" {
+			if detail, err = strconv.Atoi(v); err != nil {
+				http.Error(w, "detail must be an integer", http.StatusBadRequest)
+				return
+			}
+		}
+		writeJSON(w, a.SummaryDetail(s.name, detail))
+	case "/api/timeline":
+		a, err := s.analysis(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		var v [3]int
+		for k, name := range []string{"from", "to", "detail"} {
+			if v[k], err = strconv.Atoi(cmp.Or(r.URL.Query().Get(name), "0")); err != nil {
+				http.Error(w, name+" must be an integer", http.StatusBadRequest)
+				return
+			}
+		}
+		writeJSON(w, a.TimelineRange(v[0], v[1], v[2]))
+	case "/api/events":
+		a, err := s.analysis(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		from, err := strconv.Atoi(cmp.Or(r.URL.Query().Get("from"), "0"))
+		if err != nil {
+			http.Error(w, "from must be an integer", http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, a.Events(from))
 	case "/api/state":
 		a, err := s.analysis(r)
 		if err != nil {

@@ -37,6 +37,13 @@ const (
 	MaxText = 300
 	// MaxStackFrames is the most frames of an allocation's stack sent.
 	MaxStackFrames = 64
+	// MaxDetail is the most allocations a timeline stacked by allocation
+	// may give bands of their own (the page's detail control).
+	MaxDetail = 100
+	// MaxOOMs is the most out-of-memory events listed (all are counted).
+	MaxOOMs = 100
+	// MaxEventPage is the most events one /api/events reply lists.
+	MaxEventPage = 200
 )
 
 // Stacking modes of the timeline.
@@ -84,6 +91,7 @@ type openKey struct {
 
 type seriesInfo struct {
 	key, label, color string
+	stack             string // an allocation's band: its stack (or module path)
 }
 
 // span is a range of addresses alive over [start, end) of the events.
@@ -114,8 +122,8 @@ func Analyze(s *Snapshot, dev int) (*Analysis, error) {
 		}
 	}
 	a.collect()
+	a.sweepTotals() // the peak first: the band of smaller allocations counts those live there
 	a.assignSeries()
-	a.sweepTotals()
 	return a, nil
 }
 
@@ -313,27 +321,51 @@ func (a *Analysis) assignSeries() {
 		}
 		return
 	}
-	// By allocation: the largest get bands of their own, in the order
-	// they were allocated; the rest share one.
+	a.series, _ = a.allocationSeries(MaxAllocationSeries, true)
+}
+
+// allocationSeries gives the n largest allocations bands of their own, in
+// the order they were allocated, and stacks the rest as one; set writes
+// the assignment into the allocations (the default detail), otherwise it
+// is returned.
+func (a *Analysis) allocationSeries(n int, set bool) ([]seriesInfo, []int) {
 	order := make([]int, len(a.allocs))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(a.allocs[y].amount, a.allocs[x].amount) })
-	own := order[:min(len(order), MaxAllocationSeries)]
+	own := order[:min(len(order), n)]
 	slices.Sort(own) // allocation order: allocs are appended as the history goes
 	other := len(own)
-	for i := range a.allocs {
-		a.allocs[i].series = other
+	of := make([]int, len(a.allocs))
+	for i := range of {
+		of[i] = other
 	}
+	var series []seriesInfo
 	for k, j := range own {
+		of[j] = k
 		al := &a.allocs[j]
-		al.series = k
-		a.series = append(a.series, seriesInfo{key: fmt.Sprintf("a%d", j), label: allocationLabel(al), color: palette[k%len(palette)]})
+		series = append(series, seriesInfo{key: fmt.Sprintf("a%d", j), label: allocationLabel(al), color: palette[k%len(palette)],
+			stack: cmp.Or(formatStack(al.frames), a.where(al))})
 	}
 	if len(own) < len(a.allocs) {
-		a.series = append(a.series, seriesInfo{key: "other", label: fmt.Sprintf("%d smaller allocations", len(a.allocs)-len(own)), color: colorOther})
+		// The band's count is of what it holds at the peak (what its
+		// height there is made of), then of all it ever held.
+		live := 0
+		for _, j := range a.liveAt(a.peak) {
+			if of[j] == other {
+				live++
+			}
+		}
+		series = append(series, seriesInfo{key: "other", color: colorOther,
+			label: fmt.Sprintf("%d smaller allocations live at the peak (%d over the history)", live, len(a.allocs)-len(own))})
 	}
+	if set {
+		for i := range a.allocs {
+			a.allocs[i].series = of[i]
+		}
+	}
+	return series, of
 }
 
 func categoryColor(c string, i int) string {
@@ -479,20 +511,25 @@ func (a *Analysis) sweepTotals() {
 }
 
 // samples picks the event indices the timeline shows.
-func (a *Analysis) samples() []int {
-	np := len(a.totals)
+func (a *Analysis) samples() []int { return a.samplesIn(0, len(a.totals)-1) }
+
+// samplesIn picks at most MaxPoints event indices of [lo, hi]: every one
+// when they fit, else each of MaxPoints runs of consecutive events by its
+// event of most memory (so the range's peak is always a point).
+func (a *Analysis) samplesIn(lo, hi int) []int {
+	np := hi - lo + 1
 	if np <= MaxPoints {
 		out := make([]int, np)
 		for i := range out {
-			out[i] = i
+			out[i] = lo + i
 		}
 		return out
 	}
 	out := make([]int, 0, MaxPoints)
 	for b := range MaxPoints {
-		lo, hi := b*np/MaxPoints, (b+1)*np/MaxPoints
-		best := lo
-		for i := lo + 1; i < hi; i++ {
+		l, h := lo+b*np/MaxPoints, lo+(b+1)*np/MaxPoints
+		best := l
+		for i := l + 1; i < h; i++ {
 			if a.totals[i] > a.totals[best] {
 				best = i
 			}
@@ -504,18 +541,18 @@ func (a *Analysis) samples() []int {
 
 // seriesAt returns each series' bytes after each of the given (increasing)
 // event indices.
-func (a *Analysis) seriesAt(idx []int) [][]int64 {
+func (a *Analysis) seriesAt(idx []int, of []int, nseries int) [][]int64 {
 	np := a.points()
 	starts := make([][]int32, np)
 	ends := make([][]int32, np)
-	cur := make([]int64, len(a.series))
+	cur := make([]int64, nseries)
 	for i := range a.allocs {
 		al := &a.allocs[i]
 		if al.start >= al.end {
 			continue
 		}
 		if al.start < 0 {
-			cur[al.series] += al.amount
+			cur[of[i]] += al.amount
 		} else {
 			starts[al.start] = append(starts[al.start], int32(i))
 		}
@@ -523,17 +560,17 @@ func (a *Analysis) seriesAt(idx []int) [][]int64 {
 			ends[al.end] = append(ends[al.end], int32(i))
 		}
 	}
-	out := make([][]int64, len(a.series))
+	out := make([][]int64, nseries)
 	for s := range out {
 		out[s] = make([]int64, 0, len(idx))
 	}
 	k := 0
 	for i := 0; i < np && k < len(idx); i++ {
 		for _, j := range starts[i] {
-			cur[a.allocs[j].series] += a.allocs[j].amount
+			cur[of[j]] += a.allocs[j].amount
 		}
 		for _, j := range ends[i] {
-			cur[a.allocs[j].series] -= a.allocs[j].amount
+			cur[of[j]] -= a.allocs[j].amount
 		}
 		if i == idx[k] {
 			for s := range out {
@@ -558,16 +595,42 @@ func (a *Analysis) liveAt(i int) []int {
 // Summary is what the page draws first: the timeline, the peak and the
 // largest allocations at it (GET /api/summary).
 type Summary struct {
-	File     string       `json:"file"`
-	Source   string       `json:"source"`
-	Device   int          `json:"device"`
-	Devices  []int        `json:"devices"`
-	Mode     string       `json:"mode"`
-	Events   int          `json:"events"`
-	Headroom *HeadroomSum `json:"headroom,omitempty"`
-	Timeline Timeline     `json:"timeline"`
-	Peak     Peak         `json:"peak"`
-	Largest  []Alloc      `json:"largest"`
+	File    string `json:"file"`
+	Source  string `json:"source"`
+	Device  int    `json:"device"`
+	Devices []int  `json:"devices"`
+	Mode    string `json:"mode"`
+	Events  int    `json:"events"` // events shown (after merging)
+	// FileEvents is the entries of the file's history for this device;
+	// Merged of them were free_requested and free_completed pairs shown
+	// as one free each: FileEvents = Events + Merged.
+	FileEvents int `json:"file_events"`
+	Merged     int `json:"merged"`
+	// OOMCount is the out-of-memory events of the history, of which OOMs
+	// lists the first MaxOOMs.
+	OOMCount int   `json:"oom_count"`
+	OOMs     []OOM `json:"ooms"`
+	// Detail is how many allocations have bands of their own (stacked by
+	// allocation; 0 when stacked by category), of Allocations in all.
+	Detail      int          `json:"detail"`
+	Allocations int          `json:"allocations"`
+	Headroom    *HeadroomSum `json:"headroom,omitempty"`
+	Timeline    Timeline     `json:"timeline"`
+	Peak        Peak         `json:"peak"`
+	Largest     []Alloc      `json:"largest"`
+}
+
+// OOM is an out-of-memory event: the request refused and what the
+// device had free then.
+type OOM struct {
+	Event     int   `json:"event"`
+	Requested int64 `json:"requested"`
+	// DeviceFree is the device's free bytes as the file records them (-1
+	// for headroom's device without a limit; 0 when not recorded).
+	DeviceFree int64  `json:"device_free"`
+	TimeUS     int64  `json:"time_us"`
+	Active     int64  `json:"active"` // active bytes at that moment, as the timeline counts them
+	Where      string `json:"where"`
 }
 
 // HeadroomSum is what headroom's own statistics say, for comparison with
@@ -593,6 +656,7 @@ type Series struct {
 	Key    string  `json:"key"`
 	Label  string  `json:"label"`
 	Color  string  `json:"color"`
+	Stack  string  `json:"stack,omitempty"` // an allocation's band: its stack, innermost first
 	Values []int64 `json:"values"`
 }
 
@@ -626,16 +690,39 @@ type Alloc struct {
 	Color     string `json:"color"`
 }
 
-// Summary returns the timeline, the peak and the largest allocations there.
-func (a *Analysis) Summary(file string) *Summary {
-	s := &Summary{File: file, Source: a.snap.Source, Device: a.device, Devices: a.snap.Devices(), Mode: a.mode, Events: len(a.events)}
+// Summary returns the timeline, the peak and the largest allocations there,
+// at the default detail.
+func (a *Analysis) Summary(file string) *Summary { return a.SummaryDetail(file, 0) }
+
+// SummaryDetail is Summary with detail allocations given bands of their
+// own when the timeline is stacked by allocation (0: MaxAllocationSeries;
+// clamped to 1..MaxDetail).
+func (a *Analysis) SummaryDetail(file string, detail int) *Summary {
+	s := &Summary{File: file, Source: a.snap.Source, Device: a.device, Devices: a.snap.Devices(), Mode: a.mode, Events: len(a.events),
+		Allocations: len(a.allocs), OOMs: []OOM{}}
+	s.FileEvents = s.Events
+	if a.device < len(a.snap.Merged) {
+		s.Merged = a.snap.Merged[a.device]
+		s.FileEvents += s.Merged
+	}
+	for i := range a.events {
+		if e := &a.events[i]; e.Action == device.ActionOOM {
+			s.OOMCount++
+			if len(s.OOMs) < MaxOOMs {
+				s.OOMs = append(s.OOMs, OOM{Event: i, Requested: e.Size, DeviceFree: e.DeviceFree, TimeUS: e.TimeUS,
+					Active: a.totals[i], Where: whereOf(a.snap.Source, e.Category, e.Module, e.Op, e.Frames)})
+			}
+		}
+	}
 	if h := a.snap.Headroom; h != nil {
 		s.Headroom = &HeadroomSum{Device: clipText(h.Device), Capacity: h.Capacity, Limit: h.Limit,
 			AllocatedPeak: h.Stats["allocated_bytes.all.peak"], ReservedPeak: h.Stats["reserved_bytes.all.peak"],
 			CategoryAtPeak: largestEntries(h.CategoryBytesAtPeak, MaxAllocationSeries)}
 	}
+	series, of, detail := a.assignment(detail)
+	s.Detail = detail
 	idx := a.samples()
-	vals := a.seriesAt(idx)
+	vals := a.seriesAt(idx, of, len(series))
 	s.Timeline.Index = idx
 	s.Timeline.Total = make([]int64, len(idx))
 	for k, i := range idx {
@@ -643,8 +730,8 @@ func (a *Analysis) Summary(file string) *Summary {
 	}
 	pk := max(0, slices.Index(idx, a.peak))
 	s.Peak = Peak{Event: a.peak, Total: a.totals[a.peak]}
-	for i, si := range a.series {
-		s.Timeline.Series = append(s.Timeline.Series, Series{Key: si.key, Label: si.label, Color: si.color, Values: vals[i]})
+	for i, si := range series {
+		s.Timeline.Series = append(s.Timeline.Series, Series{Key: si.key, Label: si.label, Color: si.color, Stack: si.stack, Values: vals[i]})
 		s.Peak.Series = append(s.Peak.Series, SeriesVal{Key: si.key, Label: si.label, Color: si.color, Bytes: vals[i][pk]})
 	}
 	live := a.liveAt(a.peak)
@@ -658,6 +745,49 @@ func (a *Analysis) Summary(file string) *Summary {
 		s.Largest = []Alloc{}
 	}
 	return s
+}
+
+// assignment is the bands at the given detail (see SummaryDetail) and
+// each allocation's band; the detail used (0 when stacked by category).
+func (a *Analysis) assignment(detail int) ([]seriesInfo, []int, int) {
+	series, of := a.series, make([]int, len(a.allocs))
+	for i := range a.allocs {
+		of[i] = a.allocs[i].series
+	}
+	if a.mode != ByAllocation {
+		return series, of, 0
+	}
+	if detail <= 0 {
+		detail = MaxAllocationSeries
+	}
+	detail = min(detail, MaxDetail)
+	if detail != MaxAllocationSeries {
+		series, of = a.allocationSeries(detail, false)
+	}
+	return series, of, detail
+}
+
+// TimelineRange is the timeline of events from to to (clamped to the
+// history), at most MaxPoints of them, at the given detail: what the page
+// draws when zoomed into a history longer than the summary's points
+// (GET /api/timeline?from=A&to=B&detail=K).
+func (a *Analysis) TimelineRange(from, to, detail int) *Timeline {
+	last := len(a.totals) - 1
+	from, to = max(0, min(from, last)), max(0, min(to, last))
+	if from > to {
+		from, to = to, from
+	}
+	series, of, _ := a.assignment(detail)
+	idx := a.samplesIn(from, to)
+	vals := a.seriesAt(idx, of, len(series))
+	t := &Timeline{Index: idx, Total: make([]int64, len(idx))}
+	for k, i := range idx {
+		t.Total[k] = a.totals[i]
+	}
+	for i, si := range series {
+		t.Series = append(t.Series, Series{Key: si.key, Label: si.label, Color: si.color, Stack: si.stack, Values: vals[i]})
+	}
+	return t
 }
 
 // largestEntries is m, or its n largest entries when it has more (a
@@ -701,7 +831,8 @@ func (a *Analysis) alloc(j int) Alloc {
 type State struct {
 	Event    int        `json:"event"`
 	Events   int        `json:"events"`
-	Desc     string     `json:"desc"` // the event, in words
+	Desc     string     `json:"desc"`  // the event, in words
+	Stack    string     `json:"stack"` // the event's stack (or module path), innermost first
 	Reserved int64      `json:"reserved"`
 	Active   int64      `json:"active"` // as the timeline counts it
 	Blocks   int        `json:"blocks"` // live blocks
@@ -750,6 +881,7 @@ func (a *Analysis) State(i int) *State {
 	st := &State{Event: i, Events: len(a.events), Segments: []SegState{}}
 	if i < len(a.events) {
 		st.Desc = a.describe(i)
+		st.Stack = a.eventStack(i)
 	} else {
 		st.Desc = "no history recorded: the state when the snapshot was taken"
 	}
@@ -922,4 +1054,39 @@ func (a *Analysis) describe(i int) string {
 		fmt.Fprintf(&b, ", %s", w)
 	}
 	return b.String()
+}
+
+// eventStack is the stack of event i, or who asked when no frame is
+// recorded.
+func (a *Analysis) eventStack(i int) string {
+	e := &a.events[i]
+	return cmp.Or(formatStack(e.Frames), whereOf(a.snap.Source, e.Category, e.Module, e.Op, e.Frames))
+}
+
+// EventRow is one event of the event list.
+type EventRow struct {
+	Index  int    `json:"index"`
+	Action string `json:"action"`
+	Size   int64  `json:"size"`
+	Desc   string `json:"desc"`
+	Active int64  `json:"active"` // after the event, as the timeline counts
+}
+
+// Events is a page of the event list (GET /api/events?from=N).
+type Events struct {
+	From   int        `json:"from"`
+	Events int        `json:"events"` // in all
+	Rows   []EventRow `json:"rows"`
+}
+
+// Events lists at most MaxEventPage events from event from on (clamped
+// to the history).
+func (a *Analysis) Events(from int) *Events {
+	from = max(0, min(from, len(a.events)))
+	out := &Events{From: from, Events: len(a.events), Rows: []EventRow{}}
+	for i := from; i < len(a.events) && len(out.Rows) < MaxEventPage; i++ {
+		e := &a.events[i]
+		out.Rows = append(out.Rows, EventRow{Index: i, Action: clipText(e.Action), Size: e.Size, Desc: a.describe(i), Active: a.totals[i]})
+	}
+	return out
 }

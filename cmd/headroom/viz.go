@@ -22,6 +22,7 @@ func viz(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	fs := flag.NewFlagSet("viz", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom viz FILE [--addr 127.0.0.1:0]
+       headroom viz --svg OUT.svg [--device D] [--detail K] FILE
 
 Serves a page that shows a memory snapshot: the active memory over the
 recorded history (stacked by category for headroom's snapshots, by
@@ -31,11 +32,18 @@ FILE is headroom's snapshot (train --memory-snapshot, .json or .pickle) or
 PyTorch's (torch.cuda.memory._dump_snapshot). The page is built into the
 binary and loads nothing from elsewhere. Stop with Ctrl-C.
 
+With --svg, nothing is served: the timeline (the page's, with its peak,
+OOM markers and a legend of the bands at the peak) is written to OUT.svg
+as a static image for reports and docs.
+
 Flags:
 `)
 		printFlags(fs.Output(), fs)
 	}
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0: any free port); without a host (:PORT) it is 127.0.0.1, which answers this machine only; name a host (0.0.0.0, an interface's address) to listen beyond it")
+	svgOut := fs.String("svg", "", "write the timeline as a static SVG to this file instead of serving the page")
+	dev := fs.Int("device", -1, "with --svg: the device to draw (-1: the first with memory)")
+	detail := fs.Int("detail", 0, fmt.Sprintf("with --svg: allocations with bands of their own, for a timeline stacked by allocation (1 to %d; default %d)", memviz.MaxDetail, memviz.MaxAllocationSeries))
 	// The file may come before or after the flags.
 	var files []string
 	for rest := args; ; {
@@ -51,6 +59,13 @@ Flags:
 	if len(files) != 1 {
 		fs.Usage()
 		return fmt.Errorf("viz: want one snapshot file, got %d", len(files))
+	}
+	name := files[0]
+	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
+		name = name[i+1:]
+	}
+	if *svgOut != "" {
+		return vizSVG(files[0], name, *svgOut, *dev, *detail, out)
 	}
 	network, listen, hosts, err := vizAddr(*addr)
 	if err != nil {
@@ -74,10 +89,6 @@ Flags:
 	fmt.Fprintf(out, "serving %s at %s (Ctrl-C to stop)\n", files[0], url)
 	if ready != nil {
 		ready <- url
-	}
-	name := files[0]
-	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
-		name = name[i+1:]
 	}
 	return memviz.Serve(ctx, ln, memviz.NewServer(name, snap), hosts...)
 }
@@ -106,4 +117,35 @@ func vizAddr(addr string) (network, listen string, hosts []string, err error) {
 		network = "tcp4"
 	}
 	return network, net.JoinHostPort(host, port), hosts, nil
+}
+
+// vizSVG writes the timeline of file's device dev (-1: the first) as SVG.
+func vizSVG(file, name, outPath string, dev, detail int, out io.Writer) error {
+	snap, err := memviz.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	if dev < 0 {
+		dev = 0
+		if ds := snap.Devices(); len(ds) > 0 {
+			dev = ds[0]
+		}
+	}
+	a, err := memviz.Analyze(snap, dev)
+	if err != nil {
+		return fmt.Errorf("viz: %w", err)
+	}
+	f, err := os.Create(outPath)
+	if err != nil {
+		return fmt.Errorf("viz: %w", err)
+	}
+	if err := a.SummaryDetail(name, detail).WriteSVG(f); err != nil {
+		f.Close()
+		return fmt.Errorf("viz: writing %s: %w", outPath, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("viz: %w", err)
+	}
+	fmt.Fprintf(out, "wrote the timeline of %s (device %d) to %s\n", file, dev, outPath)
+	return nil
 }

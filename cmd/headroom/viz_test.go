@@ -216,3 +216,39 @@ func TestVizAddr(t *testing.T) {
 		})
 	}
 }
+
+// viz --svg OUT FILE writes the timeline as SVG and serves nothing: one
+// band per category of the test snapshot, the peak (the 3 MiB parameter
+// and the 4 KiB activation) in its legend; a device the file lacks is an
+// error and writes nothing.
+func TestVizSVG(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "run.json")
+	if err := writeSnapshot(path, testSnapshot(t)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "run.svg")
+	var stdout bytes.Buffer
+	if err := viz(context.Background(), []string{"--svg", out, path}, &stdout, nil); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := string(data)
+	if !strings.HasPrefix(svg, "<svg ") || strings.Count(svg, "<polygon") != 2 ||
+		!strings.Contains(svg, `data-key="parameter" data-bytes="3145728"`) || !strings.Contains(svg, `data-key="activation" data-bytes="4096"`) {
+		t.Errorf("SVG:\n%s", svg)
+	}
+	if !strings.Contains(stdout.String(), out) {
+		t.Errorf("printed %q", stdout.String())
+	}
+	other := filepath.Join(dir, "dev3.svg")
+	if err := viz(context.Background(), []string{"--svg", other, "--device", "3", path}, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "device 3") {
+		t.Errorf("device 3: %v", err)
+	}
+	if _, err := os.Stat(other); err == nil {
+		t.Error("an SVG written for a device the file lacks")
+	}
+}

@@ -5,7 +5,15 @@
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = id => document.getElementById(id);
 const W = 960, H = 320, LEFT = 80, RIGHT = 10, TOP = 10, BOTTOM = 30;
-let summary = null, device = null, points = [];
+let summary = null, device = null, detail = 0;
+// zoom: the shown range of events, inclusive. view: the timeline drawn
+// and the range of its points shown (the summary's, or, zoomed into a
+// history longer than its points, the server's points of the range).
+let zoom = null, view = null;
+// The page's state can be given in the URL's hash (#event=N&detail=K&zoom=A-B),
+// so that a view can be linked to (and tested).
+const hashArgs = new URLSearchParams(location.hash.slice(1));
+if (hashArgs.has('detail')) detail = Number(hashArgs.get('detail')) || 0;
 
 // fmt prints bytes as device.FormatBytes does: "1.50 MiB", "512 B".
 function fmt(n) {
@@ -48,8 +56,10 @@ function fail(err) {
 }
 
 async function load() {
-  const q = device === null ? '' : '?device=' + device;
-  summary = await getJSON('/api/summary' + q);
+  const q = new URLSearchParams();
+  if (device !== null) q.set('device', device);
+  if (detail) q.set('detail', detail);
+  summary = await getJSON('/api/summary?' + q);
   device = summary.device;
   render();
 }
@@ -57,8 +67,10 @@ async function load() {
 function render() {
   const s = summary;
   $('file').textContent = s.file;
-  let meta = `${s.source === 'headroom' ? "headroom's" : "PyTorch's"} snapshot, ${s.events} events` +
-      `, timeline stacked by ${s.mode}`;
+  // The count the file has; what the page shows after merging, said as such.
+  let meta = `${s.source === 'headroom' ? "headroom's" : "PyTorch's"} snapshot, ${s.file_events} events in the file`;
+  if (s.merged) meta += ` (${s.merged} free_requested and free_completed pairs shown as one free each: ${s.events} events shown)`;
+  meta += `, timeline stacked by ${s.mode}`;
   if (s.headroom) {
     meta += `; ${s.headroom.device} device` + (s.headroom.limit ? `, limit ${fmt(s.headroom.limit)}` : '');
   }
@@ -68,7 +80,7 @@ function render() {
     $('device-label').hidden = false;
     const sel = $('device');
     sel.replaceChildren(...s.devices.map(d => el('option', d === s.device ? {value: d, selected: ''} : {value: d}, d)));
-    sel.onchange = () => { device = Number(sel.value); load().catch(fail); };
+    sel.onchange = () => { device = Number(sel.value); zoom = null; listFrom = -1; load().catch(fail); };
   }
   $('peak-total').textContent = fmt(s.peak.total);
   $('peak-total').setAttribute('data-bytes', s.peak.total);
@@ -79,39 +91,131 @@ function render() {
       `(the allocator's peak statistics say ${fmt(ap)}: they were reset after this peak, or the history does not reach back to theirs)`;
     p.setAttribute('data-bytes', ap);
   }
-  drawTimeline(s.timeline, s.peak);
+  ooms(s);
+  const dl = $('detail');
+  $('detail-label').hidden = s.mode !== 'allocation';
+  if (s.mode === 'allocation') {
+    dl.value = s.detail;
+    dl.setAttribute('value', s.detail);
+    dl.onchange = () => { detail = Math.max(1, Number(dl.value) || 1); load().catch(fail); };
+  }
+  if (!zoom) {
+    zoom = [0, Math.max(0, s.events - 1)];
+    const z = /^(\d+)-(\d+)$/.exec(hashArgs.get('zoom') || '');
+    if (z) zoom = [Number(z[1]), Number(z[2])];
+  }
+  $('zoom-reset').onclick = () => { zoom = [0, Math.max(0, s.events - 1)]; applyZoom().catch(fail); };
+  view = {t: s.timeline, z0: 0, z1: Math.max(0, s.timeline.index.length - 1)};
+  drawTimeline(s.peak);
+  applyZoom().catch(fail);
   peakTable(s);
   largestTable(s.largest, s.mode);
-  const last = Math.max(0, s.events - 1);
+  const lastEv = Math.max(0, s.events - 1);
   for (const id of ['event-slider', 'event-input']) {
     const i = $(id);
-    i.max = last;
+    i.max = lastEv;
     i.value = s.peak.event;
-    i.oninput = () => select(Number(i.value));
+    i.oninput = () => select(Number(i.value), true);
   }
   $('goto-peak').onclick = () => select(s.peak.event);
-  select(s.peak.event);
+  const start = hashArgs.has('event') ? Number(hashArgs.get('event')) : s.peak.event;
+  select(start, hashArgs.has('event'));
+  const band = s.timeline.series.find(b => b.key === hashArgs.get('band'));
+  if (band) showBand(band);
 }
 
-function drawTimeline(t, peak) {
+// ooms says first what went wrong: the out-of-memory events, each with
+// the request refused and what the device had free.
+function ooms(s) {
+  const p = $('oom-summary'), list = $('oom-list');
+  p.hidden = list.hidden = !s.oom_count;
+  p.setAttribute('data-count', s.oom_count);
+  list.replaceChildren();
+  if (!s.oom_count) return;
+  p.textContent = `${s.oom_count} out-of-memory event${s.oom_count > 1 ? 's' : ''}` +
+      (s.oom_count > s.ooms.length ? ` (the first ${s.ooms.length} listed)` : '') + ':';
+  for (const o of s.ooms) {
+    const free = o.device_free < 0 ? 'no limit' : o.device_free ? fmt(o.device_free) + ' free' : 'free memory not recorded';
+    const li = el('li', {'data-event': o.event, 'data-requested': o.requested, 'data-device-free': o.device_free},
+      `event ${o.event}: ${fmt(o.requested)} requested, ${free}, ${fmt(o.active)} active` + (o.where ? `, asked by ${o.where}` : ''));
+    const a = el('a', {href: '#event=' + o.event}, ' show');
+    a.onclick = ev => { ev.preventDefault(); select(o.event, true); };
+    li.append(a);
+    list.append(li);
+  }
+}
+
+// firstPoint: the first of t's points at or after event i (the last
+// point when none is).
+function firstPoint(t, i) {
+  const k = t.index.findIndex(p => p >= i);
+  return k < 0 ? t.index.length - 1 : k;
+}
+function lastPoint(t, i) {
+  let k = t.index.length - 1;
+  while (k > 0 && t.index[k] > i) k--;
+  return k;
+}
+
+// applyZoom draws the zoomed range: from the summary's points when they
+// are every event, else from the server's points of the range.
+async function applyZoom() {
+  const s = summary, t = s.timeline, last = Math.max(0, s.events - 1);
+  let [a, b] = zoom;
+  a = Math.max(0, Math.min(a, last));
+  b = Math.max(0, Math.min(b, last));
+  if (a > b) [a, b] = [b, a];
+  if (a === b && last > 0) { if (b < last) b++; else a--; }
+  zoom = [a, b];
+  const whole = a === 0 && b === last;
+  if (!whole && t.index.length < s.events) {
+    const q = new URLSearchParams({device: s.device, from: a, to: b, detail: detail});
+    const rt = await getJSON('/api/timeline?' + q);
+    if (zoom[0] !== a || zoom[1] !== b) return; // zoomed again meanwhile
+    view = {t: rt, z0: 0, z1: rt.index.length - 1};
+  } else {
+    view = {t, z0: firstPoint(t, a), z1: lastPoint(t, b)};
+  }
+  drawTimeline(s.peak);
+  drawMinimap(t);
+  moveCursor(Number($('event-input').value));
+}
+
+// setZoom zooms to the summary's points a to b (the minimap's).
+function setZoom(a, b) {
+  const idx = summary.timeline.index;
+  a = Math.max(0, Math.min(a, idx.length - 1));
+  b = Math.max(0, Math.min(b, idx.length - 1));
+  zoom = [idx[Math.min(a, b)], idx[Math.max(a, b)]];
+  applyZoom().catch(fail);
+}
+
+function drawTimeline(peak) {
   const svg = $('timeline');
   svg.replaceChildren();
-  const n = t.index.length;
-  const maxY = Math.max(1, ...t.total);
+  const {t, z0, z1} = view;
+  const all = t.index.length;
+  const n = all ? z1 - z0 + 1 : 0;
+  const shown = t.total.slice(z0, z1 + 1);
+  const maxY = Math.max(1, ...shown);
   const pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
-  const x = k => LEFT + (n > 1 ? k * pw / (n - 1) : 0);
+  const x = k => LEFT + (n > 1 ? (k - z0) * pw / (n - 1) : 0);
   const y = v => TOP + ph - v * ph / maxY;
-  points = t.index;
-  const xs = n > 1 ? t.index.map((_, k) => x(k)) : [LEFT, LEFT + pw];
-  const at = k => Math.min(k, n - 1);
+  const ks = [];
+  for (let k = z0; k <= z1 && all; k++) ks.push(k);
+  const xs = n > 1 ? ks.map(k => x(k)) : [LEFT, LEFT + pw];
+  const at = j => ks[Math.min(j, ks.length - 1)];
   const g = el('svg:g', {id: 'series'});
-  const bottom = new Array(n).fill(0);
+  const bottom = new Array(all).fill(0);
   for (const s of t.series) {
     const top = bottom.map((b, k) => b + s.values[k]);
-    const up = xs.map((xv, k) => `${xv.toFixed(1)},${y(top[at(k)]).toFixed(1)}`);
-    const down = xs.map((xv, k) => `${xv.toFixed(1)},${y(bottom[at(k)]).toFixed(1)}`).reverse();
+    const up = xs.map((xv, j) => `${xv.toFixed(1)},${y(top[at(j)]).toFixed(1)}`);
+    const down = xs.map((xv, j) => `${xv.toFixed(1)},${y(bottom[at(j)]).toFixed(1)}`).reverse();
     const poly = el('svg:polygon', {'data-key': s.key, fill: s.color, points: up.concat(down).join(' ')});
     poly.append(el('svg:title', {}, s.label));
+    poly.setAttribute('tabindex', 0);
+    poly.onclick = ev => { ev.stopPropagation(); showBand(s); }; // the band, not the event under it
+    poly.onkeydown = ev => { if (ev.key === 'Enter' || ev.key === ' ') { ev.preventDefault(); showBand(s); } };
     g.append(poly);
     top.forEach((v, k) => { bottom[k] = v; });
   }
@@ -123,22 +227,125 @@ function drawTimeline(t, peak) {
   }
   axis.append(el('svg:line', {x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph, stroke: '#888'}));
   axis.append(el('svg:line', {x1: LEFT, x2: W - RIGHT, y1: TOP + ph, y2: TOP + ph, stroke: '#888'}));
-  const last = n ? t.index[n - 1] : 0;
-  axis.append(el('svg:text', {x: LEFT, y: H - 8}, 'event 0'));
+  const first = n ? t.index[z0] : 0, last = n ? t.index[z1] : 0;
+  axis.append(el('svg:text', {x: LEFT, y: H - 8}, 'event ' + first));
   axis.append(el('svg:text', {x: W - RIGHT, y: H - 8, 'text-anchor': 'end'}, 'event ' + last));
   svg.append(axis);
+  const zoomed = zoom && (zoom[0] > 0 || zoom[1] < summary.events - 1);
+  $('zoom-range').textContent = n && zoomed ? `events ${first} to ${last} of ${summary.events}` : '';
+  $('zoom-reset').hidden = !zoomed;
+  const marks = el('svg:g', {id: 'oom-marks'});
+  for (const o of summary.ooms) {
+    if (!n || o.event < t.index[z0] || o.event > t.index[z1]) continue;
+    const k = firstPoint(t, o.event);
+    const ox = x(k);
+    const line = el('svg:line', {class: 'oomline', 'data-event': o.event, x1: ox, x2: ox, y1: TOP, y2: TOP + ph});
+    line.append(el('svg:title', {}, `out of memory at event ${o.event}: ${fmt(o.requested)} requested`));
+    marks.append(line);
+    marks.append(el('svg:text', {class: 'axis oom', x: ox + 3, y: TOP + ph - 4, fill: '#b00'}, 'OOM'));
+  }
+  svg.append(marks);
   const pk = Math.max(0, t.index.indexOf(peak.event));
-  const px = n > 1 ? x(pk) : LEFT;
-  svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
-  svg.append(el('svg:text', {class: 'axis', x: px + 4, y: TOP + 12}, 'peak ' + fmt(peak.total)));
-  svg.append(el('svg:line', {id: 'cursor', class: 'cursor', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
+  if (pk >= z0 && pk <= z1) {
+    const px = n > 1 ? x(pk) : LEFT;
+    svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
+    svg.append(el('svg:text', {class: 'axis', x: px + 4, y: TOP + 12}, 'peak ' + fmt(peak.total)));
+  }
+  svg.append(el('svg:line', {id: 'cursor', class: 'cursor', x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph}));
   svg.onclick = ev => {
     const r = svg.getBoundingClientRect();
     const vx = (ev.clientX - r.left) * W / r.width;
-    const k = Math.round((vx - LEFT) * (n - 1) / pw);
-    if (n) select(t.index[Math.max(0, Math.min(n - 1, k))]);
+    const k = z0 + Math.round((vx - LEFT) * (n - 1) / pw);
+    if (n) select(t.index[Math.max(z0, Math.min(z1, k))], true);
   };
 }
+
+// drawMinimap draws the whole history small, with the zoomed range as a
+// brush: dragging across it zooms the timeline to what was dragged over.
+function drawMinimap(t) {
+  const svg = $('minimap'), MH = 50, all = t.index.length;
+  svg.replaceChildren();
+  const pw = W - LEFT - RIGHT, maxY = Math.max(1, ...t.total);
+  const x = k => LEFT + (all > 1 ? k * pw / (all - 1) : 0);
+  const pts = t.total.map((v, k) => `${x(k).toFixed(1)},${(MH - 2 - v * (MH - 6) / maxY).toFixed(1)}`);
+  svg.append(el('svg:polyline', {points: pts.join(' '), fill: 'none', stroke: '#555'}));
+  const z0 = firstPoint(t, zoom[0]), z1 = lastPoint(t, zoom[1]);
+  const brush = el('svg:rect', {id: 'brush', class: 'brush', x: x(z0), y: 1, width: Math.max(2, x(z1) - x(z0)), height: MH - 2,
+    'data-from': zoom[0], 'data-to': zoom[1]});
+  svg.append(brush);
+  const toK = ev => {
+    const r = svg.getBoundingClientRect();
+    const vx = (ev.clientX - r.left) * W / r.width;
+    return Math.max(0, Math.min(all - 1, Math.round((vx - LEFT) * (all - 1) / pw)));
+  };
+  let from = null;
+  svg.onpointerdown = ev => { from = toK(ev); svg.setPointerCapture(ev.pointerId); };
+  svg.onpointermove = ev => {
+    if (from === null) return;
+    const k = toK(ev);
+    brush.setAttribute('x', x(Math.min(from, k)));
+    brush.setAttribute('width', Math.max(2, Math.abs(x(k) - x(from))));
+  };
+  svg.onpointerup = ev => {
+    if (from === null) return;
+    const k = toK(ev), a = from;
+    from = null;
+    if (a === k) { // a click: centre the zoomed range there
+      const w = z1 - z0, from = Math.max(0, Math.min(k - Math.floor(w / 2), all - 1 - w));
+      setZoom(from, from + w);
+    } else setZoom(a, k);
+  };
+}
+
+function showBand(s) {
+  side(s.label, s.stack ? 'stack, innermost first:' : 'a band of many allocations: no one stack', s.stack || '', {key: s.key});
+}
+
+// side shows what is selected: a band's or an event's stack (or module path).
+function side(title, desc, stack, attrs) {
+  $('side-title').textContent = title;
+  $('side-desc').textContent = desc;
+  $('side-stack').textContent = stack;
+  const a = $('side');
+  for (const k of ['data-key', 'data-event']) a.removeAttribute(k);
+  for (const [k, v] of Object.entries(attrs || {})) a.setAttribute('data-' + k, v);
+}
+
+// The event list: a page of events around the selected one, selected with
+// a click or the arrow keys.
+let listFrom = -1, listRows = [];
+async function eventList(i = 0) {
+  const PAGE = 200, from = Math.floor(i / PAGE) * PAGE;
+  if (from === listFrom) return markSelected(i);
+  listFrom = from;
+  const ev = await getJSON(`/api/events?device=${summary.device}&from=${from}`).catch(fail);
+  if (!ev || listFrom !== from) return;
+  listRows = ev.rows;
+  const ul = $('event-list');
+  ul.replaceChildren(...ev.rows.map(r => {
+    const li = el('li', {role: 'option', 'data-event': r.index, 'aria-selected': 'false', class: r.action === 'oom' ? 'oom' : ''},
+      `${r.desc} → ${fmt(r.active)} active`);
+    li.onclick = () => select(r.index, true);
+    return li;
+  }));
+  $('event-list-range').textContent = ev.rows.length ? `${ev.rows[0].index} to ${ev.rows[ev.rows.length - 1].index} of ${ev.events}` : '(none recorded)';
+  markSelected(Number($('event-input').value)); // the selection may have moved while the page loaded
+}
+function markSelected(i) {
+  const ul = $('event-list');
+  for (const li of ul.children) {
+    const on = Number(li.getAttribute('data-event')) === i;
+    li.setAttribute('aria-selected', on);
+    // scroll the list only, not the page
+    if (on) ul.scrollTop = Math.max(0, li.offsetTop - ul.offsetTop - ul.clientHeight / 2);
+  }
+}
+$('event-list').onkeydown = ev => {
+  const cur = Number($('event-input').value), step = {ArrowDown: 1, ArrowUp: -1, PageDown: 20, PageUp: -20}[ev.key];
+  if (step === undefined) return;
+  ev.preventDefault();
+  select(cur + step, true);
+};
 
 // niceStep: a tick step of 1, 2 or 5 times a power of ten of bytes, KiB,
 // MiB or GiB that gives about four ticks.
@@ -179,21 +386,33 @@ function largestTable(list) {
   });
 }
 
+// moveCursor puts the timeline's cursor on event i (hidden when zoomed
+// away from it).
+function moveCursor(i) {
+  const {t, z0, z1} = view, c = $('cursor');
+  if (!c || !t.index.length) return;
+  const k = firstPoint(t, i);
+  const cx = z1 > z0 ? LEFT + (k - z0) * (W - LEFT - RIGHT) / (z1 - z0) : LEFT;
+  c.setAttribute('x1', cx); c.setAttribute('x2', cx);
+  c.setAttribute('visibility', i >= t.index[z0] && i <= t.index[z1] ? 'visible' : 'hidden');
+}
+
 let pending = 0;
-async function select(i) {
+// select shows the state after event i; shown (a choice of the user's)
+// also puts the event in the side pane.
+async function select(i, shown) {
   const s = summary;
   i = Math.max(0, Math.min(i, Math.max(0, s.events - 1)));
   $('event-slider').value = i;
   $('event-input').value = i;
-  const n = points.length;
-  let k = points.findIndex(p => p >= i);
-  if (k < 0) k = n - 1;
-  const cx = n > 1 ? LEFT + k * (W - LEFT - RIGHT) / (n - 1) : LEFT;
-  const c = $('cursor');
-  if (c) { c.setAttribute('x1', cx); c.setAttribute('x2', cx); }
+  moveCursor(i);
+  eventList(i);
   const ticket = ++pending;
   const st = await getJSON(`/api/state?device=${s.device}&event=${i}`).catch(fail);
-  if (st && ticket === pending) drawState(st);
+  if (st && ticket === pending) {
+    drawState(st);
+    if (shown) side('Event ' + st.event, st.desc, st.stack || 'no stack recorded', {event: st.event});
+  }
 }
 
 function drawState(st) {

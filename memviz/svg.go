@@ -1,0 +1,141 @@
+package memviz
+
+import (
+	"bufio"
+	"fmt"
+	"html"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/headroom-ml/headroom/device"
+)
+
+// The timeline's drawing, in the page's units (viz.js draws the same).
+const (
+	svgW, svgH                               = 960, 320
+	svgLeft, svgRight, svgTop, svgBottom     = 80, 10, 10, 30
+	svgLegendRow                         int = 16
+)
+
+// WriteSVG writes the summary's timeline as a static SVG: the stacked
+// bands with the points the page draws, the peak and every listed OOM
+// marked, the axis, and a legend with each band's bytes at the peak. It
+// draws what the summary holds, so it is as bounded as the page.
+func (s *Summary) WriteSVG(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	t := s.Timeline
+	n := len(t.Index)
+	legendH := svgLegendRow * (len(t.Series) + 2)
+	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n",
+		svgW, svgH+legendH, svgW, svgH+legendH)
+	fmt.Fprintf(bw, "<title>%s</title>\n", esc(fmt.Sprintf("%s: active memory, peak %s after event %d", s.File, device.FormatBytes(s.Peak.Total), s.Peak.Event)))
+	fmt.Fprintf(bw, `<rect width="%d" height="%d" fill="#fff"/>`+"\n", svgW, svgH+legendH)
+	maxY := int64(1)
+	for _, v := range t.Total {
+		maxY = max(maxY, v)
+	}
+	pw, ph := float64(svgW-svgLeft-svgRight), float64(svgH-svgTop-svgBottom)
+	x := func(k int) float64 {
+		if n > 1 {
+			return svgLeft + float64(k)*pw/float64(n-1)
+		}
+		return svgLeft
+	}
+	y := func(v int64) float64 { return svgTop + ph - float64(v)*ph/float64(maxY) }
+	xs := []float64{svgLeft, svgLeft + pw}
+	if n > 1 {
+		xs = make([]float64, n)
+		for k := range xs {
+			xs[k] = x(k)
+		}
+	}
+	at := func(k int) int { return min(k, n-1) }
+	bottom := make([]int64, n)
+	top := make([]int64, n)
+	fmt.Fprintln(bw, `<g id="series">`)
+	for _, se := range t.Series {
+		for k := range top {
+			top[k] = bottom[k] + se.Values[k]
+		}
+		pts := make([]string, 0, 2*len(xs))
+		for k, xv := range xs {
+			pts = append(pts, f1(xv)+","+f1(y(top[at(k)])))
+		}
+		for k := len(xs) - 1; k >= 0; k-- {
+			pts = append(pts, f1(xs[k])+","+f1(y(bottom[at(k)])))
+		}
+		fmt.Fprintf(bw, `<polygon data-key="%s" fill="%s" points="%s"><title>%s</title></polygon>`+"\n",
+			esc(se.Key), esc(se.Color), strings.Join(pts, " "), esc(se.Label))
+		copy(bottom, top)
+	}
+	fmt.Fprintln(bw, `</g>`)
+	fmt.Fprintln(bw, `<g class="axis" fill="#555" stroke="#888">`)
+	for v, step := int64(0), niceStep(maxY); v <= maxY; v += step {
+		fmt.Fprintf(bw, `<line x1="%d" x2="%d" y1="%s" y2="%s"/><text x="%d" y="%s" text-anchor="end" stroke="none">%s</text>`+"\n",
+			svgLeft-4, svgLeft, f1(y(v)), f1(y(v)), svgLeft-6, f1(y(v)+4), device.FormatBytes(v))
+	}
+	fmt.Fprintf(bw, `<line x1="%d" x2="%d" y1="%d" y2="%s"/><line x1="%d" x2="%d" y1="%s" y2="%s"/>`+"\n",
+		svgLeft, svgLeft, svgTop, f1(svgTop+ph), svgLeft, svgW-svgRight, f1(svgTop+ph), f1(svgTop+ph))
+	last := 0
+	if n > 0 {
+		last = t.Index[n-1]
+	}
+	fmt.Fprintf(bw, `<text x="%d" y="%d" stroke="none">event 0</text><text x="%d" y="%d" text-anchor="end" stroke="none">event %d</text>`+"\n",
+		svgLeft, svgH-8, svgW-svgRight, svgH-8, last)
+	fmt.Fprintln(bw, `</g>`)
+	point := func(ev int) int {
+		for k, i := range t.Index {
+			if i >= ev {
+				return k
+			}
+		}
+		return max(n-1, 0)
+	}
+	fmt.Fprintln(bw, `<g id="oom-marks">`)
+	for _, o := range s.OOMs {
+		ox := f1(x(point(o.Event)))
+		fmt.Fprintf(bw, `<line class="oomline" data-event="%d" x1="%s" x2="%s" y1="%d" y2="%s" stroke="#b00" stroke-width="2"><title>%s</title></line>`+"\n",
+			o.Event, ox, ox, svgTop, f1(svgTop+ph), esc(fmt.Sprintf("out of memory at event %d: %s requested", o.Event, device.FormatBytes(o.Requested))))
+	}
+	fmt.Fprintln(bw, `</g>`)
+	px := f1(x(point(s.Peak.Event)))
+	fmt.Fprintf(bw, `<line id="peak-line" x1="%s" x2="%s" y1="%d" y2="%s" stroke="#d62728" stroke-dasharray="4 3"/>`+"\n", px, px, svgTop, f1(svgTop+ph))
+	fmt.Fprintf(bw, `<text x="%s" y="%d" fill="#555">peak %s</text>`+"\n", f1(x(point(s.Peak.Event))+4), svgTop+12, device.FormatBytes(s.Peak.Total))
+
+	// legend: what the page's tables say first
+	ly := svgH + svgLegendRow
+	head := fmt.Sprintf("%s: peak %s after event %d of %d (%d in the file)", s.File, device.FormatBytes(s.Peak.Total), s.Peak.Event, s.Events, s.FileEvents)
+	if s.OOMCount > 0 {
+		head += fmt.Sprintf("; %d out-of-memory events", s.OOMCount)
+	}
+	fmt.Fprintf(bw, `<text id="legend-head" x="%d" y="%d" font-weight="bold">%s</text>`+"\n", svgLeft, ly, esc(head))
+	for i, v := range s.Peak.Series {
+		yy := ly + svgLegendRow*(i+1)
+		fmt.Fprintf(bw, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d" data-key="%s" data-bytes="%d">%s: %s at the peak</text>`+"\n",
+			svgLeft, yy-9, esc(v.Color), svgLeft+16, yy, esc(v.Key), v.Bytes, esc(v.Label), device.FormatBytes(v.Bytes))
+	}
+	fmt.Fprintln(bw, `</svg>`)
+	return bw.Flush()
+}
+
+// f1 writes a coordinate as the page's toFixed(1) does.
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+func esc(s string) string { return html.EscapeString(s) }
+
+// niceStep is the page's tick step: 1, 2 or 5 times a power of ten of
+// bytes, KiB, MiB or GiB, for about four ticks.
+func niceStep(maxV int64) int64 {
+	raw := float64(maxV) / 4
+	unit := 1.0
+	for raw >= unit*1024 {
+		unit *= 1024
+	}
+	for _, m := range []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1024} {
+		if m*unit >= raw {
+			return int64(m * unit)
+		}
+	}
+	return max(int64(raw), 1)
+}
