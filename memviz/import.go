@@ -87,7 +87,10 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 		}
 	} else {
 		var err error
-		v, err = pickle.Unmarshal(data, &pickle.Options{MaxElements: int64(len(data))/valuesPerByte + 1<<16})
+		v, err = pickle.Unmarshal(data, &pickle.Options{
+			MaxElements: int64(len(data))/valuesPerByte + 1<<16,
+			MaxMemory:   memoryPerByte*int64(len(data)) + memoryFloor,
+		})
 		if err != nil {
 			return nil, r.pickleError(err)
 		}
@@ -215,6 +218,16 @@ const (
 // makes more than one value for every valuesPerByte bytes is refused
 // before it is built: a flood of one-byte values cannot take gigabytes.
 const valuesPerByte = 2
+
+// memoryPerByte bounds what the decoded values hold (pickle's
+// Options.MaxMemory) by the file's size: PyTorch's and headroom's snapshots
+// measure 3 to 8 bytes of decoded values per byte of pickle, while a dict
+// of distinct int keys or a long list of Nones holds 16 to 20 times its
+// input, and would take gigabytes for a 50 MB file.
+const (
+	memoryPerByte = 16
+	memoryFloor   = 16 << 20
+)
 
 // reader walks decoded values, naming the path of whatever is wrong.
 type reader struct {
