@@ -522,8 +522,8 @@ func (d *Decoder) memoPut(i uint64) error {
 
 // Estimated sizes, in bytes, of what decoding allocates (64-bit Go).
 const (
-	slotSize  = 16 // an interface: a list, tuple or set slot, a memo slot
-	itemSize  = 48 // a dict Item
+	slotSize = 16 // an interface: a list, tuple or set slot, a memo slot
+	itemSize = 48 // a dict Item
 	// a dict or set index entry with its boxed hash; a map's tables
 	// double as it grows, and the ones it outgrew count too
 	indexSize = 112
