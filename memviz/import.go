@@ -44,9 +44,31 @@ func (e *FormatError) Unwrap() []error {
 	return []error{ErrFormat}
 }
 
-// ReadFile reads a snapshot file (see Decode).
+// ReadFile reads a snapshot file (see Decode). Only a regular file is
+// read: opening a FIFO would block until a writer came (uninterruptibly,
+// so Ctrl-C could not stop it), and a device such as /dev/zero would be
+// read until memory ran out.
 func ReadFile(path string) (*Snapshot, error) {
-	data, err := os.ReadFile(path)
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("not a regular file (%s): a snapshot is read from a file", st.Mode().Type())}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Checked again on what was opened, in case the path changed.
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("not a regular file (%s): a snapshot is read from a file", st.Mode().Type())}
+	}
+	// A file that grows while it is read is read to its size at the open.
+	data, err := io.ReadAll(io.LimitReader(f, st.Size()))
 	if err != nil {
 		return nil, err
 	}

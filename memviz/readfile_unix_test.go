@@ -1,0 +1,40 @@
+//go:build unix
+
+package memviz_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/headroom-ml/headroom/memviz"
+)
+
+// A FIFO (whose open blocks until a writer comes, past Ctrl-C) and a
+// directory are refused by type (so is a device such as /dev/zero, read
+// until memory runs out, not tried here for that reason),
+// before they are opened or read.
+func TestReadFileRefusesNonRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "snapshot.pickle")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	for _, path := range []string{fifo, t.TempDir()} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := memviz.ReadFile(path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, memviz.ErrFormat) {
+				t.Errorf("%s: %v, want ErrFormat", path, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: ReadFile still reading after 10 s", path)
+		}
+	}
+}
