@@ -64,11 +64,29 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("plan: unexpected argument %q", fs.Arg(0))
+	}
+	// Every flag is checked before any work.
+	var pol budget.Policy
+	if *policy != "" {
+		if *budgetFlag == "" {
+			return fmt.Errorf("plan: --policy %s: restricting the planner's recomputation needs --budget (without it nothing is recomputed)", *policy)
+		}
+		var err error
+		if pol, err = budget.ParsePolicy(*policy); err != nil {
+			return fmt.Errorf("plan: --policy: %w", err)
+		}
+	}
+	var b int64
+	if *budgetFlag != "" {
+		var err error
+		if b, err = device.ParseBytes(*budgetFlag); err != nil {
+			return fmt.Errorf("plan: --budget: %w", err)
+		}
 	}
 	spec, err := zoo.Lookup(*model)
 	if err != nil {
@@ -92,17 +110,9 @@ Flags:
 	if *budgetFlag == "" {
 		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
 	}
-	b, err := device.ParseBytes(*budgetFlag)
-	if err != nil {
-		return fmt.Errorf("plan: --budget: %w", err)
-	}
 	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
 		OptimizerInBackward: *inBack}
 	if *policy != "" {
-		pol, err := budget.ParsePolicy(*policy)
-		if err != nil {
-			return err
-		}
 		prob.Policies = []budget.Policy{pol}
 	}
 	res, err := budget.Fit(ctx, prob)

@@ -39,7 +39,7 @@ Flags:
 	// The file may come before or after the flags.
 	var files []string
 	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
+		if err := parseFlags(fs, rest); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {
