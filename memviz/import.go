@@ -44,6 +44,11 @@ func (e *FormatError) Unwrap() []error {
 	return []error{ErrFormat}
 }
 
+// MaxFileBytes is the largest snapshot file ReadFile reads: decoding takes
+// up to 16 times the file's size (memoryPerByte), and PyTorch's snapshots
+// of long runs measure hundreds of megabytes.
+const MaxFileBytes = 2 << 30
+
 // ReadFile reads a snapshot file (see Decode). Only a regular file is
 // read: opening a FIFO would block until a writer came (uninterruptibly,
 // so Ctrl-C could not stop it), and a device such as /dev/zero would be
@@ -66,6 +71,9 @@ func ReadFile(path string) (*Snapshot, error) {
 	}
 	if !st.Mode().IsRegular() {
 		return nil, &FormatError{File: path, Msg: fmt.Sprintf("not a regular file (%s): a snapshot is read from a file", st.Mode().Type())}
+	}
+	if st.Size() > MaxFileBytes {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("%s, more than the %s a snapshot may be: decoded it would take several times that in memory", device.FormatBytes(st.Size()), device.FormatBytes(MaxFileBytes))}
 	}
 	// A file that grows while it is read is read to its size at the open.
 	data, err := io.ReadAll(io.LimitReader(f, st.Size()))

@@ -4,6 +4,7 @@ package memviz_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,5 +37,22 @@ func TestReadFileRefusesNonRegular(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: ReadFile still reading after 10 s", path)
 		}
+	}
+}
+
+// A file larger than MaxFileBytes is refused by its size, before it is
+// read (a sparse file costs no disk).
+func TestReadFileRefusesHuge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.pickle")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(memviz.MaxFileBytes + 1); err != nil {
+		t.Skip(err)
+	}
+	f.Close()
+	if _, err := memviz.ReadFile(path); !errors.Is(err, memviz.ErrFormat) {
+		t.Errorf("%v, want ErrFormat", err)
 	}
 }
