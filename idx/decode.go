@@ -42,9 +42,14 @@ func Decode(r io.Reader, name string) (*File, error) {
 		defer zr.Close()
 		d.r = zr
 		d.gzip = true
-		// The compressed size says nothing reliable about the decompressed
-		// size, so fall back to the fixed cap and incremental reading.
+		// The compressed size says nothing exact about the decompressed
+		// size: the data is read incrementally, within a cap proportional
+		// to the compressed size when that is known (a gzip bomb expands
+		// a thousand times), else the fixed cap.
 		d.remaining = -1
+		if remaining >= 0 {
+			d.gzipCap = min(MaxDataBytes, max(MaxGzipRatio*remaining, MinGzipData))
+		}
 	} else {
 		d.r = br
 	}
@@ -78,6 +83,7 @@ func remainingSize(r io.Reader) int64 {
 
 type decoder struct {
 	name      string
+	gzipCap   int64 // bound on a gzip file's data, 0 if none but MaxDataBytes
 	r         io.Reader
 	gzip      bool
 	remaining int64 // bytes of IDX data available from offset 0, or -1
@@ -137,6 +143,9 @@ func (d *decoder) decode() (*File, error) {
 	// input actually holds when known, else by MaxDataBytes. Products are
 	// checked step by step so that no multiplication can overflow.
 	limit := MaxDataBytes
+	if d.gzipCap > 0 {
+		limit = d.gzipCap
+	}
 	if d.remaining >= 0 {
 		limit = max(d.remaining-dataOff, 0)
 	}
@@ -192,6 +201,9 @@ func (d *decoder) sizeErr(dataOff int64, dims []int, t Type, i int, limit int64)
 	}
 	if d.remaining >= 0 {
 		return d.errf(dataOff, nil, "truncated data: dims %v of %v need %.0f bytes, only %d present", dims, t, total, limit)
+	}
+	if d.gzipCap > 0 && limit < MaxDataBytes {
+		return d.errf(int64(4+4*i), nil, "absurd size: dims %v of %v declare %.0f bytes of data, more than the %d accepted from %d bytes of gzip (%d times; real files expand a few times)", dims, t, total, limit, d.gzipCap/MaxGzipRatio, MaxGzipRatio)
 	}
 	return d.errf(int64(4+4*i), nil, "absurd size: dims %v of %v declare %.0f bytes of data, more than the %d accepted", dims, t, total, MaxDataBytes)
 }

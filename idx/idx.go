@@ -76,6 +76,13 @@ const (
 	// input is not known in advance (a gzip stream, a pipe). When it is known,
 	// the declared size is checked against it instead.
 	MaxDataBytes int64 = 1 << 32
+	// MaxGzipRatio bounds the data of a gzip file whose compressed size is
+	// known: at most MaxGzipRatio times that size (and at least
+	// MinGzipData). MNIST's and Fashion-MNIST's files expand 2 to 5 times;
+	// deflate can expand 1032 times, so that a 4 MB file of zeros would
+	// otherwise declare and fill 4 GiB.
+	MaxGzipRatio = 64
+	MinGzipData  = 64 << 20
 )
 
 // File is a decoded IDX file.

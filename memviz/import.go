@@ -44,9 +44,39 @@ func (e *FormatError) Unwrap() []error {
 	return []error{ErrFormat}
 }
 
-// ReadFile reads a snapshot file (see Decode).
+// MaxFileBytes is the largest snapshot file ReadFile reads: decoding takes
+// up to 16 times the file's size (memoryPerByte), and PyTorch's snapshots
+// of long runs measure hundreds of megabytes.
+const MaxFileBytes = 2 << 30
+
+// ReadFile reads a snapshot file (see Decode). Only a regular file is
+// read: opening a FIFO would block until a writer came (uninterruptibly,
+// so Ctrl-C could not stop it), and a device such as /dev/zero would be
+// read until memory ran out.
 func ReadFile(path string) (*Snapshot, error) {
-	data, err := os.ReadFile(path)
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("not a regular file (%s): a snapshot is read from a file", st.Mode().Type())}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Checked again on what was opened, in case the path changed.
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("not a regular file (%s): a snapshot is read from a file", st.Mode().Type())}
+	}
+	if st.Size() > MaxFileBytes {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf("%s, more than the %s a snapshot may be: decoded it would take several times that in memory", device.FormatBytes(st.Size()), device.FormatBytes(MaxFileBytes))}
+	}
+	// A file that grows while it is read is read to its size at the open.
+	data, err := io.ReadAll(io.LimitReader(f, st.Size()))
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +117,10 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 		}
 	} else {
 		var err error
-		v, err = pickle.Unmarshal(data, &pickle.Options{MaxElements: int64(len(data))/valuesPerByte + 1<<16})
+		v, err = pickle.Unmarshal(data, &pickle.Options{
+			MaxElements: int64(len(data))/valuesPerByte + 1<<16,
+			MaxMemory:   memoryPerByte*int64(len(data)) + memoryFloor,
+		})
 		if err != nil {
 			return nil, r.pickleError(err)
 		}
@@ -215,6 +248,16 @@ const (
 // makes more than one value for every valuesPerByte bytes is refused
 // before it is built: a flood of one-byte values cannot take gigabytes.
 const valuesPerByte = 2
+
+// memoryPerByte bounds what the decoded values hold (pickle's
+// Options.MaxMemory) by the file's size: PyTorch's and headroom's snapshots
+// measure 3 to 8 bytes of decoded values per byte of pickle, while a dict
+// of distinct int keys or a long list of Nones holds 16 to 20 times its
+// input, and would take gigabytes for a 50 MB file.
+const (
+	memoryPerByte = 16
+	memoryFloor   = 16 << 20
+)
 
 // reader walks decoded values, naming the path of whatever is wrong.
 type reader struct {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -234,12 +235,40 @@ func TestDecodeRefusesValueFloods(t *testing.T) {
 		flat[i] = 'N'
 	}
 	flat = append(flat, 'e', '.')
-	for name, data := range map[string][]byte{"batched": batched, "flat": flat} {
-		_, err := memviz.Decode(name+".pickle", data)
+	// One dict of distinct int keys: 6 bytes of input an entry, over 100
+	// bytes of items and index decoded.
+	intKeys := []byte{0x80, 2, '}'}
+	for k := 0; len(intKeys) < 3*n; k++ {
+		if k%1000 == 0 {
+			intKeys = append(intKeys, '(')
+		}
+		intKeys = append(intKeys, 'J', byte(k), byte(k>>8), byte(k>>16), byte(k>>24), 'N')
+		if k%1000 == 999 {
+			intKeys = append(intKeys, 'u')
+		}
+	}
+	intKeys = append(intKeys, 'u', '.')
+	for name, data := range map[string][]byte{"batched": batched, "flat": flat, "int keys": intKeys} {
+		var err error
+		alloc := allocated(func() { _, err = memviz.Decode(name+".pickle", data) })
 		if !errors.Is(err, pickle.ErrLimit) || !errors.Is(err, memviz.ErrFormat) {
 			t.Errorf("%s: %v, want a limit error", name, err)
 		}
+		// a small multiple of the input (the budget is 16 per byte plus a
+		// floor); the flat one is bounded by pickle's MaxStack instead.
+		// 6 MB of int keys allocated 237 MiB before MaxMemory, 101 after.
+		if limit := 24*uint64(len(data)) + 32<<20; alloc > limit && name != "flat" {
+			t.Errorf("%s: %d bytes of pickle allocated %d MiB, more than %d MiB", name, len(data), alloc>>20, limit>>20)
+		}
 	}
+}
+
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
 
 // JSON of empty objects is refused by their count before it is decoded:

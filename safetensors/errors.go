@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/headroom-ml/headroom/internal/elide"
 )
 
 // Sentinel errors. Every error that describes a bad file or a tensor that
@@ -54,7 +56,8 @@ func (e *FormatError) Error() string {
 	}
 	if e.Tensor != "" {
 		b.WriteString("tensor ")
-		b.WriteString(strconv.Quote(e.Tensor))
+		// A name is the header's to choose: at most a line of it.
+		b.WriteString(strconv.Quote(elide.Clip(e.Tensor)))
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Reason)

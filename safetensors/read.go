@@ -16,6 +16,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/headroom-ml/headroom/internal/elide"
 	"github.com/headroom-ml/headroom/tensor"
 )
 
@@ -505,7 +506,7 @@ func parseMetadata(raw json.RawMessage) (map[string]string, error) {
 	for k, v := range m {
 		var s string
 		if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-			return nil, fmt.Errorf("value of %q is %s, not a string", k, clip(v))
+			return nil, fmt.Errorf("value of %q is %s, not a string", elide.Clip(k), clip(v))
 		}
 		out[k] = s
 	}
@@ -557,7 +558,7 @@ func parseEntry(name string, raw json.RawMessage, bufLen int64) (TensorInfo, *Fo
 	case !ok && unsupported[code]:
 		return bad(ErrDType, "dtype %q is not supported by headroom (supported: %s)", code, supportedCodes)
 	case !ok:
-		return bad(ErrDType, "unknown dtype %q (supported: %s)", code, supportedCodes)
+		return bad(ErrDType, "unknown dtype %q (supported: %s)", elide.Clip(code), supportedCodes)
 	}
 	info.DType = dt
 

@@ -72,6 +72,30 @@ Flags:
 	if fs.NArg() > 0 {
 		return fmt.Errorf("plan: unexpected argument %q", fs.Arg(0))
 	}
+	// Every flag is checked before any work.
+	var pol budget.Policy
+	if *policy != "" {
+		policyFlag := "--recompute" // or its alias, as given
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "policy" {
+				policyFlag = "--policy"
+			}
+		})
+		if *budgetFlag == "" {
+			return fmt.Errorf("plan: %s %s: restricting the planner's recomputation needs --budget (without it nothing is recomputed)", policyFlag, *policy)
+		}
+		var err error
+		if pol, err = budget.ParsePolicy(*policy); err != nil {
+			return fmt.Errorf("plan: %s: %w", policyFlag, err)
+		}
+	}
+	var b int64
+	if *budgetFlag != "" {
+		var err error
+		if b, err = device.ParseBytes(*budgetFlag); err != nil {
+			return fmt.Errorf("plan: --budget: %w", err)
+		}
+	}
 	spec, err := zoo.Lookup(*model)
 	if err != nil {
 		return err
@@ -94,17 +118,9 @@ Flags:
 	if *budgetFlag == "" {
 		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
 	}
-	b, err := device.ParseBytes(*budgetFlag)
-	if err != nil {
-		return fmt.Errorf("plan: --budget: %w", err)
-	}
 	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
 		OptimizerInBackward: *inBack}
 	if *policy != "" {
-		pol, err := budget.ParsePolicy(*policy)
-		if err != nil {
-			return fmt.Errorf("plan: --recompute: %w", err)
-		}
 		prob.Policies = []budget.Policy{pol}
 	}
 	res, err := budget.Fit(ctx, prob)

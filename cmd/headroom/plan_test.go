@@ -238,3 +238,28 @@ func TestPlanPasses(t *testing.T) {
 		}
 	}
 }
+
+// Every plan flag is checked before any work, and a mistake is one line
+// naming its flag, not the usage: an unknown --policy was ignored, and
+// --policy without --budget silently meant nothing.
+func TestPlanFlagRefusals(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", "bogus", "--budget", "1GiB"}, "--policy"},
+		{[]string{"--recompute", "bogus", "--budget", "1GiB"}, "--recompute"},
+		{[]string{"--policy", "selective"}, "needs --budget"},
+		{[]string{"--batch", "99999999999999999999"}, "--batch"},
+		{[]string{"--budget", "NaN"}, "--budget"},
+	} {
+		var out, errb bytes.Buffer
+		err := planMain(context.Background(), c.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+		if strings.Contains(errb.String(), "Usage") || out.Len() > 0 {
+			t.Errorf("%v: printed %q and %q", c.args, out.String(), errb.String())
+		}
+	}
+}

@@ -105,6 +105,10 @@ func vizAddr(addr string) (network, listen string, hosts []string, err error) {
 	if err != nil {
 		return "", "", nil, fmt.Errorf("viz: --addr %q: %w", addr, err)
 	}
+	// The port is checked now, not after the snapshot is read.
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return "", "", nil, fmt.Errorf("viz: --addr %q: %w", addr, err)
+	}
 	if host == "" {
 		host = "127.0.0.1"
 	}

@@ -252,3 +252,18 @@ func TestVizSVG(t *testing.T) {
 		t.Error("an SVG written for a device the file lacks")
 	}
 }
+
+// A bad --addr port is refused before the snapshot is read (it was found
+// only when listening, after reading a possibly large file).
+func TestVizAddrPortCheckedFirst(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:99999", "127.0.0.1:-1", ":65536", "localhost:nope"} {
+		if _, _, _, err := vizAddr(addr); err == nil {
+			t.Errorf("--addr %s accepted", addr)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", ":8080", "[::1]:0", "localhost:65535"} {
+		if _, _, _, err := vizAddr(addr); err != nil {
+			t.Errorf("--addr %s: %v", addr, err)
+		}
+	}
+}

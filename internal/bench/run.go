@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
@@ -23,6 +24,10 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 )
+
+// MaxInputBytes bounds the input batches RunHeadroom makes before it
+// measures (a fresh one for every step).
+const MaxInputBytes = 2 << 30
 
 // Options configure one measurement.
 type Options struct {
@@ -53,6 +58,9 @@ func (o Options) progress(format string, args ...any) {
 // point at which PyTorch, whose gradients and Adam state appear lazily
 // during the first step, is measured too.
 func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err error) {
+	if o.Steps < 1 || o.Warmup < 0 || o.Warmup > math.MaxInt-o.Steps {
+		return Result{Workload: w.Name}, fmt.Errorf("bench: %d timed and %d warm-up steps: want at least 1 timed step and no negative count", o.Steps, o.Warmup)
+	}
 	if o.Threads > 0 {
 		parallel.SetThreads(o.Threads)
 	}
@@ -73,8 +81,21 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 	// A fresh batch every step: a model that saw one batch over and over
 	// would fit it, and its shrinking gradients would reach subnormal floats
 	// (slow on x86), which real training rarely does.
-	batches := make([][2]*tensor.Tensor, o.Warmup+o.Steps)
-	for i := range batches {
+	// They are made before measuring, so their count is bounded by the
+	// memory they take: --steps 1000000000 took 16 GiB (and was deaf to
+	// SIGTERM) before its first step.
+	x0, y0 := w.Inputs(rng)
+	n := o.Warmup + o.Steps
+	if per := int64(x0.Bytes() + y0.Bytes()); per > 0 && int64(n) > MaxInputBytes/per {
+		return res, fmt.Errorf("bench: %s: %d steps need as many fresh input batches of %s, more than %s in all; use fewer --steps and --warmup, or more --rounds",
+			w.Name, n, device.FormatBytes(per), device.FormatBytes(MaxInputBytes))
+	}
+	batches := make([][2]*tensor.Tensor, n)
+	batches[0] = [2]*tensor.Tensor{x0, y0}
+	for i := 1; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		x, y := w.Inputs(rng)
 		batches[i] = [2]*tensor.Tensor{x, y}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/big"
 	"unicode/utf8"
 )
 
@@ -16,6 +17,7 @@ const (
 	DefaultMaxElements = 1 << 27 // values pushed, memo entries and marks
 	DefaultMaxBytes    = 1 << 31 // string, bytes and long-int payload bytes
 	DefaultMaxStack    = 1 << 20 // values on the stack at once
+	DefaultMaxMemory   = 1 << 33 // estimated bytes the decoded values hold
 )
 
 // maxTextIntDigits is the longest decimal integer INT and LONG accept, as
@@ -67,6 +69,15 @@ type Options struct {
 	// items (each key costs its size each time it is stored). Default
 	// DefaultMaxBytes.
 	MaxBytes int64
+	// MaxMemory bounds the estimated memory the decoded values hold, in
+	// bytes: each value created (a boxed number, a string's header, a
+	// container) and each slot a list, tuple, dict, dict index or set
+	// grows to. Values and slots are what a pickle makes cheaply: an
+	// APPENDS of one-byte Nones makes 16 bytes of slot per input byte, a
+	// dict of distinct int keys over 100 bytes per 6-byte entry, so
+	// neither MaxElements nor MaxBytes bounds them. Default
+	// DefaultMaxMemory.
+	MaxMemory int64
 }
 
 // Limits of Unmarshal, whose input length is known, where Options leaves
@@ -83,12 +94,14 @@ const (
 	MinElements     = 1 << 16
 	BytesPerByte    = 16
 	MinBytes        = 1 << 20
+	MemoryPerByte   = 64
+	MinMemory       = 16 << 20
 )
 
 // Unmarshal decodes one pickle from data. Bytes after the STOP opcode are
 // ignored, as Python's pickle.loads does. Limits that opts leaves zero are
-// proportional to len(data) (ElementsPerByte, BytesPerByte), capped by the
-// Default ones.
+// proportional to len(data) (ElementsPerByte, BytesPerByte, MemoryPerByte),
+// capped by the Default ones.
 func Unmarshal(data []byte, opts *Options) (any, error) {
 	var o Options
 	if opts != nil {
@@ -101,6 +114,9 @@ func Unmarshal(data []byte, opts *Options) (any, error) {
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = min(DefaultMaxBytes, BytesPerByte*n+MinBytes)
+	}
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = min(DefaultMaxMemory, MemoryPerByte*n+MinMemory)
 	}
 	d := NewDecoder(bytes.NewReader(data), &o)
 	d.size, d.capBytes = n, capBytes
@@ -134,6 +150,7 @@ type Decoder struct {
 	frameEnd int64 // end of the current frame; <= pos when not in one
 	elements int64 // remaining budgets
 	bytes    int64
+	memory   int64
 	keys     keyer
 	nextBuf  int
 	classes  map[string]*Class
@@ -170,6 +187,9 @@ func NewDecoder(r io.Reader, opts *Options) *Decoder {
 	if d.opts.MaxBytes <= 0 {
 		d.opts.MaxBytes = DefaultMaxBytes
 	}
+	if d.opts.MaxMemory <= 0 {
+		d.opts.MaxMemory = DefaultMaxMemory
+	}
 	return d
 }
 
@@ -199,6 +219,7 @@ func (d *Decoder) reset() {
 	d.frameEnd = 0
 	d.elements = d.opts.MaxElements
 	d.bytes = d.opts.MaxBytes
+	d.memory = d.opts.MaxMemory
 	d.keys = keyer{maxDepth: d.opts.MaxDepth, budget: &d.bytes}
 	d.nextBuf = 0
 	d.classes = nil
@@ -352,6 +373,15 @@ func (d *Decoder) readLine() ([]byte, error) {
 // stack
 
 func (d *Decoder) push(v any) error {
+	if err := d.spend(created(v)); err != nil {
+		return err
+	}
+	return d.pushShared(v)
+}
+
+// pushShared pushes a value that already exists (a memo entry, a
+// duplicate): it costs a value but no new memory.
+func (d *Decoder) pushShared(v any) error {
 	d.elements--
 	if d.elements < 0 {
 		return d.fail(ErrLimit, "more than %d values (Options.MaxElements)", d.opts.MaxElements)
@@ -447,7 +477,7 @@ func (d *Decoder) memoGet(i uint64) error {
 	if !ok {
 		return d.fail(ErrMemo, "memo slot %d was never set", i)
 	}
-	return d.push(v)
+	return d.pushShared(v)
 }
 
 func (d *Decoder) memoPut(i uint64) error {
@@ -487,6 +517,50 @@ func (d *Decoder) memoPut(i uint64) error {
 		d.memoLen++
 	}
 	d.sparse[i] = v
+	return nil
+}
+
+// Estimated sizes, in bytes, of what decoding allocates (64-bit Go).
+const (
+	slotSize = 16 // an interface: a list, tuple or set slot, a memo slot
+	itemSize = 48 // a dict Item
+	// a dict or set index entry with its boxed hash; a map's tables
+	// double as it grows, and the ones it outgrew count too
+	indexSize = 112
+)
+
+// created is the memory a newly created value holds, apart from slots
+// charged as its container grows.
+func created(v any) int64 {
+	switch x := v.(type) {
+	case nil, bool:
+		return 0
+	case int64, float64:
+		return 8
+	case string:
+		return 16 + int64(len(x))
+	case []byte:
+		return 24 + int64(len(x))
+	case *big.Int:
+		return 40 + int64(len(x.Bits()))*8
+	case Tuple:
+		return 24 + slotSize*int64(len(x))
+	case *list:
+		return 32 + slotSize*int64(cap(x.items))
+	case *Dict:
+		return 40 + itemSize*int64(cap(x.items)) + indexSize*int64(len(x.index))
+	case *Set:
+		return 88 + 2*slotSize*int64(cap(x.items)) + indexSize*int64(len(x.index))
+	}
+	return 64
+}
+
+// spend charges n bytes of memory (Options.MaxMemory).
+func (d *Decoder) spend(n int64) error {
+	d.memory -= n
+	if d.memory < 0 {
+		return d.fail(ErrLimit, "the decoded values would hold more than %d bytes (Options.MaxMemory)", d.opts.MaxMemory)
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"runtime"
@@ -102,5 +103,86 @@ func TestMaxStack(t *testing.T) {
 	}
 	if _, err := Unmarshal(tuple, &Options{MaxStack: 999}); !errors.Is(err, ErrLimit) {
 		t.Errorf("tuple of 1000 with MaxStack 999: %v, want ErrLimit", err)
+	}
+}
+
+// intKeyDict is a pickle of one dict with n distinct int keys, each 6
+// bytes of input (BININT key, None value), set in batches of 1000.
+func intKeyDict(n int) []byte {
+	b := []byte{0x80, 2, '}'}
+	for i := 0; i < n; i += 1000 {
+		b = append(b, '(')
+		for k := i; k < min(i+1000, n); k++ {
+			b = append(b, 'J')
+			b = binary.LittleEndian.AppendUint32(b, uint32(k))
+			b = append(b, 'N')
+		}
+		b = append(b, 'u')
+	}
+	return append(b, '.')
+}
+
+// noneList is a pickle of one list of n Nones, one byte each, appended in
+// batches of 1000.
+func noneList(n int) []byte {
+	b := []byte{0x80, 2, ']'}
+	for i := 0; i < n; i += 1000 {
+		b = append(b, '(')
+		for range min(1000, n-i) {
+			b = append(b, 'N')
+		}
+		b = append(b, 'e')
+	}
+	return append(b, '.')
+}
+
+// Containers are charged for the memory they hold (Options.MaxMemory),
+// which neither the value count nor the payload bytes bound: a dict of
+// distinct int keys holds over 100 bytes per 6-byte entry, a list of
+// Nones 16 to 32 bytes per input byte. Under a budget of 8 bytes per
+// input byte, each fails before allocating a small multiple of its input,
+// and both decode under the default (64 per byte).
+func TestMaxMemory(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{
+		{"int-keyed dict", intKeyDict(400_000)},
+		{"list of Nones", noneList(2_500_000)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			limit := 8 * int64(len(c.data))
+			var err error
+			n := allocated(func() { _, err = Unmarshal(c.data, &Options{MaxMemory: limit}) })
+			if !errors.Is(err, ErrLimit) {
+				t.Fatalf("%d bytes under MaxMemory %d: err = %v, want ErrLimit", len(c.data), limit, err)
+			}
+			if n > uint64(2*limit) {
+				t.Errorf("%d bytes under MaxMemory %d allocated %d MiB", len(c.data), limit, n>>20)
+			}
+			if _, err := Unmarshal(c.data, nil); err != nil {
+				t.Errorf("under the default limit: %v", err)
+			}
+		})
+	}
+	// The decoder's own accounting: what a result holds is charged once,
+	// shared values (memo, DUP) not again.
+	shared := []byte{0x80, 2, ']', '(', 'T', 0, 4, 0, 0}
+	shared = append(shared, bytes.Repeat([]byte{'x'}, 1024)...)
+	shared = append(shared, 'q', 0)
+	for range 10_000 {
+		shared = append(shared, 'h', 0, '2')
+	}
+	shared = append(shared, 'e', '.')
+	d := NewDecoder(bytes.NewReader(shared), &Options{MaxMemory: 1 << 20})
+	v, err := d.Decode()
+	if err != nil {
+		t.Fatalf("a 1 KiB string 20001 times under 1 MiB: %v", err)
+	}
+	if l, ok := v.([]any); !ok || len(l) != 20_001 {
+		t.Fatalf("read as %T", v)
+	}
+	if spent := d.opts.MaxMemory - d.memory; spent > 20_001*2*slotSize+2048 {
+		t.Errorf("charged %d bytes", spent)
 	}
 }

@@ -85,7 +85,7 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
-		return d.push(v)
+		return d.pushShared(v)
 
 	// constants and numbers
 	case opNONE:
@@ -329,7 +329,11 @@ func (d *Decoder) step(op byte) error {
 		if err := d.setItems(m, items); err != nil {
 			return err
 		}
-		return d.push(m)
+		// setItems charged the items and index
+		if err := d.spend(created(NewDict())); err != nil {
+			return err
+		}
+		return d.pushShared(m)
 	case opSETITEM:
 		if len(d.stack)-d.fence() < 3 {
 			return d.underflow(3)
@@ -366,7 +370,10 @@ func (d *Decoder) step(op byte) error {
 		if err := d.addItems(s, items); err != nil {
 			return err
 		}
-		return d.push(s)
+		if err := d.spend(created(&Set{})); err != nil {
+			return err
+		}
+		return d.pushShared(s)
 
 	// memo
 	case opGET:
@@ -713,7 +720,13 @@ func (d *Decoder) appendTo(items []any) error {
 		// Double, rather than append's 1.25 for large slices: a long
 		// list built in batches then allocates twice its size in all,
 		// not five times.
-		l.items = slices.Grow(l.items, max(len(items), len(l.items)))
+		grow := max(len(items), len(l.items))
+		// the old array stays allocated until collected: charge the new
+		// one whole
+		if err := d.spend(slotSize * int64(len(l.items)+grow)); err != nil {
+			return err
+		}
+		l.items = slices.Grow(l.items, grow)
 	}
 	l.items = append(l.items, items...)
 	return nil
@@ -737,10 +750,24 @@ func (d *Decoder) setItems(m *Dict, kv []any) error {
 		return d.fail(ErrStack, "odd number of items (%d) for key/value pairs", len(kv))
 	}
 	if m.items == nil {
+		if err := d.spend(itemSize * int64(len(kv)/2)); err != nil {
+			return err
+		}
 		m.items = make([]Item, 0, len(kv)/2)
 	} else if len(m.items)+len(kv)/2 > cap(m.items) {
 		// Double, as appendTo does.
-		m.items = slices.Grow(m.items, max(len(kv)/2, len(m.items)))
+		grow := max(len(kv)/2, len(m.items))
+		if err := d.spend(itemSize * int64(len(m.items)+grow)); err != nil {
+			return err
+		}
+		m.items = slices.Grow(m.items, grow)
+	}
+	// The index (past smallDict items) costs an entry per item, and is
+	// charged before it grows.
+	if n := len(m.items) + len(kv)/2; n > smallDict {
+		if err := d.spend(indexSize * int64(n-len(m.index))); err != nil {
+			return err
+		}
 	}
 	for i := 0; i < len(kv); i += 2 {
 		if s, ok := kv[i].(string); ok {
@@ -761,6 +788,9 @@ func (d *Decoder) setItems(m *Dict, kv []any) error {
 }
 
 func (d *Decoder) addItems(s *Set, items []any) error {
+	if err := d.spend((2*slotSize + indexSize) * int64(len(items))); err != nil {
+		return err
+	}
 	for _, v := range items {
 		h, err := d.hash(v)
 		if err != nil {
