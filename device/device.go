@@ -98,7 +98,7 @@ func Meta() *Device { d, _ := New("meta"); return d }
 var units = []struct {
 	suffix string
 	mult   int64
-}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}}
+}{{"EiB", 1 << 60}, {"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"EB", 1e18}, {"PB", 1e15}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}}
 
 // ErrSize is matched by errors.Is for every size ParseBytes refuses.
 var ErrSize = errors.New("invalid size")
@@ -111,7 +111,8 @@ const sizeExamples = "examples: 2GiB, 512MiB, 1.5G, 3GB, 1500000000"
 // every flag and spec: a size is a whole, positive number of bytes that
 // fits in an int64, so NaN, Inf, hexadecimal, negative, zero (or less than
 // one byte) and overflowing sizes are errors matching ErrSize, never a
-// wrapped or "unlimited" value. Fractions of a byte are dropped.
+// wrapped or "unlimited" value. A plain byte count must be whole; with a
+// unit, a fraction of a byte left over (1.3KiB) is dropped.
 func ParseBytes(s string) (int64, error) {
 	bad := func(why string) error { return fmt.Errorf("%w %q: %s (%s)", ErrSize, s, why, sizeExamples) }
 	t := strings.TrimSpace(s)
@@ -154,6 +155,9 @@ func ParseBytes(s string) (int64, error) {
 		return 0, bad("not a number")
 	}
 	v := f * float64(mult)
+	if mult == 1 && v != math.Trunc(v) && v < math.MaxInt64 {
+		return 0, bad("a fraction of a byte (give a unit, as 1.5GiB, or a whole byte count)")
+	}
 	switch {
 	case math.IsNaN(v) || f < 0:
 		return 0, bad("not a number")

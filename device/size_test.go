@@ -18,6 +18,7 @@ func TestParseBytesRefuses(t *testing.T) {
 		"0", "0B", "0GiB", "0.0", "0.4", "1e-10GiB", "1e-400",
 		"-1", "-0", "-1MiB", "- 1", "0x10", "0x1p4", "1_000", "1,000", "1..2", "1e", "e5", ".", "+",
 		"1 2", "12 MiB MiB", "2XB",
+		"1.5", "1.9", "8EiB", "9.3EB", // a fraction of a byte; more than 8 EiB with the larger units
 	} {
 		n, err := ParseBytes(in)
 		if err == nil {
@@ -39,7 +40,12 @@ func TestParseBytesLimits(t *testing.T) {
 		{"9007199254740993", 9007199254740993},
 		{"8589934591GiB", 8589934591 << 30},
 		{"1", 1},
-		{"1.9", 1},
+		{"1.0", 1},
+		{"1.3KiB", 1331}, // with a unit, the fraction of a byte left over is dropped
+		{"1EiB", 1 << 60},
+		{"7.5EiB", 15 << 59},
+		{"2PiB", 2 << 50},
+		{"2PB", 2e15},
 		{"+5KiB", 5 << 10},
 		{"1e3", 1000},
 		{"1E3KiB", 1000 << 10},
