@@ -47,6 +47,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(policy, "policy", "", "the same as --recompute")
 	precision := fs.String("precision", "fp32", precisionHelp)
 	compress := fs.String("compress", "none", compressHelp)
+	maxBatch := fs.Bool("max-batch", false, "with --budget: also print the largest batch, up to --batch-size, that fits in one pass (no accumulation) for each recomputation policy, found from plans (no trial steps, no out-of-memory)")
 	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
 	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")
 	fs.Usage = func() {
@@ -115,6 +116,9 @@ Flags:
 	if err := budget.CheckBatch(budget.Problem{Example: spec.Example, Batch: *batch}); err != nil {
 		return fmt.Errorf("plan: --batch-size: %w", err)
 	}
+	if *maxBatch && *budgetFlag == "" {
+		return fmt.Errorf("plan: --max-batch needs --budget (the largest batch that fits it)")
+	}
 	if *budgetFlag == "" {
 		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
 	}
@@ -129,6 +133,20 @@ Flags:
 	}
 	fmt.Fprintf(stdout, "model %s, batch %d, optimizer %s\n", spec.Name, *batch, *opt)
 	res.Print(stdout, b)
+	if *maxBatch {
+		pols := budget.Policies
+		if *policy != "" {
+			pols = []budget.Policy{pol}
+		}
+		fmt.Fprintf(stdout, "largest batch in one pass within %s (up to %d):\n", device.FormatBytes(b), *batch)
+		for _, p := range pols {
+			n, err := budget.MaxBatch(ctx, prob, p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "  recompute %-10s %d\n", p, n)
+		}
+	}
 	if *passes {
 		o, err := newOpt()
 		if err != nil {

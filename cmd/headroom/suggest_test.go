@@ -2,8 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/headroom-ml/headroom/budget"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 func TestSuggest(t *testing.T) {
@@ -89,5 +97,41 @@ func TestHelpInFlagForm(t *testing.T) {
 	}
 	if strings.Contains(help, "\n  -budget") || strings.Contains(help, "\n  --batch int") {
 		t.Errorf("plan -h prints single-dash or alias lines:\n%s", help)
+	}
+}
+
+// plan --max-batch prints, per recomputation policy, budget.MaxBatch's
+// answer (the largest batch that fits in one pass), and needs --budget.
+func TestPlanMaxBatch(t *testing.T) {
+	var stdout, stderr strings.Builder
+	args := []string{"--model", "cnn", "--batch-size", "512", "--budget", "24MiB", "--max-batch"}
+	if err := planMain(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := zoo.Lookup("cnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prob := budget.Problem{
+		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Example:      spec.Example,
+		Batch:        512,
+		Budget:       24 << 20,
+		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) },
+	}
+	for _, p := range budget.Policies {
+		n, err := budget.MaxBatch(context.Background(), prob, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 1 || n >= 512 {
+			t.Fatalf("MaxBatch(%v) = %d: the test wants a budget that cuts the batch", p, n)
+		}
+		if want := fmt.Sprintf("  recompute %-10s %d\n", p, n); !strings.Contains(stdout.String(), want) {
+			t.Errorf("plan --max-batch lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if err := planMain(context.Background(), []string{"--max-batch"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--max-batch needs --budget") {
+		t.Errorf("--max-batch without --budget: %v", err)
 	}
 }
