@@ -3,7 +3,6 @@ package budget
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/trace"
@@ -73,25 +72,10 @@ func CheckBatch(p Problem) error {
 	}
 	x, y := p.Example(p.Batch)
 	for _, m := range []trace.Meta{x, y} {
-		if _, ok := bytesOf(m); !ok {
-			return fmt.Errorf("%w: a batch of %d samples has inputs of shape %v (%v): more than %s", ErrBatch, p.Batch, m.Shape, m.DType, device.FormatBytes(math.MaxInt64))
+		// The check the graph makes of every value, made before any trace.
+		if err := m.Shape.Check(m.DType); err != nil {
+			return fmt.Errorf("%w: a batch of %d samples: %w", ErrBatch, p.Batch, err)
 		}
 	}
 	return nil
-}
-
-// bytesOf is m's size in bytes, false when a dimension is negative or the
-// size overflows int64.
-func bytesOf(m trace.Meta) (int64, bool) {
-	n := int64(m.DType.Size())
-	for _, d := range m.Shape {
-		if d < 0 {
-			return 0, false
-		}
-		if d != 0 && n > math.MaxInt64/int64(d) {
-			return 0, false
-		}
-		n *= int64(d)
-	}
-	return n, true
 }
