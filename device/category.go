@@ -16,10 +16,14 @@ const (
 	Input
 	Temporary
 	Workspace
+	// Communication is the buffers of collectives between ranks
+	// (gradient buckets, shards gathered or scattered): memory that
+	// distributed training spends outside the step's arena.
+	Communication
 	numCategories
 )
 
-var categoryNames = [...]string{"parameter", "gradient", "optimizer state", "activation", "input", "temporary", "workspace"}
+var categoryNames = [...]string{"parameter", "gradient", "optimizer state", "activation", "input", "temporary", "workspace", "communication"}
 
 func (c Category) String() string {
 	if c >= numCategories {

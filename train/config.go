@@ -51,6 +51,10 @@ type Config struct {
 	// (training metrics without a second forward pass). They stay in the
 	// step's arena until its end, which the memory plan counts.
 	Outputs bool
+	// Parallel, when set, makes the trainer one rank of data-parallel
+	// training (package dist): each step's gradients are combined with
+	// the other ranks' before the optimizer. nil: one process.
+	Parallel Parallel `json:"-"`
 }
 
 // compress is the storage policy handed to the precision pass: nil when
@@ -73,6 +77,9 @@ func (c Config) String() string {
 	}
 	if c.Outputs {
 		s += " outputs"
+	}
+	if c.Parallel != nil {
+		s += " parallel"
 	}
 	return s
 }

@@ -14,7 +14,10 @@ type MemoryPlan struct {
 	Parameters     int64 // parameter values and buffers
 	Gradients      int64
 	OptimizerState int64
-	Activations    int64 // the step's arena bytes live at the peak
+	// Communication is the buffers of collectives with other ranks
+	// (Config.Parallel), allocated with the trainer.
+	Communication int64
+	Activations   int64 // the step's arena bytes live at the peak
 	// TransientGradients is the part of Activations that is gradients
 	// waiting for their update inside the step (OptimizerInBackward); the
 	// persistent Gradients are then zero.
@@ -25,7 +28,7 @@ type MemoryPlan struct {
 
 // Total is the predicted peak of allocated bytes.
 func (m MemoryPlan) Total() int64 {
-	return m.Parameters + m.Gradients + m.OptimizerState + m.Activations
+	return m.Parameters + m.Gradients + m.OptimizerState + m.Communication + m.Activations
 }
 
 // Plan predicts the memory of a training step on inputs x and targets y
@@ -63,7 +66,12 @@ func (t *Trainer) planConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (
 	st := t.Device.Alloc.Stats()
 	m.Parameters = st.ByCategory[device.Parameter]
 	m.OptimizerState = st.ByCategory[device.OptimizerState]
-	if !inBackward {
+	m.Communication = st.ByCategory[device.Communication]
+	if inBackward {
+		// Gradient buffers other than the parameters' own (the shards
+		// of ZeRO stage 2, say) are held through such steps too.
+		m.Gradients = st.ByCategory[device.Gradient] - t.heldGradBytes()
+	} else {
 		// Steps with the optimizer in the backward pass hold no gradient
 		// buffers; the usual step holds them.
 		m.Gradients = st.ByCategory[device.Gradient]
@@ -81,6 +89,17 @@ func (t *Trainer) planConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (
 		m.TransientGradients = p.Plan.ByCategory(p.Plan.PeakStep)[plan.Gradient]
 	}
 	return m, c, nil
+}
+
+// heldGradBytes is what the parameters' gradient buffers take now.
+func (t *Trainer) heldGradBytes() int64 {
+	var n int64
+	for _, p := range t.Store.Trainable() {
+		if p.Grad != nil {
+			n += device.RoundSize(p.Bytes())
+		}
+	}
+	return n
 }
 
 // gradEstimate is the gradient buffers' bytes for a trainer that never
@@ -104,6 +123,9 @@ func (m MemoryPlan) Print(w io.Writer) {
 		fmt.Fprintf(w, "  %-22s %12s   (in the arena at the peak, freed by their update)\n", "gradients (transient)", device.FormatBytes(m.TransientGradients))
 	}
 	row("optimizer state", m.OptimizerState)
+	if m.Communication > 0 {
+		row("communication", m.Communication)
+	}
 	row("activations at peak", m.Activations-m.TransientGradients)
 	fmt.Fprintf(w, "  %-22s %12s   (at %s)\n", "total peak", device.FormatBytes(m.Total()), m.PeakStep)
 	if m.Activations > 0 {

@@ -62,6 +62,7 @@ type Trainer struct {
 	optBlks  []*device.Block
 	params   []optim.Param
 	step     int64            // steps taken; seeds dropout masks
+	share    float64          // this rank's share of the step's global batch (Config.Parallel), else 1
 	outs     []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
 	// ownsStore: Close releases the store (trainers made by Setup).
 	ownsStore bool
@@ -82,7 +83,7 @@ func NewConfig(dev *device.Device, store *nn.Store, model Model, loss LossFunc, 
 	if store.Device() != dev {
 		return nil, fmt.Errorf("train: the model's parameters are not on %v (materialize the store first)", dev)
 	}
-	t := &Trainer{Device: dev, Store: store, Model: model, Loss: loss, Opt: opt, arena: exec.NewArena(dev), programs: map[programKey]*Compiled{}}
+	t := &Trainer{Device: dev, Store: store, Model: model, Loss: loss, Opt: opt, arena: exec.NewArena(dev), programs: map[programKey]*Compiled{}, share: 1}
 	if opt != nil {
 		// Every optimizer's state comes from the device, counted as
 		// optimizer state.
@@ -476,8 +477,25 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		return 0, fmt.Errorf("train: no micro-batches")
 	}
 	t.outs = t.outs[:0]
+	weights := make([]float64, len(micro))
+	var total float64
+	for i, b := range micro {
+		weights[i] = t.weight(b)
+		total += weights[i]
+	}
+	par := t.cfg.Parallel
+	t.share = 1
+	if par != nil {
+		var err error
+		if t.share, err = par.Share(ctx, total); err != nil {
+			return 0, err
+		}
+	}
 	if t.inBackward(len(micro)) {
 		if l, done, err := t.stepInBackward(ctx, micro[0]); done {
+			if err == nil && par != nil {
+				return par.Reduce(ctx, t.params, l)
+			}
 			return l, err
 		}
 		// Out of memory before any update: the usual path, which splits.
@@ -486,15 +504,9 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		return 0, err
 	}
 	first := t.step // the step number of this step's first pass
-	weights := make([]float64, len(micro))
-	var total float64
-	for i, b := range micro {
-		weights[i] = t.weight(b)
-		total += weights[i]
-	}
-	scale := 1.0
+	scale := t.share
 	if t.Scaler != nil {
-		scale = t.Scaler.Scale
+		scale *= t.Scaler.Scale
 	}
 	var loss float64
 	ran := 0
@@ -514,6 +526,15 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	}
 	if ran == 0 {
 		t.Store.ZeroGrad()
+	}
+	if par != nil && t.Device.HasData() {
+		for i, pr := range t.Store.Trainable() {
+			t.params[i].Value, t.params[i].Grad = pr.Value.F32(), pr.Grad.F32()
+		}
+		var err error
+		if loss, err = par.Reduce(ctx, t.params, loss); err != nil {
+			return loss, err
+		}
 	}
 	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) && t.Scaler == nil {
 		return loss, &NonFiniteError{Step: int(first), Loss: loss, First: t.diagnose(ctx, micro, first, false)}
@@ -679,7 +700,7 @@ func (t *Trainer) runInBackward(ctx context.Context, b Batch, update func(name s
 		opts = *t.RunOptions
 	}
 	opts.Update = update
-	return t.runProgram(ctx, p, b, 1, &opts)
+	return t.runProgram(ctx, p, b, t.share, &opts)
 }
 
 // runResilient runs micro-batch b with weight w. If its step does not fit
