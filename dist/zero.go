@@ -1,0 +1,143 @@
+package dist
+
+import (
+	"fmt"
+
+	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/optim"
+)
+
+// zeroOpt is the optimizer of ZeRO stages 1 and 2: the inner optimizer
+// sees only this rank's shard of each parameter (span), so its state is
+// 1/N of the whole; after the update the parameters are all-gathered.
+// Optimizers are elementwise per parameter (SGD, Adam, AdamW), so updating
+// the shards gives, bit for bit, the update of the whole.
+type zeroOpt struct {
+	inner optim.Optimizer
+	d     *DataParallel
+}
+
+var (
+	_ optim.ParamStepper = (*zeroOpt)(nil)
+	_ optim.Preparer     = (*zeroOpt)(nil)
+)
+
+func (z *zeroOpt) span(n int) (lo, hi, c int) { return span(n, z.d.c.Rank(), z.d.c.Size()) }
+
+// shardOf returns p's shard as the inner optimizer sees it (ok false when
+// this rank owns none of it). Under stage 2 the gradient is first
+// reduce-scattered into the rank's gradient shard.
+func (z *zeroOpt) shardOf(p optim.Param) (optim.Param, bool, error) {
+	lo, hi, c := z.span(len(p.Value))
+	s := optim.Param{Name: p.Name, Value: p.Value[lo:hi]}
+	if p.Grad != nil {
+		s.Grad = p.Grad[lo:hi]
+		if z.d.stage == 2 {
+			if len(p.Grad) != len(p.Value) {
+				return s, false, fmt.Errorf("%w: parameter %q has %d values but a gradient of %d", optim.ErrParam, p.Name, len(p.Value), len(p.Grad))
+			}
+			gs := z.d.grads[p.Name]
+			if len(gs) != c {
+				return s, false, fmt.Errorf("dist: parameter %q has no gradient shard of %d", p.Name, c)
+			}
+			size := z.d.c.Size()
+			send := z.d.buf[:c*size]
+			copy(send, p.Grad)
+			clear(send[len(p.Grad):])
+			if err := z.d.c.ReduceScatter(z.d.ctx, send, gs, comm.Sum); err != nil {
+				return s, false, err
+			}
+			s.Grad = gs[:hi-lo]
+		}
+	}
+	return s, hi > lo, nil
+}
+
+// gather all-gathers parameter value v from every rank's updated shard.
+func (z *zeroOpt) gather(v []float32) error {
+	lo, hi, c := z.span(len(v))
+	r, size := z.d.c.Rank(), z.d.c.Size()
+	buf := z.d.buf[:c*size]
+	mine := buf[r*c : (r+1)*c]
+	copy(mine, v[lo:hi])
+	clear(mine[hi-lo:])
+	if err := z.d.c.AllGather(z.d.ctx, mine, buf); err != nil {
+		return err
+	}
+	copy(v, buf)
+	return nil
+}
+
+// Step updates this rank's shards, then gathers every parameter.
+func (z *zeroOpt) Step(params []optim.Param) error {
+	shards := make([]optim.Param, 0, len(params))
+	for _, p := range params {
+		if p.Grad == nil {
+			continue
+		}
+		s, ok, err := z.shardOf(p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			shards = append(shards, s)
+		}
+	}
+	if err := z.inner.Step(shards); err != nil {
+		return err
+	}
+	for _, p := range params {
+		if p.Grad != nil {
+			if err := z.gather(p.Value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// StepParam is ZeRO-2 in the backward pass: p's gradient is final (and
+// every read of p in the step done), so it is reduce-scattered, the
+// rank's shard updated and the parameter gathered at once.
+func (z *zeroOpt) StepParam(p optim.Param) error {
+	s, ok, err := z.shardOf(p)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := z.inner.(optim.ParamStepper).StepParam(s); err != nil {
+			return err
+		}
+	}
+	return z.gather(p.Value)
+}
+
+// Prepare allocates the state of this rank's shards only.
+func (z *zeroOpt) Prepare(params []optim.Param) error {
+	prep, ok := z.inner.(optim.Preparer)
+	if !ok {
+		return nil
+	}
+	shards := make([]optim.Param, 0, len(params))
+	for _, p := range params {
+		if lo, hi, _ := z.span(len(p.Value)); hi > lo {
+			shards = append(shards, optim.Param{Name: p.Name, Value: p.Value[lo:hi]})
+		}
+	}
+	return prep.Prepare(shards)
+}
+
+func (z *zeroOpt) StateBytes() int64          { return z.inner.StateBytes() }
+func (z *zeroOpt) SetAlloc(f optim.AllocFunc) { z.inner.SetAlloc(f) }
+func (z *zeroOpt) LR() float64                { return z.inner.LR() }
+func (z *zeroOpt) SetLR(lr float64)           { z.inner.SetLR(lr) }
+
+// StateBytesFor is the state of rank 0's shard, the largest.
+func (z *zeroOpt) StateBytesFor(numel int64) int64 {
+	size := int64(z.d.c.Size())
+	return z.inner.StateBytesFor((numel + size - 1) / size)
+}
+
+// State is this rank's shards' state (checkpoints of ZeRO runs would
+// need every rank's: not done).
+func (z *zeroOpt) State() map[string]map[string][]float32 { return z.inner.State() }
