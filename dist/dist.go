@@ -42,6 +42,10 @@ type Options struct {
 	// BucketBytes is the size of the gradient bucket of stages 0 and 1
 	// (0: DefaultBucketBytes; never more than the gradients).
 	BucketBytes int64
+	// Agree is anything else every rank must have alike (a command's
+	// data and schedule flags, say): NewTrainer checks it with the
+	// model, the configuration and the options.
+	Agree string
 }
 
 var (
@@ -223,7 +227,7 @@ func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 // options; a rank that differs is named on every rank.
 func (d *DataParallel) agree(ctx context.Context, store *nn.Store, opt optim.Optimizer, cfg train.Config, o Options) error {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%T %v stage=%d bucket=%d\n", opt, cfg, o.Stage, o.BucketBytes)
+	fmt.Fprintf(h, "%T %v stage=%d bucket=%d %q\n", opt, cfg, o.Stage, o.BucketBytes, o.Agree)
 	for _, p := range store.Params() {
 		fmt.Fprintf(h, "%s %v %v %v\n", p.Name, p.DType, p.Shape, p.Trainable)
 	}
@@ -251,7 +255,7 @@ func (d *DataParallel) agree(ctx context.Context, store *nn.Store, opt optim.Opt
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%w: rank(s) %s have another model, configuration or ZeRO stage than rank 0 (this is rank %d)", ErrMismatch, strings.Join(bad, ", "), d.c.Rank())
+		return fmt.Errorf("%w: rank(s) %s differ from rank 0 in the model, the training configuration or the options (ZeRO stage, bucket, what Options.Agree says: a command's data and schedule); this is rank %d", ErrMismatch, strings.Join(bad, ", "), d.c.Rank())
 	}
 	return nil
 }

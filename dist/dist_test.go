@@ -316,7 +316,7 @@ func TestMismatchAndFailure(t *testing.T) {
 		dp.Close()
 		return nil
 	})
-	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 2 have another model") {
+	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 2 differ from rank 0 in the model") {
 		t.Fatalf("err = %v", err)
 	}
 	// Every rank says so, not only rank 2.

@@ -60,6 +60,7 @@ type trainFlags struct {
 	resume     string
 	logPath    string
 	valSplit   float64
+	dist       distFlags // data parallel under mpirun (dist.go)
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -131,6 +132,7 @@ Flags:
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
+	addDistFlags(fs, &f.dist)
 	return fs
 }
 

@@ -136,6 +136,15 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err := f.check(log); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
+	out, log, err := f.setupDist(out, log)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return f.dist.finish(trainRank(ctx, f, out, log))
+}
+
+// trainRank is trainFashion on one rank (the only one without mpirun).
+func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	f.model = cmp.Or(f.model, "cnn")
 	spec, err := zoo.Lookup(f.model)
 	if err != nil {
@@ -308,12 +317,12 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tr, err := train.NewConfig(dev, store, model, spec.Loss, opt,
+	tr, closeTrainer, err := f.dist.newRankTrainer(ctx, out, dev, store, model, spec.Loss, opt,
 		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack})
 	if err != nil {
 		return err
 	}
-	defer tr.Close()
+	defer closeTrainer()
 	tr.ClipNorm = f.clipGrad
 	if inBack {
 		if err := tr.CheckOptimizerInBackward(accum); err != nil {
@@ -327,7 +336,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	fmt.Fprintf(out, "model: %s, %d parameters; optimizer %s lr %g; batch %d; precision %s; saved activations %s; device %v; %d threads\n",
 		f.model, store.NumParams(), f.optimizer, f.lr, f.batch, prec, storage, dev, parallel.Threads())
 
-	micro := (f.batch + accum - 1) / accum
+	micro := (f.dist.localBatch(f.batch) + accum - 1) / accum
 	xMeta, yMeta := spec.Example(micro)
 	mp, err := tr.Plan(xMeta, yMeta)
 	if err != nil {
@@ -501,6 +510,19 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			if err != nil {
 				return err
+			}
+			x, y, ok, err := f.dist.shard(x, y)
+			if err != nil {
+				return err
+			} else if !ok {
+				// Fewer samples than ranks (an epoch's last batch): every
+				// rank skips it.
+				b++
+				r.last.Epoch, r.last.Batch = epoch, b
+				if b == steps {
+					r.last.Epoch, r.last.Batch = epoch+1, 0
+				}
+				continue
 			}
 			samples := x.Shape[0]
 			parts, err := train.Split(train.Batch{X: x, Y: y}, min(r.accum, samples))

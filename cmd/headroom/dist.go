@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/train"
+)
+
+// distFlags are train's flags of data-parallel training, which runs when
+// headroom is started by mpirun (built with -tags mpi).
+type distFlags struct {
+	zero   int
+	bucket string
+	c      comm.Comm // the job's communicator; nil when training alone
+	agree  string    // the flags every rank must share (dist.Options.Agree)
+}
+
+func addDistFlags(fs *flag.FlagSet, d *distFlags) {
+	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) or 2 (gradients sharded too; the optimizer runs in the backward pass)")
+	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
+}
+
+// setupDist joins the job mpirun started, if any, after the flags are
+// checked. Rank 0 alone prints, saves, logs and writes checkpoints: the
+// others' output is discarded and those flags cleared. Each rank trains
+// on its share of every batch of --batch-size.
+func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error) {
+	d := &f.dist
+	if d.zero < 0 || d.zero > 2 {
+		return out, log, fmt.Errorf("--zero %d: 0, 1 or 2", d.zero)
+	}
+	if d.bucket != "" {
+		if _, err := device.ParseBytes(d.bucket); err != nil {
+			return out, log, fmt.Errorf("--bucket-size: %w", err)
+		}
+	}
+	c, err := comm.Open()
+	if err != nil {
+		return out, log, err
+	}
+	if c == nil {
+		if d.zero != 0 {
+			return out, log, fmt.Errorf("--zero %d: only under mpirun (with several ranks)", d.zero)
+		}
+		return out, log, nil
+	}
+	d.c = c
+	// What every rank must agree on besides the model and configuration
+	// (dist.NewTrainer checks those): the data and the schedule.
+	d.agree = fmt.Sprintf("model=%s data=%s limit=%d batch=%d seed=%d epochs=%d steps=%d lr=%g wd=%g clip=%g accumulate=%d val=%g load=%s resume=%s",
+		f.model, f.data, f.limit, f.batch, f.seed, f.epochs, f.steps, f.lr, f.weightDecay, f.clipGrad, f.accum, f.valSplit, f.load, f.resume)
+	switch {
+	case f.budget != "":
+		return out, log, fmt.Errorf("--budget with %d ranks: fitting a budget per rank is not done yet", c.Size())
+	case isMeta(f.device):
+		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
+	case d.zero > 0 && (f.ckptDir != "" || f.resume != ""):
+		return out, log, fmt.Errorf("--zero %d with checkpoints: each rank holds a shard of the optimizer state, which checkpoints do not gather yet (use --save for the weights)", d.zero)
+	case f.batch < c.Size():
+		return out, log, fmt.Errorf("--batch-size %d: fewer samples than the %d ranks", f.batch, c.Size())
+	}
+	if c.Rank() > 0 {
+		f.save, f.logPath, f.snapshot, f.summary = "", "", "", false
+		out, log = io.Discard, io.Discard
+	}
+	return out, log, nil
+}
+
+// localBatch is this rank's share of a batch of n samples.
+func (d *distFlags) localBatch(n int) int {
+	if d.c == nil {
+		return n
+	}
+	return len(dist.ShardIndices(make([]int, n), d.c.Rank(), d.c.Size()))
+}
+
+// newRankTrainer is train.NewConfig, or dist.NewTrainer under mpirun.
+// done releases what it made.
+func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *device.Device, store *nn.Store, model train.Model, loss train.LossFunc, opt optim.Optimizer, cfg train.Config) (*train.Trainer, func(), error) {
+	if d.c == nil {
+		tr, err := train.NewConfig(dev, store, model, loss, opt, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return tr, tr.Close, nil
+	}
+	var bucket int64
+	if d.bucket != "" {
+		bucket, _ = device.ParseBytes(d.bucket)
+	}
+	tr, dp, err := dist.NewTrainer(ctx, d.c, dev, store, model, loss, opt, cfg, dist.Options{Stage: d.zero, BucketBytes: bucket, Agree: d.agree})
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(out, "data parallel: %d ranks (MPI), each on its share of every batch, ZeRO stage %d; rank 0 prints, saves and logs\n", d.c.Size(), d.zero)
+	return tr, func() { tr.Close(); dp.Close() }, nil
+}
+
+// shard returns this rank's share of a global batch; ok is false when the
+// batch has fewer samples than ranks (an epoch's short last batch): every
+// rank skips it alike.
+func (d *distFlags) shard(x, y *tensor.Tensor) (*tensor.Tensor, *tensor.Tensor, bool, error) {
+	if d.c == nil {
+		return x, y, true, nil
+	}
+	if x.Shape[0] < d.c.Size() {
+		return nil, nil, false, nil
+	}
+	b, err := dist.ShardBatch(train.Batch{X: x, Y: y}, d.c.Rank(), d.c.Size())
+	return b.X, b.Y, err == nil, err
+}
+
+// finish ends this rank's part in the job: MPI_Finalize after success;
+// after an error every rank is stopped (MPI_Abort), so none waits in a
+// collective this one will not join.
+func (d *distFlags) finish(err error) error {
+	if d.c == nil {
+		return err
+	}
+	if err != nil {
+		comm.Abort(d.c, err)
+		return err
+	}
+	return comm.Close(d.c)
+}

@@ -1,0 +1,163 @@
+//go:build mpi
+
+package dist_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/safetensors"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+const workerEnv = "HEADROOM_MPI_WORKER"
+
+// rootEnv lets mpirun start ranks as root (CI containers).
+var rootEnv = []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}
+
+// mpirun runs args under mpirun --oversubscribe -np n with env added,
+// within two minutes; it skips the test when mpirun is absent.
+func mpirun(t *testing.T, n int, env []string, args ...string) (string, error) {
+	t.Helper()
+	path, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not found, data parallelism over MPI is not tested: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, append([]string{"--oversubscribe", "-np", fmt.Sprint(n)}, args...)...)
+	cmd.Env = append(append(os.Environ(), rootEnv...), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun -np %d did not end within 2 minutes:\n%s", n, out)
+	}
+	return string(out), err
+}
+
+// Over MPI, each rank trains its half and ends with the weights of one
+// process on the whole batch (within 1e-5), and its planned peak equals
+// its measured one, for ZeRO stages 0, 1 and 2.
+func TestMPIDataParallel(t *testing.T) {
+	if os.Getenv(workerEnv) != "" {
+		c, err := comm.Open()
+		if err != nil || c == nil {
+			t.Fatalf("Open under mpirun: %v, %v", c, err)
+		}
+		defer comm.Close(c)
+		batches := data(3)
+		want, _ := single(t, "adam", batches)
+		for stage := range 3 {
+			ctx := context.Background()
+			dev := device.CPU()
+			s := nn.NewStore()
+			m := zoo.NewMLP(s.Root(), widths...)
+			if err := s.Materialize(dev, int64(1+c.Rank())); err != nil {
+				t.Fatal(err)
+			}
+			tr, dp, err := dist.NewTrainer(ctx, c, dev, s, m, zoo.CrossEntropyLoss, newOpt(t, "adam"), train.Config{}, dist.Options{Stage: stage, BucketBytes: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, b := range batches {
+				part, err := dist.ShardBatch(b, c.Rank(), c.Size())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var planned int64
+				if i == len(batches)-1 {
+					mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
+					if err != nil {
+						t.Fatal(err)
+					}
+					planned = mp.Total()
+					dev.Alloc.ResetPeak()
+				}
+				if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
+					comm.Abort(c, err)
+				}
+				if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
+					t.Errorf("rank %d, ZeRO-%d: planned peak %d, measured %d", c.Rank(), stage, planned, peak)
+				}
+			}
+			if d := relDiff(params(s), want); d > 1e-5 {
+				t.Errorf("rank %d, ZeRO-%d: weights differ from one process's by %.3g relative", c.Rank(), stage, d)
+			}
+			tr.Close()
+			dp.Close()
+			s.Release()
+		}
+		return
+	}
+	for _, n := range []int{2, 3} {
+		if out, err := mpirun(t, n, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIDataParallel$"); err != nil {
+			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
+		}
+	}
+}
+
+// `mpirun -np 2 headroom train` (built with -tags mpi) saves, from rank 0,
+// the weights that one process training on the same batches saves.
+func TestMPITrainCommand(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	if testing.Short() {
+		t.Skip("builds headroom with -tags mpi")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "headroom")
+	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
+	}
+	args := []string{"train", "--model", "mlp", "--limit", "256", "--batch-size", "64", "--steps", "4", "--threads", "1"}
+	one := filepath.Join(dir, "one.safetensors")
+	if out, err := exec.Command(bin, append(args, "--save", one)...).CombinedOutput(); err != nil {
+		t.Fatalf("headroom train: %v\n%s", err, out)
+	}
+	want, err := safetensors.Load(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, zero := range []string{"0", "2"} {
+		two := filepath.Join(dir, "two"+zero+".safetensors")
+		out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", zero, "--save", two)...)...)
+		if err != nil {
+			t.Fatalf("mpirun -np 2 headroom train --zero %s: %v\n%s", zero, err, out)
+		}
+		if strings.Count(out, "data parallel: 2 ranks") != 1 || strings.Count(out, "saved weights") != 1 {
+			t.Errorf("--zero %s: rank 0 alone should print and save:\n%s", zero, out)
+		}
+		got, err := safetensors.Load(two)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := map[string][]float32{}, map[string][]float32{}
+		for k, v := range want {
+			b[k] = v.F32()
+			a[k] = got[k].F32()
+		}
+		if d := relDiff(a, b); d > 1e-5 {
+			t.Errorf("--zero %s: weights differ from one process's by %.3g relative", zero, d)
+		} else {
+			t.Logf("--zero %s: weights within %.3g of one process's", zero, d)
+		}
+	}
+	// A mismatched configuration stops every rank, naming the rank.
+	out, err := mpirun(t, 2, nil, "sh", "-c", fmt.Sprintf(`if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec %s %s --optimizer sgd; else exec %s %s; fi`, bin, strings.Join(args, " "), bin, strings.Join(args, " ")))
+	if err == nil || !strings.Contains(out, "rank(s) 1 differ from rank 0 in the model") {
+		t.Errorf("ranks with different optimizers: %v\n%s", err, out)
+	}
+}
