@@ -39,8 +39,11 @@ type Options struct {
 	// with the optimizer in the backward pass, so that no rank holds all
 	// gradients at once).
 	Stage int
-	// BucketBytes is the size of the gradient bucket of stages 0 and 1
-	// (0: DefaultBucketBytes; never more than the gradients).
+	// BucketBytes is the size of the communication buffer (0:
+	// DefaultBucketBytes): the gradient bucket of stages 0 and 1 (never
+	// more than the gradients), the pieces in which ZeRO scatters and
+	// gathers a parameter's shards (never more than the largest
+	// parameter needs, at least one value per rank).
 	BucketBytes int64
 	// Agree is anything else every rank must have alike (a command's
 	// data and schedule flags, say): NewTrainer checks it with the
@@ -66,7 +69,7 @@ type DataParallel struct {
 	stage int
 	dev   *device.Device
 	// buf is the communication buffer: the gradient bucket (stages 0 and
-	// 1) and the padded parameter that is reduce-scattered or gathered
+	// 1) and the pieces of parameters reduce-scattered or gathered
 	// (stages 1 and 2).
 	buf  []float32
 	blks []*device.Block
@@ -177,16 +180,20 @@ func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 		_, _, c := span(n, 0, size)
 		padded = max(padded, c*size)
 	}
+	bucket := o.BucketBytes
+	if bucket == 0 {
+		bucket = DefaultBucketBytes
+	}
+	bucketFloats := max(int(min(bucket/4, 1<<40)), 1)
 	floats := 0
 	if d.stage < 2 {
-		bucket := o.BucketBytes
-		if bucket == 0 {
-			bucket = DefaultBucketBytes
-		}
-		floats = min(max(int(bucket/4), 1), total)
+		floats = min(bucketFloats, total)
 	}
 	if d.stage > 0 {
-		floats = max(floats, padded)
+		// Shards are reduce-scattered and gathered through the buffer in
+		// pieces of a whole number of values per rank, at most a bucket
+		// (and no more than the largest parameter needs).
+		floats = max(floats, max(min(bucketFloats, padded)/size, 1)*size)
 	}
 	alloc := func(n int, tag device.Tag) ([]float32, error) {
 		if n == 0 {

@@ -49,11 +49,14 @@ func newOpt(t testing.TB, name string) optim.Optimizer {
 }
 
 // data is k global batches of 8 samples.
-func data(k int) []train.Batch {
+func data(k int) []train.Batch { return dataOf(k, 8) }
+
+// dataOf is k global batches of n samples.
+func dataOf(k, n int) []train.Batch {
 	r := rand.New(rand.NewSource(7))
 	var out []train.Batch
 	for range k {
-		x, y := testkit.Batch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{8, widths[0]}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{8}}, widths[len(widths)-1])
+		x, y := testkit.Batch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, widths[0]}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}, widths[len(widths)-1])
 		out = append(out, train.Batch{X: x, Y: y})
 	}
 	return out
@@ -240,6 +243,27 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 						}
 					}
 				})
+			}
+		}
+	}
+}
+
+// Ranks with shares of different sizes (7 samples over 2 and 3 ranks)
+// still train as one process: each rank's gradient is weighted by its
+// share of the global batch, not averaged over ranks.
+func TestUnevenShares(t *testing.T) {
+	batches := dataOf(3, 7)
+	want, _ := single(t, "adam", batches)
+	for _, n := range []int{2, 3} {
+		for stage := range 3 {
+			res := ranks(t, n, stage, "adam", batches)
+			if d := relDiff(res[0].params, want); d > 1e-5 {
+				t.Errorf("%d ranks, ZeRO-%d: weights differ from one process's by %.3g relative", n, stage, d)
+			}
+			for r, rr := range res {
+				if rr.planned != rr.peak {
+					t.Errorf("%d ranks, ZeRO-%d, rank %d: planned peak %d, measured %d", n, stage, r, rr.planned, rr.peak)
+				}
 			}
 		}
 	}

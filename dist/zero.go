@@ -40,11 +40,7 @@ func (z *zeroOpt) shardOf(p optim.Param) (optim.Param, bool, error) {
 			if len(gs) != c {
 				return s, false, fmt.Errorf("dist: parameter %q has no gradient shard of %d", p.Name, c)
 			}
-			size := z.d.c.Size()
-			send := z.d.buf[:c*size]
-			copy(send, p.Grad)
-			clear(send[len(p.Grad):])
-			if err := z.d.c.ReduceScatter(z.d.ctx, send, gs, comm.Sum); err != nil {
+			if err := z.reduceScatter(p.Grad, gs); err != nil {
 				return s, false, err
 			}
 			s.Grad = gs[:hi-lo]
@@ -53,19 +49,55 @@ func (z *zeroOpt) shardOf(p optim.Param) (optim.Param, bool, error) {
 	return s, hi > lo, nil
 }
 
+// chunks calls fn for the pieces [k, k+m) of a shard of c values that fit
+// the communication buffer, m values per rank at a time: collectives of
+// a parameter larger than the buffer go in several rounds.
+func (z *zeroOpt) chunks(c int, fn func(k, m int) error) error {
+	b := len(z.d.buf) / z.d.c.Size()
+	for k := 0; k < c; k += b {
+		if err := fn(k, min(b, c-k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// piece is values [lo, lo+m) of v, as far as v has them.
+func piece(v []float32, lo, m int) []float32 {
+	lo = min(lo, len(v))
+	return v[lo:min(lo+m, len(v))]
+}
+
+// reduceScatter sums gradient g over the ranks into this rank's shard gs
+// (c values: rank r's shard is g[r*c:(r+1)*c], zero-padded).
+func (z *zeroOpt) reduceScatter(g, gs []float32) error {
+	size, c := z.d.c.Size(), len(gs)
+	return z.chunks(c, func(k, m int) error {
+		send := z.d.buf[:m*size]
+		for r := range size {
+			dst := send[r*m : (r+1)*m]
+			clear(dst[copy(dst, piece(g, r*c+k, m)):])
+		}
+		return z.d.c.ReduceScatter(z.d.ctx, send, gs[k:k+m], comm.Sum)
+	})
+}
+
 // gather all-gathers parameter value v from every rank's updated shard.
 func (z *zeroOpt) gather(v []float32) error {
-	lo, hi, c := z.span(len(v))
-	r, size := z.d.c.Rank(), z.d.c.Size()
-	buf := z.d.buf[:c*size]
-	mine := buf[r*c : (r+1)*c]
-	copy(mine, v[lo:hi])
-	clear(mine[hi-lo:])
-	if err := z.d.c.AllGather(z.d.ctx, mine, buf); err != nil {
-		return err
-	}
-	copy(v, buf)
-	return nil
+	_, _, c := z.span(len(v))
+	rank, size := z.d.c.Rank(), z.d.c.Size()
+	return z.chunks(c, func(k, m int) error {
+		buf := z.d.buf[:m*size]
+		mine := buf[rank*m : (rank+1)*m]
+		clear(mine[copy(mine, piece(v, rank*c+k, m)):])
+		if err := z.d.c.AllGather(z.d.ctx, mine, buf); err != nil {
+			return err
+		}
+		for r := range size {
+			copy(piece(v, r*c+k, m), buf[r*m:(r+1)*m])
+		}
+		return nil
+	})
 }
 
 // Step updates this rank's shards, then gathers every parameter.
@@ -98,7 +130,11 @@ func (z *zeroOpt) Step(params []optim.Param) error {
 
 // StepParam is ZeRO-2 in the backward pass: p's gradient is final (and
 // every read of p in the step done), so it is reduce-scattered, the
-// rank's shard updated and the parameter gathered at once.
+// rank's shard updated and the parameter gathered at once. The ranks
+// meet here in the order their steps finish the parameters: the
+// schedule's, which follows the trace and not the shapes, so ranks with
+// shares of different sizes still agree (Local checks every collective's
+// length; TestUnevenShares runs such shares).
 func (z *zeroOpt) StepParam(p optim.Param) error {
 	s, ok, err := z.shardOf(p)
 	if err != nil {
