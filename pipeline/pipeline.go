@@ -1,0 +1,422 @@
+// Package pipeline trains a sequential model cut into stages, each on its
+// own device, with GPipe's schedule: every micro-batch of a step runs
+// forward through all stages, then backward in reverse order, and the
+// gradients of the micro-batches add up to the batch's. Between forward
+// and backward a stage keeps only its inputs (one per micro-batch in
+// flight): its backward program recomputes the stage's forward pass, as
+// GPipe re-materializes at stage boundaries.
+//
+// Each stage's memory is planned before it runs (Plan, StagePlan): its
+// parameters, gradients and optimizer state, its inputs in flight, the
+// gradient it receives (category communication) and the peak of its
+// programs' arena; what each device's allocator measures equals it. Cut
+// chooses the stages so that each fits its device's budget.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
+)
+
+// Layer builds layer k of a sequential model under b (b is the root's
+// Sub(k), so parameter names are those of a Sequential: "k.weight").
+type Layer func(b nn.Builder) train.Model
+
+// Sequential is the model of all layers in one store: the single-device
+// model a pipeline must agree with.
+func Sequential(s *nn.Store, layers []Layer) train.Model {
+	ms := build(s, layers, 0, len(layers))
+	return chain(ms)
+}
+
+type chain []train.Model
+
+func (c chain) Forward(x *trace.Tensor) *trace.Tensor {
+	for _, m := range c {
+		x = m.Forward(x)
+	}
+	return x
+}
+
+func build(s *nn.Store, layers []Layer, lo, hi int) []train.Model {
+	var ms []train.Model
+	for k := lo; k < hi; k++ {
+		ms = append(ms, layers[k](s.Root().Sub(strconv.Itoa(k))))
+	}
+	return ms
+}
+
+// ErrBudget is matched by errors.Is when no cut of the model fits the
+// devices' budgets.
+var ErrBudget = errors.New("pipeline: the model does not fit the devices")
+
+// Stage is layers [Lo, Hi) on one device.
+type Stage struct {
+	Device *device.Device
+	Lo, Hi int
+	// first and last say where the stage is: the first has no input
+	// gradient to send, the last computes the loss.
+	first, last bool
+	Store  *nn.Store
+	model  chain
+	opt    optim.Optimizer
+	blks   []*device.Block // optimizer state
+	arena  *exec.Arena
+	progs  map[string]*exec.Program
+}
+
+// Pipeline is a model cut into stages.
+type Pipeline struct {
+	Stages []*Stage
+	Loss   train.LossFunc
+	// Micro is the number of micro-batches a step's batch is split into.
+	Micro int
+}
+
+// New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to
+// len(layers)), initialized from seed, each stage with its own optimizer
+// from newOpt, its state and gradient buffers allocated now.
+func New(layers []Layer, loss train.LossFunc, cuts []int, devs []*device.Device, newOpt func() (optim.Optimizer, error), micro int, seed int64) (*Pipeline, error) {
+	if len(cuts) != len(devs)+1 || cuts[0] != 0 || cuts[len(cuts)-1] != len(layers) {
+		return nil, fmt.Errorf("pipeline: cuts %v do not divide %d layers among %d devices", cuts, len(layers), len(devs))
+	}
+	if micro < 1 {
+		return nil, fmt.Errorf("pipeline: %d micro-batches", micro)
+	}
+	p := &Pipeline{Loss: loss, Micro: micro}
+	for s, dev := range devs {
+		for _, other := range devs[:s] {
+			if other == dev {
+				return nil, fmt.Errorf("pipeline: stages %d and %d on one device: each stage's memory is planned on a device of its own", s, slices.Index(devs, dev))
+			}
+		}
+		lo, hi := cuts[s], cuts[s+1]
+		if hi <= lo {
+			p.Close()
+			return nil, fmt.Errorf("pipeline: stage %d has no layers (cuts %v)", s, cuts)
+		}
+		st, err := newStage(layers, lo, hi, dev, newOpt, seed)
+		if st != nil {
+			p.Stages = append(p.Stages, st)
+		}
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("pipeline: stage %d on %v: %w", s, dev, err)
+		}
+	}
+	return p, nil
+}
+
+// newStage builds layers [lo, hi) of a model of len(layers) on dev, with
+// gradient buffers and optimizer state.
+func newStage(layers []Layer, lo, hi int, dev *device.Device, newOpt func() (optim.Optimizer, error), seed int64) (*Stage, error) {
+	st := &Stage{Device: dev, Lo: lo, Hi: hi, first: lo == 0, last: hi == len(layers), Store: nn.NewStore(), arena: exec.NewArena(dev), progs: map[string]*exec.Program{}}
+	st.model = build(st.Store, layers, lo, hi)
+	if err := st.Store.Materialize(dev, seed); err != nil {
+		return st, err
+	}
+	if err := st.Store.AllocGrads(); err != nil {
+		return st, err
+	}
+	opt, err := newOpt()
+	if err != nil {
+		return st, err
+	}
+	st.opt = opt
+	opt.SetAlloc(func(param, buffer string, n int) ([]float32, error) {
+		b, err := dev.Alloc.Allocate(int64(n)*4, device.Tag{Category: device.OptimizerState, Module: moduleOf(param), Op: buffer})
+		if err != nil {
+			return nil, err
+		}
+		st.blks = append(st.blks, b)
+		if b.Data == nil {
+			return make([]float32, n), nil // meta: sizes only
+		}
+		return f32(b.Data, n), nil
+	})
+	if prep, ok := opt.(optim.Preparer); ok {
+		if err := prep.Prepare(st.params(false)); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func moduleOf(param string) string { return param[:max(0, strings.LastIndexByte(param, '.'))] }
+
+func f32(b []byte, n int) []float32 {
+	return (&tensor.Tensor{DType: tensor.Float32, Shape: tensor.Shape{n}, Data: b}).F32()
+}
+
+func (st *Stage) params(grads bool) []optim.Param {
+	var ps []optim.Param
+	for _, p := range st.Store.Trainable() {
+		if p.Value.Data == nil {
+			// Meta: sizes only (Prepare needs each parameter's length).
+			ps = append(ps, optim.Param{Name: p.Name, Value: make([]float32, p.Numel())})
+			continue
+		}
+		q := optim.Param{Name: p.Name, Value: p.Value.F32()}
+		if grads {
+			q.Grad = p.Grad.F32()
+		}
+		ps = append(ps, q)
+	}
+	return ps
+}
+
+// Close releases every stage's memory.
+func (p *Pipeline) Close() {
+	for _, st := range p.Stages {
+		st.close()
+	}
+}
+
+func (st *Stage) close() {
+	st.arena.Release()
+	for _, b := range st.blks {
+		st.Device.Alloc.Free(b)
+	}
+	st.blks = nil
+	st.Store.Release()
+}
+
+// Load copies parameter values by name from sd (a state dict of the whole
+// model, as Sequential's store gives).
+func (p *Pipeline) Load(sd map[string]*tensor.Tensor) error {
+	for _, st := range p.Stages {
+		for _, q := range st.Store.Params() {
+			t, ok := sd[q.Name]
+			if !ok || len(t.Data) != len(q.Value.Data) {
+				return fmt.Errorf("pipeline: no value of %d bytes for %s", len(q.Value.Data), q.Name)
+			}
+			copy(q.Value.Data, t.Data)
+		}
+	}
+	return nil
+}
+
+// program returns stage s's forward (backward false) or backward program
+// for a micro-batch input x (and targets y on the last stage).
+func (p *Pipeline) program(s int, backward, accumulate bool, x, y trace.Meta) (*exec.Program, error) {
+	prog, err := p.Stages[s].program(p.Loss, backward, accumulate, x, y)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
+	}
+	return prog, nil
+}
+
+func (st *Stage) program(loss train.LossFunc, backward, accumulate bool, x, y trace.Meta) (*exec.Program, error) {
+	key := fmt.Sprintf("%v/%v/%v/%v", backward, accumulate, x, y)
+	if prog, ok := st.progs[key]; ok {
+		return prog, nil
+	}
+	g, err := stageGraph(st, loss, !st.first, st.last, backward, accumulate, x, y)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := lower(g, st.Device, backward)
+	if err != nil {
+		return nil, err
+	}
+	st.progs[key] = prog
+	return prog, nil
+}
+
+// stageGraph traces a stage's forward pass, or its backward pass (which
+// recomputes the forward): gradients of its parameters go to (or are
+// added to) their buffers, the gradient of its input is output "gx"
+// (except on the first stage), and the last stage's loss is output
+// "loss", seeded by input train.LossScaleInput; other stages are seeded
+// by the gradient of their output, input "gout".
+func stageGraph(st *Stage, loss train.LossFunc, wantGX, last, backward, accumulate bool, x, y trace.Meta) (*trace.Graph, error) {
+	g := trace.New()
+	err := trace.Capture(func() {
+		xi := g.Input("x", x.DType, x.Shape)
+		out := st.model.Forward(xi)
+		if !backward {
+			g.Output("out", out)
+			return
+		}
+		root := out
+		var seed *trace.Tensor
+		if last {
+			l := loss(out, g.Input("y", y.DType, y.Shape))
+			g.Output("loss", l)
+			root, seed = l, g.Input(train.LossScaleInput, l.DType(), l.Shape())
+		} else {
+			seed = g.Input("gout", out.DType(), out.Shape())
+		}
+		params := st.Store.Trainable()
+		wrt := make([]*trace.Tensor, 0, len(params)+1)
+		for _, q := range params {
+			wrt = append(wrt, q.T(g))
+		}
+		if wantGX {
+			wrt = append(wrt, xi)
+		}
+		grads, err := autodiff.BackwardFrom(root, seed, wrt)
+		if err != nil {
+			panic(err)
+		}
+		for i, q := range params {
+			gs := g.State(nn.GradName(q.Name), "gradient", q.DType, q.Shape)
+			gi := grads[i]
+			if gi == nil {
+				gi = op.FullLike(wrt[i], 0)
+			}
+			g.AtModule(moduleOf(q.Name), func() { op.AccumulateInto(gs, gi, accumulate) })
+		}
+		if wantGX {
+			gx := grads[len(params)]
+			if gx == nil {
+				gx = op.FullLike(xi, 0)
+			}
+			g.Output("gx", gx)
+		}
+	})
+	return g, err
+}
+
+func lower(g *trace.Graph, dev *device.Device, backward bool) (*exec.Program, error) {
+	g, _, err := transform.Run(g, transform.Options{Backward: backward})
+	if err != nil {
+		return nil, err
+	}
+	return exec.Compile(g, dev)
+}
+
+// held is a tensor in a block of a stage's device.
+type held struct {
+	t   *tensor.Tensor
+	blk *device.Block
+}
+
+// put copies t into a new block of dev.
+func put(dev *device.Device, t *tensor.Tensor, c device.Category, what string) (held, error) {
+	b, err := dev.Alloc.Allocate(int64(len(t.Data)), device.Tag{Category: c, Op: what})
+	if err != nil {
+		return held{}, err
+	}
+	v := &tensor.Tensor{DType: t.DType, Shape: t.Shape, Data: b.Data}
+	copy(v.Data, t.Data)
+	return held{v, b}, nil
+}
+
+func (h held) free(dev *device.Device) { dev.Alloc.Free(h.blk) }
+
+// Step trains on one batch with GPipe's schedule and returns its loss:
+// the batch is split into Micro micro-batches (train.Split), each runs
+// forward through every stage, then each runs backward, the last first,
+// and every stage's optimizer steps on the summed gradients.
+func (p *Pipeline) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
+	micro, err := train.Split(train.Batch{X: x, Y: y}, min(p.Micro, x.Shape[0]))
+	if err != nil {
+		return 0, err
+	}
+	S, M := len(p.Stages), len(micro)
+	// ins[s][m] is stage s's input of micro-batch m, kept on its device
+	// from its forward pass to its backward pass.
+	ins := make([][]held, S)
+	defer func() {
+		for s, hs := range ins {
+			for _, h := range hs {
+				if h.blk != nil {
+					h.free(p.Stages[s].Device)
+				}
+			}
+		}
+	}()
+	for m, b := range micro {
+		cur := b.X
+		for s, st := range p.Stages {
+			h, err := put(st.Device, cur, device.Activation, "stage input")
+			if err != nil {
+				return 0, fmt.Errorf("pipeline: stage %d, micro-batch %d: %w", s, m, err)
+			}
+			ins[s] = append(ins[s], h)
+			if s == S-1 {
+				break
+			}
+			prog, err := p.program(s, false, false, train.MetaOf(cur), trace.Meta{})
+			if err != nil {
+				return 0, err
+			}
+			res, err := prog.Run(ctx, st.arena, st.Store, map[string]*tensor.Tensor{"x": h.t}, nil)
+			if err != nil {
+				return 0, fmt.Errorf("pipeline: stage %d forward, micro-batch %d: %w", s, m, err)
+			}
+			cur = res["out"]
+		}
+	}
+	var loss float64
+	n := float64(x.Shape[0])
+	for k := M - 1; k >= 0; k-- {
+		b := micro[k]
+		first := k == M-1 // writes the gradient buffers; later ones add
+		var gout held
+		for s := S - 1; s >= 0; s-- {
+			st := p.Stages[s]
+			in := ins[s][k]
+			feed := map[string]*tensor.Tensor{"x": in.t}
+			var ym trace.Meta
+			if s == S-1 {
+				feed["y"] = b.Y
+				ym = train.MetaOf(b.Y)
+			} else {
+				feed["gout"] = gout.t
+			}
+			prog, err := p.program(s, true, !first, train.MetaOf(in.t), ym)
+			if err != nil {
+				return 0, err
+			}
+			if s == S-1 {
+				lm := prog.Graph.InputNode(train.LossScaleInput).Outputs[0].Meta
+				feed[train.LossScaleInput] = tensor.FromFloat64(lm.Shape, []float64{float64(b.X.Shape[0]) / n}).Convert(lm.DType)
+			}
+			res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+			if gout.blk != nil {
+				gout.free(st.Device)
+				gout = held{}
+			}
+			in.free(st.Device)
+			ins[s][k] = held{}
+			if err != nil {
+				return 0, fmt.Errorf("pipeline: stage %d backward, micro-batch %d: %w", s, k, err)
+			}
+			if s == S-1 && st.Device.HasData() {
+				loss += res["loss"].Float64s()[0] * float64(b.X.Shape[0]) / n
+			}
+			if s > 0 {
+				prev := p.Stages[s-1].Device
+				if gout, err = put(prev, res["gx"], device.Communication, "stage output gradient"); err != nil {
+					return 0, fmt.Errorf("pipeline: stage %d, micro-batch %d: %w", s-1, k, err)
+				}
+			}
+		}
+	}
+	for s, st := range p.Stages {
+		if !st.Device.HasData() {
+			continue
+		}
+		if err := st.opt.Step(st.params(true)); err != nil {
+			return loss, fmt.Errorf("pipeline: stage %d: %w", s, err)
+		}
+	}
+	return loss, nil
+}
