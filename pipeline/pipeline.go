@@ -72,12 +72,12 @@ type Stage struct {
 	// first and last say where the stage is: the first has no input
 	// gradient to send, the last computes the loss.
 	first, last bool
-	Store  *nn.Store
-	model  chain
-	opt    optim.Optimizer
-	blks   []*device.Block // optimizer state
-	arena  *exec.Arena
-	progs  map[string]*exec.Program
+	Store       *nn.Store
+	model       chain
+	opt         optim.Optimizer
+	blks        []*device.Block // optimizer state
+	arena       *exec.Arena
+	progs       map[string]*exec.Program
 }
 
 // Pipeline is a model cut into stages.
