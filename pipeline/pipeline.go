@@ -1,6 +1,7 @@
 // Package pipeline trains a sequential model cut into stages, each on its
-// own device, with GPipe's schedule: every micro-batch of a step runs
-// forward through all stages, then backward in reverse order, and the
+// own device, in one process, with GPipe's schedule (every micro-batch of
+// a step runs forward through all stages, then backward) or 1F1B's (each
+// stage alternates forward and backward passes once warmed up); the
 // gradients of the micro-batches add up to the batch's. Between forward
 // and backward a stage keeps only its inputs (one per micro-batch in
 // flight): its backward program recomputes the stage's forward pass, as
@@ -86,6 +87,8 @@ type Pipeline struct {
 	Loss   train.LossFunc
 	// Micro is the number of micro-batches a step's batch is split into.
 	Micro int
+	// Schedule orders the micro-batches' passes (zero value: GPipe).
+	Schedule Schedule
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to
@@ -320,10 +323,10 @@ func put(dev *device.Device, t *tensor.Tensor, c device.Category, what string) (
 
 func (h held) free(dev *device.Device) { dev.Alloc.Free(h.blk) }
 
-// Step trains on one batch with GPipe's schedule and returns its loss:
-// the batch is split into Micro micro-batches (train.Split), each runs
-// forward through every stage, then each runs backward, the last first,
-// and every stage's optimizer steps on the summed gradients.
+// Step trains on one batch and returns its loss: the batch is split into
+// Micro micro-batches (train.Split) that run forward and backward through
+// the stages in the order of the Schedule, and every stage's optimizer
+// then steps on the gradients summed over the micro-batches.
 func (p *Pipeline) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
 	micro, err := train.Split(train.Batch{X: x, Y: y}, min(p.Micro, x.Shape[0]))
 	if err != nil {
@@ -331,83 +334,92 @@ func (p *Pipeline) Step(ctx context.Context, x, y *tensor.Tensor) (float64, erro
 	}
 	S, M := len(p.Stages), len(micro)
 	// ins[s][m] is stage s's input of micro-batch m, kept on its device
-	// from its forward pass to its backward pass.
+	// from its arrival to its backward pass; grads[s][m] the gradient of
+	// stage s's output, received from stage s+1.
 	ins := make([][]held, S)
+	grads := make([][]held, S)
+	for s := range S {
+		ins[s], grads[s] = make([]held, M), make([]held, M)
+	}
 	defer func() {
-		for s, hs := range ins {
-			for _, h := range hs {
-				if h.blk != nil {
-					h.free(p.Stages[s].Device)
+		for s := range S {
+			for m := range M {
+				for _, h := range []held{ins[s][m], grads[s][m]} {
+					if h.blk != nil {
+						h.free(p.Stages[s].Device)
+					}
 				}
 			}
 		}
 	}()
-	for m, b := range micro {
-		cur := b.X
-		for s, st := range p.Stages {
-			h, err := put(st.Device, cur, device.Activation, "stage input")
-			if err != nil {
-				return 0, fmt.Errorf("pipeline: stage %d, micro-batch %d: %w", s, m, err)
-			}
-			ins[s] = append(ins[s], h)
-			if s == S-1 {
-				break
-			}
-			prog, err := p.program(s, false, false, train.MetaOf(cur), trace.Meta{})
-			if err != nil {
-				return 0, err
-			}
-			res, err := prog.Run(ctx, st.arena, st.Store, map[string]*tensor.Tensor{"x": h.t}, nil)
-			if err != nil {
-				return 0, fmt.Errorf("pipeline: stage %d forward, micro-batch %d: %w", s, m, err)
-			}
-			cur = res["out"]
+	arrive := func(s, m int, t *tensor.Tensor) error {
+		h, err := put(p.Stages[s].Device, t, device.Activation, "stage input")
+		if err != nil {
+			return fmt.Errorf("pipeline: stage %d, micro-batch %d: %w", s, m, err)
 		}
+		ins[s][m] = h
+		return nil
 	}
 	var loss float64
 	n := float64(x.Shape[0])
-	for k := M - 1; k >= 0; k-- {
-		b := micro[k]
-		first := k == M-1 // writes the gradient buffers; later ones add
-		var gout held
-		for s := S - 1; s >= 0; s-- {
-			st := p.Stages[s]
-			in := ins[s][k]
-			feed := map[string]*tensor.Tensor{"x": in.t}
-			var ym trace.Meta
-			if s == S-1 {
-				feed["y"] = b.Y
-				ym = train.MetaOf(b.Y)
-			} else {
-				feed["gout"] = gout.t
+	first := firstBackward(M, p.Schedule)
+	for _, e := range order(S, M, p.Schedule) {
+		st, b := p.Stages[e.s], micro[e.m]
+		if e.s == 0 && ins[0][e.m].blk == nil {
+			if err := arrive(0, e.m, b.X); err != nil {
+				return 0, err
 			}
-			prog, err := p.program(s, true, !first, train.MetaOf(in.t), ym)
+		}
+		in := ins[e.s][e.m]
+		if !e.backward {
+			prog, err := p.program(e.s, false, false, train.MetaOf(in.t), trace.Meta{})
 			if err != nil {
 				return 0, err
 			}
-			if s == S-1 {
-				lm := prog.Graph.InputNode(train.LossScaleInput).Outputs[0].Meta
-				feed[train.LossScaleInput] = tensor.FromFloat64(lm.Shape, []float64{float64(b.X.Shape[0]) / n}).Convert(lm.DType)
-			}
-			res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
-			if gout.blk != nil {
-				gout.free(st.Device)
-				gout = held{}
-			}
-			in.free(st.Device)
-			ins[s][k] = held{}
+			res, err := prog.Run(ctx, st.arena, st.Store, map[string]*tensor.Tensor{"x": in.t}, nil)
 			if err != nil {
-				return 0, fmt.Errorf("pipeline: stage %d backward, micro-batch %d: %w", s, k, err)
+				return 0, fmt.Errorf("pipeline: stage %d forward, micro-batch %d: %w", e.s, e.m, err)
 			}
-			if s == S-1 && st.Device.HasData() {
-				loss += res["loss"].Float64s()[0] * float64(b.X.Shape[0]) / n
+			if err := arrive(e.s+1, e.m, res["out"]); err != nil {
+				return 0, err
 			}
-			if s > 0 {
-				prev := p.Stages[s-1].Device
-				if gout, err = put(prev, res["gx"], device.Communication, "stage output gradient"); err != nil {
-					return 0, fmt.Errorf("pipeline: stage %d, micro-batch %d: %w", s-1, k, err)
-				}
+			continue
+		}
+		feed := map[string]*tensor.Tensor{"x": in.t}
+		var ym trace.Meta
+		if st.last {
+			feed["y"], ym = b.Y, train.MetaOf(b.Y)
+		} else {
+			feed["gout"] = grads[e.s][e.m].t
+		}
+		prog, err := p.program(e.s, true, e.m != first, train.MetaOf(in.t), ym)
+		if err != nil {
+			return 0, err
+		}
+		w := float64(b.X.Shape[0]) / n
+		if st.last {
+			lm := prog.Graph.InputNode(train.LossScaleInput).Outputs[0].Meta
+			feed[train.LossScaleInput] = tensor.FromFloat64(lm.Shape, []float64{w}).Convert(lm.DType)
+		}
+		res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+		for _, h := range []*held{&ins[e.s][e.m], &grads[e.s][e.m]} {
+			if h.blk != nil {
+				h.free(st.Device)
+				*h = held{}
 			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("pipeline: stage %d backward, micro-batch %d: %w", e.s, e.m, err)
+		}
+		if st.last && st.Device.HasData() {
+			loss += res["loss"].Float64s()[0] * w
+		}
+		if e.s > 0 {
+			h, err := put(p.Stages[e.s-1].Device, res["gx"], device.Communication, "stage output gradient")
+			if err != nil {
+				return 0, fmt.Errorf("pipeline: stage %d, micro-batch %d: %w", e.s-1, e.m, err)
+			}
+			grads[e.s-1][e.m] = h
 		}
 	}
 	for s, st := range p.Stages {

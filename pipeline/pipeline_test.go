@@ -107,8 +107,12 @@ func relDiff(a, b []float32) float64 {
 func TestGPipeMatchesOneDevice(t *testing.T) {
 	data := batches(3, 12)
 	init, want, wantLoss := oneDevice(t, data)
-	for _, cuts := range [][]int{{0, 2, 5}, {0, 1, 3, 5}} {
-		t.Run(fmt.Sprint(cuts), func(t *testing.T) {
+	for _, tc := range []struct {
+		cuts  []int
+		sched pipeline.Schedule
+	}{{[]int{0, 2, 5}, pipeline.GPipe}, {[]int{0, 1, 3, 5}, pipeline.GPipe}, {[]int{0, 2, 5}, pipeline.OneFOneB}, {[]int{0, 1, 3, 5}, pipeline.OneFOneB}, {[]int{0, 5}, pipeline.OneFOneB}} {
+		cuts := tc.cuts
+		t.Run(fmt.Sprint(cuts, tc.sched), func(t *testing.T) {
 			devs := make([]*device.Device, len(cuts)-1)
 			for i := range devs {
 				devs[i] = device.CPU()
@@ -118,6 +122,7 @@ func TestGPipeMatchesOneDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
+			p.Schedule = tc.sched
 			if err := p.Load(init); err != nil {
 				t.Fatal(err)
 			}
@@ -167,14 +172,14 @@ func TestGPipeMatchesOneDevice(t *testing.T) {
 func TestCutFitsBudgets(t *testing.T) {
 	data := batches(2, 12)
 	x, y := train.MetaOf(data[0][0]), train.MetaOf(data[0][1])
-	whole, _, err := pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{1 << 40}, 4, x, y)
+	whole, _, err := pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{1 << 40}, 4, pipeline.GPipe, x, y)
 	if err != nil || len(whole) != 2 {
 		t.Fatalf("one unlimited device: cuts %v, %v", whole, err)
 	}
-	_, plans1, _ := pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{1 << 40}, 4, x, y)
+	_, plans1, _ := pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{1 << 40}, 4, pipeline.GPipe, x, y)
 	budget := plans1[0].Peak * 45 / 100
 	budgets := []int64{budget, budget, budget, budget}
-	cuts, plans, err := pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, budgets, 4, x, y)
+	cuts, plans, err := pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, budgets, 4, pipeline.GPipe, x, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,12 +213,50 @@ func TestCutFitsBudgets(t *testing.T) {
 			}
 		}
 	}
-	_, _, err = pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{4096, 1 << 30}, 4, x, y)
+	_, _, err = pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{4096, 1 << 30}, 4, pipeline.GPipe, x, y)
 	if !errors.Is(err, pipeline.ErrBudget) || !strings.Contains(err.Error(), "layer 0 alone needs") {
 		t.Fatalf("a budget of 4 KiB: %v", err)
 	}
-	_, _, err = pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{budget}, 4, x, y)
+	_, _, err = pipeline.Cut(layers(), zoo.CrossEntropyLoss, adam, []int64{budget}, 4, pipeline.GPipe, x, y)
 	if !errors.Is(err, pipeline.ErrBudget) || !strings.Contains(err.Error(), "are left") {
 		t.Fatalf("one small budget: %v", err)
+	}
+}
+
+// With the same micro-batches (8 on 3 stages), 1F1B holds fewer stage
+// inputs than GPipe (a number bounded by the stages, not all 8), so its
+// peaks are lower; both equal their plans.
+func TestOneFOneBBelowGPipe(t *testing.T) {
+	data := batches(1, 24)
+	b := data[0]
+	peaks := map[pipeline.Schedule][]pipeline.StagePlan{}
+	for _, sched := range []pipeline.Schedule{pipeline.GPipe, pipeline.OneFOneB} {
+		devs := []*device.Device{device.CPU(), device.CPU(), device.CPU()}
+		p, err := pipeline.New(layers(), zoo.CrossEntropyLoss, []int{0, 1, 3, 5}, devs, adam, 8, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Schedule = sched
+		plans, err := p.Plan(train.MetaOf(b[0]), train.MetaOf(b[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Step(context.Background(), b[0], b[1]); err != nil {
+			t.Fatal(err)
+		}
+		for s, d := range devs {
+			if got := d.Alloc.MaxMemoryAllocated(); got != plans[s].Peak {
+				t.Errorf("%v, stage %d: measured %d, planned %d (%v)", sched, s, got, plans[s].Peak, plans[s])
+			}
+			t.Logf("%v stage %d: %v", sched, s, plans[s])
+		}
+		peaks[sched] = plans
+		p.Close()
+	}
+	for s := range 3 {
+		g, o := peaks[pipeline.GPipe][s], peaks[pipeline.OneFOneB][s]
+		if !(o.Inputs < g.Inputs && o.Peak < g.Peak) {
+			t.Errorf("stage %d: 1F1B inputs %d peak %d, GPipe inputs %d peak %d", s, o.Inputs, o.Peak, g.Inputs, g.Peak)
+		}
 	}
 }

@@ -14,8 +14,9 @@ import (
 type StagePlan struct {
 	Lo, Hi                                int // the stage's layers
 	Parameters, Gradients, OptimizerState int64
-	// Inputs is the stage's inputs of all micro-batches, kept from their
-	// forward pass to their backward pass (GPipe keeps them all).
+	// Inputs is the most bytes of the stage's inputs held at once: each
+	// micro-batch's is kept from its arrival to its backward pass (GPipe
+	// keeps them all, 1F1B at most as many as stages from this one on).
 	Inputs int64
 	// Message is the largest gradient received from the next stage
 	// (category communication); 0 on the last stage.
@@ -53,13 +54,14 @@ func microMetas(micro int, x, y trace.Meta) (xs, ys []trace.Meta) {
 }
 
 // Plan returns each stage's memory over a step on a batch of inputs x
-// and targets y: what each device's allocator will measure as its peak.
-// It compiles and allocates nothing new beyond the programs.
+// and targets y under the pipeline's schedule: what each device's
+// allocator will measure as its peak. It compiles the step's programs and
+// allocates nothing.
 func (p *Pipeline) Plan(x, y trace.Meta) ([]StagePlan, error) {
 	xs, ys := microMetas(p.Micro, x, y)
 	var plans []StagePlan
 	for s, st := range p.Stages {
-		sp, outs, err := st.plan(p.Loss, xs, ys)
+		sp, outs, err := st.plan(p.Loss, s, len(p.Stages), p.Schedule, xs, ys)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
 		}
@@ -69,54 +71,69 @@ func (p *Pipeline) Plan(x, y trace.Meta) ([]StagePlan, error) {
 	return plans, nil
 }
 
-// plan is the stage's memory for micro-batches of inputs xs (and targets
-// ys), with its outputs' shapes (the next stage's inputs).
-func (st *Stage) plan(loss train.LossFunc, xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
+// plan is the memory of the stage as stage s of S, for micro-batches of
+// inputs xs (and targets ys), with its outputs' shapes (the next stage's
+// inputs). It follows the step's events (order) as they touch this
+// stage's device: an input arrives when the stage before runs its
+// forward pass, a gradient when the stage after runs its backward pass;
+// the stage's own passes run its programs; its backward pass frees the
+// micro-batch's input and gradient.
+func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
 	sp := StagePlan{Lo: st.Lo, Hi: st.Hi}
 	a := st.Device.Alloc.Stats()
 	sp.Parameters, sp.Gradients, sp.OptimizerState = a.ByCategory[device.Parameter], a.ByCategory[device.Gradient], a.ByCategory[device.OptimizerState]
 	M := len(xs)
+	first := firstBackward(M, sched)
 	outs := make([]trace.Meta, M)
-	msg := make([]int64, M)
-	var stored, phase int64
-	// The forward phase: micro-batch m's input arrives, then its forward
-	// program runs.
+	in, msg, fwd, bwd := make([]int64, M), make([]int64, M), make([]int64, M), make([]int64, M)
 	for m, x := range xs {
-		stored += device.RoundSize(x.Bytes())
-		if st.last {
-			continue
+		in[m] = device.RoundSize(x.Bytes())
+		if !st.last {
+			prog, err := st.program(loss, false, false, x, trace.Meta{})
+			if err != nil {
+				return sp, nil, err
+			}
+			outs[m] = prog.Graph.Outputs[0].Meta
+			msg[m] = device.RoundSize(outs[m].Bytes())
+			fwd[m] = prog.Plan.PeakBytes
+			sp.Forward = max(sp.Forward, fwd[m])
 		}
-		prog, err := st.program(loss, false, false, x, trace.Meta{})
-		if err != nil {
-			return sp, nil, err
-		}
-		outs[m] = prog.Graph.Outputs[0].Meta
-		msg[m] = device.RoundSize(outs[m].Bytes())
-		sp.Forward = max(sp.Forward, prog.Plan.PeakBytes)
-		phase = max(phase, stored+prog.Plan.PeakBytes)
-	}
-	sp.Inputs = stored
-	// The backward phase, last micro-batch first: its gradient arrives,
-	// the backward program runs, then its input and gradient are freed.
-	for k := M - 1; k >= 0; k-- {
 		var ym trace.Meta
 		if st.last {
-			ym = ys[k]
+			ym = ys[m]
 		}
-		prog, err := st.program(loss, true, k != M-1, xs[k], ym)
+		prog, err := st.program(loss, true, m != first, x, ym)
 		if err != nil {
 			return sp, nil, err
 		}
-		if !st.last {
-			sp.Message = max(sp.Message, msg[k])
+		bwd[m] = prog.Plan.PeakBytes
+		sp.Backward = max(sp.Backward, bwd[m])
+	}
+	var inputs, grads, phase int64
+	present := make([]bool, M)
+	arrive := func(m int) {
+		if !present[m] {
+			present[m] = true
+			inputs += in[m]
+			sp.Inputs = max(sp.Inputs, inputs)
 		}
-		sp.Backward = max(sp.Backward, prog.Plan.PeakBytes)
-		var m int64
-		if !st.last {
-			m = msg[k]
+	}
+	for _, e := range order(S, M, sched) {
+		switch {
+		case !e.backward && e.s == s-1:
+			arrive(e.m)
+		case !e.backward && e.s == s:
+			arrive(e.m)
+			phase = max(phase, inputs+grads+fwd[e.m])
+		case e.backward && e.s == s+1:
+			grads += msg[e.m]
+			sp.Message = max(sp.Message, msg[e.m])
+		case e.backward && e.s == s:
+			arrive(e.m)
+			phase = max(phase, inputs+grads+bwd[e.m])
+			inputs -= in[e.m]
+			grads -= msg[e.m]
 		}
-		phase = max(phase, stored+m+prog.Plan.PeakBytes)
-		stored -= device.RoundSize(xs[k].Bytes())
 	}
 	sp.Peak = sp.Parameters + sp.Gradients + sp.OptimizerState + phase
 	return sp, outs, nil
@@ -130,8 +147,13 @@ func (st *Stage) plan(loss train.LossFunc, xs, ys []trace.Meta) (StagePlan, []tr
 // len(layers); fewer stages than budgets when the first ones hold every
 // layer) and each stage's plan, or an error wrapping ErrBudget that names
 // the layer that fits nowhere.
-func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, x, y trace.Meta) ([]int, []StagePlan, error) {
-	xs, ys := microMetas(micro, x, y)
+func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
+	xs0, ys := microMetas(micro, x, y)
+	xs := xs0
+	// Stages are planned as stages of len(budgets): a 1F1B stage holds
+	// more inputs the more stages follow it, so fewer stages only lower
+	// its peak; the plans returned are those of the stages chosen.
+	S := len(budgets)
 	cuts := []int{0}
 	var plans []StagePlan
 	lo := 0
@@ -139,7 +161,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 		var best *StagePlan
 		var bestOuts []trace.Meta
 		for hi := lo + 1; hi <= len(layers); hi++ {
-			sp, outs, err := planCandidate(layers, lo, hi, loss, newOpt, xs, ys)
+			sp, outs, err := planCandidate(layers, lo, hi, s, S, sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -149,7 +171,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 			best, bestOuts = &sp, outs
 		}
 		if best == nil {
-			sp, _, err := planCandidate(layers, lo, lo+1, loss, newOpt, xs, ys)
+			sp, _, err := planCandidate(layers, lo, lo+1, s, S, sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -160,15 +182,30 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 		cuts = append(cuts, lo)
 		xs = bestOuts
 		if lo == len(layers) {
-			return cuts, plans, nil
+			break
 		}
+	}
+	if lo == len(layers) {
+		// The plans of the stages chosen, as they will run.
+		xs = xs0
+		for s := range plans {
+			sp, outs, err := planCandidate(layers, cuts[s], cuts[s+1], s, len(plans), sched, loss, newOpt, xs, ys)
+			if err != nil {
+				return nil, nil, err
+			}
+			if sp.Peak > budgets[s] {
+				return nil, nil, fmt.Errorf("%w: stage %d (layers %d-%d) needs %s as stage %d of %d, over its budget %s", ErrBudget, s, sp.Lo, sp.Hi-1, device.FormatBytes(sp.Peak), s, len(plans), device.FormatBytes(budgets[s]))
+			}
+			plans[s], xs = sp, outs
+		}
+		return cuts, plans, nil
 	}
 	return nil, nil, fmt.Errorf("%w: layers %d to %d are left when every one of the %d budgets is full", ErrBudget, lo, len(layers)-1, len(budgets))
 }
 
 // planCandidate plans layers [lo, hi) as a stage of their own on a fresh
 // meta device.
-func planCandidate(layers []Layer, lo, hi int, loss train.LossFunc, newOpt func() (optim.Optimizer, error), xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
+func planCandidate(layers []Layer, lo, hi, s, S int, sched Schedule, loss train.LossFunc, newOpt func() (optim.Optimizer, error), xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
 	dev, err := device.New("meta")
 	if err != nil {
 		return StagePlan{}, nil, err
@@ -180,5 +217,5 @@ func planCandidate(layers []Layer, lo, hi int, loss train.LossFunc, newOpt func(
 	if err != nil {
 		return StagePlan{}, nil, err
 	}
-	return st.plan(loss, xs, ys)
+	return st.plan(loss, s, S, sched, xs, ys)
 }
