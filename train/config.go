@@ -53,7 +53,9 @@ type Config struct {
 	Outputs bool
 	// Parallel, when set, makes the trainer one rank of data-parallel
 	// training (package dist): each step's gradients are combined with
-	// the other ranks' before the optimizer. nil: one process.
+	// the other ranks' before the optimizer. nil: one process. Its
+	// dynamic type must be comparable (a pointer), as Config values are
+	// compared; it is a live object, not a setting, so not in the JSON.
 	Parallel Parallel `json:"-"`
 }
 
