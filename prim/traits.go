@@ -191,6 +191,31 @@ type Cost struct {
 	Convert float64
 }
 
+func numel(m trace.Meta) float64 { return float64(m.Shape.NumElements()) }
+
+// ioBytes is the bytes of in read and out written once.
+func ioBytes(in, out []trace.Meta) float64 {
+	var b float64
+	for _, m := range in {
+		b += float64(m.Bytes())
+	}
+	for _, m := range out {
+		b += float64(m.Bytes())
+	}
+	return b
+}
+
+// elementwiseCost is the cost of ops doing a few operations per output
+// element (elementwise arithmetic, data movement, pooling, lookups): two
+// flops per output element, inputs read and outputs written once.
+func elementwiseCost(in, out []trace.Meta) Cost {
+	var e float64
+	for _, m := range out {
+		e += numel(m)
+	}
+	return Cost{Flops: 2 * e, Bytes: ioBytes(in, out)}
+}
+
 // Of returns o's declarations. Every op type of this package is a
 // Primitive (TestRegistry); anything else is a programming error, and Of
 // panics naming its type rather than letting a pass guess a default.
@@ -221,10 +246,9 @@ func NodeCost(n *trace.Node) Cost {
 // registry holds samples of every op type, in registration order.
 var registry []Primitive
 
-// Register adds samples of an op type to All: each op's file registers
+// register adds samples of an op type to All: each op's file registers
 // its type in init, one sample per attribute value its traits depend on.
-// Exported only while the op types still live in package op.
-func Register(samples ...Primitive) { registry = append(registry, samples...) }
+func register(samples ...Primitive) { registry = append(registry, samples...) }
 
 // All returns a sample of every primitive op type of this package (one per
 // kind where traits depend on it), for registry checks (every op declares
