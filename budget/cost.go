@@ -1,7 +1,7 @@
 package budget
 
 import (
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -45,7 +45,7 @@ func Flops(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0
 	}
-	return op.NodeCost(n).Flops
+	return prim.NodeCost(n).Flops
 }
 
 // Bytes is the device memory traffic of node n, as its op declares it
@@ -54,7 +54,7 @@ func Bytes(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0
 	}
-	return op.NodeCost(n).Bytes
+	return prim.NodeCost(n).Bytes
 }
 
 // Node estimates the seconds node n takes.
@@ -65,7 +65,7 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	if _, alias := n.Op.(trace.Aliaser); alias {
 		return 0
 	}
-	k := op.NodeCost(n)
+	k := prim.NodeCost(n)
 	t := max(k.Flops/c.FLOPS, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
 		t = max(t, k.HostBytes/c.host())

@@ -13,8 +13,8 @@ import (
 
 	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/plan"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/schedule"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -50,7 +50,7 @@ var ErrNoBackend = errors.New("exec: the device has no backend")
 // the transfers to and from the run's host store (Options.Host).
 func runsItself(o trace.Op) bool {
 	switch o.(type) {
-	case trace.Aliaser, *op.OptimizerStep, *op.Offload, *op.Reload:
+	case trace.Aliaser, *prim.OptimizerStep, *prim.Offload, *prim.Reload:
 		return true
 	}
 	return false
@@ -204,11 +204,11 @@ type Options struct {
 	// them back (op.Reload); nil means device.DefaultHost(). It is bound
 	// here, at run time, so that a compiled program holds no memory of
 	// its own.
-	Host op.HostStore
+	Host prim.HostStore
 }
 
 // host is the store this run offloads to.
-func (o *Options) host() op.HostStore {
+func (o *Options) host() prim.HostStore {
 	if o != nil && o.Host != nil {
 		return o.Host
 	}
@@ -228,7 +228,7 @@ func (e *NonFiniteLossError) Error() string {
 
 // runStep runs an op.OptimizerStep node: ins are the parameter, its gradient
 // and the loss.
-func runStep(o *op.OptimizerStep, ins []*tensor.Tensor, opts *Options) error {
+func runStep(o *prim.OptimizerStep, ins []*tensor.Tensor, opts *Options) error {
 	if l := ins[2].Float64s()[0]; math.IsNaN(l) || math.IsInf(l, 0) {
 		return &NonFiniteLossError{Loss: l}
 	}
@@ -368,16 +368,16 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			var err error
 			fc, checks := p.Device.Backend.(backend.FusedChecker)
 			switch o := n.Op.(type) {
-			case *op.OptimizerStep:
+			case *prim.OptimizerStep:
 				err = runStep(o, ins, opts)
 				committed = true
-			case *op.Offload:
+			case *prim.Offload:
 				// The key is the op, which the matching Reload names.
 				outs[0].Data[0] = 1
 				err = opts.host().Put(o, ins[0].Data)
-			case *op.Reload:
+			case *prim.Reload:
 				err = opts.host().Take(o.From, outs[0].Data)
-			case *op.Fused:
+			case *prim.Fused:
 				if opts != nil && opts.CheckFinite && checks {
 					// A diagnosis runs fused ops one by one, to name the op
 					// that made a non-finite value, not the fused node.

@@ -6,7 +6,7 @@ package transform
 import (
 	"fmt"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -131,7 +131,7 @@ func (s Selective) Region(*trace.Node) int       { return 0 }
 type Cheap struct{}
 
 func (Cheap) Recompute(n *trace.Node) bool {
-	return n.Kind == trace.KindOp && op.TraitsOf(n.Op).Recompute == op.RecomputeCheap
+	return n.Kind == trace.KindOp && prim.TraitsOf(n.Op).Recompute == prim.RecomputeCheap
 }
 func (Cheap) Region(*trace.Node) int { return 0 }
 
@@ -142,7 +142,7 @@ var CheapOps = Cheap{}
 // op.RecomputeResidual (addition, subtraction) of two computed values.
 // Recomputing it would chain block outputs together (see Cheap).
 func Residual(n *trace.Node) bool {
-	return n.Kind == trace.KindOp && op.TraitsOf(n.Op).Recompute == op.RecomputeResidual && len(n.Inputs) == 2 &&
+	return n.Kind == trace.KindOp && prim.TraitsOf(n.Op).Recompute == prim.RecomputeResidual && len(n.Inputs) == 2 &&
 		n.Inputs[0].Node.Kind == trace.KindOp && n.Inputs[1].Node.Kind == trace.KindOp
 }
 
