@@ -21,6 +21,9 @@
 //     becomes prim.X only where op no longer declares X, so op's API and
 //     the option structs op re-exports (op.ConvOpts) stay as written.
 //
+// Comments of files that import op or prim follow the second rule (a doc
+// comment naming op.Fused comes to name prim.Fused).
+//
 // The names are read from the source of op and prim in this module, so
 // the command follows them as they change.
 package main
@@ -229,11 +232,11 @@ func (r *rewriter) file(path string) error {
 			}
 		}
 	}
-	if opSpec == nil {
+	if opSpec == nil && !hasPrim {
 		return nil
 	}
 	opName := "op"
-	if opSpec.Name != nil {
+	if opSpec != nil && opSpec.Name != nil {
 		opName = opSpec.Name.Name
 	}
 	abs, err := filepath.Abs(path)
@@ -247,11 +250,11 @@ func (r *rewriter) file(path string) error {
 	rel = filepath.ToSlash(rel)
 	strict := !strings.HasSuffix(path, "_test.go") && !allowed(rel)
 
-	var at []int // offsets of the op identifiers to replace
-	left := 0    // op references kept
+	var at []edit // the op identifiers to replace, in source order
+	left := 0     // op references kept
 	ast.Inspect(f, func(n ast.Node) bool {
 		sel, ok := n.(*ast.SelectorExpr)
-		if !ok {
+		if !ok || opSpec == nil {
 			return true
 		}
 		id, ok := sel.X.(*ast.Ident)
@@ -272,23 +275,60 @@ func (r *rewriter) file(path string) error {
 			left++
 			return true
 		}
-		at = append(at, fset.Position(id.Pos()).Offset)
+		at = append(at, edit{fset.Position(id.Pos()).Offset, len(opName)})
 		return true
 	})
+	code := len(at)
+	// Comments of files that use the IR name it as the code does: op.X
+	// becomes prim.X where op no longer declares X.
+	for _, cg := range f.Comments {
+		for _, c := range cg.List {
+			base := fset.Position(c.Pos()).Offset
+			for i := 0; ; {
+				j := strings.Index(c.Text[i:], "op.")
+				if j < 0 {
+					break
+				}
+				j += i
+				i = j + 3
+				if j > 0 && (isIdent(c.Text[j-1]) || c.Text[j-1] == '.' || c.Text[j-1] == '/') {
+					continue
+				}
+				k := i
+				for k < len(c.Text) && isIdent(c.Text[k]) {
+					k++
+				}
+				name := c.Text[i:k]
+				if name != "" && ast.IsExported(name) && r.prim[name] && !r.op[name] {
+					at = append(at, edit{base + j, 2})
+				}
+			}
+		}
+	}
 	if len(at) == 0 {
 		return nil
 	}
+	sort.Slice(at, func(i, j int) bool { return at[i].off < at[j].off })
 	out := make([]byte, 0, len(src)+len(at)*4)
 	last := 0
-	for _, off := range at { // ast.Inspect visits in source order
-		out = append(out, src[last:off]...)
+	for _, e := range at {
+		out = append(out, src[last:e.off]...)
 		out = append(out, "prim"...)
-		last = off + len(opName)
+		last = e.off + e.n
 	}
 	out = append(out, src[last:]...)
-	out, err = fixImports(out, fset.Position(opSpec.Pos()).Offset, fset.Position(opSpec.End()).Offset, left == 0, !hasPrim)
-	if err != nil {
-		return fmt.Errorf("%s: %v", path, err)
+	if code > 0 {
+		start, end := fset.Position(opSpec.Pos()).Offset, fset.Position(opSpec.End()).Offset
+		for _, e := range at { // comment edits above the imports shift them
+			if e.off < start {
+				start += len("prim") - e.n
+				end += len("prim") - e.n
+			}
+		}
+		out, err = fixImports(out, start, end, left == 0, !hasPrim)
+		if err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
 	}
 	if out, err = format.Source(out); err != nil {
 		return fmt.Errorf("%s: %v", path, err)
@@ -302,8 +342,8 @@ func (r *rewriter) file(path string) error {
 	return os.WriteFile(path, out, 0o644)
 }
 
-// fixImports adds prim's import next to op's (spec at [start, end) in src,
-// which the identifier edits all follow) and drops op's when unused.
+// fixImports adds prim's import next to op's (spec at [start, end) in src)
+// and drops op's when unused.
 func fixImports(src []byte, start, end int, dropOp, addPrim bool) ([]byte, error) {
 	primSpec := strconv.Quote(primPath)
 	lineStart := bytes.LastIndexByte(src[:start], '\n') + 1
@@ -333,4 +373,11 @@ func fixImports(src []byte, start, end int, dropOp, addPrim bool) ([]byte, error
 		repl = line
 	}
 	return append(append(append([]byte{}, src[:lineStart]...), repl...), src[lineEnd:]...), nil
+}
+
+// edit replaces n bytes at off (an op) with prim.
+type edit struct{ off, n int }
+
+func isIdent(b byte) bool {
+	return b == '_' || '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z'
 }
