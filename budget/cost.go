@@ -34,13 +34,13 @@ type CostModel struct {
 
 // DefaultCost is a 2-core x86 machine running headroom's cpu kernels.
 // Convert was measured there: a cast of a float32 tensor to bfloat16 takes
-// about 2.2 ns per element (and see op.Cost's Convert, each conversion's
+// about 2.2 ns per element (and see prim.Cost's Convert, each conversion's
 // cost relative to it).
 var DefaultCost = CostModel{FLOPS: 60e9, Bandwidth: 8e9, Overhead: 2e-6, Convert: 4.5e8}
 
 func numel(t *trace.Tensor) float64 { return float64(t.Shape().NumElements()) }
 
-// Flops is the arithmetic of node n, as its op declares it (op.Cost).
+// Flops is the arithmetic of node n, as its op declares it (prim.Cost).
 func Flops(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0
@@ -49,7 +49,7 @@ func Flops(n *trace.Node) float64 {
 }
 
 // Bytes is the device memory traffic of node n, as its op declares it
-// (op.Cost): inputs read and outputs written.
+// (prim.Cost): inputs read and outputs written.
 func Bytes(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0

@@ -13,7 +13,7 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
-// Fused nodes (op.Fused) run their producer's own kernel, then their
+// Fused nodes (prim.Fused) run their producer's own kernel, then their
 // elementwise program over the producer's output, a tile at a time: every
 // value of a tile is computed from the tile of its operands while those are
 // in L1, and only the program's outputs are stored. Each instruction is the
@@ -126,7 +126,7 @@ func fusedRun[T Float](n *trace.Node, o *prim.Fused, in, out []*tensor.Tensor, w
 	}
 	// shares[j] lists the values stored in output j's memory: the
 	// producer's output 0 when it is borrowed, an input the planner let
-	// the output overwrite (op.Fused.InPlaceInputs).
+	// the output overwrite (prim.Fused.InPlaceInputs).
 	shares := make([][]int, len(o.Outs))
 	if borrowed >= 0 {
 		shares[borrowed] = []int{0}

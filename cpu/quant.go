@@ -21,7 +21,7 @@ func init() {
 	Register[*prim.RoundState](roundStateKernel)
 	Register[*prim.Round](roundKernel)
 	Register[*prim.AccumulateRounded](accumulateRoundedKernel)
-	// op.Offload and op.Reload have no kernel: they move bytes to and from
+	// prim.Offload and prim.Reload have no kernel: they move bytes to and from
 	// the host store a run binds, which package exec does itself.
 }
 

@@ -12,7 +12,7 @@ func init() {
 }
 
 // nearestIndices returns, for each of out output positions, the input
-// position it reads (op.NearestSourceIndex), computed once per call.
+// position it reads (prim.NearestSourceIndex), computed once per call.
 func nearestIndices(in, out int, scale float64) []int {
 	idx := make([]int, out)
 	for i := range idx {

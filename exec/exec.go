@@ -194,14 +194,14 @@ type Options struct {
 	// CheckFinite stops the run at the first node whose floating-point
 	// output holds a NaN or an infinity, with a *NonFiniteError naming it.
 	CheckFinite bool
-	// Update runs the op.OptimizerStep nodes of a step traced with the
+	// Update runs the prim.OptimizerStep nodes of a step traced with the
 	// optimizer in the backward pass: it applies the optimizer to parameter
 	// param in place (value is its storage) from its gradient (grad, a
 	// view of the arena, dead once Update returns). The optimizer's state
 	// lives outside the graph, so it is bound here, at run time.
 	Update func(param string, value, grad *tensor.Tensor) error
-	// Host receives the tensors the step offloads (op.Offload) and gives
-	// them back (op.Reload); nil means device.DefaultHost(). It is bound
+	// Host receives the tensors the step offloads (prim.Offload) and gives
+	// them back (prim.Reload); nil means device.DefaultHost(). It is bound
 	// here, at run time, so that a compiled program holds no memory of
 	// its own.
 	Host prim.HostStore
@@ -226,7 +226,7 @@ func (e *NonFiniteLossError) Error() string {
 	return fmt.Sprintf("exec: the loss is %v; the step stopped before any optimizer update", e.Loss)
 }
 
-// runStep runs an op.OptimizerStep node: ins are the parameter, its gradient
+// runStep runs a prim.OptimizerStep node: ins are the parameter, its gradient
 // and the loss.
 func runStep(o *prim.OptimizerStep, ins []*tensor.Tensor, opts *Options) error {
 	if l := ins[2].Float64s()[0]; math.IsNaN(l) || math.IsInf(l, 0) {

@@ -8,7 +8,7 @@ import (
 
 // Conv2d is torch.nn.functional.conv2d: x [N, C, H, W] (or unbatched
 // [C, H, W]), w [out_channels, C/groups, kH, kW], b [out_channels] or nil.
-func Conv2d(x, w, b *trace.Tensor, o prim.ConvOpts) *trace.Tensor {
+func Conv2d(x, w, b *trace.Tensor, o ConvOpts) *trace.Tensor {
 	ins := []*trace.Tensor{x, w}
 	if b != nil {
 		ins = append(ins, b)

@@ -7,11 +7,11 @@ import (
 
 // lossReduction validates a reduction name; "" means "mean", PyTorch's
 // default.
-func lossReduction(g *trace.Graph, name string, in []*trace.Tensor, r prim.Reduction) prim.Reduction {
+func lossReduction(g *trace.Graph, name string, in []*trace.Tensor, r Reduction) Reduction {
 	switch r {
 	case "":
-		return prim.ReductionMean
-	case prim.ReductionMean, prim.ReductionSum, prim.ReductionNone:
+		return ReductionMean
+	case ReductionMean, ReductionSum, ReductionNone:
 		return r
 	}
 	g.Errorf(name, in, "%q is not a valid value for reduction (want \"mean\", \"sum\" or \"none\")", r)
@@ -19,13 +19,13 @@ func lossReduction(g *trace.Graph, name string, in []*trace.Tensor, r prim.Reduc
 }
 
 // Class returns the class index c, set.
-func Class(c int) prim.ClassIndex { return prim.Class(c) }
+func Class(c int) ClassIndex { return prim.Class(c) }
 
 // DefaultCrossEntropyOpts returns PyTorch's defaults: ignore_index=-100,
 // label_smoothing=0.0, reduction="mean". It equals the zero value but for
 // IgnoreIndex being set explicitly.
-func DefaultCrossEntropyOpts() prim.CrossEntropyOpts {
-	return prim.CrossEntropyOpts{IgnoreIndex: prim.Class(prim.DefaultIgnoreIndex), Reduction: prim.ReductionMean}
+func DefaultCrossEntropyOpts() CrossEntropyOpts {
+	return CrossEntropyOpts{IgnoreIndex: prim.Class(DefaultIgnoreIndex), Reduction: ReductionMean}
 }
 
 // CrossEntropy is torch.nn.functional.cross_entropy(logits, target,
@@ -34,29 +34,29 @@ func DefaultCrossEntropyOpts() prim.CrossEntropyOpts {
 // [N, C, d1, ...] (or [C]) and int64 target [N, d1, ...] (or []). A target
 // outside [0, C) that is not IgnoreIndex is a run-time error naming the value
 // and C. See DefaultCrossEntropyOpts for PyTorch's defaults.
-func CrossEntropy(logits, target *trace.Tensor, o prim.CrossEntropyOpts) *trace.Tensor {
+func CrossEntropy(logits, target *trace.Tensor, o CrossEntropyOpts) *trace.Tensor {
 	g := logits.Graph()
 	in := []*trace.Tensor{logits, target}
 	red := lossReduction(g, "cross_entropy", in, o.Reduction)
 	if !(o.LabelSmoothing >= 0 && o.LabelSmoothing <= 1) {
 		g.Errorf("cross_entropy", in, "label_smoothing must be between 0.0 and 1.0, got %v", o.LabelSmoothing)
 	}
-	return g.Apply(&prim.CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex.Or(prim.DefaultIgnoreIndex)), LabelSmoothing: o.LabelSmoothing, Reduction: red}, logits, target)[0]
+	return g.Apply(&prim.CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex.Or(DefaultIgnoreIndex)), LabelSmoothing: o.LabelSmoothing, Reduction: red}, logits, target)[0]
 }
 
-func pointwiseLoss(k prim.PointwiseLossKind, x, target *trace.Tensor, reduction prim.Reduction) *trace.Tensor {
+func pointwiseLoss(k prim.PointwiseLossKind, x, target *trace.Tensor, reduction Reduction) *trace.Tensor {
 	red := lossReduction(x.Graph(), (&prim.PointwiseLoss{Kind: k}).Name(), []*trace.Tensor{x, target}, reduction)
 	return prim.Apply1(&prim.PointwiseLoss{Kind: k, Reduction: red}, x, target)
 }
 
 // MSELoss is torch.nn.functional.mse_loss(x, target, reduction=reduction)
 // ("" means "mean"); x and target have the same shape.
-func MSELoss(x, target *trace.Tensor, reduction prim.Reduction) *trace.Tensor {
+func MSELoss(x, target *trace.Tensor, reduction Reduction) *trace.Tensor {
 	return pointwiseLoss(prim.MSEKind, x, target, reduction)
 }
 
 // L1Loss is torch.nn.functional.l1_loss(x, target, reduction=reduction)
 // ("" means "mean"); x and target have the same shape.
-func L1Loss(x, target *trace.Tensor, reduction prim.Reduction) *trace.Tensor {
+func L1Loss(x, target *trace.Tensor, reduction Reduction) *trace.Tensor {
 	return pointwiseLoss(prim.L1Kind, x, target, reduction)
 }

@@ -2,6 +2,35 @@ package op
 
 import (
 	"fmt"
+
+	"github.com/headroom-ml/headroom/prim"
+)
+
+// The options model code passes are the structs the nodes carry, declared
+// in prim; op re-exports them so model code names only op.
+type (
+	// ConvOpts are Conv2d's options (prim.ConvOpts).
+	ConvOpts = prim.ConvOpts
+	// PoolOpts are the pooling options (prim.PoolOpts).
+	PoolOpts = prim.PoolOpts
+	// CrossEntropyOpts are CrossEntropy's options (prim.CrossEntropyOpts).
+	CrossEntropyOpts = prim.CrossEntropyOpts
+	// ClassIndex is an optional class index (prim.ClassIndex); see Class.
+	ClassIndex = prim.ClassIndex
+	// Reduction is how a loss reduces its per-element values
+	// (prim.Reduction).
+	Reduction = prim.Reduction
+)
+
+// DefaultIgnoreIndex is PyTorch's ignore_index default, the class an unset
+// CrossEntropyOpts.IgnoreIndex stands for.
+const DefaultIgnoreIndex = prim.DefaultIgnoreIndex
+
+// Reductions of a loss.
+const (
+	ReductionMean = prim.ReductionMean
+	ReductionSum  = prim.ReductionSum
+	ReductionNone = prim.ReductionNone
 )
 
 // Approximate is GELU's approximation, PyTorch's approximate= argument.

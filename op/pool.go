@@ -20,7 +20,7 @@ func poolDropBatch(y *trace.Tensor) *trace.Tensor { return prim.Reshape(y, y.Sha
 // MaxPool2dWithIndices is torch.nn.functional.max_pool2d with
 // return_indices=True on x [N, C, H, W] (or unbatched [C, H, W]): the
 // maxima and the int64 flat index of each within its input plane.
-func MaxPool2dWithIndices(x *trace.Tensor, o prim.PoolOpts) (values, indices *trace.Tensor) {
+func MaxPool2dWithIndices(x *trace.Tensor, o PoolOpts) (values, indices *trace.Tensor) {
 	x4, unbatched := poolAddBatch(x)
 	out := x.Graph().Apply(&prim.MaxPool2dOp{Opts: o.Normalized()}, x4)
 	values, indices = out[0], out[1]
@@ -32,14 +32,14 @@ func MaxPool2dWithIndices(x *trace.Tensor, o prim.PoolOpts) (values, indices *tr
 
 // MaxPool2d is torch.nn.functional.max_pool2d on x [N, C, H, W] (or
 // unbatched [C, H, W]).
-func MaxPool2d(x *trace.Tensor, o prim.PoolOpts) *trace.Tensor {
+func MaxPool2d(x *trace.Tensor, o PoolOpts) *trace.Tensor {
 	v, _ := MaxPool2dWithIndices(x, o)
 	return v
 }
 
 // AvgPool2d is torch.nn.functional.avg_pool2d on x [N, C, H, W] (or
 // unbatched [C, H, W]).
-func AvgPool2d(x *trace.Tensor, o prim.PoolOpts) *trace.Tensor {
+func AvgPool2d(x *trace.Tensor, o PoolOpts) *trace.Tensor {
 	x4, unbatched := poolAddBatch(x)
 	y := x.Graph().Apply1(&prim.AvgPool2dOp{Opts: o.Normalized()}, x4)
 	if unbatched {

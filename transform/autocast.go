@@ -29,12 +29,12 @@ import (
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
-//     class (op.Traits): op.AutocastLow ops (matmul, linear, conv2d,
+//     class (prim.Traits): prim.AutocastLow ops (matmul, linear, conv2d,
 //     attention, and their backward ops) run in the low type;
-//     op.AutocastFP32 ops (softmax, log-softmax, layer and group norm,
-//     losses, exp/log/pow) and, in the forward pass, op.AutocastFP32Forward
+//     prim.AutocastFP32 ops (softmax, log-softmax, layer and group norm,
+//     losses, exp/log/pow) and, in the forward pass, prim.AutocastFP32Forward
 //     ones (reductions) run in float32; batch norm returns its input's type
-//     (op.AutocastFirstInput); every other op runs in the type of its
+//     (prim.AutocastFirstInput); every other op runs in the type of its
 //     inputs, float32 if any floating input is float32 (type promotion).
 //     Parameters stay float32 in the store (master weights): the graph rounds
 //     them where a low-precision op reads them. A linear layer's bias add is
@@ -42,7 +42,7 @@ import (
 //     In the backward pass the gradients of low-precision values are
 //     low-precision too, but rounded lazily: where a low-precision or float32
 //     op reads them and where they reach a parameter's gradient
-//     (op.AccumulateRounded), so parameter gradients are low-precision
+//     (prim.AccumulateRounded), so parameter gradients are low-precision
 //     numbers, as the upcast of a bf16 .grad is; the elementwise ops in
 //     between are not rounded one by one (PyTorch rounds after each, so the
 //     two can differ by a double rounding). FP16Mixed needs a GradScaler
@@ -224,7 +224,7 @@ func isF32(t *trace.Tensor) bool { return t.DType() == tensor.Float32 }
 // recorded with n's module and phase. A value rounded in the forward pass
 // is rounded once (its saved copy serves the backward); a parameter is
 // rounded again in the backward pass rather than keeping a copy alive
-// across the step, by op.Round (no 16-bit intermediate: the float32 master
+// across the step, by prim.Round (no 16-bit intermediate: the float32 master
 // is not in the arena). Other values go through a cast to the 16-bit type
 // and back, whose 16-bit half is what Compress stores if the backward
 // reads the value.
@@ -388,7 +388,7 @@ func isEffect(n *trace.Node) bool {
 func class(n *trace.Node) prim.Autocast { return prim.TraitsOf(n.Op).Autocast }
 
 // exact reports whether op n, reading ins, produces low-precision numbers
-// without rounding: an op.AutocastExact op whose floating inputs all hold
+// without rounding: a prim.AutocastExact op whose floating inputs all hold
 // them.
 func (a *autocast) exact(n *trace.Node, ins []*trace.Tensor) bool {
 	return class(n) == prim.AutocastExact && all(ins, a.low)
@@ -539,7 +539,7 @@ func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 
 // effect records side-effect node n: a gradient
 // that a real run holds in the low type reaches a parameter's float32
-// gradient rounded (op.AccumulateRounded), with no rounded copy.
+// gradient rounded (prim.AccumulateRounded), with no rounded copy.
 func (a *autocast) effect(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
 	if acc, ok := n.Op.(*prim.Accumulate); ok && isF32(ins[1]) && a.logical[ins[1]] && !a.low[ins[1]] {
 		at(a.out, n.Module, n.Phase, func() {
@@ -589,8 +589,8 @@ var readLow = true
 // ReadLow returns a copy of g in which matrix products read 16-bit operands
 // in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
 // from it, as Autocast and Compress make) that only matmuls read is
-// dropped and the matmuls (op.MatMul with Mixed) read the 16-bit tensor;
-// a parameter rounded for matmuls only (op.Round) is cast to the 16-bit
+// dropped and the matmuls (prim.MatMul with Mixed) read the 16-bit tensor;
+// a parameter rounded for matmuls only (prim.Round) is cast to the 16-bit
 // type instead, a 2-byte copy rather than a 4-byte one. A mixed matmul
 // converts its operands exactly as it packs them and computes the same
 // float32 sums, so every value of g is unchanged, bit for bit; only the

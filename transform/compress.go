@@ -22,7 +22,7 @@ import (
 //   - FP16: x rounded to float16: relative error at most 2^-11 (0.05%) for
 //     |x| in [6.1e-5, 65504]; smaller values lose precision (subnormals) or
 //     flush to zero below 3e-8, larger ones become ±Inf.
-//   - Int8: symmetric per-channel quantization (op.Quantize): absolute error
+//   - Int8: symmetric per-channel quantization (prim.Quantize): absolute error
 //     at most max|x[c]|/254 in channel c, so small values in a channel with
 //     a large one lose most of their digits.
 //   - Bits: one bit per element, for ReLU outputs that the backward reads
@@ -297,7 +297,7 @@ func maskRead(n *trace.Node, i int) bool {
 }
 
 // statistic reports whether t is an output its op declares a statistic
-// (op.Stats).
+// (prim.Stats).
 func statistic(t *trace.Tensor) bool {
 	return t.Node.Kind == trace.KindOp && prim.TraitsOf(t.Node.Op).Stats.Statistic(t.Index)
 }
@@ -375,12 +375,12 @@ func decide(p CompressPolicy, s *Saved) Decision {
 
 // Compress returns a copy of g in which the forward values that the
 // backward pass reads are stored as policy p says: the compressing node
-// (a cast to bfloat16 or float16, op.Quantize, op.PackMask) runs right
+// (a cast to bfloat16 or float16, prim.Quantize, prim.PackMask) runs right
 // after the value's producer, so the float32 original dies at its last
 // forward reader, and the decompressing node (a cast back to float32,
-// op.Dequantize) runs just before the first backward reader, so the
+// prim.Dequantize) runs just before the first backward reader, so the
 // float32 copy lives only through the backward part that needs it. ReLU
-// backwards whose mask is stored as bits become op.ReLUBackwardMask. A
+// backwards whose mask is stored as bits become prim.ReLUBackwardMask. A
 // value that is already the float32 image of a 16-bit tensor (a cast from
 // bfloat16, as Autocast makes) is stored as that tensor, with no new node.
 //

@@ -28,14 +28,14 @@ const maxFusedInstrs = 16
 // member and its anchor may be, which bounds the checks' cost too.
 const maxFuseWindow = 256
 
-// fuseProducer reports whether o may be the producer of an op.Fused: its
-// fusion role (op.FuseProducer) says so, for the ops whose output 0
+// fuseProducer reports whether o may be the producer of a prim.Fused: its
+// fusion role (prim.FuseProducer) says so, for the ops whose output 0
 // elementwise chains commonly read (products, convolutions,
 // normalizations and their backward ops).
 func fuseProducer(o trace.Op) bool { return prim.TraitsOf(o).Fusion == prim.FuseProducer }
 
 // Fuse returns a copy of g in which chains of elementwise ops (add, mul,
-// relu, gelu, leaky_relu, their backward ops, ...) run as one op.Fused
+// relu, gelu, leaky_relu, their backward ops, ...) run as one prim.Fused
 // node each, together with the op that produces their first operand
 // (matmul + bias + activation, convolution + activation, batch norm +
 // residual add + relu, convolution input gradient + gradient sum + relu
@@ -510,7 +510,7 @@ func (f *fuser) expose(gr *fuseGroup) {
 }
 
 // loadPattern says how an input of shape in, broadcast to shape out, is
-// read as a flat vector of out's length (op.FusedLoad): the axes it does
+// read as a flat vector of out's length (prim.FusedLoad): the axes it does
 // not broadcast over must be consecutive (ignoring axes of size 1).
 func loadPattern(in, out tensor.Shape) (inner, mid int, ok bool) {
 	if len(in) > len(out) {

@@ -122,10 +122,10 @@ func (s Selective) Recompute(n *trace.Node) bool { return s.Ops[n.Op.Name()] }
 func (s Selective) Region(*trace.Node) int       { return 0 }
 
 // Cheap recomputes the forward ops that declare themselves cheap to
-// recompute (op.RecomputeCheap: elementwise activations, normalizations,
+// recompute (prim.RecomputeCheap: elementwise activations, normalizations,
 // dropout, scalar scaling), which cost little relative to the memory their
 // outputs hold, and saves everything else. Residual additions
-// (op.RecomputeResidual) are kept: recomputing them would chain every
+// (prim.RecomputeResidual) are kept: recomputing them would chain every
 // block's output to the one before, so the backward pass would recompute
 // the whole chain at once and hold all of it.
 type Cheap struct{}
@@ -139,7 +139,7 @@ func (Cheap) Region(*trace.Node) int { return 0 }
 var CheapOps = Cheap{}
 
 // Residual reports whether n is a residual connection: an op of class
-// op.RecomputeResidual (addition, subtraction) of two computed values.
+// prim.RecomputeResidual (addition, subtraction) of two computed values.
 // Recomputing it would chain block outputs together (see Cheap).
 func Residual(n *trace.Node) bool {
 	return n.Kind == trace.KindOp && prim.TraitsOf(n.Op).Recompute == prim.RecomputeResidual && len(n.Inputs) == 2 &&

@@ -170,7 +170,7 @@ func ceTargets(t []int64, classes int, ignore int64) (count int, err error) {
 	return count, nil
 }
 
-// crossEntropy is op.CrossEntropyOp: the loss and each position's
+// crossEntropy is prim.CrossEntropyOp: the loss and each position's
 // logsumexp.
 func crossEntropy(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.CrossEntropyOp)
@@ -223,7 +223,7 @@ func crossEntropy(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	return nil
 }
 
-// crossEntropyBackward is op.CrossEntropyBackward: inputs dloss, logits,
+// crossEntropyBackward is prim.CrossEntropyBackward: inputs dloss, logits,
 // targets and logsumexp.
 func crossEntropyBackward(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.CrossEntropyBackward)

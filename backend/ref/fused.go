@@ -8,7 +8,7 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
-// fused runs an op.Fused as what it stands for: the producer into tensors
+// fused runs a prim.Fused as what it stands for: the producer into tensors
 // of its own, then the program's instructions one by one on float64
 // vectors, then each output stored from its value.
 func (b Backend) fused(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {

@@ -109,7 +109,7 @@ func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
 const sqrt2OverPi = 0.7978845608028654 // sqrt(2/pi)
 
-// unary is y = f(x) for every kind of op.Unary.
+// unary is y = f(x) for every kind of prim.Unary.
 func unary(k prim.UnaryKind, c, x float64) float64 {
 	switch k {
 	case prim.NegKind:
@@ -174,7 +174,7 @@ func unary(k prim.UnaryKind, c, x float64) float64 {
 
 // unaryBackward is the input gradient from output gradient g and the saved
 // value s (the output for relu, tanh, sigmoid and leaky relu with a slope
-// >= 0, the input otherwise; see op.UnaryBackward).
+// >= 0, the input otherwise; see prim.UnaryBackward).
 func unaryBackward(k prim.UnaryKind, c, g, s float64) float64 {
 	switch k {
 	case prim.ReLUKind:
@@ -200,7 +200,7 @@ func unaryBackward(k prim.UnaryKind, c, g, s float64) float64 {
 		t := math.Tanh(sqrt2OverPi * (s + 0.044715*s*s*s))
 		return g * (0.5*(1+t) + 0.5*s*(1-t*t)*sqrt2OverPi*(1+3*0.044715*s*s))
 	}
-	return math.NaN() // no such backward: op.UnaryBackward's Grad never makes one
+	return math.NaN() // no such backward: prim.UnaryBackward's Grad never makes one
 }
 
 func binary(k prim.BinaryKind, a, b float64) float64 {
@@ -227,7 +227,7 @@ func binary(k prim.BinaryKind, a, b float64) float64 {
 	panic(fmt.Sprintf("ref: binary kind %d", k))
 }
 
-// compare is op.Compare's share of the gradient of maximum/minimum for the
+// compare is prim.Compare's share of the gradient of maximum/minimum for the
 // input p against q.
 func compare(c *prim.Compare, a, b float64) float64 {
 	p, q := a, b
