@@ -6,7 +6,7 @@ package autodiff
 import (
 	"fmt"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -27,7 +27,7 @@ func Backward(loss *trace.Tensor, wrt []*trace.Tensor) (grads []*trace.Tensor, e
 	err = trace.Capture(func() {
 		old := g.SetPhase(trace.Backward)
 		defer g.SetPhase(old)
-		grads = backward(g, loss, op.FullLike(loss, 1), wrt)
+		grads = backward(g, loss, prim.FullLike(loss, 1), wrt)
 	})
 	return grads, err
 }
@@ -95,7 +95,7 @@ func backward(g *trace.Graph, out, seed *trace.Tensor, wrt []*trace.Tensor) []*t
 			}
 			k := key{in.Node.ID, in.Index}
 			if prev, ok := acc[k]; ok {
-				acc[k] = op.Add(prev, gi)
+				acc[k] = prim.Add(prev, gi)
 			} else {
 				acc[k] = gi
 			}

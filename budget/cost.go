@@ -1,7 +1,7 @@
 package budget
 
 import (
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -34,27 +34,27 @@ type CostModel struct {
 
 // DefaultCost is a 2-core x86 machine running headroom's cpu kernels.
 // Convert was measured there: a cast of a float32 tensor to bfloat16 takes
-// about 2.2 ns per element (and see op.Cost's Convert, each conversion's
+// about 2.2 ns per element (and see prim.Cost's Convert, each conversion's
 // cost relative to it).
 var DefaultCost = CostModel{FLOPS: 60e9, Bandwidth: 8e9, Overhead: 2e-6, Convert: 4.5e8}
 
 func numel(t *trace.Tensor) float64 { return float64(t.Shape().NumElements()) }
 
-// Flops is the arithmetic of node n, as its op declares it (op.Cost).
+// Flops is the arithmetic of node n, as its op declares it (prim.Cost).
 func Flops(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0
 	}
-	return op.NodeCost(n).Flops
+	return prim.NodeCost(n).Flops
 }
 
 // Bytes is the device memory traffic of node n, as its op declares it
-// (op.Cost): inputs read and outputs written.
+// (prim.Cost): inputs read and outputs written.
 func Bytes(n *trace.Node) float64 {
 	if n.Kind != trace.KindOp {
 		return 0
 	}
-	return op.NodeCost(n).Bytes
+	return prim.NodeCost(n).Bytes
 }
 
 // Node estimates the seconds node n takes.
@@ -65,7 +65,7 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	if _, alias := n.Op.(trace.Aliaser); alias {
 		return 0
 	}
-	k := op.NodeCost(n)
+	k := prim.NodeCost(n)
 	t := max(k.Flops/c.FLOPS, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
 		t = max(t, k.HostBytes/c.host())

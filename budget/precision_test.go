@@ -15,6 +15,7 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -314,7 +315,7 @@ func TestCostChargesRoundingAndCompression(t *testing.T) {
 		}
 		for _, n := range p.Plan.Order {
 			switch n.Op.(type) {
-			case *op.Cast, *op.Round, *op.Quantize, *op.Dequantize, *op.PackMask, *op.ReLUBackwardMask:
+			case *prim.Cast, *prim.Round, *prim.Quantize, *prim.Dequantize, *prim.PackMask, *prim.ReLUBackwardMask:
 				conv += budget.DefaultCost.Node(n)
 				elems := float64(max(n.Inputs[0].Shape().NumElements(), n.Outputs[0].Shape().NumElements()))
 				if min := elems / 2 / budget.DefaultCost.Convert; budget.DefaultCost.Node(n) < min {

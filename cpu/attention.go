@@ -7,16 +7,16 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/internal/vec"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.AttentionOp](attentionKernel[float32], attentionKernel[float64])
-	Floats[*op.AttentionBackward](attentionBackwardKernel[float32], attentionBackwardKernel[float64])
-	RegisterWorkspace[*op.AttentionOp](attentionWorkspace)
-	RegisterWorkspace[*op.AttentionBackward](attentionBackwardWorkspace)
+	Floats[*prim.AttentionOp](attentionKernel[float32], attentionKernel[float64])
+	Floats[*prim.AttentionBackward](attentionBackwardKernel[float32], attentionBackwardKernel[float64])
+	RegisterWorkspace[*prim.AttentionOp](attentionWorkspace)
+	RegisterWorkspace[*prim.AttentionBackward](attentionBackwardWorkspace)
 }
 
 const (
@@ -36,7 +36,7 @@ type attnGeom struct {
 }
 
 func newAttnGeom(q, k, v tensor.Shape) (attnGeom, error) {
-	batch, t, s, d, dv, err := op.AttentionDims(q, k, v)
+	batch, t, s, d, dv, err := prim.AttentionDims(q, k, v)
 	if err != nil {
 		return attnGeom{}, err
 	}
@@ -108,7 +108,7 @@ func (g attnGeom) attnCols(causal bool, i1 int) int {
 }
 
 func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.AttentionOp)
+	o := n.Op.(*prim.AttentionOp)
 	g, err := newAttnGeom(in[0].Shape, in[1].Shape, in[2].Shape)
 	if err != nil {
 		return err
@@ -211,7 +211,7 @@ func attnGradRow[T Float](pr, dr []T, scale, l, di float64) {
 }
 
 func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.AttentionBackward)
+	o := n.Op.(*prim.AttentionBackward)
 	g, err := newAttnGeom(in[1].Shape, in[2].Shape, in[3].Shape)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/cputime"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -114,7 +115,7 @@ var convShapes = []struct {
 func BenchmarkConv(b *testing.B) {
 	for _, s := range convShapes {
 		opts := op.ConvOpts{Stride: [2]int{s.s, s.s}, Padding: [2]int{s.ks / 2, s.ks / 2}}
-		g, err := op.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, s.ks, s.ks}, opts)
+		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, s.ks, s.ks}, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,12 +125,12 @@ func BenchmarkConv(b *testing.B) {
 			name string
 			k    func() *kernelCase
 		}{
-			{"fwd", func() *kernelCase { return newKernelCase(b, &op.Conv2dOp{Opts: opts}, x, w) }},
+			{"fwd", func() *kernelCase { return newKernelCase(b, &prim.Conv2dOp{Opts: opts}, x, w) }},
 			{"bwd_input", func() *kernelCase {
-				return newKernelCase(b, &op.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, y, w)
+				return newKernelCase(b, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, y, w)
 			}},
 			{"bwd_weight", func() *kernelCase {
-				return newKernelCase(b, &op.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape}, y, x)
+				return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape}, y, x)
 			}},
 		}
 		for _, c := range cases {
@@ -150,12 +151,12 @@ func BenchmarkElementwise(b *testing.B) {
 		op   trace.Op
 		in   []trace.Meta
 	}{
-		{"gelu", &op.Unary{Kind: op.GELUKind}, []trace.Meta{x}},
-		{"gelu_backward", &op.UnaryBackward{Kind: op.GELUKind}, []trace.Meta{x, x}},
-		{"relu", &op.Unary{Kind: op.ReLUKind}, []trace.Meta{x}},
-		{"add", &op.Binary{Kind: op.AddKind}, []trace.Meta{x, x}},
-		{"add_bias", &op.Binary{Kind: op.AddKind}, []trace.Meta{x, f32(1536)}},
-		{"sum_rows", &op.Reduce{Kind: op.SumKind, Axes: []int{0, 1}}, []trace.Meta{x}},
+		{"gelu", &prim.Unary{Kind: prim.GELUKind}, []trace.Meta{x}},
+		{"gelu_backward", &prim.UnaryBackward{Kind: prim.GELUKind}, []trace.Meta{x, x}},
+		{"relu", &prim.Unary{Kind: prim.ReLUKind}, []trace.Meta{x}},
+		{"add", &prim.Binary{Kind: prim.AddKind}, []trace.Meta{x, x}},
+		{"add_bias", &prim.Binary{Kind: prim.AddKind}, []trace.Meta{x, f32(1536)}},
+		{"sum_rows", &prim.Reduce{Kind: prim.SumKind, Axes: []int{0, 1}}, []trace.Meta{x}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			k := newKernelCase(b, c.op, c.in...)
@@ -176,10 +177,10 @@ func BenchmarkNorm(b *testing.B) {
 		op   trace.Op
 		in   []trace.Meta
 	}{
-		{"batch_norm", &op.BatchNormOp{Training: true, Eps: 1e-5, HasWeight: true, HasBias: true}, []trace.Meta{x, c, c}},
-		{"batch_norm_backward", &op.BatchNormBackward{Training: true, HasWeight: true, HasBias: true}, []trace.Meta{x, x, c, c, c}},
-		{"layer_norm", &op.LayerNormOp{Dims: 1, Eps: 1e-5, HasWeight: true, HasBias: true}, []trace.Meta{ln, lc, lc}},
-		{"layer_norm_backward", &op.LayerNormBackward{Dims: 1, HasWeight: true, HasBias: true}, []trace.Meta{ln, ln, rows, rows, lc}},
+		{"batch_norm", &prim.BatchNormOp{Training: true, Eps: 1e-5, HasWeight: true, HasBias: true}, []trace.Meta{x, c, c}},
+		{"batch_norm_backward", &prim.BatchNormBackward{Training: true, HasWeight: true, HasBias: true}, []trace.Meta{x, x, c, c, c}},
+		{"layer_norm", &prim.LayerNormOp{Dims: 1, Eps: 1e-5, HasWeight: true, HasBias: true}, []trace.Meta{ln, lc, lc}},
+		{"layer_norm_backward", &prim.LayerNormBackward{Dims: 1, HasWeight: true, HasBias: true}, []trace.Meta{ln, ln, rows, rows, lc}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			k := newKernelCase(b, tc.op, tc.in...)

@@ -8,7 +8,7 @@ import (
 
 	blas "github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -33,26 +33,26 @@ import (
 // gradients materialize a chunk of Wᵀ·ȳ and scatter it with col2im.
 
 func init() {
-	Floats[*op.Conv2dOp](convForwardKernel[float32], convForwardKernel[float64])
-	Floats[*op.Conv2dBackwardInput](convInputGradKernel[float32], convInputGradKernel[float64])
-	Floats[*op.Conv2dBackwardWeight](convWeightGradKernel[float32], convWeightGradKernel[float64])
-	RegisterWorkspace[*op.Conv2dOp](convWorkspace)
-	RegisterWorkspace[*op.Conv2dBackwardInput](convWorkspace)
-	RegisterWorkspace[*op.Conv2dBackwardWeight](convWorkspace)
+	Floats[*prim.Conv2dOp](convForwardKernel[float32], convForwardKernel[float64])
+	Floats[*prim.Conv2dBackwardInput](convInputGradKernel[float32], convInputGradKernel[float64])
+	Floats[*prim.Conv2dBackwardWeight](convWeightGradKernel[float32], convWeightGradKernel[float64])
+	RegisterWorkspace[*prim.Conv2dOp](convWorkspace)
+	RegisterWorkspace[*prim.Conv2dBackwardInput](convWorkspace)
+	RegisterWorkspace[*prim.Conv2dBackwardWeight](convWorkspace)
 }
 
 // convNodeGeom returns the forward geometry of any of the three conv ops
 // from the shapes of its node's inputs.
-func convNodeGeom(n *trace.Node, in0, in1 tensor.Shape) (op.ConvGeom, error) {
+func convNodeGeom(n *trace.Node, in0, in1 tensor.Shape) (prim.ConvGeom, error) {
 	switch o := n.Op.(type) {
-	case *op.Conv2dOp:
-		return op.ConvGeometry(in0, in1, o.Opts)
-	case *op.Conv2dBackwardInput:
+	case *prim.Conv2dOp:
+		return prim.ConvGeometry(in0, in1, o.Opts)
+	case *prim.Conv2dBackwardInput:
 		return o.Geom(in1)
-	case *op.Conv2dBackwardWeight:
+	case *prim.Conv2dBackwardWeight:
 		return o.Geom(in1)
 	}
-	return op.ConvGeom{}, fmt.Errorf("cpu: %T is not a convolution", n.Op)
+	return prim.ConvGeom{}, fmt.Errorf("cpu: %T is not a convolution", n.Op)
 }
 
 // convTargetCols is the number of output positions (columns of the product)
@@ -74,8 +74,8 @@ func convChunk(n, p int) int {
 // channels): x̄[c, ih, iw] = Σ W[k, c, kh, kw] ȳ[k, ih+PH-kh*DH, iw+PW-kw*DW],
 // which is a convolution with padding -PH and dilation -DH (the packing
 // only needs window offsets, whatever their sign).
-func convTransposed(g op.ConvGeom) op.ConvGeom {
-	return op.ConvGeom{N: g.N, C: g.K, H: g.OH, W: g.OW, K: g.C, KH: g.KH, KW: g.KW, OH: g.H, OW: g.W,
+func convTransposed(g prim.ConvGeom) prim.ConvGeom {
+	return prim.ConvGeom{N: g.N, C: g.K, H: g.OH, W: g.OW, K: g.C, KH: g.KH, KW: g.KW, OH: g.H, OW: g.W,
 		SH: 1, SW: 1, PH: -g.PH, PW: -g.PW, DH: -g.DH, DW: -g.DW, Groups: g.Groups}
 }
 
@@ -84,12 +84,12 @@ func convTransposed(g op.ConvGeom) op.ConvGeom {
 // (KH-1)*DH-PH rows and (KW-1)*DW-PW columns with the flipped weight,
 // when those paddings are not negative (a forward convolution like any
 // other), else convTransposed's.
-func convInputGeom(g op.ConvGeom) (gt op.ConvGeom, flip bool) {
+func convInputGeom(g prim.ConvGeom) (gt prim.ConvGeom, flip bool) {
 	qh, qw := (g.KH-1)*g.DH-g.PH, (g.KW-1)*g.DW-g.PW
 	if qh < 0 || qw < 0 {
 		return convTransposed(g), false
 	}
-	return op.ConvGeom{N: g.N, C: g.K, H: g.OH, W: g.OW, K: g.C, KH: g.KH, KW: g.KW, OH: g.H, OW: g.W,
+	return prim.ConvGeom{N: g.N, C: g.K, H: g.OH, W: g.OW, K: g.C, KH: g.KH, KW: g.KW, OH: g.H, OW: g.W,
 		SH: 1, SW: 1, PH: qh, PW: qw, DH: g.DH, DW: g.DW, Groups: g.Groups}, true
 }
 
@@ -99,7 +99,7 @@ func convInputGeom(g op.ConvGeom) (gt op.ConvGeom, flip bool) {
 // the weight three times (transposed copy, packing) for a product with few
 // columns, where col2im only scatters C*KH*KW values per column, fewer as
 // long as a chunk has fewer than 2K columns.
-func convInputGradDirect(g op.ConvGeom) bool {
+func convInputGradDirect(g prim.ConvGeom) bool {
 	if g.SH != 1 || g.SW != 1 {
 		return false
 	}
@@ -110,11 +110,11 @@ func convInputGradDirect(g op.ConvGeom) bool {
 // convWeightTransposed reports whether the direct input gradient needs the
 // weight permuted to [C, K/groups, KH, KW] (else, for 1x1 kernels, the
 // product reads W transposed in place).
-func convWeightTransposed(g op.ConvGeom) bool { return g.KH*g.KW > 1 }
+func convWeightTransposed(g prim.ConvGeom) bool { return g.KH*g.KW > 1 }
 
 // convForwardScratch is the workspace (elements) of a forward convolution:
 // the output of one chunk, when chunks hold more than one image.
-func convForwardScratch(g op.ConvGeom) int {
+func convForwardScratch(g prim.ConvGeom) int {
 	p := g.OH * g.OW
 	nb := convChunk(g.N, p)
 	n := convGatherScratch(convFlat(g), nb)
@@ -135,12 +135,12 @@ func convWorkspace(n *trace.Node) int64 {
 	nb := convChunk(g.N, p)
 	var elems int
 	switch n.Op.(type) {
-	case *op.Conv2dOp:
+	case *prim.Conv2dOp:
 		elems = convForwardScratch(g)
 		if d, ok := directForward(g); ok {
 			elems = max(elems, d.scratch())
 		}
-	case *op.Conv2dBackwardWeight:
+	case *prim.Conv2dBackwardWeight:
 		if nb > 1 {
 			elems = g.K * nb * p // ȳ of a chunk, gathered
 		}
@@ -148,7 +148,7 @@ func convWorkspace(n *trace.Node) int64 {
 		if d, ok := directWgrad(g); ok {
 			elems = max(elems, d.cin*d.hp*d.wp)
 		}
-	case *op.Conv2dBackwardInput:
+	case *prim.Conv2dBackwardInput:
 		if convInputGradDirect(g) {
 			gt, _ := convInputGeom(g)
 			elems = convForwardScratch(gt)
@@ -229,7 +229,7 @@ func getTile[T Float](n int) *[]T {
 
 // convSegments splits the columns of the chunk of nb images starting at
 // image img0 into output rows.
-func convSegments(g op.ConvGeom, img0, nb int, buf []convSeg) []convSeg {
+func convSegments(g prim.ConvGeom, img0, nb int, buf []convSeg) []convSeg {
 	segs := buf[:0]
 	j := 0
 	for img := img0; img < img0+nb; img++ {
@@ -246,7 +246,7 @@ func convSegments(g op.ConvGeom, img0, nb int, buf []convSeg) []convSeg {
 // convFlat returns g with the output positions of an image as one row when
 // the convolution is pointwise (1x1, stride 1, unpadded): the same
 // products, in longer runs.
-func convFlat(g op.ConvGeom) op.ConvGeom {
+func convFlat(g prim.ConvGeom) prim.ConvGeom {
 	if g.Pointwise() {
 		g.W, g.H = g.H*g.W, 1
 		g.OW, g.OH = g.OH*g.OW, 1
@@ -257,7 +257,7 @@ func convFlat(g op.ConvGeom) op.ConvGeom {
 // convPacker produces panels of the im2col matrix of a chunk of images of
 // x (segs), rows from rowBase on (the first row of a group).
 type convPacker[T Float] struct {
-	g       op.ConvGeom
+	g       prim.ConvGeom
 	x       []T
 	rowBase int
 	segs    []convSeg
@@ -479,7 +479,7 @@ func (cp *convPacker[T]) packWeightGrad(dst []T, p0, kc, j0, nc, r0, r1, jpLo, j
 // convForward computes y = conv(x, w) + bias for geometry g, with ws of at
 // least convForwardScratch(g) elements. With transW, each group's weight
 // matrix is stored transposed ([C/groups*KH*KW, K/groups]).
-func convForward[T Float](g op.ConvGeom, x, w, bias, y, ws []T, transW bool) {
+func convForward[T Float](g prim.ConvGeom, x, w, bias, y, ws []T, transW bool) {
 	g = convFlat(g)
 	P := g.OH * g.OW
 	kg, cg := g.K/g.Groups, g.C/g.Groups
@@ -680,7 +680,7 @@ func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws [
 // convWeightGrad computes the weight gradient by implicit GEMM over chunks
 // of images; gyc holds a chunk of ȳ when chunks have more than one image,
 // xp a padded chunk of x when the packing gathers.
-func convWeightGrad[T Float](g op.ConvGeom, gy, x, gw, gyc, xp []T) {
+func convWeightGrad[T Float](g prim.ConvGeom, gy, x, gw, gyc, xp []T) {
 	P := g.OH * g.OW
 	kg, cg := g.K/g.Groups, g.C/g.Groups
 	kk := cg * g.KH * g.KW
@@ -738,14 +738,14 @@ func convRange(in, out, s, p, off int) (lo, hi int) {
 
 // convGrain is how many channels one parallel task handles in col2im so
 // that each does a useful amount of work.
-func convGrain(g op.ConvGeom) int {
+func convGrain(g prim.ConvGeom) int {
 	return max(1, 32768/max(1, g.KH*g.KW*g.OH*g.OW))
 }
 
 // col2im sets image x ([C, H, W]) to the sum of the entries of col (rows
 // (c, kh, kw), OH*OW columns, row stride ld) that im2col would have read
 // from each position.
-func col2im[T Float](g op.ConvGeom, col []T, ld int, x []T) {
+func col2im[T Float](g prim.ConvGeom, col []T, ld int, x []T) {
 	plane := g.H * g.W
 	parallel.For(g.C, convGrain(g), func(c0, c1 int) {
 		for c := c0; c < c1; c++ {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 )
 
@@ -34,7 +35,7 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 	} {
 		name := fmt.Sprintf("%+v", tc)
 		opts := op.ConvOpts{Padding: [2]int{tc.ph, tc.pw}, Dilation: [2]int{tc.dh, tc.dw}}
-		g, err := op.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, tc.kh, tc.kw}, opts)
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, tc.kh, tc.kw}, opts)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

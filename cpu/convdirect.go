@@ -5,7 +5,7 @@ import (
 
 	blas "github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 )
 
 // Direct convolution, for stride-1 ungrouped float32 convolutions whose
@@ -108,7 +108,7 @@ func packDirect(bs []directBlock, kk int, a []float32, weight func(k, r int) flo
 }
 
 // directForward is the direct form of the forward convolution g.
-func directForward(g op.ConvGeom) (directConv, bool) {
+func directForward(g prim.ConvGeom) (directConv, bool) {
 	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.OW%directNR != 0 || g.OW == 0 || g.OH == 0 {
 		return directConv{}, false
 	}
@@ -119,7 +119,7 @@ func directForward(g op.ConvGeom) (directConv, bool) {
 
 // directInputGrad is the direct form of the input gradient of g: a
 // convolution of ȳ ([K, OH, OW]) giving x̄ ([C, H, W]).
-func directInputGrad(g op.ConvGeom) (directConv, bool) {
+func directInputGrad(g prim.ConvGeom) (directConv, bool) {
 	qh, qw := (g.KH-1)*g.DH-g.PH, (g.KW-1)*g.DW-g.PW
 	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.W%directNR != 0 || g.W == 0 || g.H == 0 || qh < 0 || qw < 0 {
 		return directConv{}, false
@@ -229,7 +229,7 @@ func (d directConv) pad(xi, xp []float32) {
 // 4 output channels, and images of at least 256 output positions (below
 // that a pass is too short to repay reducing its 12 sums, and the implicit
 // GEMM is faster).
-func directWgrad(g op.ConvGeom) (directConv, bool) {
+func directWgrad(g prim.ConvGeom) (directConv, bool) {
 	if g.SH != 1 || g.SW != 1 || g.Groups != 1 || g.KW != 3 || g.OW%8 != 0 || g.OW == 0 || g.OH*g.OW < 256 || g.K < 4 {
 		return directConv{}, false
 	}
@@ -242,7 +242,7 @@ func directWgrad(g op.ConvGeom) (directConv, bool) {
 // gradient gy and the input x directly if it can: for each group of 4
 // output channels, input channel and kernel row, one pass of
 // blas.ConvWgrad over an image's positions gives the 12 weights' terms.
-func convDirectWgrad(g op.ConvGeom, gy, x, gw []float32, ws []float32) bool {
+func convDirectWgrad(g prim.ConvGeom, gy, x, gw []float32, ws []float32) bool {
 	d, ok := directWgrad(g)
 	if !ok || !blas.ConvWgradOK() {
 		return false
@@ -289,7 +289,7 @@ func getOffs(n int) *[]int32 {
 
 // convDirectForward runs forward convolution g directly if it can (float32
 // with the assembly kernel, a direct geometry) and reports whether it did.
-func convDirectForward(g op.ConvGeom, x, w, bias, y []float32, ws []float32) bool {
+func convDirectForward(g prim.ConvGeom, x, w, bias, y []float32, ws []float32) bool {
 	d, ok := directForward(g)
 	if !ok || !blas.ConvTileOK() {
 		return false
@@ -313,7 +313,7 @@ func convDirectForward(g op.ConvGeom, x, w, bias, y []float32, ws []float32) boo
 }
 
 // convDirectInputGrad computes the input gradient of g directly if it can.
-func convDirectInputGrad(g op.ConvGeom, gy, w, gx []float32, ws []float32) bool {
+func convDirectInputGrad(g prim.ConvGeom, gy, w, gx []float32, ws []float32) bool {
 	d, ok := directInputGrad(g)
 	if !ok || !blas.ConvTileOK() {
 		return false

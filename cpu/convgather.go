@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 )
 
 // Gather packing, for convolutions whose output rows are short (the deep
@@ -19,16 +19,16 @@ import (
 // convGatherOK reports whether convolution g (after convFlat) packs by
 // gathering rather than by runs (not the transposed geometry of
 // convTransposed, whose padding and dilation are negative).
-func convGatherOK(g op.ConvGeom) bool {
+func convGatherOK(g prim.ConvGeom) bool {
 	return (g.SW != 1 || g.OW < 16) && g.PH >= 0 && g.PW >= 0 && g.DH > 0 && g.DW > 0
 }
 
 // convPadded is the size of one padded image.
-func convPadded(g op.ConvGeom) (hp, wp int) { return g.H + 2*g.PH, g.W + 2*g.PW }
+func convPadded(g prim.ConvGeom) (hp, wp int) { return g.H + 2*g.PH, g.W + 2*g.PW }
 
 // convGatherScratch is the workspace (elements) of the padded copy of a
 // chunk of nb images.
-func convGatherScratch(g op.ConvGeom, nb int) int {
+func convGatherScratch(g prim.ConvGeom, nb int) int {
 	if !convGatherOK(g) {
 		return 0
 	}
@@ -55,7 +55,7 @@ func getInt32s(n int) *[]int32 {
 
 // newConvGather pads images [n0, n0+cnt) of x into xp and computes the
 // offsets for group gi. buf receives the offsets (pooled by the caller).
-func newConvGather[T Float](g op.ConvGeom, x []T, n0, cnt, gi int, xp []T, pad bool, buf []int32) *convGather[T] {
+func newConvGather[T Float](g prim.ConvGeom, x []T, n0, cnt, gi int, xp []T, pad bool, buf []int32) *convGather[T] {
 	hp, wp := convPadded(g)
 	plane, pplane := g.H*g.W, hp*wp
 	if pad {

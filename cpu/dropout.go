@@ -2,14 +2,14 @@ package cpu
 
 import (
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.DropoutOp](dropoutKernel[float32], dropoutKernel[float64])
-	Floats[*op.DropoutBackward](dropoutBackwardKernel[float32], dropoutBackwardKernel[float64])
+	Floats[*prim.DropoutOp](dropoutKernel[float32], dropoutKernel[float64])
+	Floats[*prim.DropoutBackward](dropoutBackwardKernel[float32], dropoutBackwardKernel[float64])
 }
 
 // dropGrain is the number of mask bytes (8 elements each) per parallel range.
@@ -19,17 +19,17 @@ const dropGrain = 2048
 // stream and writes y = x*scale (kept) or x*0 (dropped, so NaN and Inf
 // propagate as in PyTorch's x*mask*scale) and the bit-packed mask.
 func dropoutKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.DropoutOp)
+	o := n.Op.(*prim.DropoutOp)
 	x, y, mask := slice[T](in[0]), slice[T](out[0]), out[1].Data
 	cnt := len(x)
 	seed := o.Seed
 	if len(in) == 2 {
-		seed = op.DropoutStepSeed(seed, in[1].I64()[0])
+		seed = prim.DropoutStepSeed(seed, in[1].I64()[0])
 	}
-	s := op.NewDropoutStream(seed)
-	thr := op.DropoutThreshold(o.P)
+	s := prim.NewDropoutStream(seed)
+	thr := prim.DropoutThreshold(o.P)
 	all := o.P >= 1
-	scale := T(op.DropoutScale(o.P))
+	scale := T(prim.DropoutScale(o.P))
 	parallel.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			var m byte
@@ -52,10 +52,10 @@ func dropoutKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 }
 
 func dropoutBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.DropoutBackward)
+	o := n.Op.(*prim.DropoutBackward)
 	gy, mask, gx := slice[T](in[0]), in[1].Data, slice[T](out[0])
 	cnt := len(gy)
-	scale := T(op.DropoutScale(o.P))
+	scale := T(prim.DropoutScale(o.P))
 	parallel.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			m := mask[b]

@@ -6,18 +6,18 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/internal/vec"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.Binary](binaryKernel[float32], binaryKernel[float64])
-	Floats[*op.Compare](compareKernel[float32], compareKernel[float64])
-	Floats[*op.Unary](unaryKernel[float32], unaryKernel[float64])
-	Floats[*op.UnaryBackward](unaryBackwardKernel[float32], unaryBackwardKernel[float64])
-	Register[*op.Fill](fillKernel)
-	Register[*op.Cast](castKernel)
+	Floats[*prim.Binary](binaryKernel[float32], binaryKernel[float64])
+	Floats[*prim.Compare](compareKernel[float32], compareKernel[float64])
+	Floats[*prim.Unary](unaryKernel[float32], unaryKernel[float64])
+	Floats[*prim.UnaryBackward](unaryBackwardKernel[float32], unaryBackwardKernel[float64])
+	Register[*prim.Fill](fillKernel)
+	Register[*prim.Cast](castKernel)
 }
 
 // bstrides returns in's strides aligned to out's rank, 0 on broadcast axes.
@@ -89,7 +89,7 @@ func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
 }
 
 func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	k := n.Op.(*op.Binary).Kind
+	k := n.Op.(*prim.Binary).Kind
 	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
 		yy := y[o : o+cnt]
@@ -98,27 +98,27 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 			return
 		}
 		switch k {
-		case op.AddKind:
+		case prim.AddKind:
 			for i := range yy {
 				yy[i] = a[ia+i*sa] + b[ib+i*sb]
 			}
-		case op.SubKind:
+		case prim.SubKind:
 			for i := range yy {
 				yy[i] = a[ia+i*sa] - b[ib+i*sb]
 			}
-		case op.MulKind:
+		case prim.MulKind:
 			for i := range yy {
 				yy[i] = a[ia+i*sa] * b[ib+i*sb]
 			}
-		case op.DivKind:
+		case prim.DivKind:
 			for i := range yy {
 				yy[i] = a[ia+i*sa] / b[ib+i*sb]
 			}
-		case op.MaxKind:
+		case prim.MaxKind:
 			for i := range yy {
 				yy[i] = maxNaN(a[ia+i*sa], b[ib+i*sb])
 			}
-		case op.MinKind:
+		case prim.MinKind:
 			for i := range yy {
 				yy[i] = minNaN(a[ia+i*sa], b[ib+i*sb])
 			}
@@ -129,10 +129,10 @@ func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 
 // binaryRun is y = a op b over slices of one length (the fused kernels
 // share it, so fused and unfused results agree bit for bit).
-func binaryRun[T Float](k op.BinaryKind, a, b, y []T) {
+func binaryRun[T Float](k prim.BinaryKind, a, b, y []T) {
 	a, b = a[:len(y)], b[:len(y)]
 	switch k {
-	case op.AddKind:
+	case prim.AddKind:
 		if a32, ok := any(a).([]float32); ok {
 			done := vec.Add(a32, any(b).([]float32), any(y).([]float32))
 			a, b, y = a[done:], b[done:], y[done:]
@@ -140,23 +140,23 @@ func binaryRun[T Float](k op.BinaryKind, a, b, y []T) {
 		for i := range y {
 			y[i] = a[i] + b[i]
 		}
-	case op.SubKind:
+	case prim.SubKind:
 		for i := range y {
 			y[i] = a[i] - b[i]
 		}
-	case op.MulKind:
+	case prim.MulKind:
 		for i := range y {
 			y[i] = a[i] * b[i]
 		}
-	case op.DivKind:
+	case prim.DivKind:
 		for i := range y {
 			y[i] = a[i] / b[i]
 		}
-	case op.MaxKind:
+	case prim.MaxKind:
 		for i := range y {
 			y[i] = maxNaN(a[i], b[i])
 		}
-	case op.MinKind:
+	case prim.MinKind:
 		for i := range y {
 			y[i] = minNaN(a[i], b[i])
 		}
@@ -180,7 +180,7 @@ func minNaN[T Float](x, z T) T {
 }
 
 func compareKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	c := n.Op.(*op.Compare)
+	c := n.Op.(*prim.Compare)
 	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
 		for i := 0; i < cnt; i++ {
@@ -192,7 +192,7 @@ func compareKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 			switch {
 			case p == q:
 				y[o+i] = 0.5
-			case c.Kind == op.MaxKind && p < q, c.Kind == op.MinKind && p > q:
+			case c.Kind == prim.MaxKind && p < q, c.Kind == prim.MinKind && p > q:
 				y[o+i] = 0
 			default: // wins, or a NaN is involved
 				y[o+i] = 1
@@ -213,41 +213,41 @@ func sigmoid(x float64) float64 {
 const sqrt2overPi = 0.7978845608028654
 
 func unaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.Unary)
+	o := n.Op.(*prim.Unary)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	grain := elemGrain
-	if o.Kind != op.NegKind && o.Kind != op.ReLUKind && o.Kind != op.ScaleKind && o.Kind != op.AddConstKind &&
-		o.Kind != op.SquareKind && o.Kind != op.LeakyReLUKind && o.Kind != op.AbsKind {
+	if o.Kind != prim.NegKind && o.Kind != prim.ReLUKind && o.Kind != prim.ScaleKind && o.Kind != prim.AddConstKind &&
+		o.Kind != prim.SquareKind && o.Kind != prim.LeakyReLUKind && o.Kind != prim.AbsKind {
 		grain = elemGrain / 16 // transcendental: more work per element
 	}
 	parallel.For(len(x), grain, func(lo, hi int) { unaryRange(o, x[lo:hi], y[lo:hi]) })
 	return nil
 }
 
-func unaryRange[T Float](o *op.Unary, x, y []T) {
+func unaryRange[T Float](o *prim.Unary, x, y []T) {
 	y = y[:len(x)]
 	c := T(o.C)
 	if x32, ok := any(x).([]float32); ok {
 		// Branch-free float32 versions of the hot activations.
 		y32 := any(y).([]float32)
 		switch o.Kind {
-		case op.GELUKind:
+		case prim.GELUKind:
 			geluF32(x32, y32)
 			return
-		case op.ReLUKind:
+		case prim.ReLUKind:
 			reluF32(x32, y32)
 			return
-		case op.LeakyReLUKind:
+		case prim.LeakyReLUKind:
 			leakyReLUF32(x32, y32, float32(o.C))
 			return
 		}
 	}
 	switch o.Kind {
-	case op.NegKind:
+	case prim.NegKind:
 		for i, v := range x {
 			y[i] = -v
 		}
-	case op.ReLUKind:
+	case prim.ReLUKind:
 		for i, v := range x {
 			if v > 0 || v != v {
 				y[i] = v
@@ -255,19 +255,19 @@ func unaryRange[T Float](o *op.Unary, x, y []T) {
 				y[i] = 0
 			}
 		}
-	case op.ScaleKind:
+	case prim.ScaleKind:
 		for i, v := range x {
 			y[i] = v * c
 		}
-	case op.AddConstKind:
+	case prim.AddConstKind:
 		for i, v := range x {
 			y[i] = v + c
 		}
-	case op.SquareKind:
+	case prim.SquareKind:
 		for i, v := range x {
 			y[i] = v * v
 		}
-	case op.LeakyReLUKind:
+	case prim.LeakyReLUKind:
 		for i, v := range x {
 			if v > 0 {
 				y[i] = v
@@ -275,7 +275,7 @@ func unaryRange[T Float](o *op.Unary, x, y []T) {
 				y[i] = v * c
 			}
 		}
-	case op.AbsKind:
+	case prim.AbsKind:
 		for i, v := range x {
 			if v < 0 {
 				y[i] = -v
@@ -283,7 +283,7 @@ func unaryRange[T Float](o *op.Unary, x, y []T) {
 				y[i] = v
 			}
 		}
-	case op.SignKind:
+	case prim.SignKind:
 		for i, v := range x {
 			switch {
 			case v > 0:
@@ -294,7 +294,7 @@ func unaryRange[T Float](o *op.Unary, x, y []T) {
 				y[i] = 0
 			}
 		}
-	case op.ReciprocalKind:
+	case prim.ReciprocalKind:
 		for i, v := range x {
 			y[i] = 1 / v
 		}
@@ -306,65 +306,65 @@ func unaryRange[T Float](o *op.Unary, x, y []T) {
 	}
 }
 
-func unaryFunc(k op.UnaryKind, c float64) func(float64) float64 {
+func unaryFunc(k prim.UnaryKind, c float64) func(float64) float64 {
 	switch k {
-	case op.ExpKind:
+	case prim.ExpKind:
 		return math.Exp
-	case op.LogKind:
+	case prim.LogKind:
 		return math.Log
-	case op.SqrtKind:
+	case prim.SqrtKind:
 		return math.Sqrt
-	case op.RsqrtKind:
+	case prim.RsqrtKind:
 		return func(v float64) float64 { return 1 / math.Sqrt(v) }
-	case op.TanhKind:
+	case prim.TanhKind:
 		return math.Tanh
-	case op.SigmoidKind:
+	case prim.SigmoidKind:
 		return sigmoid
-	case op.PowKind:
+	case prim.PowKind:
 		return func(v float64) float64 { return math.Pow(v, c) }
-	case op.SiLUKind:
+	case prim.SiLUKind:
 		return func(v float64) float64 { return v * sigmoid(v) }
-	case op.GELUKind:
+	case prim.GELUKind:
 		return func(v float64) float64 { return 0.5 * v * (1 + math.Erf(v/math.Sqrt2)) }
-	case op.GELUTanhKind:
+	case prim.GELUTanhKind:
 		return func(v float64) float64 { return 0.5 * v * (1 + math.Tanh(sqrt2overPi*(v+0.044715*v*v*v))) }
-	case op.SinKind:
+	case prim.SinKind:
 		return math.Sin
-	case op.CosKind:
+	case prim.CosKind:
 		return math.Cos
 	}
 	panic("cpu: unhandled unary kind")
 }
 
 func unaryBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.UnaryBackward)
+	o := n.Op.(*prim.UnaryBackward)
 	g, s, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	grain := elemGrain
-	if o.Kind != op.ReLUKind && o.Kind != op.TanhKind && o.Kind != op.SigmoidKind && o.Kind != op.LeakyReLUKind {
+	if o.Kind != prim.ReLUKind && o.Kind != prim.TanhKind && o.Kind != prim.SigmoidKind && o.Kind != prim.LeakyReLUKind {
 		grain = elemGrain / 16
 	}
 	parallel.For(len(s), grain, func(lo, hi int) { unaryBackwardRange(o, g[lo:hi], s[lo:hi], y[lo:hi]) })
 	return nil
 }
 
-func unaryBackwardRange[T Float](o *op.UnaryBackward, g, s, y []T) {
+func unaryBackwardRange[T Float](o *prim.UnaryBackward, g, s, y []T) {
 	g, y = g[:len(s)], y[:len(s)]
 	if s32, ok := any(s).([]float32); ok {
 		g32, y32 := any(g).([]float32), any(y).([]float32)
 		switch o.Kind {
-		case op.GELUKind:
+		case prim.GELUKind:
 			geluBackwardF32(g32, s32, y32)
 			return
-		case op.ReLUKind:
+		case prim.ReLUKind:
 			reluBackwardF32(g32, s32, y32)
 			return
-		case op.LeakyReLUKind:
+		case prim.LeakyReLUKind:
 			leakyReLUBackwardF32(g32, s32, y32, float32(o.C))
 			return
 		}
 	}
 	switch o.Kind {
-	case op.ReLUKind: // s is the output
+	case prim.ReLUKind: // s is the output
 		for i, v := range s {
 			// A NaN output passes the gradient, as in PyTorch's
 			// threshold_backward (zero only where output <= 0).
@@ -374,15 +374,15 @@ func unaryBackwardRange[T Float](o *op.UnaryBackward, g, s, y []T) {
 				y[i] = 0
 			}
 		}
-	case op.TanhKind: // s is the output
+	case prim.TanhKind: // s is the output
 		for i, v := range s {
 			y[i] = g[i] * (1 - v*v)
 		}
-	case op.SigmoidKind: // s is the output
+	case prim.SigmoidKind: // s is the output
 		for i, v := range s {
 			y[i] = g[i] * v * (1 - v)
 		}
-	case op.LeakyReLUKind: // s is the output (slope >= 0) or the input
+	case prim.LeakyReLUKind: // s is the output (slope >= 0) or the input
 		c := T(o.C)
 		for i, v := range s {
 			if v > 0 {
@@ -391,19 +391,19 @@ func unaryBackwardRange[T Float](o *op.UnaryBackward, g, s, y []T) {
 				y[i] = g[i] * c
 			}
 		}
-	case op.SiLUKind:
+	case prim.SiLUKind:
 		for i, v := range s {
 			sg := sigmoid(float64(v))
 			y[i] = T(float64(g[i]) * sg * (1 + float64(v)*(1-sg)))
 		}
-	case op.GELUKind:
+	case prim.GELUKind:
 		for i, v := range s {
 			x := float64(v)
 			cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
 			pdf := math.Exp(-0.5*x*x) / math.Sqrt(2*math.Pi)
 			y[i] = T(float64(g[i]) * (cdf + x*pdf))
 		}
-	case op.GELUTanhKind:
+	case prim.GELUTanhKind:
 		for i, v := range s {
 			x := float64(v)
 			inner := sqrt2overPi * (x + 0.044715*x*x*x)
@@ -417,7 +417,7 @@ func unaryBackwardRange[T Float](o *op.UnaryBackward, g, s, y []T) {
 }
 
 func fillKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	v := n.Op.(*op.Fill).Value
+	v := n.Op.(*prim.Fill).Value
 	t := out[0]
 	switch t.DType {
 	case tensor.Float32:
@@ -479,11 +479,11 @@ func castKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	return nil
 }
 
-func init() { Register[*op.Accumulate](accumulateKernel) }
+func init() { Register[*prim.Accumulate](accumulateKernel) }
 
 func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	dst, src := in[0], in[1]
-	if !n.Op.(*op.Accumulate).Add {
+	if !n.Op.(*prim.Accumulate).Add {
 		copy(dst.Data, src.Data)
 		return nil
 	}

@@ -4,14 +4,14 @@ import (
 	"fmt"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Register[*op.EmbeddingOp](embeddingKernel)
-	Floats[*op.EmbeddingBackward](embeddingBackwardKernel[float32], embeddingBackwardKernel[float64])
+	Register[*prim.EmbeddingOp](embeddingKernel)
+	Floats[*prim.EmbeddingBackward](embeddingBackwardKernel[float32], embeddingBackwardKernel[float64])
 }
 
 // embCheckIndices returns an error naming the first index outside [0, rows)
@@ -55,7 +55,7 @@ func embeddingKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 // index_add_). Ranges of columns run in parallel: no two workers touch the
 // same element.
 func embeddingBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.EmbeddingBackward)
+	o := n.Op.(*prim.EmbeddingBackward)
 	gy, idx, gw := slice[T](in[0]), in[1].I64(), slice[T](out[0])
 	rows, D := out[0].Shape[0], out[0].Shape[1]
 	if err := embCheckIndices(idx, in[1].Shape, rows); err != nil {

@@ -8,12 +8,12 @@ import (
 
 	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
-// Fused nodes (op.Fused) run their producer's own kernel, then their
+// Fused nodes (prim.Fused) run their producer's own kernel, then their
 // elementwise program over the producer's output, a tile at a time: every
 // value of a tile is computed from the tile of its operands while those are
 // in L1, and only the program's outputs are stored. Each instruction is the
@@ -25,9 +25,9 @@ import (
 // while it is still in cache; otherwise in a pass of its own after it.
 
 func init() {
-	Register[*op.Fused](fusedKernel)
-	RegisterWorkspace[*op.Fused](func(n *trace.Node) int64 {
-		if n.Op.(*op.Fused).Producer == nil {
+	Register[*prim.Fused](fusedKernel)
+	RegisterWorkspace[*prim.Fused](func(n *trace.Node) int64 {
+		if n.Op.(*prim.Fused).Producer == nil {
 			return 0
 		}
 		p, err := fusedProducer(n)
@@ -51,7 +51,7 @@ const (
 // fusedProducer is the node the producer's kernel runs as: the fused
 // node's first inputs and the producer's outputs.
 func fusedProducer(n *trace.Node) (*trace.Node, error) {
-	o := n.Op.(*op.Fused)
+	o := n.Op.(*prim.Fused)
 	p := &trace.Node{ID: n.ID, Kind: trace.KindOp, Op: o.Producer, Inputs: n.Inputs[:o.NProd],
 		Module: n.Module, Phase: n.Phase, Region: n.Region, Recompute: n.Recompute}
 	metas := make([]trace.Meta, o.NProd)
@@ -75,7 +75,7 @@ type epilogueKernel func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi
 
 // fusedEpilogue holds the producers' epilogue kernels, by op type.
 var fusedEpilogue = map[reflect.Type]epilogueKernel{
-	reflect.TypeFor[*op.BatchNormOp](): func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
+	reflect.TypeFor[*prim.BatchNormOp](): func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
 		return dispatch(n, out[0].DType,
 			func() error { return batchNorm[float32](n, in, out, ws, epi) },
 			func() error { return batchNorm[float64](n, in, out, ws, epi) })
@@ -83,7 +83,7 @@ var fusedEpilogue = map[reflect.Type]epilogueKernel{
 }
 
 func fusedKernel(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.Fused)
+	o := n.Op.(*prim.Fused)
 	main := o.MainOut()
 	if main < 0 {
 		return fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
@@ -93,7 +93,7 @@ func fusedKernel(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 		func() error { return fusedRun[float64](n, o, in, out, ws) })
 }
 
-func fusedRun[T Float](n *trace.Node, o *op.Fused, in, out []*tensor.Tensor, ws []byte) error {
+func fusedRun[T Float](n *trace.Node, o *prim.Fused, in, out []*tensor.Tensor, ws []byte) error {
 	first := o.FirstInstr()
 	// full[v] is value v whole where it is stored whole (producer output
 	// 0, inputs read element for element); others are built per tile.
@@ -126,7 +126,7 @@ func fusedRun[T Float](n *trace.Node, o *op.Fused, in, out []*tensor.Tensor, ws 
 	}
 	// shares[j] lists the values stored in output j's memory: the
 	// producer's output 0 when it is borrowed, an input the planner let
-	// the output overwrite (op.Fused.InPlaceInputs).
+	// the output overwrite (prim.Fused.InPlaceInputs).
 	shares := make([][]int, len(o.Outs))
 	if borrowed >= 0 {
 		shares[borrowed] = []int{0}
@@ -271,7 +271,7 @@ func fusedRun[T Float](n *trace.Node, o *op.Fused, in, out []*tensor.Tensor, ws 
 }
 
 // fillLoad writes elements [t0, t0+len(b)) of load l of src into b.
-func fillLoad[T Float](b, src []T, l op.FusedLoad, t0 int) {
+func fillLoad[T Float](b, src []T, l prim.FusedLoad, t0 int) {
 	if l.Inner == 1 {
 		k := t0 % l.Mid
 		for len(b) > 0 {
@@ -294,11 +294,11 @@ func fillLoad[T Float](b, src []T, l op.FusedLoad, t0 int) {
 // kernel's own. y may be one of the operands (elementwise, in place).
 func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 	switch o := o.(type) {
-	case *op.Unary:
+	case *prim.Unary:
 		return func(args [][]T, y []T) { unaryRange(o, args[0], y) }
-	case *op.UnaryBackward:
+	case *prim.UnaryBackward:
 		return func(args [][]T, y []T) { unaryBackwardRange(o, args[0], args[1], y) }
-	case *op.Binary:
+	case *prim.Binary:
 		return func(args [][]T, y []T) { binaryRun(o.Kind, args[0], args[1], y) }
 	}
 	panic(fmt.Sprintf("cpu: %s is not a fused instruction", o.Name()))
@@ -308,16 +308,16 @@ func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 // element (no transcendental functions), for parallel grains.
 func cheapElementwise(o trace.Op) bool {
 	switch o := o.(type) {
-	case *op.Binary:
+	case *prim.Binary:
 		return true
-	case *op.Unary:
+	case *prim.Unary:
 		switch o.Kind {
-		case op.NegKind, op.ReLUKind, op.ScaleKind, op.AddConstKind, op.SquareKind, op.LeakyReLUKind, op.AbsKind:
+		case prim.NegKind, prim.ReLUKind, prim.ScaleKind, prim.AddConstKind, prim.SquareKind, prim.LeakyReLUKind, prim.AbsKind:
 			return true
 		}
-	case *op.UnaryBackward:
+	case *prim.UnaryBackward:
 		switch o.Kind {
-		case op.ReLUKind, op.TanhKind, op.SigmoidKind, op.LeakyReLUKind:
+		case prim.ReLUKind, prim.TanhKind, prim.SigmoidKind, prim.LeakyReLUKind:
 			return true
 		}
 	}
@@ -361,7 +361,7 @@ type NonFinite = backend.NonFinite
 // findings. A diagnosis run (exec.Options.CheckFinite) uses it to name the
 // op and module that produced a NaN even where it was fused with others.
 func RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad NonFinite) (culprit *trace.Node, output, index int, value float64, err error) {
-	o := n.Op.(*op.Fused)
+	o := n.Op.(*prim.Fused)
 	j := o.MainOut()
 	if j < 0 {
 		return nil, 0, 0, 0, fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
@@ -375,7 +375,7 @@ func RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad Non
 
 type fusedCheck struct {
 	n       *trace.Node
-	o       *op.Fused
+	o       *prim.Fused
 	bad     NonFinite
 	culprit *trace.Node
 	output  int

@@ -5,16 +5,16 @@ import (
 	"math"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.CrossEntropyOp](crossEntropyKernel[float32], crossEntropyKernel[float64])
-	Floats[*op.CrossEntropyBackward](crossEntropyBackwardKernel[float32], crossEntropyBackwardKernel[float64])
-	Floats[*op.PointwiseLoss](pointwiseLossKernel[float32], pointwiseLossKernel[float64])
-	Floats[*op.PointwiseLossBackward](pointwiseLossBackwardKernel[float32], pointwiseLossBackwardKernel[float64])
+	Floats[*prim.CrossEntropyOp](crossEntropyKernel[float32], crossEntropyKernel[float64])
+	Floats[*prim.CrossEntropyBackward](crossEntropyBackwardKernel[float32], crossEntropyBackwardKernel[float64])
+	Floats[*prim.PointwiseLoss](pointwiseLossKernel[float32], pointwiseLossKernel[float64])
+	Floats[*prim.PointwiseLossBackward](pointwiseLossBackwardKernel[float32], pointwiseLossBackwardKernel[float64])
 }
 
 // lossBlock is the number of elements summed per partial sum. Reductions add
@@ -62,7 +62,7 @@ func ceCheckTargets(t []int64, classes int, ignore int64) error {
 }
 
 func crossEntropyKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.CrossEntropyOp)
+	o := n.Op.(*prim.CrossEntropyOp)
 	x, tgt := slice[T](in[0]), in[1].I64()
 	loss, lseOut := slice[T](out[0]), slice[T](out[1])
 	outer, classes, inner := ceLayout(in[0].Shape)
@@ -105,7 +105,7 @@ func crossEntropyKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 		}
 		return l
 	}
-	if o.Reduction == op.ReductionNone {
+	if o.Reduction == prim.ReductionNone {
 		parallel.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
 			for p := lo; p < hi; p++ {
 				loss[p] = T(posLoss(p))
@@ -120,7 +120,7 @@ func crossEntropyKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 		}
 		return s
 	})
-	if o.Reduction == op.ReductionMean {
+	if o.Reduction == prim.ReductionMean {
 		total /= float64(ceCount(tgt, o.IgnoreIndex)) // 0/0 = NaN when all are ignored, as PyTorch
 	}
 	loss[0] = T(total)
@@ -139,7 +139,7 @@ func ceCount(t []int64, ignore int64) int {
 }
 
 func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.CrossEntropyBackward)
+	o := n.Op.(*prim.CrossEntropyBackward)
 	gy, x, tgt, lse, gx := slice[T](in[0]), slice[T](in[1]), in[2].I64(), slice[T](in[3]), slice[T](out[0])
 	outer, classes, inner := ceLayout(in[1].Shape)
 	if err := ceCheckTargets(tgt, classes, o.IgnoreIndex); err != nil {
@@ -150,10 +150,10 @@ func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor
 	off := ls / float64(classes)
 	var scale float64
 	switch o.Reduction {
-	case op.ReductionMean:
+	case prim.ReductionMean:
 		// Ignored positions get no gradient, so a zero count never divides.
 		scale = float64(gy[0]) / float64(max(1, ceCount(tgt, o.IgnoreIndex)))
-	case op.ReductionSum:
+	case prim.ReductionSum:
 		scale = float64(gy[0])
 	}
 	parallel.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
@@ -168,7 +168,7 @@ func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor
 				continue
 			}
 			w := scale
-			if o.Reduction == op.ReductionNone {
+			if o.Reduction == prim.ReductionNone {
 				w = float64(gy[p])
 			}
 			l := float64(lse[p])
@@ -183,13 +183,13 @@ func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor
 }
 
 func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.PointwiseLoss)
+	o := n.Op.(*prim.PointwiseLoss)
 	x, t, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	cnt := len(x)
-	if o.Reduction == op.ReductionNone {
+	if o.Reduction == prim.ReductionNone {
 		parallel.For(cnt, 16384, func(lo, hi int) {
 			xs, ts, ys := x[lo:hi], t[lo:hi], y[lo:hi]
-			if o.Kind == op.MSEKind {
+			if o.Kind == prim.MSEKind {
 				for i, v := range xs {
 					d := v - ts[i]
 					ys[i] = d * d
@@ -209,7 +209,7 @@ func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 	total := lossSum(cnt, func(lo, hi int) float64 {
 		var s float64
 		xs, ts := x[lo:hi], t[lo:hi]
-		if o.Kind == op.MSEKind {
+		if o.Kind == prim.MSEKind {
 			for i, v := range xs {
 				d := float64(v) - float64(ts[i])
 				s += d * d
@@ -221,7 +221,7 @@ func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 		}
 		return s
 	})
-	if o.Reduction == op.ReductionMean {
+	if o.Reduction == prim.ReductionMean {
 		total /= float64(cnt) // NaN for an empty input, as PyTorch
 	}
 	y[0] = T(total)
@@ -229,24 +229,24 @@ func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 }
 
 func pointwiseLossBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.PointwiseLossBackward)
+	o := n.Op.(*prim.PointwiseLossBackward)
 	gy, x, t, gx := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](out[0])
 	cnt := len(x)
 	var w T
 	switch o.Reduction {
-	case op.ReductionMean:
+	case prim.ReductionMean:
 		w = T(float64(gy[0]) / float64(max(1, cnt)))
-	case op.ReductionSum:
+	case prim.ReductionSum:
 		w = gy[0]
 	}
 	parallel.For(cnt, 16384, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			wi := w
-			if o.Reduction == op.ReductionNone {
+			if o.Reduction == prim.ReductionNone {
 				wi = gy[i]
 			}
 			d := x[i] - t[i]
-			if o.Kind == op.MSEKind {
+			if o.Kind == prim.MSEKind {
 				gx[i] = 2 * d * wi
 				continue
 			}

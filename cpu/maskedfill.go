@@ -2,17 +2,17 @@ package cpu
 
 import (
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
-func init() { Floats[*op.MaskedFillOp](maskedFill[float32], maskedFill[float64]) }
+func init() { Floats[*prim.MaskedFillOp](maskedFill[float32], maskedFill[float64]) }
 
 // maskedFill writes value where the mask (repeated over the leading axes)
 // is set and x elsewhere; out may be x's buffer.
 func maskedFill[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	v := T(n.Op.(*op.MaskedFillOp).Value)
+	v := T(n.Op.(*prim.MaskedFillOp).Value)
 	x, y, mask := slice[T](in[0]), slice[T](out[0]), in[1].Data
 	m := len(mask)
 	if m == 0 {

@@ -2,13 +2,13 @@ package cpu
 
 import (
 	blas "github.com/headroom-ml/headroom/internal/gemm"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.MatMul](matmulKernel[float32], matmulKernel[float64])
+	Floats[*prim.MatMul](matmulKernel[float32], matmulKernel[float64])
 }
 
 // gemm computes C = op(A) op(B) (overwriting C), row-major.
@@ -22,7 +22,7 @@ func gemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb 
 }
 
 func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.MatMul)
+	o := n.Op.(*prim.MatMul)
 	as, bs := in[0].Shape, in[1].Shape
 	batch, m, k, nn, err := o.Dims(as, bs)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -49,7 +49,7 @@ func TestMixedMatMulMatchesCast(t *testing.T) {
 			}
 			a, af := mk(tc.as, dt[0])
 			b, bf := mk(tc.bs, dt[1])
-			o := &op.MatMul{TransA: tc.transA, TransB: tc.transB}
+			o := &prim.MatMul{TransA: tc.transA, TransB: tc.transB}
 			metas, err := o.Infer([]trace.Meta{{DType: tensor.Float32, Shape: tc.as}, {DType: tensor.Float32, Shape: tc.bs}})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
@@ -58,7 +58,7 @@ func TestMixedMatMulMatchesCast(t *testing.T) {
 			if err := Run(&trace.Node{Op: o}, []*tensor.Tensor{af, bf}, []*tensor.Tensor{want}, nil); err != nil {
 				t.Fatal(err)
 			}
-			mixed := &op.MatMul{TransA: tc.transA, TransB: tc.transB, Mixed: true}
+			mixed := &prim.MatMul{TransA: tc.transA, TransB: tc.transB, Mixed: true}
 			if _, err := mixed.Infer([]trace.Meta{{DType: dt[0], Shape: tc.as}, {DType: dt[1], Shape: tc.bs}}); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/internal/vec"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -17,17 +17,17 @@ import (
 // a group's block.
 
 func init() {
-	Floats[*op.BatchNormOp](batchNormKernel[float32], batchNormKernel[float64])
-	RegisterWorkspace[*op.BatchNormOp](func(n *trace.Node) int64 { return 16 * int64(n.Inputs[0].Dim(1)) })
-	Floats[*op.BatchNormBackward](batchNormBackwardKernel[float32], batchNormBackwardKernel[float64])
-	RegisterWorkspace[*op.BatchNormBackward](func(n *trace.Node) int64 { return 16 * int64(n.Inputs[1].Dim(1)) })
-	Floats[*op.RunningStatsUpdate](runningStatsKernel[float32], runningStatsKernel[float64])
-	Register[*op.Increment](incrementKernel)
+	Floats[*prim.BatchNormOp](batchNormKernel[float32], batchNormKernel[float64])
+	RegisterWorkspace[*prim.BatchNormOp](func(n *trace.Node) int64 { return 16 * int64(n.Inputs[0].Dim(1)) })
+	Floats[*prim.BatchNormBackward](batchNormBackwardKernel[float32], batchNormBackwardKernel[float64])
+	RegisterWorkspace[*prim.BatchNormBackward](func(n *trace.Node) int64 { return 16 * int64(n.Inputs[1].Dim(1)) })
+	Floats[*prim.RunningStatsUpdate](runningStatsKernel[float32], runningStatsKernel[float64])
+	Register[*prim.Increment](incrementKernel)
 
-	Floats[*op.LayerNormOp](layerNormKernel[float32], layerNormKernel[float64])
-	Floats[*op.LayerNormBackward](layerNormBackwardKernel[float32], layerNormBackwardKernel[float64])
-	RegisterWorkspace[*op.LayerNormBackward](func(n *trace.Node) int64 {
-		o := n.Op.(*op.LayerNormBackward)
+	Floats[*prim.LayerNormOp](layerNormKernel[float32], layerNormKernel[float64])
+	Floats[*prim.LayerNormBackward](layerNormBackwardKernel[float32], layerNormBackwardKernel[float64])
+	RegisterWorkspace[*prim.LayerNormBackward](func(n *trace.Node) int64 {
+		o := n.Op.(*prim.LayerNormBackward)
 		if !o.HasWeight && !o.HasBias {
 			return 0
 		}
@@ -35,9 +35,9 @@ func init() {
 		return 16 * int64(m)
 	})
 
-	Floats[*op.GroupNormOp](groupNormKernel[float32], groupNormKernel[float64])
-	Floats[*op.GroupNormBackward](groupNormBackwardKernel[float32], groupNormBackwardKernel[float64])
-	RegisterWorkspace[*op.GroupNormBackward](func(n *trace.Node) int64 {
+	Floats[*prim.GroupNormOp](groupNormKernel[float32], groupNormKernel[float64])
+	Floats[*prim.GroupNormBackward](groupNormBackwardKernel[float32], groupNormBackwardKernel[float64])
+	RegisterWorkspace[*prim.GroupNormBackward](func(n *trace.Node) int64 {
 		s := n.Inputs[1].Shape()
 		return 16 * int64(s[0]) * int64(s[1])
 	})
@@ -181,7 +181,7 @@ func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 // batchNorm is the batch norm kernel; epi, when not nil, is called on each
 // part of y as soon as it is written (a fused epilogue, see fused.go).
 func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
-	o := n.Op.(*op.BatchNormOp)
+	o := n.Op.(*prim.BatchNormOp)
 	N, C, S := normNCS(in[0].Shape)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	meanOut, invOut := slice[T](out[1]), slice[T](out[2])
@@ -260,7 +260,7 @@ func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi 
 }
 
 func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.BatchNormBackward)
+	o := n.Op.(*prim.BatchNormBackward)
 	N, C, S := normNCS(in[1].Shape)
 	gy, x := slice[T](in[0]), slice[T](in[1])
 	meanT, invT := slice[T](in[2]), slice[T](in[3])
@@ -331,7 +331,7 @@ func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 }
 
 func runningStatsKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.RunningStatsUpdate)
+	o := n.Op.(*prim.RunningStatsUpdate)
 	run, batch := slice[T](in[0]), slice[T](in[1])
 	mom := o.Momentum
 	bessel := 1.0
@@ -360,7 +360,7 @@ func incrementKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 // ---------------------------------------------------------------- layer norm
 
 func layerNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.LayerNormOp)
+	o := n.Op.(*prim.LayerNormOp)
 	R, M := normRows(in[0].Shape, o.Dims)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	meanOut, rstdOut := slice[T](out[1]), slice[T](out[2])
@@ -404,7 +404,7 @@ func layerNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte)
 }
 
 func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.LayerNormBackward)
+	o := n.Op.(*prim.LayerNormBackward)
 	R, M := normRows(in[1].Shape, o.Dims)
 	gy, x := slice[T](in[0]), slice[T](in[1])
 	meanT, rstdT := slice[T](in[2]), slice[T](in[3])
@@ -494,7 +494,7 @@ func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 // ---------------------------------------------------------------- group norm
 
 func groupNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.GroupNormOp)
+	o := n.Op.(*prim.GroupNormOp)
 	N, C, S := normNCS(in[0].Shape)
 	G := o.Groups
 	cg := C / G
@@ -541,7 +541,7 @@ func groupNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte)
 }
 
 func groupNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.GroupNormBackward)
+	o := n.Op.(*prim.GroupNormBackward)
 	N, C, S := normNCS(in[1].Shape)
 	G := o.Groups
 	cg := C / G

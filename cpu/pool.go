@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -17,12 +17,12 @@ import (
 // Every (n, c) plane is independent; planes are split across threads.
 
 func init() {
-	Floats[*op.MaxPool2dOp](maxPoolKernel[float32], maxPoolKernel[float64])
-	Floats[*op.MaxPool2dBackward](maxPoolBackwardKernel[float32], maxPoolBackwardKernel[float64])
-	Floats[*op.AvgPool2dOp](avgPoolKernel[float32], avgPoolKernel[float64])
-	Floats[*op.AvgPool2dBackward](avgPoolBackwardKernel[float32], avgPoolBackwardKernel[float64])
-	Floats[*op.AdaptiveAvgPool2dOp](adaptivePoolKernel[float32], adaptivePoolKernel[float64])
-	Floats[*op.AdaptiveAvgPool2dBackward](adaptivePoolBackwardKernel[float32], adaptivePoolBackwardKernel[float64])
+	Floats[*prim.MaxPool2dOp](maxPoolKernel[float32], maxPoolKernel[float64])
+	Floats[*prim.MaxPool2dBackward](maxPoolBackwardKernel[float32], maxPoolBackwardKernel[float64])
+	Floats[*prim.AvgPool2dOp](avgPoolKernel[float32], avgPoolKernel[float64])
+	Floats[*prim.AvgPool2dBackward](avgPoolBackwardKernel[float32], avgPoolBackwardKernel[float64])
+	Floats[*prim.AdaptiveAvgPool2dOp](adaptivePoolKernel[float32], adaptivePoolKernel[float64])
+	Floats[*prim.AdaptiveAvgPool2dBackward](adaptivePoolBackwardKernel[float32], adaptivePoolBackwardKernel[float64])
 }
 
 // poolPlanes runs f over planes [lo, hi) of n planes in parallel, each plane
@@ -32,7 +32,7 @@ func poolPlanes(n, work int, f func(lo, hi int)) {
 }
 
 func maxPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	g, err := n.Op.(*op.MaxPool2dOp).Geom(in[0].Shape)
+	g, err := n.Op.(*prim.MaxPool2dOp).Geom(in[0].Shape)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func maxPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ [
 
 // avgWindow is PyTorch's avg_pool2d window for output (oh, ow): the
 // in-bounds rows [ih0, ih1), columns [iw0, iw1), and the divisor.
-func avgWindow(g op.PoolGeom, o op.PoolOpts, oh, ow int) (ih0, ih1, iw0, iw1, div int) {
+func avgWindow(g prim.PoolGeom, o prim.PoolOpts, oh, ow int) (ih0, ih1, iw0, iw1, div int) {
 	ih0, iw0 = oh*g.SH-g.PH, ow*g.SW-g.PW
 	ih1, iw1 = min(ih0+g.KH, g.H+g.PH), min(iw0+g.KW, g.W+g.PW)
 	poolSize := (ih1 - ih0) * (iw1 - iw0)
@@ -162,7 +162,7 @@ func avgWindow(g op.PoolGeom, o op.PoolOpts, oh, ow int) (ih0, ih1, iw0, iw1, di
 }
 
 func avgPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.AvgPool2dOp)
+	o := n.Op.(*prim.AvgPool2dOp)
 	g, err := o.Geom(in[0].Shape)
 	if err != nil {
 		return err
@@ -195,7 +195,7 @@ func avgPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 }
 
 func avgPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.AvgPool2dBackward)
+	o := n.Op.(*prim.AvgPool2dBackward)
 	g, err := o.Geom()
 	if err != nil {
 		return err

@@ -6,22 +6,22 @@ import (
 	"sync"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Register[*op.Quantize](quantizeKernel)
-	Register[*op.Dequantize](dequantizeKernel)
-	Register[*op.PackMask](func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	Register[*prim.Quantize](quantizeKernel)
+	Register[*prim.Dequantize](dequantizeKernel)
+	Register[*prim.PackMask](func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 		return dispatch(n, in[0].DType, func() error { return packMaskKernel[float32](in, out) }, func() error { return packMaskKernel[float64](in, out) })
 	})
-	Floats[*op.ReLUBackwardMask](reluBackwardMaskKernel[float32], reluBackwardMaskKernel[float64])
-	Register[*op.RoundState](roundStateKernel)
-	Register[*op.Round](roundKernel)
-	Register[*op.AccumulateRounded](accumulateRoundedKernel)
-	// op.Offload and op.Reload have no kernel: they move bytes to and from
+	Floats[*prim.ReLUBackwardMask](reluBackwardMaskKernel[float32], reluBackwardMaskKernel[float64])
+	Register[*prim.RoundState](roundStateKernel)
+	Register[*prim.Round](roundKernel)
+	Register[*prim.AccumulateRounded](accumulateRoundedKernel)
+	// prim.Offload and prim.Reload have no kernel: they move bytes to and from
 	// the host store a run binds, which package exec does itself.
 }
 
@@ -30,9 +30,9 @@ func init() {
 const quantGrain = 1 << 14
 
 func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.Quantize)
+	o := n.Op.(*prim.Quantize)
 	x, q, scale := in[0].F32(), out[0].Data, out[1].F32()
-	c, inner := op.QuantChannels(in[0].Shape, o.Axis)
+	c, inner := prim.QuantChannels(in[0].Shape, o.Axis)
 	if len(x) == 0 {
 		for i := range scale {
 			scale[i] = 0
@@ -99,9 +99,9 @@ func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 }
 
 func dequantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.Dequantize)
+	o := n.Op.(*prim.Dequantize)
 	q, scale, y := in[0].Data, in[1].F32(), out[0].F32()
-	c, inner := op.QuantChannels(in[0].Shape, o.Axis)
+	c, inner := prim.QuantChannels(in[0].Shape, o.Axis)
 	parallel.For(len(y), quantGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] = float32(int8(q[i])) * scale[(i/inner)%c]
@@ -167,7 +167,7 @@ func rounder(n *trace.Node, to tensor.DType) (func(float32) float32, error) {
 }
 
 func roundStateKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
-	round, err := rounder(n, n.Op.(*op.RoundState).To)
+	round, err := rounder(n, n.Op.(*prim.RoundState).To)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func roundStateKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
 }
 
 func roundKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	round, err := rounder(n, n.Op.(*op.Round).To)
+	round, err := rounder(n, n.Op.(*prim.Round).To)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func roundKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 }
 
 func accumulateRoundedKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.AccumulateRounded)
+	o := n.Op.(*prim.AccumulateRounded)
 	round, err := rounder(n, o.To)
 	if err != nil {
 		return err

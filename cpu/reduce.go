@@ -4,16 +4,16 @@ import (
 	"math"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.Reduce](reduceKernel[float32], reduceKernel[float64])
-	Floats[*op.AmaxBackward](amaxBackwardKernel[float32], amaxBackwardKernel[float64])
-	Register[*op.Expand](expandKernel)
-	Register[*op.Permute](permuteKernel)
+	Floats[*prim.Reduce](reduceKernel[float32], reduceKernel[float64])
+	Floats[*prim.AmaxBackward](amaxBackwardKernel[float32], amaxBackwardKernel[float64])
+	Register[*prim.Expand](expandKernel)
+	Register[*prim.Permute](permuteKernel)
 }
 
 // reduceLayout splits an input shape into kept and reduced axes and returns,
@@ -61,7 +61,7 @@ func offsets(shape tensor.Shape, strides []int) []int {
 	return out
 }
 
-func reducedAxes(o *op.Reduce, rank int) []bool {
+func reducedAxes(o *prim.Reduce, rank int) []bool {
 	r := make([]bool, rank)
 	if len(o.Axes) == 0 {
 		for i := range r {
@@ -126,10 +126,10 @@ func reduceMiddle(s tensor.Shape, reduced []bool) (a, k, b int, ok bool) {
 }
 
 func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.Reduce)
+	o := n.Op.(*prim.Reduce)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	reduced := reducedAxes(o, len(in[0].Shape))
-	if a, k, b, ok := reduceMiddle(in[0].Shape, reduced); ok && (o.Kind == op.SumKind || o.Kind == op.MeanKind) {
+	if a, k, b, ok := reduceMiddle(in[0].Shape, reduced); ok && (o.Kind == prim.SumKind || o.Kind == prim.MeanKind) {
 		// Kept axes in the middle ([A, K, B] summed over A and B, as a
 		// convolution's bias gradient): contiguous rows of B.
 		cnt := float64(a * b)
@@ -139,7 +139,7 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 				for i := 0; i < a; i++ {
 					s += sum64(x[(i*k+kk)*b : (i*k+kk+1)*b])
 				}
-				if o.Kind == op.MeanKind {
+				if o.Kind == prim.MeanKind {
 					s /= cnt
 				}
 				y[kk] = T(s)
@@ -164,7 +164,7 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 	contiguous := len(red) > 0 && red[len(red)-1] == len(red)-1
 	for k, base := range kept {
 		switch o.Kind {
-		case op.SumKind, op.MeanKind:
+		case prim.SumKind, prim.MeanKind:
 			var s float64
 			if contiguous {
 				for _, v := range x[base : base+len(red)] {
@@ -175,11 +175,11 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 					s += float64(x[base+r])
 				}
 			}
-			if o.Kind == op.MeanKind {
+			if o.Kind == prim.MeanKind {
 				s /= cnt
 			}
 			y[k] = T(s)
-		case op.AmaxKind:
+		case prim.AmaxKind:
 			m := x[base+red[0]]
 			for _, r := range red[1:] {
 				v := x[base+r]
@@ -195,21 +195,21 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 
 // reduceRows reduces each row of x ([rows, cols]) into y[row], in the
 // order and precision of the general loop below.
-func reduceRows[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
+func reduceRows[T Float](k prim.ReduceKind, x, y []T, rows, cols int) {
 	parallel.For(rows, max(1, elemGrain/cols), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			row := x[r*cols : (r+1)*cols]
 			switch k {
-			case op.SumKind, op.MeanKind:
+			case prim.SumKind, prim.MeanKind:
 				var s float64
 				for _, v := range row {
 					s += float64(v)
 				}
-				if k == op.MeanKind {
+				if k == prim.MeanKind {
 					s /= float64(cols)
 				}
 				y[r] = T(s)
-			case op.AmaxKind:
+			case prim.AmaxKind:
 				m := row[0]
 				for _, v := range row[1:] {
 					if v > m || v != v {
@@ -225,11 +225,11 @@ func reduceRows[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
 // reduceCols reduces each column of x ([rows, cols]) into y[col], adding
 // the rows in order (as the general loop does) but walking memory row by
 // row; threads take disjoint ranges of columns.
-func reduceCols[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
+func reduceCols[T Float](k prim.ReduceKind, x, y []T, rows, cols int) {
 	parallel.For(cols, max(64, elemGrain/rows), func(c0, c1 int) {
 		ys := y[c0:c1]
 		switch k {
-		case op.SumKind, op.MeanKind:
+		case prim.SumKind, prim.MeanKind:
 			var buf [512]float64
 			for b0 := c0; b0 < c1; b0 += len(buf) {
 				b1 := min(c1, b0+len(buf))
@@ -241,13 +241,13 @@ func reduceCols[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
 					}
 				}
 				for j, s := range acc {
-					if k == op.MeanKind {
+					if k == prim.MeanKind {
 						s /= float64(rows)
 					}
 					y[b0+j] = T(s)
 				}
 			}
-		case op.AmaxKind:
+		case prim.AmaxKind:
 			copy(ys, x[c0:c1])
 			for r := 1; r < rows; r++ {
 				for j, v := range x[r*cols+c0 : r*cols+c1] {
@@ -261,9 +261,9 @@ func reduceCols[T Float](k op.ReduceKind, x, y []T, rows, cols int) {
 }
 
 func amaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.AmaxBackward)
+	o := n.Op.(*prim.AmaxBackward)
 	gy, x, ym, gx := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](out[0])
-	l := newReduceLayout(in[1].Shape, reducedAxes(&op.Reduce{Axes: o.Axes}, len(in[1].Shape)))
+	l := newReduceLayout(in[1].Shape, reducedAxes(&prim.Reduce{Axes: o.Axes}, len(in[1].Shape)))
 	kept := offsets(l.keptShape, l.keptStrides)
 	red := offsets(l.redShape, l.redStrides)
 	for k, base := range kept {
@@ -336,7 +336,7 @@ func expandKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 }
 
 func permuteKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	perm := n.Op.(*op.Permute).Perm
+	perm := n.Op.(*prim.Permute).Perm
 	st := in[0].Shape.Strides()
 	ps := make([]int, len(perm))
 	for i, p := range perm {

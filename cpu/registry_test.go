@@ -7,15 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 // kernelGaps reports, for samples of every op type, the ops whose kernel
-// need (op.Kernel) the registered kernels contradict, the elementwise ops
+// need (prim.Kernel) the registered kernels contradict, the elementwise ops
 // fused programs cannot run, and the kernels registered for types that are
 // no registered op.
-func kernelGaps(samples []op.Primitive, kernels map[reflect.Type]Kernel) []string {
+func kernelGaps(samples []prim.Primitive, kernels map[reflect.Type]Kernel) []string {
 	var gaps []string
 	known := map[reflect.Type]bool{}
 	for _, p := range samples {
@@ -23,14 +23,14 @@ func kernelGaps(samples []op.Primitive, kernels map[reflect.Type]Kernel) []strin
 		t := p.Traits()
 		_, has := kernels[reflect.TypeOf(p)]
 		switch {
-		case t.Kernel == op.KernelRequired && !has:
+		case t.Kernel == prim.KernelRequired && !has:
 			gaps = append(gaps, fmt.Sprintf("%T (%s) has no cpu kernel", p, p.Name()))
-		case t.Kernel == op.KernelNone && has:
+		case t.Kernel == prim.KernelNone && has:
 			gaps = append(gaps, fmt.Sprintf("%T (%s) declares op.KernelNone but has a cpu kernel", p, p.Name()))
-		case t.Kernel != op.KernelRequired && t.Kernel != op.KernelNone:
+		case t.Kernel != prim.KernelRequired && t.Kernel != prim.KernelNone:
 			gaps = append(gaps, fmt.Sprintf("%T (%s) declares no kernel need", p, p.Name()))
 		}
-		if t.Fusion == op.FuseElementwise && !fusable(p) {
+		if t.Fusion == prim.FuseElementwise && !fusable(p) {
 			gaps = append(gaps, fmt.Sprintf("%T (%s) is op.FuseElementwise but fusedInstr cannot run it", p, p.Name()))
 		}
 	}
@@ -56,24 +56,24 @@ func fusable(o trace.Op) (ok bool) {
 // TestRegistryKernels: every registered op has a cpu kernel unless it says
 // it needs none, and every cpu kernel is for a registered op.
 func TestRegistryKernels(t *testing.T) {
-	if len(op.All()) == 0 {
+	if len(prim.All()) == 0 {
 		t.Fatal("op.All is empty")
 	}
-	for _, g := range kernelGaps(op.All(), kernels) {
+	for _, g := range kernelGaps(prim.All(), kernels) {
 		t.Error(g)
 	}
 }
 
 // missingOp is a registered-looking op with no kernel.
-type missingOp struct{ kernel op.Kernel }
+type missingOp struct{ kernel prim.Kernel }
 
 func (o *missingOp) Name() string                                { return "missing" }
 func (o *missingOp) Infer(in []trace.Meta) ([]trace.Meta, error) { return in, nil }
-func (o *missingOp) Cost(in, out []trace.Meta) op.Cost           { return op.Cost{} }
+func (o *missingOp) Cost(in, out []trace.Meta) prim.Cost         { return prim.Cost{} }
 func (o *missingOp) InPlaceInputs(in []trace.Meta) []int         { return nil }
-func (o *missingOp) Traits() op.Traits {
-	return op.Traits{Autocast: op.AutocastPromote, Fusion: op.FuseElementwise, Stats: op.StatsNone,
-		Recompute: op.RecomputeExpensive, Kernel: o.kernel}
+func (o *missingOp) Traits() prim.Traits {
+	return prim.Traits{Autocast: prim.AutocastPromote, Fusion: prim.FuseElementwise, Stats: prim.StatsNone,
+		Recompute: prim.RecomputeExpensive, Kernel: o.kernel}
 }
 
 // TestRegistryKernelsReportGaps: an op without a kernel (or a fused
@@ -84,7 +84,7 @@ func TestRegistryKernelsReportGaps(t *testing.T) {
 	for k, v := range kernels {
 		ks[k] = v
 	}
-	samples := append(op.All(), &missingOp{kernel: op.KernelRequired})
+	samples := append(prim.All(), &missingOp{kernel: prim.KernelRequired})
 	gaps := strings.Join(kernelGaps(samples, ks), "\n")
 	for _, want := range []string{"*cpu.missingOp (missing) has no cpu kernel", "*cpu.missingOp (missing) is op.FuseElementwise"} {
 		if !strings.Contains(gaps, want) {
@@ -92,11 +92,11 @@ func TestRegistryKernelsReportGaps(t *testing.T) {
 		}
 	}
 	ks[reflect.TypeOf(&missingOp{})] = nil
-	gaps = strings.Join(kernelGaps(append(op.All(), &missingOp{kernel: op.KernelNone}), ks), "\n")
+	gaps = strings.Join(kernelGaps(append(prim.All(), &missingOp{kernel: prim.KernelNone}), ks), "\n")
 	if !strings.Contains(gaps, "declares op.KernelNone but has a cpu kernel") {
 		t.Errorf("gaps %q do not report a kernel for a KernelNone op", gaps)
 	}
-	if gaps = strings.Join(kernelGaps(op.All(), ks), "\n"); !strings.Contains(gaps, "which op.All does not list") {
+	if gaps = strings.Join(kernelGaps(prim.All(), ks), "\n"); !strings.Contains(gaps, "which op.All does not list") {
 		t.Errorf("gaps %q do not report a kernel for an unlisted type", gaps)
 	}
 }

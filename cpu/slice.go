@@ -4,7 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -12,10 +12,10 @@ import (
 // Slicing kernels move bytes, so they serve every dtype (float, int64
 // indices, masks).
 func init() {
-	Register[*op.SliceOp](sliceKernel)
-	Register[*op.SliceBackward](sliceBackwardKernel)
-	Register[*op.CatOp](catKernel)
-	Register[*op.SplitOp](splitKernel)
+	Register[*prim.SliceOp](sliceKernel)
+	Register[*prim.SliceBackward](sliceBackwardKernel)
+	Register[*prim.CatOp](catKernel)
+	Register[*prim.SplitOp](splitKernel)
 }
 
 // sliceBlocks describes a copy repeated over outer rows: in each row o, n
@@ -82,7 +82,7 @@ func sliceLayout(s tensor.Shape, axis int, esize int) (outer, innerBytes int) {
 }
 
 // sliceCopy returns the copy from the full tensor (shape s) to its slice.
-func sliceCopy(o *op.SliceOp, s tensor.Shape, esize int) sliceBlocks {
+func sliceCopy(o *prim.SliceOp, s tensor.Shape, esize int) sliceBlocks {
 	outer, ib := sliceLayout(s, o.Axis, esize)
 	n := (o.End - o.Start + o.Step - 1) / o.Step
 	if o.End <= o.Start {
@@ -98,14 +98,14 @@ func sliceCopy(o *op.SliceOp, s tensor.Shape, esize int) sliceBlocks {
 }
 
 func sliceKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.SliceOp)
+	o := n.Op.(*prim.SliceOp)
 	sliceCopy(o, in[0].Shape, in[0].DType.Size()).run(out[0].Data, in[0].Data)
 	return nil
 }
 
 func sliceBackwardKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.SliceBackward)
-	c := sliceCopy(&op.SliceOp{Axis: o.Axis, Start: o.Start, End: o.End, Step: o.Step}, out[0].Shape, out[0].DType.Size())
+	o := n.Op.(*prim.SliceBackward)
+	c := sliceCopy(&prim.SliceOp{Axis: o.Axis, Start: o.Start, End: o.End, Step: o.Step}, out[0].Shape, out[0].DType.Size())
 	// Same blocks, the other way round.
 	c.srcRow, c.dstRow = c.dstRow, c.srcRow
 	c.srcOff, c.dstOff = c.dstOff, c.srcOff
@@ -116,7 +116,7 @@ func sliceBackwardKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) erro
 }
 
 func catKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	axis := n.Op.(*op.CatOp).Axis
+	axis := n.Op.(*prim.CatOp).Axis
 	esize := out[0].DType.Size()
 	outer, ib := sliceLayout(out[0].Shape, axis, esize)
 	dstRow := out[0].Shape[axis] * ib
@@ -130,7 +130,7 @@ func catKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 }
 
 func splitKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	axis := n.Op.(*op.SplitOp).Axis
+	axis := n.Op.(*prim.SplitOp).Axis
 	esize := in[0].DType.Size()
 	outer, ib := sliceLayout(in[0].Shape, axis, esize)
 	srcRow := in[0].Shape[axis] * ib

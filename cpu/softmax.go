@@ -4,14 +4,14 @@ import (
 	"math"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.SoftmaxOp](softmaxKernel[float32], softmaxKernel[float64])
-	Floats[*op.SoftmaxBackward](softmaxBackwardKernel[float32], softmaxBackwardKernel[float64])
+	Floats[*prim.SoftmaxOp](softmaxKernel[float32], softmaxKernel[float64])
+	Floats[*prim.SoftmaxBackward](softmaxBackwardKernel[float32], softmaxBackwardKernel[float64])
 }
 
 // softmaxLayout splits shape around axis: outer (axes before), dim (the axis),
@@ -100,7 +100,7 @@ func softmaxRow[T Float](x, y []T, log bool) float64 {
 }
 
 func softmaxKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.SoftmaxOp)
+	o := n.Op.(*prim.SoftmaxOp)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	outer, dim, inner := softmaxLayout(in[0].Shape, o.Axis)
 	if outer*dim*inner == 0 {
@@ -158,7 +158,7 @@ func softmaxKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 }
 
 func softmaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.SoftmaxBackward)
+	o := n.Op.(*prim.SoftmaxBackward)
 	gy, y, gx := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	outer, dim, inner := softmaxLayout(in[0].Shape, o.Axis)
 	if outer*dim*inner == 0 {

@@ -1,28 +1,28 @@
 package cpu
 
 import (
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 func init() {
-	Floats[*op.UpsampleNearest2dOp](upsampleNearestKernel[float32], upsampleNearestKernel[float64])
-	Floats[*op.UpsampleNearest2dBackward](upsampleNearestBackwardKernel[float32], upsampleNearestBackwardKernel[float64])
+	Floats[*prim.UpsampleNearest2dOp](upsampleNearestKernel[float32], upsampleNearestKernel[float64])
+	Floats[*prim.UpsampleNearest2dBackward](upsampleNearestBackwardKernel[float32], upsampleNearestBackwardKernel[float64])
 }
 
 // nearestIndices returns, for each of out output positions, the input
-// position it reads (op.NearestSourceIndex), computed once per call.
+// position it reads (prim.NearestSourceIndex), computed once per call.
 func nearestIndices(in, out int, scale float64) []int {
 	idx := make([]int, out)
 	for i := range idx {
-		idx[i] = op.NearestSourceIndex(i, in, out, scale)
+		idx[i] = prim.NearestSourceIndex(i, in, out, scale)
 	}
 	return idx
 }
 
 func upsampleNearestKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.UpsampleNearest2dOp)
+	o := n.Op.(*prim.UpsampleNearest2dOp)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	s := in[0].Shape
 	H, W, OH, OW := s[2], s[3], o.Size[0], o.Size[1]
@@ -48,7 +48,7 @@ func upsampleNearestKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ [
 }
 
 func upsampleNearestBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.UpsampleNearest2dBackward)
+	o := n.Op.(*prim.UpsampleNearest2dBackward)
 	gy, gx := slice[T](in[0]), slice[T](out[0])
 	s, ys := out[0].Shape, in[0].Shape
 	H, W, OH, OW := s[2], s[3], ys[2], ys[3]

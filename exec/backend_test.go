@@ -9,6 +9,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -20,9 +21,9 @@ func offloadGraph(t *testing.T) *trace.Graph {
 	g := trace.New()
 	err := trace.Capture(func() {
 		x := g.Input("x", tensor.Float32, tensor.Shape{4, 300})
-		off := &op.Offload{}
-		tok := op.Apply1(off, op.Scale(x, 2))
-		back := op.Apply1(&op.Reload{From: off, Meta: trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{4, 300}}}, tok)
+		off := &prim.Offload{}
+		tok := prim.Apply1(off, op.Scale(x, 2))
+		back := prim.Apply1(&prim.Reload{From: off, Meta: trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{4, 300}}}, tok)
 		g.Output("y", op.Tanh(back))
 	})
 	if err != nil {

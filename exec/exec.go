@@ -13,8 +13,8 @@ import (
 
 	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/plan"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/schedule"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -50,7 +50,7 @@ var ErrNoBackend = errors.New("exec: the device has no backend")
 // the transfers to and from the run's host store (Options.Host).
 func runsItself(o trace.Op) bool {
 	switch o.(type) {
-	case trace.Aliaser, *op.OptimizerStep, *op.Offload, *op.Reload:
+	case trace.Aliaser, *prim.OptimizerStep, *prim.Offload, *prim.Reload:
 		return true
 	}
 	return false
@@ -194,21 +194,21 @@ type Options struct {
 	// CheckFinite stops the run at the first node whose floating-point
 	// output holds a NaN or an infinity, with a *NonFiniteError naming it.
 	CheckFinite bool
-	// Update runs the op.OptimizerStep nodes of a step traced with the
+	// Update runs the prim.OptimizerStep nodes of a step traced with the
 	// optimizer in the backward pass: it applies the optimizer to parameter
 	// param in place (value is its storage) from its gradient (grad, a
 	// view of the arena, dead once Update returns). The optimizer's state
 	// lives outside the graph, so it is bound here, at run time.
 	Update func(param string, value, grad *tensor.Tensor) error
-	// Host receives the tensors the step offloads (op.Offload) and gives
-	// them back (op.Reload); nil means device.DefaultHost(). It is bound
+	// Host receives the tensors the step offloads (prim.Offload) and gives
+	// them back (prim.Reload); nil means device.DefaultHost(). It is bound
 	// here, at run time, so that a compiled program holds no memory of
 	// its own.
-	Host op.HostStore
+	Host prim.HostStore
 }
 
 // host is the store this run offloads to.
-func (o *Options) host() op.HostStore {
+func (o *Options) host() prim.HostStore {
 	if o != nil && o.Host != nil {
 		return o.Host
 	}
@@ -226,9 +226,9 @@ func (e *NonFiniteLossError) Error() string {
 	return fmt.Sprintf("exec: the loss is %v; the step stopped before any optimizer update", e.Loss)
 }
 
-// runStep runs an op.OptimizerStep node: ins are the parameter, its gradient
+// runStep runs a prim.OptimizerStep node: ins are the parameter, its gradient
 // and the loss.
-func runStep(o *op.OptimizerStep, ins []*tensor.Tensor, opts *Options) error {
+func runStep(o *prim.OptimizerStep, ins []*tensor.Tensor, opts *Options) error {
 	if l := ins[2].Float64s()[0]; math.IsNaN(l) || math.IsInf(l, 0) {
 		return &NonFiniteLossError{Loss: l}
 	}
@@ -368,16 +368,16 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			var err error
 			fc, checks := p.Device.Backend.(backend.FusedChecker)
 			switch o := n.Op.(type) {
-			case *op.OptimizerStep:
+			case *prim.OptimizerStep:
 				err = runStep(o, ins, opts)
 				committed = true
-			case *op.Offload:
+			case *prim.Offload:
 				// The key is the op, which the matching Reload names.
 				outs[0].Data[0] = 1
 				err = opts.host().Put(o, ins[0].Data)
-			case *op.Reload:
+			case *prim.Reload:
 				err = opts.host().Take(o.From, outs[0].Data)
-			case *op.Fused:
+			case *prim.Fused:
 				if opts != nil && opts.CheckFinite && checks {
 					// A diagnosis runs fused ops one by one, to name the op
 					// that made a non-finite value, not the fused node.

@@ -8,6 +8,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -38,7 +39,7 @@ func TestInPlaceMatchesFreshBuffers(t *testing.T) {
 				case 4:
 					y = op.Sub(op.Sum(x, true, 1), pick()) // a broadcast operand
 				default:
-					y = op.Apply1(&op.UnaryBackward{Kind: op.TanhKind}, x, op.Tanh(pick()))
+					y = prim.Apply1(&prim.UnaryBackward{Kind: prim.TanhKind}, x, op.Tanh(pick()))
 				}
 				vals = append(vals, y)
 			}

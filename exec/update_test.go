@@ -9,6 +9,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -25,7 +26,7 @@ func TestOptimizerStepNode(t *testing.T) {
 		w := g.State("w", "parameter", tensor.Float32, tensor.Shape{n})
 		loss := op.Sum(op.Mul(w, x), false)
 		g.Output("loss", loss)
-		op.StepInBackward(w, op.Exp(x), loss, "w")
+		prim.StepInBackward(w, op.Exp(x), loss, "w")
 	})
 	if err != nil {
 		t.Fatal(err)

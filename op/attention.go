@@ -1,149 +1,11 @@
 package op
 
 import (
-	"fmt"
 	"math"
 
-	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
-
-func init() { register(&AttentionOp{}, &AttentionBackward{}) }
-
-// AttentionOp is fused scaled dot-product attention,
-//
-//	out = softmax(q k^T * Scale + mask) v
-//
-// over the last two axes of q [..., T, D], k [..., S, D] and v [..., S, Dv]
-// (leading axes equal, e.g. [B, H]). With Causal, query i attends to keys
-// j <= i (the mask is -inf above the diagonal, aligned top-left as in
-// torch.nn.functional.scaled_dot_product_attention(is_causal=True)).
-//
-// Outputs: out [..., T, Dv] and the logsumexp of every row of scaled scores,
-// lse [..., T]. The [T, S] probabilities are never stored: the backward
-// recomputes them from q, k and lse, as FlashAttention does, so the saved
-// state is O(T) per head instead of O(T*S).
-type AttentionOp struct {
-	Causal bool
-	Scale  float64
-}
-
-func (o *AttentionOp) Name() string { return "scaled_dot_product_attention" }
-
-func (o *AttentionOp) Traits() Traits {
-	return Traits{Autocast: AutocastLow, Fusion: FuseProducer, Stats: StatsAfterFirst, Recompute: RecomputeExpensive, Kernel: KernelRequired}
-}
-
-// Cost: two products with T×S scores, q k^T and P v.
-func (o *AttentionOp) Cost(in, out []trace.Meta) Cost {
-	q, v, s := in[0].Shape, in[2].Shape, in[1].Shape
-	flops := 2 * numel(in[0]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1])
-	return Cost{Flops: flops, Bytes: ioBytes(in, out)}
-}
-
-func (o *AttentionOp) InPlaceInputs(in []trace.Meta) []int { return nil }
-
-// AttentionDims checks attention operand shapes q [..., T, D], k [..., S, D],
-// v [..., S, Dv] and returns the batch shape (the leading axes) and T, S, D,
-// Dv.
-func AttentionDims(q, k, v tensor.Shape) (batch tensor.Shape, t, s, d, dv int, err error) {
-	r := len(q)
-	if r < 2 || len(k) != r || len(v) != r {
-		return nil, 0, 0, 0, 0, fmt.Errorf("expected q, k, v of equal rank >= 2 ([..., T, D], [..., S, D], [..., S, Dv]), got ranks %d, %d, %d", len(q), len(k), len(v))
-	}
-	batch = q[:r-2]
-	if !k[:r-2].Equal(batch) || !v[:r-2].Equal(batch) {
-		return nil, 0, 0, 0, 0, fmt.Errorf("leading (batch, head) axes differ: q %v, k %v, v %v", q, k, v)
-	}
-	t, d = q[r-2], q[r-1]
-	s, dv = k[r-2], v[r-1]
-	if k[r-1] != d {
-		return nil, 0, 0, 0, 0, fmt.Errorf("q has head size %d, k has %d", d, k[r-1])
-	}
-	if v[r-2] != s {
-		return nil, 0, 0, 0, 0, fmt.Errorf("k has %d positions, v has %d", s, v[r-2])
-	}
-	if s < 1 || d < 1 {
-		return nil, 0, 0, 0, 0, fmt.Errorf("key length and head size must be positive, got S=%d, D=%d", s, d)
-	}
-	return batch.Clone(), t, s, d, dv, nil
-}
-
-func (o *AttentionOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
-	if err := wantInputs(in, 3); err != nil {
-		return nil, err
-	}
-	if err := sameDType(in); err != nil {
-		return nil, err
-	}
-	if err := wantFloat(in[0]); err != nil {
-		return nil, err
-	}
-	batch, t, _, _, dv, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape)
-	if err != nil {
-		return nil, err
-	}
-	dt := in[0].DType
-	return []trace.Meta{
-		{DType: dt, Shape: append(batch.Clone(), t, dv)},
-		{DType: dt, Shape: append(batch.Clone(), t)},
-	}, nil
-}
-
-func (o *AttentionOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
-	if gouts[0] == nil {
-		return []*trace.Tensor{nil, nil, nil}
-	}
-	in := n.Inputs
-	return gouts[0].Graph().Apply(&AttentionBackward{Causal: o.Causal, Scale: o.Scale},
-		gouts[0], in[0], in[1], in[2], n.Outputs[0], n.Outputs[1])
-}
-
-// AttentionBackward is the fused backward of AttentionOp. Inputs: the output
-// gradient, q, k, v, the saved output and logsumexp. Outputs: dq, dk, dv.
-// With P recomputed as exp(q k^T * Scale - lse):
-//
-//	dv = P^T dO,  dS = P * (dO v^T - rowsum(dO * O)),  dq = Scale dS k,  dk = Scale dS^T q.
-type AttentionBackward struct {
-	Causal bool
-	Scale  float64
-}
-
-func (o *AttentionBackward) Name() string { return "scaled_dot_product_attention_backward" }
-
-func (o *AttentionBackward) Traits() Traits {
-	return Traits{Autocast: AutocastLow, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
-}
-
-// Cost: five products with T×S scores (q k^T again, then dv, dP, dq and
-// dk), charged at half weight, as the cost model always has.
-func (o *AttentionBackward) Cost(in, out []trace.Meta) Cost {
-	q, v, s := in[1].Shape, in[3].Shape, in[2].Shape
-	flops := 5 * numel(in[1]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1]) / 2
-	return Cost{Flops: flops, Bytes: ioBytes(in, out)}
-}
-
-func (o *AttentionBackward) InPlaceInputs(in []trace.Meta) []int { return nil }
-
-func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
-	if err := wantInputs(in, 6); err != nil {
-		return nil, err
-	}
-	if err := sameDType(in); err != nil {
-		return nil, err
-	}
-	fwd, err := (&AttentionOp{}).Infer(in[1:4])
-	if err != nil {
-		return nil, err
-	}
-	if !in[0].Shape.Equal(fwd[0].Shape) || !in[4].Shape.Equal(fwd[0].Shape) {
-		return nil, fmt.Errorf("output gradient %v and saved output %v must both be %v", in[0].Shape, in[4].Shape, fwd[0].Shape)
-	}
-	if !in[5].Shape.Equal(fwd[1].Shape) {
-		return nil, fmt.Errorf("saved logsumexp %v, want %v", in[5].Shape, fwd[1].Shape)
-	}
-	return []trace.Meta{in[1], in[2], in[3]}, nil
-}
 
 // ScaledDotProductAttention is
 // torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -154,5 +16,5 @@ func ScaledDotProductAttention(q, k, v *trace.Tensor, causal bool) *trace.Tensor
 		q.Graph().Errorf("scaled_dot_product_attention", []*trace.Tensor{q, k, v}, "expected q [..., T, D] with D > 0")
 	}
 	d := q.Dim(-1)
-	return q.Graph().Apply(&AttentionOp{Causal: causal, Scale: 1 / math.Sqrt(float64(d))}, q, k, v)[0]
+	return q.Graph().Apply(&prim.AttentionOp{Causal: causal, Scale: 1 / math.Sqrt(float64(d))}, q, k, v)[0]
 }

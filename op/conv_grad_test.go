@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -44,11 +45,11 @@ func TestConvGradients(t *testing.T) {
 		convGradCase("unbatched", tensor.Shape{2, 5, 5}, tensor.Shape{3, 2, 3, 3}, true, op.ConvOpts{Padding: p1}),
 		{name: "conv_backward_input_double", shapes: []tensor.Shape{{2, 3, 3, 3}, {3, 2, 3, 3}}, f: func(xs []*trace.Tensor) *trace.Tensor {
 			o := op.ConvOpts{Stride: s2, Padding: p1}.Normalized()
-			return op.Apply1(&op.Conv2dBackwardInput{Opts: o, InputShape: tensor.Shape{2, 2, 6, 5}}, xs[0], xs[1])
+			return prim.Apply1(&prim.Conv2dBackwardInput{Opts: o, InputShape: tensor.Shape{2, 2, 6, 5}}, xs[0], xs[1])
 		}},
 		{name: "conv_backward_weight_double", shapes: []tensor.Shape{{2, 4, 3, 3}, {2, 4, 5, 5}}, f: func(xs []*trace.Tensor) *trace.Tensor {
 			o := op.ConvOpts{Groups: 2, Padding: p1, Dilation: s2}.Normalized()
-			return op.Apply1(&op.Conv2dBackwardWeight{Opts: o, WeightShape: tensor.Shape{4, 2, 3, 3}}, xs[0], xs[1])
+			return prim.Apply1(&prim.Conv2dBackwardWeight{Opts: o, WeightShape: tensor.Shape{4, 2, 3, 3}}, xs[0], xs[1])
 		}},
 	})
 }
@@ -90,10 +91,10 @@ func TestPoolGradients(t *testing.T) {
 		poolGradCase("adaptive_larger", tensor.Shape{1, 2, 3, 2}, adapt(5, 3)),
 		{name: "avg_backward_double", shapes: []tensor.Shape{{1, 2, 4, 4}}, f: un(func(gy *trace.Tensor) *trace.Tensor {
 			o := op.PoolOpts{Kernel: k3, Stride: s2, Padding: p1, CeilMode: true}
-			return op.Apply1(&op.AvgPool2dBackward{Opts: o, InputShape: tensor.Shape{1, 2, 7, 6}}, gy)
+			return prim.Apply1(&prim.AvgPool2dBackward{Opts: o, InputShape: tensor.Shape{1, 2, 7, 6}}, gy)
 		})},
 		{name: "adaptive_backward_double", shapes: []tensor.Shape{{1, 2, 3, 4}}, f: un(func(gy *trace.Tensor) *trace.Tensor {
-			return op.Apply1(&op.AdaptiveAvgPool2dBackward{InputShape: tensor.Shape{1, 2, 7, 5}}, gy)
+			return prim.Apply1(&prim.AdaptiveAvgPool2dBackward{InputShape: tensor.Shape{1, 2, 7, 5}}, gy)
 		})},
 	})
 }
@@ -112,7 +113,7 @@ func TestUpsampleGradients(t *testing.T) {
 		poolGradCase("nearest_size_up", tensor.Shape{1, 2, 3, 4}, size(5, 7)),
 		poolGradCase("nearest_size_down", tensor.Shape{1, 2, 7, 6}, size(3, 4)),
 		{name: "nearest_backward_double", shapes: []tensor.Shape{{1, 2, 5, 7}}, f: un(func(gy *trace.Tensor) *trace.Tensor {
-			return op.Apply1(&op.UpsampleNearest2dBackward{InputShape: tensor.Shape{1, 2, 3, 4}}, gy)
+			return prim.Apply1(&prim.UpsampleNearest2dBackward{InputShape: tensor.Shape{1, 2, 3, 4}}, gy)
 		})},
 	})
 }

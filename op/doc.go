@@ -1,45 +1,7 @@
-// Package op defines the primitive operations of the graph and the
-// functional API model code calls (op.MatMul, op.ReLU, op.Conv2d, ...).
-//
-// One file per op (or family): the op's attributes, its shape inference
-// (Infer), its reverse-mode rule (Grad, expressed with other ops so the
-// backward pass is itself a graph), the functional constructor, and what
-// the passes need to know about it (Primitive: traits, cost, in-place
-// inputs), registered in All. Kernels live with the device backends
-// (package cpu), registered by op type.
+// Package op is the functional API model code calls (op.MatMul, op.ReLU,
+// op.Conv2d, op.CrossEntropy, ...): each function checks its arguments
+// the way PyTorch's does and records nodes of package prim, where the node
+// types live with their shape inference, reverse-mode rules, traits and
+// registry. The option structs model code passes (ConvOpts, PoolOpts,
+// CrossEntropyOpts, Reduction, Class) are prim's, re-exported here.
 package op
-
-import (
-	"fmt"
-
-	"github.com/headroom-ml/headroom/tensor"
-	"github.com/headroom-ml/headroom/trace"
-)
-
-// metas1 is a helper for single-output Infer implementations.
-func metas1(dt tensor.DType, shape tensor.Shape) []trace.Meta {
-	return []trace.Meta{{DType: dt, Shape: shape}}
-}
-
-func wantInputs(in []trace.Meta, n int) error {
-	if len(in) != n {
-		return fmt.Errorf("expected %d inputs, got %d", n, len(in))
-	}
-	return nil
-}
-
-func sameDType(in []trace.Meta) error {
-	for i := 1; i < len(in); i++ {
-		if in[i].DType != in[0].DType {
-			return fmt.Errorf("dtype mismatch: %v and %v (cast one of them explicitly)", in[0].DType, in[i].DType)
-		}
-	}
-	return nil
-}
-
-func wantFloat(m trace.Meta) error {
-	if !m.DType.IsFloat() {
-		return fmt.Errorf("expected a floating-point tensor, got %v", m.DType)
-	}
-	return nil
-}

@@ -7,6 +7,7 @@ import (
 	"github.com/headroom-ml/headroom/autodiff"
 	"github.com/headroom-ml/headroom/internal/check"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -128,7 +129,7 @@ func TestLeakyReLUBackwardReadsOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		bw := grads[0].Node
-		if _, ok := bw.Op.(*op.UnaryBackward); !ok {
+		if _, ok := bw.Op.(*prim.UnaryBackward); !ok {
 			t.Fatalf("slope %v: gradient made by %s, want leaky_relu_backward", tc.slope, bw.Op.Name())
 		}
 		want := x

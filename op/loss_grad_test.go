@@ -10,6 +10,7 @@ import (
 	"github.com/headroom-ml/headroom/internal/check"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -77,7 +78,7 @@ func TestSliceGradients(t *testing.T) {
 			return op.Cat(-1, p[1], op.Square(p[0]))
 		})},
 		{name: "slice_backward_double", shapes: []tensor.Shape{{3, 3}}, f: un(func(x *trace.Tensor) *trace.Tensor {
-			return op.Apply1(&op.SliceBackward{Axis: 1, Start: 1, End: 7, Step: 2, Shape: tensor.Shape{3, 7}}, x)
+			return prim.Apply1(&prim.SliceBackward{Axis: 1, Start: 1, End: 7, Step: 2, Shape: tensor.Shape{3, 7}}, x)
 		})},
 	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/headroom-ml/headroom/autodiff"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -17,7 +18,7 @@ func TestMixedMatMulTypes(t *testing.T) {
 	err := trace.Capture(func() {
 		a := g.Input("a", tensor.BFloat16, tensor.Shape{2, 5, 3})
 		b := g.Input("b", tensor.Float32, tensor.Shape{4, 3})
-		y := op.Apply1(&op.MatMul{TransB: true, Mixed: true}, a, b)
+		y := prim.Apply1(&prim.MatMul{TransB: true, Mixed: true}, a, b)
 		if y.DType() != tensor.Float32 || !y.Shape().Equal(tensor.Shape{2, 5, 4}) {
 			t.Fatalf("mixed product: %v %v", y.DType(), y.Shape())
 		}
@@ -35,11 +36,11 @@ func TestMixedMatMulTypes(t *testing.T) {
 	for _, in := range [][]trace.Meta{
 		{{DType: tensor.BFloat16, Shape: tensor.Shape{2, 3}}, {DType: tensor.Float32, Shape: tensor.Shape{3, 2}}},
 	} {
-		if _, err := (&op.MatMul{}).Infer(in); err == nil {
+		if _, err := (&prim.MatMul{}).Infer(in); err == nil {
 			t.Errorf("matmul of %v and %v without Mixed: no error", in[0].DType, in[1].DType)
 		}
 	}
-	if _, err := (&op.MatMul{Mixed: true}).Infer([]trace.Meta{{DType: tensor.Float64, Shape: tensor.Shape{2, 3}}, {DType: tensor.Float32, Shape: tensor.Shape{3, 2}}}); err == nil {
+	if _, err := (&prim.MatMul{Mixed: true}).Infer([]trace.Meta{{DType: tensor.Float64, Shape: tensor.Shape{2, 3}}, {DType: tensor.Float32, Shape: tensor.Shape{3, 2}}}); err == nil {
 		t.Error("mixed matmul accepted a float64 operand")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/headroom-ml/headroom/internal/check"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -252,7 +253,7 @@ func TestDropoutStatistics(t *testing.T) {
 	for _, p := range []float64{0.1, 0.5, 0.9} {
 		scale := float32(1 / (1 - p))
 		y, gx := dropoutRun(t, x, p, 1234, gseed)
-		st := op.NewDropoutStream(1234)
+		st := prim.NewDropoutStream(1234)
 		kept := 0
 		for i, v := range y.F32() {
 			keep := v != 0
@@ -369,7 +370,7 @@ func TestDropoutIdentityAndAll(t *testing.T) {
 	if op.Dropout(x, 0, true, 1) != x || op.Dropout(x, 0.5, false, 1) != x {
 		t.Error("p=0 or eval mode must return x itself")
 	}
-	outs := g.Apply(&op.DropoutOp{P: 0.5, Seed: 1}, x)
+	outs := g.Apply(&prim.DropoutOp{P: 0.5, Seed: 1}, x)
 	if m := outs[1].Meta; m.DType != tensor.Uint8 || !m.Shape.Equal(tensor.Shape{2}) {
 		t.Errorf("mask is %v, want uint8[2] (one bit per element)", m)
 	}

@@ -1,48 +1,37 @@
 package op
 
-import "fmt"
+import (
+	"fmt"
 
-// Reduction is how a loss reduces its per-element values, PyTorch's
-// reduction= argument. The zero value ("") means ReductionMean, PyTorch's
-// default. It marshals to JSON (and any text encoding) by name.
-type Reduction string
+	"github.com/headroom-ml/headroom/prim"
+)
+
+// The options model code passes are the structs the nodes carry, declared
+// in prim; op re-exports them so model code names only op.
+type (
+	// ConvOpts are Conv2d's options (prim.ConvOpts).
+	ConvOpts = prim.ConvOpts
+	// PoolOpts are the pooling options (prim.PoolOpts).
+	PoolOpts = prim.PoolOpts
+	// CrossEntropyOpts are CrossEntropy's options (prim.CrossEntropyOpts).
+	CrossEntropyOpts = prim.CrossEntropyOpts
+	// ClassIndex is an optional class index (prim.ClassIndex); see Class.
+	ClassIndex = prim.ClassIndex
+	// Reduction is how a loss reduces its per-element values
+	// (prim.Reduction).
+	Reduction = prim.Reduction
+)
+
+// DefaultIgnoreIndex is PyTorch's ignore_index default, the class an unset
+// CrossEntropyOpts.IgnoreIndex stands for.
+const DefaultIgnoreIndex = prim.DefaultIgnoreIndex
 
 // Reductions of a loss.
 const (
-	ReductionMean Reduction = "mean"
-	ReductionSum  Reduction = "sum"
-	ReductionNone Reduction = "none"
+	ReductionMean = prim.ReductionMean
+	ReductionSum  = prim.ReductionSum
+	ReductionNone = prim.ReductionNone
 )
-
-// Valid reports whether r is a reduction a loss accepts ("" included).
-func (r Reduction) Valid() bool {
-	switch r {
-	case "", ReductionMean, ReductionSum, ReductionNone:
-		return true
-	}
-	return false
-}
-
-// MarshalText writes the name; the zero value is written as "mean".
-func (r Reduction) MarshalText() ([]byte, error) {
-	if !r.Valid() {
-		return nil, fmt.Errorf("op: %q is not a reduction (want mean, sum or none)", string(r))
-	}
-	if r == "" {
-		r = ReductionMean
-	}
-	return []byte(r), nil
-}
-
-// UnmarshalText reads a name and refuses any other.
-func (r *Reduction) UnmarshalText(b []byte) error {
-	v := Reduction(b)
-	if !v.Valid() {
-		return fmt.Errorf("op: %q is not a reduction (want mean, sum or none)", string(b))
-	}
-	*r = v
-	return nil
-}
 
 // Approximate is GELU's approximation, PyTorch's approximate= argument.
 // The zero value ("") means GELUExact, PyTorch's default. It marshals by

@@ -9,6 +9,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -55,8 +56,8 @@ func randomF32(r *rand.Rand, shape tensor.Shape, scale func(i int) float64) *ten
 func TestQuantizeInt8(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	for _, shape := range []tensor.Shape{{2, 3, 4, 5}, {6, 7}, {2, 3, 8}, {5}, {}} {
-		axis := op.QuantAxis(shape)
-		c, inner := op.QuantChannels(shape, axis)
+		axis := prim.QuantAxis(shape)
+		c, inner := prim.QuantChannels(shape, axis)
 		// Channels of very different magnitudes, so per-channel scales matter.
 		x := randomF32(r, shape, func(i int) float64 { return math.Pow(10, float64((i/inner)%c%4)-2) })
 		zeroCh := -1
@@ -70,8 +71,8 @@ func TestQuantizeInt8(t *testing.T) {
 		}
 		res := runGraph(t, map[string]*tensor.Tensor{"x": x}, nil, func(g *trace.Graph) map[string]*trace.Tensor {
 			xi := g.Input("x", tensor.Float32, shape)
-			q, s := op.QuantizeInt8(xi)
-			return map[string]*trace.Tensor{"y": op.DequantizeInt8(q, s), "scale": s, "q": q}
+			q, s := prim.QuantizeInt8(xi)
+			return map[string]*trace.Tensor{"y": prim.DequantizeInt8(q, s), "scale": s, "q": q}
 		})
 		y, scale := res["y"].F32(), res["scale"].F32()
 		absmax := make([]float64, c)
@@ -101,8 +102,8 @@ func TestQuantizeInt8(t *testing.T) {
 	}
 	x := tensor.FromFloat32(tensor.Shape{2, 2}, []float32{1, float32(math.Inf(1)), 2, float32(math.NaN())})
 	res := runGraph(t, map[string]*tensor.Tensor{"x": x}, nil, func(g *trace.Graph) map[string]*trace.Tensor {
-		q, s := op.QuantizeInt8(g.Input("x", tensor.Float32, tensor.Shape{2, 2}))
-		return map[string]*trace.Tensor{"y": op.DequantizeInt8(q, s)}
+		q, s := prim.QuantizeInt8(g.Input("x", tensor.Float32, tensor.Shape{2, 2}))
+		return map[string]*trace.Tensor{"y": prim.DequantizeInt8(q, s)}
 	})
 	for i, v := range res["y"].F32() {
 		if i%2 == 1 && !math.IsNaN(float64(v)) {
@@ -129,9 +130,9 @@ func TestReLUBackwardMaskIsExact(t *testing.T) {
 		res := runGraph(t, map[string]*tensor.Tensor{"x": xs, "gy": gys}, nil, func(g *trace.Graph) map[string]*trace.Tensor {
 			xi, gi := g.Input("x", dt, shape), g.Input("gy", dt, shape)
 			y := op.ReLU(xi)
-			ref := op.Apply1(&op.UnaryBackward{Kind: op.ReLUKind}, gi, y)
-			got := op.Apply1(&op.ReLUBackwardMask{}, gi, op.ReLUMask(y))
-			return map[string]*trace.Tensor{"ref": ref, "got": got, "mask": op.ReLUMask(y)}
+			ref := prim.Apply1(&prim.UnaryBackward{Kind: prim.ReLUKind}, gi, y)
+			got := prim.Apply1(&prim.ReLUBackwardMask{}, gi, prim.ReLUMask(y))
+			return map[string]*trace.Tensor{"ref": ref, "got": got, "mask": prim.ReLUMask(y)}
 		})
 		if len(res["mask"].Data) != (shape.NumElements()+7)/8 {
 			t.Fatalf("mask has %d bytes", len(res["mask"].Data))
@@ -163,10 +164,10 @@ func TestRoundOps(t *testing.T) {
 		acc0 := acc.Clone()
 		res := runGraph(t, map[string]*tensor.Tensor{"x": x}, exec.StateMap{"w": w, "acc": acc}, func(g *trace.Graph) map[string]*trace.Tensor {
 			xi := g.Input("x", tensor.Float32, shape)
-			op.RoundStateInPlace(g.State("w", "parameter", tensor.Float32, shape), c.to)
-			g.Apply(&op.AccumulateRounded{To: c.to, Add: true}, g.State("acc", "gradient", tensor.Float32, shape), xi)
+			prim.RoundStateInPlace(g.State("w", "parameter", tensor.Float32, shape), c.to)
+			g.Apply(&prim.AccumulateRounded{To: c.to, Add: true}, g.State("acc", "gradient", tensor.Float32, shape), xi)
 			return map[string]*trace.Tensor{
-				"round": op.Apply1(&op.Round{To: c.to}, xi),
+				"round": prim.Apply1(&prim.Round{To: c.to}, xi),
 				"cast":  op.To(op.To(xi, c.to), tensor.Float32),
 			}
 		})

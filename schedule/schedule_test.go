@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/schedule"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -21,7 +22,7 @@ func TestOrderDropsDeadNodesAndRunsEffectsEarly(t *testing.T) {
 		g.Output("b", b)
 		// The accumulation of a is recorded last but may run right after a.
 		s := g.State("grad:a", "gradient", tensor.Float32, tensor.Shape{4})
-		op.AccumulateInto(s, a, false)
+		prim.AccumulateInto(s, a, false)
 		acc = g.Nodes[len(g.Nodes)-1]
 	})
 	if err != nil {
@@ -55,7 +56,7 @@ func TestStateOnlyEffectIsScheduled(t *testing.T) {
 	})
 	found := false
 	for _, n := range schedule.Order(g) {
-		if n.Kind == trace.KindOp && n.Op.Name() == (&op.Increment{}).Name() {
+		if n.Kind == trace.KindOp && n.Op.Name() == (&prim.Increment{}).Name() {
 			found = true
 		}
 	}
@@ -84,9 +85,9 @@ func TestUpdateRunsAfterEveryReaderOfItsState(t *testing.T) {
 		g.Output("late", late)
 		g.Output("alias", viaAlias)
 		s := g.State("grad:x", "gradient", tensor.Float32, tensor.Shape{2, 2})
-		op.AccumulateInto(s, grad, false)
+		prim.AccumulateInto(s, grad, false)
 		acc = g.Nodes[len(g.Nodes)-1]
-		op.StepInBackward(w, grad, lossT, "w")
+		prim.StepInBackward(w, grad, lossT, "w")
 		update = g.Nodes[len(g.Nodes)-1]
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/transform"
@@ -215,7 +216,7 @@ func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
 }
 
 // InBackwardProgram returns the compiled training step with the optimizer
-// in the backward pass (OptimizerInBackward): one op.OptimizerStep per
+// in the backward pass (OptimizerInBackward): one prim.OptimizerStep per
 // parameter instead of gradient buffers.
 func (t *Trainer) InBackwardProgram(x, y trace.Meta) (*exec.Program, error) {
 	c, err := t.compile(t.cfg, x, y, gradsToOptimizer)
@@ -281,7 +282,7 @@ func (t *Trainer) trace(x, y trace.Meta, extra []trace.Meta, mode gradMode, outp
 				if gi == nil {
 					gi = op.FullLike(wrt[i], 0) // unused: stepped with a zero gradient, as the usual step does
 				}
-				g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { op.StepInBackward(wrt[i], gi, loss, p.Name) })
+				g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { prim.StepInBackward(wrt[i], gi, loss, p.Name) })
 			}
 			return
 		}
@@ -292,7 +293,7 @@ func (t *Trainer) trace(x, y trace.Meta, extra []trace.Meta, mode gradMode, outp
 			if gi == nil {
 				gi = op.FullLike(wrt[i], 0)
 			}
-			g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { op.AccumulateInto(gs, gi, accumulate) })
+			g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { prim.AccumulateInto(gs, gi, accumulate) })
 		}
 	})
 	if err != nil {

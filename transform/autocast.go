@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -29,12 +29,12 @@ import (
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
-//     class (op.Traits): op.AutocastLow ops (matmul, linear, conv2d,
+//     class (prim.Traits): prim.AutocastLow ops (matmul, linear, conv2d,
 //     attention, and their backward ops) run in the low type;
-//     op.AutocastFP32 ops (softmax, log-softmax, layer and group norm,
-//     losses, exp/log/pow) and, in the forward pass, op.AutocastFP32Forward
+//     prim.AutocastFP32 ops (softmax, log-softmax, layer and group norm,
+//     losses, exp/log/pow) and, in the forward pass, prim.AutocastFP32Forward
 //     ones (reductions) run in float32; batch norm returns its input's type
-//     (op.AutocastFirstInput); every other op runs in the type of its
+//     (prim.AutocastFirstInput); every other op runs in the type of its
 //     inputs, float32 if any floating input is float32 (type promotion).
 //     Parameters stay float32 in the store (master weights): the graph rounds
 //     them where a low-precision op reads them. A linear layer's bias add is
@@ -42,7 +42,7 @@ import (
 //     In the backward pass the gradients of low-precision values are
 //     low-precision too, but rounded lazily: where a low-precision or float32
 //     op reads them and where they reach a parameter's gradient
-//     (op.AccumulateRounded), so parameter gradients are low-precision
+//     (prim.AccumulateRounded), so parameter gradients are low-precision
 //     numbers, as the upcast of a bf16 .grad is; the elementwise ops in
 //     between are not rounded one by one (PyTorch rounds after each, so the
 //     two can differ by a double rounding). FP16Mixed needs a GradScaler
@@ -224,7 +224,7 @@ func isF32(t *trace.Tensor) bool { return t.DType() == tensor.Float32 }
 // recorded with n's module and phase. A value rounded in the forward pass
 // is rounded once (its saved copy serves the backward); a parameter is
 // rounded again in the backward pass rather than keeping a copy alive
-// across the step, by op.Round (no 16-bit intermediate: the float32 master
+// across the step, by prim.Round (no 16-bit intermediate: the float32 master
 // is not in the arena). Other values go through a cast to the 16-bit type
 // and back, whose 16-bit half is what Compress stores if the backward
 // reads the value.
@@ -238,11 +238,11 @@ func (a *autocast) round(t *trace.Tensor, n *trace.Node) *trace.Tensor {
 	var r *trace.Tensor
 	at(a.out, n.Module, n.Phase, func() {
 		if t.Node.Kind == trace.KindState {
-			r = op.Apply1(&op.Round{To: a.lo}, t)
+			r = prim.Apply1(&prim.Round{To: a.lo}, t)
 		} else {
-			lo := op.To(t, a.lo)
+			lo := prim.To(t, a.lo)
 			lo.Node.Recompute = n.Recompute
-			r = op.To(lo, tensor.Float32)
+			r = prim.To(lo, tensor.Float32)
 		}
 		r.Node.Recompute = n.Recompute
 	})
@@ -293,12 +293,12 @@ func (a *autocast) findFused() {
 		if n.Kind != trace.KindOp || n.Phase != trace.Forward {
 			continue
 		}
-		if _, ok := n.Op.(*op.MatMul); !ok || len(cons[n.ID]) != 1 {
+		if _, ok := n.Op.(*prim.MatMul); !ok || len(cons[n.ID]) != 1 {
 			continue
 		}
 		add := cons[n.ID][0]
-		b, ok := add.Op.(*op.Binary)
-		if !ok || b.Kind != op.AddKind || add.Phase != n.Phase || add.Recompute != n.Recompute {
+		b, ok := add.Op.(*prim.Binary)
+		if !ok || b.Kind != prim.AddKind || add.Phase != n.Phase || add.Recompute != n.Recompute {
 			continue
 		}
 		other := add.Inputs[1]
@@ -337,7 +337,7 @@ func (a *autocast) run() {
 		case n.Kind == trace.KindState:
 			outs = a.clone(n, nil)
 			if a.p == BF16True && isF32(outs[0]) && (n.Category == "parameter" || n.Category == "buffer") {
-				at(a.out, n.Module, n.Phase, func() { op.RoundStateInPlace(outs[0], a.lo) })
+				at(a.out, n.Module, n.Phase, func() { prim.RoundStateInPlace(outs[0], a.lo) })
 				a.low[outs[0]], a.logical[outs[0]] = true, true
 			}
 		case n.Kind == trace.KindConst:
@@ -385,13 +385,13 @@ func isEffect(n *trace.Node) bool {
 }
 
 // class is n's autocast class.
-func class(n *trace.Node) op.Autocast { return op.TraitsOf(n.Op).Autocast }
+func class(n *trace.Node) prim.Autocast { return prim.TraitsOf(n.Op).Autocast }
 
 // exact reports whether op n, reading ins, produces low-precision numbers
-// without rounding: an op.AutocastExact op whose floating inputs all hold
+// without rounding: a prim.AutocastExact op whose floating inputs all hold
 // them.
 func (a *autocast) exact(n *trace.Node, ins []*trace.Tensor) bool {
-	return class(n) == op.AutocastExact && all(ins, a.low)
+	return class(n) == prim.AutocastExact && all(ins, a.low)
 }
 
 // all reports whether ins has floating values and set holds all of them.
@@ -441,7 +441,7 @@ func (a *autocast) roundInputs(n *trace.Node, ins []*trace.Tensor, onlyLogical b
 func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
 	c := class(n)
 	switch {
-	case c == op.AutocastLow:
+	case c == prim.AutocastLow:
 		a.roundInputs(n, ins, false)
 		outs := a.clone(n, ins)
 		if !a.fusedMatmul[n] { // else rounded after the bias add
@@ -458,9 +458,9 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 		outs := a.clone(n, ins)
 		a.roundOutputs(n, outs, false)
 		return outs
-	case c == op.AutocastFP32, c == op.AutocastFP32Forward:
+	case c == prim.AutocastFP32, c == prim.AutocastFP32Forward:
 		return a.clone(n, ins)
-	case c == op.AutocastFirstInput:
+	case c == prim.AutocastFirstInput:
 		outs := a.clone(n, ins)
 		if a.low[ins[0]] {
 			a.roundOutputs(n, outs[:1], false)
@@ -469,7 +469,7 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 	}
 	outs := a.clone(n, ins)
 	if all(ins, a.low) {
-		a.roundOutputs(n, outs, c == op.AutocastExact)
+		a.roundOutputs(n, outs, c == prim.AutocastExact)
 	}
 	return outs
 }
@@ -482,14 +482,14 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 // intermediate double roundings; in memory it saves a rounded copy per
 // elementwise backward op.
 func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	t := op.TraitsOf(n.Op)
+	t := prim.TraitsOf(n.Op)
 	switch t.Autocast {
-	case op.AutocastLow:
+	case prim.AutocastLow:
 		a.roundInputs(n, ins, false)
 		outs := a.clone(n, ins)
 		a.markLogical(outs)
 		return outs
-	case op.AutocastFP32:
+	case prim.AutocastFP32:
 		a.roundInputs(n, ins, true)
 		outs := a.clone(n, ins)
 		// The gradient of a low-precision input has its type (autocast's
@@ -498,7 +498,7 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 			a.markLogical(outs[:1])
 		}
 		return outs
-	case op.AutocastFirstInput:
+	case prim.AutocastFirstInput:
 		a.roundInputs(n, ins[:1], true)
 		outs := a.clone(n, ins)
 		if a.logical[ins[0]] {
@@ -508,7 +508,7 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 	}
 	outs := a.clone(n, ins)
 	if all(ins, a.logical) {
-		if t.Autocast == op.AutocastExact && all(ins, a.low) {
+		if t.Autocast == prim.AutocastExact && all(ins, a.low) {
 			a.roundOutputs(n, outs, true)
 		} else {
 			a.markLogical(outs)
@@ -522,7 +522,7 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 // where a non-exact op first reads it; rounding commutes with the exact
 // ops), which is numerically the same as rounding every output.
 func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	if class(n) == op.AutocastExact {
+	if class(n) == prim.AutocastExact {
 		outs := a.clone(n, ins)
 		if all(ins, a.low) {
 			a.roundOutputs(n, outs, true)
@@ -539,11 +539,11 @@ func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 
 // effect records side-effect node n: a gradient
 // that a real run holds in the low type reaches a parameter's float32
-// gradient rounded (op.AccumulateRounded), with no rounded copy.
+// gradient rounded (prim.AccumulateRounded), with no rounded copy.
 func (a *autocast) effect(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	if acc, ok := n.Op.(*op.Accumulate); ok && isF32(ins[1]) && a.logical[ins[1]] && !a.low[ins[1]] {
+	if acc, ok := n.Op.(*prim.Accumulate); ok && isF32(ins[1]) && a.logical[ins[1]] && !a.low[ins[1]] {
 		at(a.out, n.Module, n.Phase, func() {
-			a.out.Apply(&op.AccumulateRounded{To: a.lo, Add: acc.Add}, ins...)
+			a.out.Apply(&prim.AccumulateRounded{To: a.lo, Add: acc.Add}, ins...)
 		})
 		return nil
 	}
@@ -589,8 +589,8 @@ var readLow = true
 // ReadLow returns a copy of g in which matrix products read 16-bit operands
 // in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
 // from it, as Autocast and Compress make) that only matmuls read is
-// dropped and the matmuls (op.MatMul with Mixed) read the 16-bit tensor;
-// a parameter rounded for matmuls only (op.Round) is cast to the 16-bit
+// dropped and the matmuls (prim.MatMul with Mixed) read the 16-bit tensor;
+// a parameter rounded for matmuls only (prim.Round) is cast to the 16-bit
 // type instead, a 2-byte copy rather than a 4-byte one. A mixed matmul
 // converts its operands exactly as it packs them and computes the same
 // float32 sums, so every value of g is unchanged, bit for bit; only the
@@ -610,11 +610,11 @@ func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 		lo := tensor.Invalid
 		switch o := n.Op.(type) {
-		case *op.Cast:
+		case *prim.Cast:
 			if d := n.Inputs[0].DType(); o.To == tensor.Float32 && (d == tensor.BFloat16 || d == tensor.Float16) {
 				lo = d
 			}
-		case *op.Round:
+		case *prim.Round:
 			if n.Inputs[0].Node.Kind == trace.KindState {
 				lo = o.To
 			}
@@ -623,7 +623,7 @@ func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
 			return tensor.Invalid
 		}
 		for _, c := range cons[n.ID] {
-			if mm, ok := c.Op.(*op.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
+			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
 				return tensor.Invalid
 			}
 		}
@@ -643,7 +643,7 @@ func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
 			case lo != tensor.Invalid && n.Inputs[0].Node.Kind == trace.KindState:
 				// The parameter's 16-bit copy replaces its rounded one.
 				c := *n
-				c.Op = &op.Cast{To: lo}
+				c.Op = &prim.Cast{To: lo}
 				node = &c
 				removed++
 			case lo != tensor.Invalid:
@@ -652,9 +652,9 @@ func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
 				removed++
 				continue
 			}
-			if mm, ok := n.Op.(*op.MatMul); ok && !mm.Mixed && (!isF32(ins[0]) || !isF32(ins[1])) {
+			if mm, ok := n.Op.(*prim.MatMul); ok && !mm.Mixed && (!isF32(ins[0]) || !isF32(ins[1])) {
 				c := *n
-				c.Op = &op.MatMul{TransA: mm.TransA, TransB: mm.TransB, Mixed: true}
+				c.Op = &prim.MatMul{TransA: mm.TransA, TransB: mm.TransB, Mixed: true}
 				node = &c
 			}
 			for i, o := range out.Clone(node, ins) {

@@ -14,6 +14,7 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -111,8 +112,8 @@ func TestLinearEmulation(t *testing.T) {
 				panic(err)
 			}
 			old := g.SetPhase(trace.Backward)
-			op.AccumulateInto(g.State("grad:w", "gradient", tensor.Float32, w.Shape), grads[0], false)
-			op.AccumulateInto(g.State("grad:b", "gradient", tensor.Float32, b.Shape), grads[1], false)
+			prim.AccumulateInto(g.State("grad:w", "gradient", tensor.Float32, w.Shape), grads[0], false)
+			prim.AccumulateInto(g.State("grad:b", "gradient", tensor.Float32, b.Shape), grads[1], false)
 			g.SetPhase(old)
 		})
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -22,7 +22,7 @@ import (
 //   - FP16: x rounded to float16: relative error at most 2^-11 (0.05%) for
 //     |x| in [6.1e-5, 65504]; smaller values lose precision (subnormals) or
 //     flush to zero below 3e-8, larger ones become ±Inf.
-//   - Int8: symmetric per-channel quantization (op.Quantize): absolute error
+//   - Int8: symmetric per-channel quantization (prim.Quantize): absolute error
 //     at most max|x[c]|/254 in channel c, so small values in a channel with
 //     a large one lose most of their digits.
 //   - Bits: one bit per element, for ReLU outputs that the backward reads
@@ -88,7 +88,7 @@ func (f Format) StoredBytes(s tensor.Shape) int64 {
 	case BF16, FP16:
 		return 2 * n
 	case Int8:
-		c, _ := op.QuantChannels(s, op.QuantAxis(s))
+		c, _ := prim.QuantChannels(s, prim.QuantAxis(s))
 		return n + 4*int64(c)
 	case Bits:
 		return (n + 7) / 8
@@ -284,22 +284,22 @@ func maskRead(n *trace.Node, i int) bool {
 	if n.Kind != trace.KindOp || i != 1 {
 		return false
 	}
-	b, ok := n.Op.(*op.UnaryBackward)
-	if !ok || b.Kind != op.ReLUKind {
+	b, ok := n.Op.(*prim.UnaryBackward)
+	if !ok || b.Kind != prim.ReLUKind {
 		return false
 	}
 	src := n.Inputs[1]
 	if src.Node.Kind != trace.KindOp || src.Index != 0 || n.Inputs[0] == src {
 		return false
 	}
-	u, ok := src.Node.Op.(*op.Unary)
-	return ok && u.Kind == op.ReLUKind
+	u, ok := src.Node.Op.(*prim.Unary)
+	return ok && u.Kind == prim.ReLUKind
 }
 
 // statistic reports whether t is an output its op declares a statistic
-// (op.Stats).
+// (prim.Stats).
 func statistic(t *trace.Tensor) bool {
-	return t.Node.Kind == trace.KindOp && op.TraitsOf(t.Node.Op).Stats.Statistic(t.Index)
+	return t.Node.Kind == trace.KindOp && prim.TraitsOf(t.Node.Op).Stats.Statistic(t.Index)
 }
 
 // SavedValues lists the forward values of g that its backward pass reads,
@@ -363,7 +363,7 @@ func decide(p CompressPolicy, s *Saved) Decision {
 		d.Format = Keep
 	}
 	if lo := d.Format.lowDType(); lo != tensor.Invalid {
-		if c, ok := v.Node.Op.(*op.Cast); ok && v.Node.Kind == trace.KindOp && c.To == tensor.Float32 && v.Node.Inputs[0].DType() == lo {
+		if c, ok := v.Node.Op.(*prim.Cast); ok && v.Node.Kind == trace.KindOp && c.To == tensor.Float32 && v.Node.Inputs[0].DType() == lo {
 			d.Exact = true
 		} else if e, ok := p.(Exacter); ok && e.Exact(v, d.Format) {
 			d.Exact = true
@@ -375,12 +375,12 @@ func decide(p CompressPolicy, s *Saved) Decision {
 
 // Compress returns a copy of g in which the forward values that the
 // backward pass reads are stored as policy p says: the compressing node
-// (a cast to bfloat16 or float16, op.Quantize, op.PackMask) runs right
+// (a cast to bfloat16 or float16, prim.Quantize, prim.PackMask) runs right
 // after the value's producer, so the float32 original dies at its last
 // forward reader, and the decompressing node (a cast back to float32,
-// op.Dequantize) runs just before the first backward reader, so the
+// prim.Dequantize) runs just before the first backward reader, so the
 // float32 copy lives only through the backward part that needs it. ReLU
-// backwards whose mask is stored as bits become op.ReLUBackwardMask. A
+// backwards whose mask is stored as bits become prim.ReLUBackwardMask. A
 // value that is already the float32 image of a 16-bit tensor (a cast from
 // bfloat16, as Autocast makes) is stored as that tensor, with no new node.
 //
@@ -416,7 +416,7 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 	mapped := map[*trace.Tensor]*trace.Tensor{}
 	type storage struct {
 		low, q, scale, bits, token *trace.Tensor // in out
-		offload                    *op.Offload
+		offload                    *prim.Offload
 		restored                   *trace.Tensor // the float32 copy for the backward
 	}
 	store := map[*trace.Tensor]*storage{}
@@ -450,7 +450,7 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 			if useMask {
 				st.MaskedBits++
 				at(out, n.Module, n.Phase, func() {
-					outs = []*trace.Tensor{op.Apply1(&op.ReLUBackwardMask{}, ins[0], store[n.Inputs[1]].bits)}
+					outs = []*trace.Tensor{prim.Apply1(&prim.ReLUBackwardMask{}, ins[0], store[n.Inputs[1]].bits)}
 				})
 			} else {
 				outs = out.Clone(n, ins)
@@ -466,22 +466,22 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 				v := outs[i]
 				at(out, n.Module, trace.Forward, func() {
 					if d.Bits {
-						s.bits = op.ReLUMask(v)
+						s.bits = prim.ReLUMask(v)
 					}
 					switch d.Format {
 					case BF16, FP16:
 						if d.Exact && v.Node.Kind == trace.KindOp {
-							if c, ok := v.Node.Op.(*op.Cast); ok && c.To == tensor.Float32 && v.Node.Inputs[0].DType() == d.Format.lowDType() {
+							if c, ok := v.Node.Op.(*prim.Cast); ok && c.To == tensor.Float32 && v.Node.Inputs[0].DType() == d.Format.lowDType() {
 								s.low = v.Node.Inputs[0]
 								return
 							}
 						}
-						s.low = op.To(v, d.Format.lowDType())
+						s.low = prim.To(v, d.Format.lowDType())
 					case Int8:
-						s.q, s.scale = op.QuantizeInt8(v)
+						s.q, s.scale = prim.QuantizeInt8(v)
 					case Offload:
-						s.offload = &op.Offload{}
-						s.token = op.Apply1(s.offload, v)
+						s.offload = &prim.Offload{}
+						s.token = prim.Apply1(s.offload, v)
 					}
 				})
 			}
@@ -495,16 +495,16 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 
 // restore records the float32 copy of saved value v (of the input graph)
 // from its stored form, as a backward node attributed to v's module.
-func restore(g *trace.Graph, v *trace.Tensor, d Decision, low, q, scale, token *trace.Tensor, off *op.Offload) *trace.Tensor {
+func restore(g *trace.Graph, v *trace.Tensor, d Decision, low, q, scale, token *trace.Tensor, off *prim.Offload) *trace.Tensor {
 	var r *trace.Tensor
 	at(g, v.Node.Module, trace.Backward, func() {
 		switch d.Format {
 		case BF16, FP16:
-			r = op.To(low, tensor.Float32)
+			r = prim.To(low, tensor.Float32)
 		case Int8:
-			r = op.DequantizeInt8(q, scale)
+			r = prim.DequantizeInt8(q, scale)
 		case Offload:
-			r = op.Apply1(&op.Reload{From: off, Meta: v.Meta}, token)
+			r = prim.Apply1(&prim.Reload{From: off, Meta: v.Meta}, token)
 		}
 	})
 	return r

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/transform"
 )
@@ -41,7 +41,7 @@ func countOps(g *trace.Graph, name string) int {
 			k++
 		}
 		// Ops fused into one node (transform.Fuse) still count.
-		if f, ok := n.Op.(*op.Fused); ok {
+		if f, ok := n.Op.(*prim.Fused); ok {
 			if f.Producer != nil && f.Producer.Name() == name {
 				k++
 			}

@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/headroom-ml/headroom/internal/env"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -28,14 +28,14 @@ const maxFusedInstrs = 16
 // member and its anchor may be, which bounds the checks' cost too.
 const maxFuseWindow = 256
 
-// fuseProducer reports whether o may be the producer of an op.Fused: its
-// fusion role (op.FuseProducer) says so, for the ops whose output 0
+// fuseProducer reports whether o may be the producer of a prim.Fused: its
+// fusion role (prim.FuseProducer) says so, for the ops whose output 0
 // elementwise chains commonly read (products, convolutions,
 // normalizations and their backward ops).
-func fuseProducer(o trace.Op) bool { return op.TraitsOf(o).Fusion == op.FuseProducer }
+func fuseProducer(o trace.Op) bool { return prim.TraitsOf(o).Fusion == prim.FuseProducer }
 
 // Fuse returns a copy of g in which chains of elementwise ops (add, mul,
-// relu, gelu, leaky_relu, their backward ops, ...) run as one op.Fused
+// relu, gelu, leaky_relu, their backward ops, ...) run as one prim.Fused
 // node each, together with the op that produces their first operand
 // (matmul + bias + activation, convolution + activation, batch norm +
 // residual add + relu, convolution input gradient + gradient sum + relu
@@ -105,7 +105,7 @@ type fuseGroup struct {
 	exposed map[*trace.Tensor]bool
 	keep    map[*trace.Node]bool
 	// the fused node: its op, its inputs and the values its outputs are.
-	op        *op.Fused
+	op        *prim.Fused
 	ins, outs []*trace.Tensor
 }
 
@@ -195,7 +195,7 @@ func (f *fuser) findGroups() {
 			continue
 		}
 		prod := fuseProducer(n.Op)
-		if !prod && !op.FusedElementwise(n.Op) {
+		if !prod && !prim.FusedElementwise(n.Op) {
 			continue
 		}
 		gr := f.grow(n, prod)
@@ -278,7 +278,7 @@ func (f *fuser) grow(r *trace.Node, prod bool) *fuseGroup {
 // and how it reads its inputs.
 func (f *fuser) joinable(gr *fuseGroup, c *trace.Node) bool {
 	r := gr.root
-	if !f.live[c.ID] || c.Kind != trace.KindOp || f.of[c] != nil || !op.FusedElementwise(c.Op) || len(c.Outputs) != 1 {
+	if !f.live[c.ID] || c.Kind != trace.KindOp || f.of[c] != nil || !prim.FusedElementwise(c.Op) || len(c.Outputs) != 1 {
 		return false
 	}
 	if c.Phase != r.Phase || c.Recompute != r.Recompute || c.Region != r.Region {
@@ -510,7 +510,7 @@ func (f *fuser) expose(gr *fuseGroup) {
 }
 
 // loadPattern says how an input of shape in, broadcast to shape out, is
-// read as a flat vector of out's length (op.FusedLoad): the axes it does
+// read as a flat vector of out's length (prim.FusedLoad): the axes it does
 // not broadcast over must be consecutive (ignoring axes of size 1).
 func loadPattern(in, out tensor.Shape) (inner, mid int, ok bool) {
 	if len(in) > len(out) {
@@ -557,9 +557,9 @@ func allOnes(s tensor.Shape) bool {
 
 // fusedOp builds the op of group gr, the inputs it reads and the values
 // (of g) its outputs replace.
-func (gr *fuseGroup) fusedOp() (*op.Fused, []*trace.Tensor, []*trace.Tensor) {
+func (gr *fuseGroup) fusedOp() (*prim.Fused, []*trace.Tensor, []*trace.Tensor) {
 	r := gr.root
-	fo := &op.Fused{Elems: r.Outputs[0].Shape().NumElements()}
+	fo := &prim.Fused{Elems: r.Outputs[0].Shape().NumElements()}
 	var inputs []*trace.Tensor
 	if gr.prod {
 		fo.Producer, fo.NProd, fo.NProdOut = r.Op, len(r.Inputs), len(r.Outputs)
@@ -585,7 +585,7 @@ func (gr *fuseGroup) fusedOp() (*op.Fused, []*trace.Tensor, []*trace.Tensor) {
 		if !ok {
 			l = len(fo.Loads)
 			loads[k] = l
-			fo.Loads = append(fo.Loads, op.FusedLoad{Input: e, Inner: inner, Mid: mid})
+			fo.Loads = append(fo.Loads, prim.FusedLoad{Input: e, Inner: inner, Mid: mid})
 		}
 		return fo.NProdOut + l
 	}
@@ -604,7 +604,7 @@ func (gr *fuseGroup) fusedOp() (*op.Fused, []*trace.Tensor, []*trace.Tensor) {
 		num[m.Outputs[0]] = fo.FirstInstr() + i
 	}
 	for _, m := range gr.members {
-		ins := op.FusedInstr{Op: m.Op, Module: m.Module, Shape: m.Outputs[0].Shape().Clone()}
+		ins := prim.FusedInstr{Op: m.Op, Module: m.Module, Shape: m.Outputs[0].Shape().Clone()}
 		for _, in := range m.Inputs {
 			if gr.value[in] {
 				ins.Args = append(ins.Args, num[gr.underlying(in)])
@@ -618,14 +618,14 @@ func (gr *fuseGroup) fusedOp() (*op.Fused, []*trace.Tensor, []*trace.Tensor) {
 	if gr.prod {
 		for i, t := range r.Outputs {
 			if i > 0 || gr.exposed[t] {
-				fo.Outs = append(fo.Outs, op.FusedOut{Value: i, Shape: t.Shape().Clone()})
+				fo.Outs = append(fo.Outs, prim.FusedOut{Value: i, Shape: t.Shape().Clone()})
 				outs = append(outs, t)
 			}
 		}
 	}
 	for _, m := range gr.members {
 		if t := m.Outputs[0]; gr.exposed[t] {
-			fo.Outs = append(fo.Outs, op.FusedOut{Value: num[t], Shape: t.Shape().Clone()})
+			fo.Outs = append(fo.Outs, prim.FusedOut{Value: num[t], Shape: t.Shape().Clone()})
 			outs = append(outs, t)
 		}
 	}

@@ -15,17 +15,18 @@ import (
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/plan"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
 )
 
-// fusedNodes counts g's op.Fused nodes by name.
+// fusedNodes counts g's prim.Fused nodes by name.
 func fusedNodes(g *trace.Graph) map[string]int {
 	m := map[string]int{}
 	for _, n := range g.Nodes {
-		if _, ok := n.Op.(*op.Fused); ok && n.Kind == trace.KindOp {
+		if _, ok := n.Op.(*prim.Fused); ok && n.Kind == trace.KindOp {
 			m[n.Op.Name()]++
 		}
 	}
@@ -220,7 +221,7 @@ var graphCases = []graphCase{
 		return map[string]*trace.Tensor{"y": op.Tanh(op.Mul(y, z))}
 	}},
 	// The permuted copies die at the fused node: the planner may give its
-	// output the memory of one of them (op.Fused.InPlaceInputs).
+	// output the memory of one of them (prim.Fused.InPlaceInputs).
 	{"over an input that dies", "mul+add+relu", func(g *trace.Graph, dt tensor.DType) map[string]*trace.Tensor {
 		x, y := g.Input("x", dt, tensor.Shape{9, 5}), g.Input("y", dt, tensor.Shape{9, 5})
 		a, b := op.Transpose(x, 0, 1), op.Transpose(y, 0, 1)
@@ -375,15 +376,15 @@ func TestFuseSmallGraphsExact(t *testing.T) {
 
 // fusedWith returns the fused nodes of Fuse(g) whose program includes an
 // op named name (or whose producer is).
-func fusedWith(t *testing.T, g *trace.Graph, name string) []*op.Fused {
+func fusedWith(t *testing.T, g *trace.Graph, name string) []*prim.Fused {
 	t.Helper()
 	fg, _, err := transform.Fuse(g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*op.Fused
+	var out []*prim.Fused
 	for _, n := range fg.Nodes {
-		if f, ok := n.Op.(*op.Fused); ok {
+		if f, ok := n.Op.(*prim.Fused); ok {
 			for _, part := range strings.Split(f.Name(), "+") {
 				if part == name {
 					out = append(out, f)
@@ -399,7 +400,7 @@ func fusedWith(t *testing.T, g *trace.Graph, name string) []*op.Fused {
 // dies there, as the planner lets the ops it replaces do (plan.InPlacer),
 // so fusing never costs the planner's in-place reuse.
 func TestFusedInPlace(t *testing.T) {
-	var _ plan.InPlacer = (*op.Fused)(nil)
+	var _ plan.InPlacer = (*prim.Fused)(nil)
 	c := graphCases[0]
 	for _, gc := range graphCases {
 		if gc.name == "over an input that dies" {
@@ -415,7 +416,7 @@ func TestFusedInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range p.Plan.Order {
-		if _, ok := n.Op.(*op.Fused); !ok {
+		if _, ok := n.Op.(*prim.Fused); !ok {
 			continue
 		}
 		for _, in := range n.Inputs {
@@ -624,7 +625,7 @@ func BenchmarkFuse(b *testing.B) {
 			dt := tensor.Float32
 			s := tensor.Shape{32, 64, 32, 32}
 			x, y, z := g.State("x", "p", dt, s), g.State("y", "p", dt, s), g.State("z", "p", dt, s)
-			g.Output("gx", op.Apply1(&op.UnaryBackward{Kind: op.ReLUKind}, op.Add(x, y), z))
+			g.Output("gx", prim.Apply1(&prim.UnaryBackward{Kind: prim.ReLUKind}, op.Add(x, y), z))
 		}},
 	} {
 		for _, fuse := range []bool{false, true} {

@@ -3,7 +3,7 @@ package transform_test
 import (
 	"testing"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/transform"
 )
 
@@ -37,7 +37,7 @@ func TestReadLowIsExact(t *testing.T) {
 			sameGrads(t, what, got, base)
 			mixed := 0
 			for _, n := range got.prog.Nodes {
-				if mm, ok := n.Op.(*op.MatMul); ok && mm.Mixed {
+				if mm, ok := n.Op.(*prim.MatMul); ok && mm.Mixed {
 					mixed++
 				}
 			}

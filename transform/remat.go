@@ -6,7 +6,7 @@ package transform
 import (
 	"fmt"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -122,16 +122,16 @@ func (s Selective) Recompute(n *trace.Node) bool { return s.Ops[n.Op.Name()] }
 func (s Selective) Region(*trace.Node) int       { return 0 }
 
 // Cheap recomputes the forward ops that declare themselves cheap to
-// recompute (op.RecomputeCheap: elementwise activations, normalizations,
+// recompute (prim.RecomputeCheap: elementwise activations, normalizations,
 // dropout, scalar scaling), which cost little relative to the memory their
 // outputs hold, and saves everything else. Residual additions
-// (op.RecomputeResidual) are kept: recomputing them would chain every
+// (prim.RecomputeResidual) are kept: recomputing them would chain every
 // block's output to the one before, so the backward pass would recompute
 // the whole chain at once and hold all of it.
 type Cheap struct{}
 
 func (Cheap) Recompute(n *trace.Node) bool {
-	return n.Kind == trace.KindOp && op.TraitsOf(n.Op).Recompute == op.RecomputeCheap
+	return n.Kind == trace.KindOp && prim.TraitsOf(n.Op).Recompute == prim.RecomputeCheap
 }
 func (Cheap) Region(*trace.Node) int { return 0 }
 
@@ -139,10 +139,10 @@ func (Cheap) Region(*trace.Node) int { return 0 }
 var CheapOps = Cheap{}
 
 // Residual reports whether n is a residual connection: an op of class
-// op.RecomputeResidual (addition, subtraction) of two computed values.
+// prim.RecomputeResidual (addition, subtraction) of two computed values.
 // Recomputing it would chain block outputs together (see Cheap).
 func Residual(n *trace.Node) bool {
-	return n.Kind == trace.KindOp && op.TraitsOf(n.Op).Recompute == op.RecomputeResidual && len(n.Inputs) == 2 &&
+	return n.Kind == trace.KindOp && prim.TraitsOf(n.Op).Recompute == prim.RecomputeResidual && len(n.Inputs) == 2 &&
 		n.Inputs[0].Node.Kind == trace.KindOp && n.Inputs[1].Node.Kind == trace.KindOp
 }
 

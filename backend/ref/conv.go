@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 // convTaps calls f for every product of a 2-D convolution with geometry g:
 // output element yi, input element xi and weight element wi.
-func convTaps(g op.ConvGeom, f func(yi, xi, wi int)) {
+func convTaps(g prim.ConvGeom, f func(yi, xi, wi int)) {
 	kg := g.K / g.Groups // output channels per group
 	cg := g.C / g.Groups // input channels per group
 	for n := 0; n < g.N; n++ {
@@ -44,7 +44,7 @@ func convTaps(g op.ConvGeom, f func(yi, xi, wi int)) {
 
 // conv2d is y = x * w (+ bias): inputs x, w and optionally bias.
 func conv2d(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	g, err := op.ConvGeometry(in[0].Shape, in[1].Shape, n.Op.(*op.Conv2dOp).Opts)
+	g, err := prim.ConvGeometry(in[0].Shape, in[1].Shape, n.Op.(*prim.Conv2dOp).Opts)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func conv2d(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 
 // conv2dBackwardInput is dx from inputs dy and w.
 func conv2dBackwardInput(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	g, err := n.Op.(*op.Conv2dBackwardInput).Geom(in[1].Shape)
+	g, err := n.Op.(*prim.Conv2dBackwardInput).Geom(in[1].Shape)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func conv2dBackwardInput(n *trace.Node, in, out []*tensor.Tensor, _ []byte) erro
 
 // conv2dBackwardWeight is dw from inputs dy and x.
 func conv2dBackwardWeight(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	g, err := n.Op.(*op.Conv2dBackwardWeight).Geom(in[1].Shape)
+	g, err := n.Op.(*prim.Conv2dBackwardWeight).Geom(in[1].Shape)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func conv2dBackwardWeight(n *trace.Node, in, out []*tensor.Tensor, _ []byte) err
 // plane, ih*W + iw (output 1), as max_pool2d_with_indices: the first
 // maximum of a window, a NaN winning.
 func maxPool2d(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	g, err := n.Op.(*op.MaxPool2dOp).Geom(in[0].Shape)
+	g, err := n.Op.(*prim.MaxPool2dOp).Geom(in[0].Shape)
 	if err != nil {
 		return err
 	}
@@ -170,10 +170,10 @@ func ceTargets(t []int64, classes int, ignore int64) (count int, err error) {
 	return count, nil
 }
 
-// crossEntropy is op.CrossEntropyOp: the loss and each position's
+// crossEntropy is prim.CrossEntropyOp: the loss and each position's
 // logsumexp.
 func crossEntropy(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.CrossEntropyOp)
+	o := n.Op.(*prim.CrossEntropyOp)
 	x, tgt := values(in[0]), in[1].I64()
 	outer, classes, inner := ceLayout(in[0].Shape)
 	count, err := ceTargets(tgt, classes, o.IgnoreIndex)
@@ -208,14 +208,14 @@ func crossEntropy(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	}
 	store(out[1], lse)
 	switch o.Reduction {
-	case op.ReductionNone:
+	case prim.ReductionNone:
 		store(out[0], loss)
 	default:
 		var total float64
 		for _, l := range loss {
 			total += l
 		}
-		if o.Reduction == op.ReductionMean {
+		if o.Reduction == prim.ReductionMean {
 			total /= float64(count)
 		}
 		store(out[0], []float64{total})
@@ -223,10 +223,10 @@ func crossEntropy(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	return nil
 }
 
-// crossEntropyBackward is op.CrossEntropyBackward: inputs dloss, logits,
+// crossEntropyBackward is prim.CrossEntropyBackward: inputs dloss, logits,
 // targets and logsumexp.
 func crossEntropyBackward(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.CrossEntropyBackward)
+	o := n.Op.(*prim.CrossEntropyBackward)
 	gy, x, tgt, lse := values(in[0]), values(in[1]), in[2].I64(), values(in[3])
 	outer, classes, inner := ceLayout(in[1].Shape)
 	count, err := ceTargets(tgt, classes, o.IgnoreIndex)
@@ -242,9 +242,9 @@ func crossEntropyBackward(n *trace.Node, in, out []*tensor.Tensor, _ []byte) err
 		}
 		var w float64
 		switch o.Reduction {
-		case op.ReductionNone:
+		case prim.ReductionNone:
 			w = gy[p]
-		case op.ReductionSum:
+		case prim.ReductionSum:
 			w = gy[0]
 		default:
 			w = gy[0] / float64(count)

@@ -3,16 +3,16 @@ package ref
 import (
 	"fmt"
 
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
-// fused runs an op.Fused as what it stands for: the producer into tensors
+// fused runs a prim.Fused as what it stands for: the producer into tensors
 // of its own, then the program's instructions one by one on float64
 // vectors, then each output stored from its value.
 func (b Backend) fused(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	o := n.Op.(*op.Fused)
+	o := n.Op.(*prim.Fused)
 	var vals [][]float64
 	if o.Producer != nil {
 		metas := make([]trace.Meta, o.NProd)

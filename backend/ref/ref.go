@@ -18,7 +18,7 @@ import (
 	"math"
 
 	"github.com/headroom-ml/headroom/backend"
-	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -38,27 +38,27 @@ func (Backend) Workspace(*trace.Node) int64 { return 0 }
 // Kernel implements backend.Backend.
 func (b Backend) Kernel(o trace.Op) (backend.Kernel, error) {
 	switch o := o.(type) {
-	case *op.Binary, *op.Compare, *op.Unary, *op.UnaryBackward, *op.Cast, *op.Accumulate:
+	case *prim.Binary, *prim.Compare, *prim.Unary, *prim.UnaryBackward, *prim.Cast, *prim.Accumulate:
 		return elementwise, nil
-	case *op.MatMul:
+	case *prim.MatMul:
 		return matmul, nil
-	case *op.Reduce:
+	case *prim.Reduce:
 		return reduce, nil
-	case *op.Conv2dOp:
+	case *prim.Conv2dOp:
 		return conv2d, nil
-	case *op.Conv2dBackwardInput:
+	case *prim.Conv2dBackwardInput:
 		return conv2dBackwardInput, nil
-	case *op.Conv2dBackwardWeight:
+	case *prim.Conv2dBackwardWeight:
 		return conv2dBackwardWeight, nil
-	case *op.MaxPool2dOp:
+	case *prim.MaxPool2dOp:
 		return maxPool2d, nil
-	case *op.MaxPool2dBackward:
+	case *prim.MaxPool2dBackward:
 		return maxPool2dBackward, nil
-	case *op.CrossEntropyOp:
+	case *prim.CrossEntropyOp:
 		return crossEntropy, nil
-	case *op.CrossEntropyBackward:
+	case *prim.CrossEntropyBackward:
 		return crossEntropyBackward, nil
-	case *op.Fused:
+	case *prim.Fused:
 		// Refused whole when a part is: the error names the part.
 		if o.Producer != nil {
 			if _, err := b.Kernel(o.Producer); err != nil {
@@ -109,33 +109,33 @@ func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
 const sqrt2OverPi = 0.7978845608028654 // sqrt(2/pi)
 
-// unary is y = f(x) for every kind of op.Unary.
-func unary(k op.UnaryKind, c, x float64) float64 {
+// unary is y = f(x) for every kind of prim.Unary.
+func unary(k prim.UnaryKind, c, x float64) float64 {
 	switch k {
-	case op.NegKind:
+	case prim.NegKind:
 		return -x
-	case op.ExpKind:
+	case prim.ExpKind:
 		return math.Exp(x)
-	case op.LogKind:
+	case prim.LogKind:
 		return math.Log(x)
-	case op.SqrtKind:
+	case prim.SqrtKind:
 		return math.Sqrt(x)
-	case op.RsqrtKind:
+	case prim.RsqrtKind:
 		return 1 / math.Sqrt(x)
-	case op.TanhKind:
+	case prim.TanhKind:
 		return math.Tanh(x)
-	case op.SigmoidKind:
+	case prim.SigmoidKind:
 		return sigmoid(x)
-	case op.ReLUKind:
+	case prim.ReLUKind:
 		if x > 0 || x != x {
 			return x
 		}
 		return 0
-	case op.AbsKind:
+	case prim.AbsKind:
 		return math.Abs(x)
-	case op.SquareKind:
+	case prim.SquareKind:
 		return x * x
-	case op.SignKind:
+	case prim.SignKind:
 		switch {
 		case x > 0:
 			return 1
@@ -145,28 +145,28 @@ func unary(k op.UnaryKind, c, x float64) float64 {
 			return x
 		}
 		return 0
-	case op.ScaleKind:
+	case prim.ScaleKind:
 		return x * c
-	case op.AddConstKind:
+	case prim.AddConstKind:
 		return x + c
-	case op.PowKind:
+	case prim.PowKind:
 		return math.Pow(x, c)
-	case op.LeakyReLUKind:
+	case prim.LeakyReLUKind:
 		if x > 0 {
 			return x
 		}
 		return x * c
-	case op.SiLUKind:
+	case prim.SiLUKind:
 		return x * sigmoid(x)
-	case op.GELUKind:
+	case prim.GELUKind:
 		return 0.5 * x * (1 + math.Erf(x/math.Sqrt2))
-	case op.GELUTanhKind:
+	case prim.GELUTanhKind:
 		return 0.5 * x * (1 + math.Tanh(sqrt2OverPi*(x+0.044715*x*x*x)))
-	case op.ReciprocalKind:
+	case prim.ReciprocalKind:
 		return 1 / x
-	case op.SinKind:
+	case prim.SinKind:
 		return math.Sin(x)
-	case op.CosKind:
+	case prim.CosKind:
 		return math.Cos(x)
 	}
 	panic(fmt.Sprintf("ref: unary kind %d", k)) // every kind is listed above
@@ -174,51 +174,51 @@ func unary(k op.UnaryKind, c, x float64) float64 {
 
 // unaryBackward is the input gradient from output gradient g and the saved
 // value s (the output for relu, tanh, sigmoid and leaky relu with a slope
-// >= 0, the input otherwise; see op.UnaryBackward).
-func unaryBackward(k op.UnaryKind, c, g, s float64) float64 {
+// >= 0, the input otherwise; see prim.UnaryBackward).
+func unaryBackward(k prim.UnaryKind, c, g, s float64) float64 {
 	switch k {
-	case op.ReLUKind:
+	case prim.ReLUKind:
 		if s > 0 || s != s {
 			return g
 		}
 		return 0
-	case op.TanhKind:
+	case prim.TanhKind:
 		return g * (1 - s*s)
-	case op.SigmoidKind:
+	case prim.SigmoidKind:
 		return g * s * (1 - s)
-	case op.LeakyReLUKind:
+	case prim.LeakyReLUKind:
 		if s > 0 {
 			return g
 		}
 		return g * c
-	case op.SiLUKind:
+	case prim.SiLUKind:
 		sg := sigmoid(s)
 		return g * sg * (1 + s*(1-sg))
-	case op.GELUKind:
+	case prim.GELUKind:
 		return g * (0.5*(1+math.Erf(s/math.Sqrt2)) + s*math.Exp(-0.5*s*s)/math.Sqrt(2*math.Pi))
-	case op.GELUTanhKind:
+	case prim.GELUTanhKind:
 		t := math.Tanh(sqrt2OverPi * (s + 0.044715*s*s*s))
 		return g * (0.5*(1+t) + 0.5*s*(1-t*t)*sqrt2OverPi*(1+3*0.044715*s*s))
 	}
-	return math.NaN() // no such backward: op.UnaryBackward's Grad never makes one
+	return math.NaN() // no such backward: prim.UnaryBackward's Grad never makes one
 }
 
-func binary(k op.BinaryKind, a, b float64) float64 {
+func binary(k prim.BinaryKind, a, b float64) float64 {
 	switch k {
-	case op.AddKind:
+	case prim.AddKind:
 		return a + b
-	case op.SubKind:
+	case prim.SubKind:
 		return a - b
-	case op.MulKind:
+	case prim.MulKind:
 		return a * b
-	case op.DivKind:
+	case prim.DivKind:
 		return a / b
-	case op.MaxKind:
+	case prim.MaxKind:
 		if a != a || a > b {
 			return a
 		}
 		return b
-	case op.MinKind:
+	case prim.MinKind:
 		if a != a || a < b {
 			return a
 		}
@@ -227,9 +227,9 @@ func binary(k op.BinaryKind, a, b float64) float64 {
 	panic(fmt.Sprintf("ref: binary kind %d", k))
 }
 
-// compare is op.Compare's share of the gradient of maximum/minimum for the
+// compare is prim.Compare's share of the gradient of maximum/minimum for the
 // input p against q.
-func compare(c *op.Compare, a, b float64) float64 {
+func compare(c *prim.Compare, a, b float64) float64 {
 	p, q := a, b
 	if c.Second {
 		p, q = q, p
@@ -237,7 +237,7 @@ func compare(c *op.Compare, a, b float64) float64 {
 	switch {
 	case p == q:
 		return 0.5
-	case c.Kind == op.MaxKind && p < q, c.Kind == op.MinKind && p > q:
+	case c.Kind == prim.MaxKind && p < q, c.Kind == prim.MinKind && p > q:
 		return 0
 	}
 	return 1
@@ -249,11 +249,11 @@ func apply(o trace.Op, args [][]float64) []float64 {
 	y := make([]float64, len(args[0]))
 	for i := range y {
 		switch o := o.(type) {
-		case *op.Binary:
+		case *prim.Binary:
 			y[i] = binary(o.Kind, args[0][i], args[1][i])
-		case *op.Unary:
+		case *prim.Unary:
 			y[i] = unary(o.Kind, o.C, args[0][i])
-		case *op.UnaryBackward:
+		case *prim.UnaryBackward:
 			y[i] = unaryBackward(o.Kind, o.C, args[0][i], args[1][i])
 		}
 	}
@@ -263,27 +263,27 @@ func apply(o trace.Op, args [][]float64) []float64 {
 // elementwise runs the ops that map elements to elements.
 func elementwise(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	switch o := n.Op.(type) {
-	case *op.Binary, *op.Compare:
+	case *prim.Binary, *prim.Compare:
 		a, b := values(in[0]), values(in[1])
 		ia, ib := bcast(in[0].Shape, out[0].Shape), bcast(in[1].Shape, out[0].Shape)
 		y := make([]float64, len(ia))
 		for i := range y {
-			if c, ok := o.(*op.Compare); ok {
+			if c, ok := o.(*prim.Compare); ok {
 				y[i] = compare(c, a[ia[i]], b[ib[i]])
 			} else {
-				y[i] = binary(o.(*op.Binary).Kind, a[ia[i]], b[ib[i]])
+				y[i] = binary(o.(*prim.Binary).Kind, a[ia[i]], b[ib[i]])
 			}
 		}
 		store(out[0], y)
-	case *op.Unary, *op.UnaryBackward:
+	case *prim.Unary, *prim.UnaryBackward:
 		args := make([][]float64, len(in))
 		for i, t := range in {
 			args[i] = values(t)
 		}
 		store(out[0], apply(o, args))
-	case *op.Cast:
+	case *prim.Cast:
 		store(out[0], values(in[0]))
-	case *op.Accumulate:
+	case *prim.Accumulate:
 		v := values(in[1])
 		if o.Add {
 			for i, d := range values(in[0]) {
@@ -297,7 +297,7 @@ func elementwise(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 
 // matmul is out = op(A) op(B) over the broadcast batch axes.
 func matmul(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.MatMul)
+	o := n.Op.(*prim.MatMul)
 	as, bs := in[0].Shape, in[1].Shape
 	batch, m, k, nn, err := o.Dims(as, bs)
 	if err != nil {
@@ -333,7 +333,7 @@ func matmul(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 
 // reduce sums, averages or takes the maximum over the reduced axes.
 func reduce(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	o := n.Op.(*op.Reduce)
+	o := n.Op.(*prim.Reduce)
 	s := in[0].Shape
 	red := make([]bool, len(s))
 	for _, a := range o.Axes {
@@ -356,7 +356,7 @@ func reduce(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	}
 	x := values(in[0])
 	y := make([]float64, kept.NumElements())
-	if o.Kind == op.AmaxKind {
+	if o.Kind == prim.AmaxKind {
 		for i := range y {
 			y[i] = math.Inf(-1)
 		}
@@ -372,7 +372,7 @@ func reduce(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 			stride *= kept[d]
 		}
 		switch o.Kind {
-		case op.AmaxKind:
+		case prim.AmaxKind:
 			if v > y[dst] || v != v {
 				y[dst] = v
 			}
@@ -380,7 +380,7 @@ func reduce(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 			y[dst] += v
 		}
 	}
-	if o.Kind == op.MeanKind {
+	if o.Kind == prim.MeanKind {
 		for i := range y {
 			y[i] /= float64(count)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -98,8 +99,8 @@ var opCases = []opCase{
 	}},
 	{name: "activation backwards", build: func(g *trace.Graph, dt tensor.DType) {
 		gy, x := in(g, "gy", dt, 6, 11), in(g, "x", dt, 6, 11)
-		for _, k := range []op.UnaryKind{op.ReLUKind, op.TanhKind, op.SigmoidKind, op.LeakyReLUKind, op.SiLUKind, op.GELUKind, op.GELUTanhKind} {
-			g.Output(fmt.Sprint("kind", k), op.Apply1(&op.UnaryBackward{Kind: k, C: 0.2}, gy, op.Tanh(x)))
+		for _, k := range []prim.UnaryKind{prim.ReLUKind, prim.TanhKind, prim.SigmoidKind, prim.LeakyReLUKind, prim.SiLUKind, prim.GELUKind, prim.GELUTanhKind} {
+			g.Output(fmt.Sprint("kind", k), prim.Apply1(&prim.UnaryBackward{Kind: k, C: 0.2}, gy, op.Tanh(x)))
 		}
 	}},
 	{name: "matmul", build: func(g *trace.Graph, dt tensor.DType) {
@@ -124,8 +125,8 @@ var opCases = []opCase{
 		g.Output("y", y)
 		gy := in(g, "gy", dt, y.Shape()...)
 		o = o.Normalized()
-		g.Output("gx", op.Apply1(&op.Conv2dBackwardInput{Opts: o, InputShape: x.Shape()}, gy, w))
-		g.Output("gw", op.Apply1(&op.Conv2dBackwardWeight{Opts: o, WeightShape: w.Shape()}, gy, x))
+		g.Output("gx", prim.Apply1(&prim.Conv2dBackwardInput{Opts: o, InputShape: x.Shape()}, gy, w))
+		g.Output("gw", prim.Apply1(&prim.Conv2dBackwardWeight{Opts: o, WeightShape: w.Shape()}, gy, x))
 	}},
 	{name: "max pooling", build: func(g *trace.Graph, dt tensor.DType) {
 		x := in(g, "x", dt, 2, 3, 9, 10)
@@ -133,7 +134,7 @@ var opCases = []opCase{
 		g.Output("y", y)
 		g.Output("idx", idx)
 		gy := in(g, "gy", dt, y.Shape()...)
-		g.Output("gx", op.Apply1(&op.MaxPool2dBackward{InputShape: x.Shape()}, gy, idx))
+		g.Output("gx", prim.Apply1(&prim.MaxPool2dBackward{InputShape: x.Shape()}, gy, idx))
 	}},
 	{name: "cross-entropy", classes: 5, build: func(g *trace.Graph, dt tensor.DType) {
 		x, y := in(g, "x", dt, 6, 5, 3), g.Input("y", tensor.Int64, tensor.Shape{6, 3})
@@ -142,14 +143,14 @@ var opCases = []opCase{
 			{IgnoreIndex: op.Class(2), LabelSmoothing: 0.1, Reduction: op.ReductionSum},
 			{IgnoreIndex: op.Class(-100), LabelSmoothing: 0.3, Reduction: op.ReductionNone},
 		} {
-			ce := &op.CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex.Or(op.DefaultIgnoreIndex)), LabelSmoothing: o.LabelSmoothing, Reduction: o.Reduction}
+			ce := &prim.CrossEntropyOp{IgnoreIndex: int64(o.IgnoreIndex.Or(op.DefaultIgnoreIndex)), LabelSmoothing: o.LabelSmoothing, Reduction: o.Reduction}
 			outs := g.Apply(ce, x, y)
 			name := fmt.Sprintf("%s_ls%v", o.Reduction, o.LabelSmoothing)
 			g.Output(name, outs[0])
 			g.Output(name+"_lse", outs[1])
 			gl := op.Scale(op.AddScalar(op.Abs(outs[0]), 1), 0.7) // a loss gradient of the loss's shape
-			back := &op.CrossEntropyBackward{IgnoreIndex: ce.IgnoreIndex, LabelSmoothing: ce.LabelSmoothing, Reduction: ce.Reduction}
-			g.Output(name+"_grad", op.Apply1(back, gl, x, y, outs[1]))
+			back := &prim.CrossEntropyBackward{IgnoreIndex: ce.IgnoreIndex, LabelSmoothing: ce.LabelSmoothing, Reduction: ce.Reduction}
+			g.Output(name+"_grad", prim.Apply1(back, gl, x, y, outs[1]))
 		}
 	}},
 }

@@ -1,4 +1,4 @@
-package op
+package prim
 
 import (
 	"go/ast"
@@ -86,7 +86,7 @@ func TestRegistry(t *testing.T) {
 // its traits fails the registry test.
 func TestRegistryReportsUnregistered(t *testing.T) {
 	dir := t.TempDir()
-	src := "package op\n\ntype Phantom struct{}\n\nfunc (o *Phantom) Name() string { return \"phantom\" }\n"
+	src := "package prim\n\ntype Phantom struct{}\n\nfunc (o *Phantom) Name() string { return \"phantom\" }\n"
 	if err := os.WriteFile(filepath.Join(dir, "phantom.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
