@@ -26,8 +26,8 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
-	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -281,14 +281,14 @@ func stageGraph(st *Stage, loss train.LossFunc, wantGX, last, backward, accumula
 			gs := g.State(nn.GradName(q.Name), "gradient", q.DType, q.Shape)
 			gi := grads[i]
 			if gi == nil {
-				gi = op.FullLike(wrt[i], 0)
+				gi = prim.FullLike(wrt[i], 0)
 			}
-			g.AtModule(moduleOf(q.Name), func() { op.AccumulateInto(gs, gi, accumulate) })
+			g.AtModule(moduleOf(q.Name), func() { prim.AccumulateInto(gs, gi, accumulate) })
 		}
 		if wantGX {
 			gx := grads[len(params)]
 			if gx == nil {
-				gx = op.FullLike(xi, 0)
+				gx = prim.FullLike(xi, 0)
 			}
 			g.Output("gx", gx)
 		}
