@@ -60,6 +60,7 @@ type trainFlags struct {
 	resume     string
 	logPath    string
 	valSplit   float64
+	sched      scheduleFlags
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -130,6 +131,7 @@ Flags:
 	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
+	f.sched.define(fs)
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	return fs
 }
@@ -170,6 +172,9 @@ func (f *trainFlags) check(log io.Writer) error {
 	}
 	if !(f.clipGrad >= 0) || math.IsInf(f.clipGrad, 0) {
 		return fmt.Errorf("--clip-grad %g: must be a finite number of at least 0 (0: no clipping)", f.clipGrad)
+	}
+	if err := f.sched.check(f.lr, f.given); err != nil {
+		return err
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr, f.weightDecay); err != nil {
 		return fmt.Errorf("--optimizer: %w", err)

@@ -377,6 +377,11 @@ type runner struct {
 	last       train.Checkpoint // after the last complete step
 	logFile    *os.File
 	savedSteps int64 // the step of the newest checkpoint written, -1: none
+	// The learning-rate schedule (schedule.go): nil at a constant rate.
+	sched      optim.StatefulScheduler
+	schedDesc  string
+	resumed    bool
+	resumeMeta map[string]string // the resumed checkpoint's
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -398,7 +403,7 @@ func (r *runner) checkpoint(why string) error {
 		return nil
 	}
 	c := r.last
-	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n)}
+	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n), "lr_schedule": r.schedDesc}
 	dir, err := r.tr.SaveCheckpoint(r.f.ckptDir, c, r.f.keep)
 	if err != nil {
 		return fmt.Errorf("--checkpoint-dir %s (%s): %w", r.f.ckptDir, why, err)
@@ -449,6 +454,7 @@ func (r *runner) run(ctx context.Context) error {
 			return err
 		}
 		r.last, r.savedSteps = ck, ck.Step
+		r.resumed, r.resumeMeta = true, ck.Meta
 		r.last.Meta = nil
 		fmt.Fprintf(r.out, "resumed from %s: step %d, epoch %d, batch %d\n", dir, ck.Step, ck.Epoch+1, ck.Batch)
 	} else {
@@ -472,6 +478,9 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	defer data.Close()
 	steps := data.NumBatches()
+	if err := r.startSchedule(steps); err != nil {
+		return err
+	}
 	lastSave := time.Now()
 	done := f.steps > 0 && r.last.Step >= int64(f.steps)
 	for epoch := r.last.Epoch; epoch < f.epochs && !done; epoch++ {
@@ -545,6 +554,7 @@ func (r *runner) run(ctx context.Context) error {
 					return fmt.Errorf("--log: %w", err)
 				}
 			}
+			r.advanceSchedule()
 			if f.everySteps > 0 && r.last.Step%int64(f.everySteps) == 0 {
 				if err := r.checkpoint(fmt.Sprintf("every %d steps", f.everySteps)); err != nil {
 					return err
