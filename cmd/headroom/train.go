@@ -61,6 +61,7 @@ type trainFlags struct {
 	logPath    string
 	valSplit   float64
 	sched      scheduleFlags
+	progress   progressFlags
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -132,6 +133,7 @@ Flags:
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
 	f.sched.define(fs)
+	f.progress.define(fs)
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	return fs
 }
@@ -174,6 +176,9 @@ func (f *trainFlags) check(log io.Writer) error {
 		return fmt.Errorf("--clip-grad %g: must be a finite number of at least 0 (0: no clipping)", f.clipGrad)
 	}
 	if err := f.sched.check(f.lr, f.given); err != nil {
+		return err
+	}
+	if err := f.progress.check(); err != nil {
 		return err
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr, f.weightDecay); err != nil {

@@ -382,6 +382,7 @@ type runner struct {
 	schedDesc  string
 	resumed    bool
 	resumeMeta map[string]string // the resumed checkpoint's
+	prog       *progress
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -402,6 +403,7 @@ func (r *runner) checkpoint(why string) error {
 	if r.f.ckptDir == "" || r.savedSteps == r.last.Step {
 		return nil
 	}
+	r.prog.clear()
 	c := r.last
 	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n), "lr_schedule": r.schedDesc}
 	dir, err := r.tr.SaveCheckpoint(r.f.ckptDir, c, r.f.keep)
@@ -417,6 +419,7 @@ func (r *runner) checkpoint(why string) error {
 // partial is true when the interrupted step may have changed weights
 // (the optimizer in the backward pass updates them one by one).
 func (r *runner) interrupted(where string, cause error, partial bool) error {
+	r.prog.clear()
 	err := fmt.Errorf("interrupted %s; the last complete step is %d", where, r.last.Step)
 	if cause != nil {
 		err = fmt.Errorf("%w: %w", err, cause)
@@ -492,6 +495,7 @@ func (r *runner) run(ctx context.Context) error {
 		if epoch == r.last.Epoch {
 			b = r.last.Batch // done before the checkpoint
 		}
+		r.startProgress(epoch, steps, b)
 		dataStart := time.Now()
 		for {
 			if f.steps > 0 && r.last.Step >= int64(f.steps) {
@@ -566,14 +570,10 @@ func (r *runner) run(ctx context.Context) error {
 				}
 				lastSave = time.Now()
 			}
-			if b%50 == 0 || b == steps {
-				all := time.Since(start)
-				eta := time.Duration(float64(all) / float64(b) * float64(steps-b))
-				fmt.Fprintf(r.log, "\repoch %d  step %4d/%d  loss %.4f  %6.0f samples/s  eta %v   ", epoch+1, b, steps, sum/float64(count), float64(count)/all.Seconds(), eta.Round(time.Second))
-			}
+			r.prog.update(progressStat{step: b, loss: sum / float64(count), samples: count, peak: epochPeak})
 			dataStart = time.Now()
 		}
-		fmt.Fprintln(r.log)
+		r.prog.endEpoch(progressStat{step: b, loss: sum / float64(max(count, 1)), samples: count, peak: epochPeak})
 		last := epoch+1 == f.epochs || done || (f.steps > 0 && r.last.Step >= int64(f.steps))
 		if last {
 			// The weights are saved before evaluation: an evaluation that
