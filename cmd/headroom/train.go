@@ -62,6 +62,8 @@ type trainFlags struct {
 	valSplit   float64
 	sched      scheduleFlags
 	progress   progressFlags
+	// tensorboard is --tensorboard: a directory for event files.
+	tensorboard string
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -134,6 +136,7 @@ Flags:
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
 	f.sched.define(fs)
 	f.progress.define(fs)
+	fs.StringVar(&f.tensorboard, "tensorboard", "", "also write the per-step scalars (loss, learning rate, throughput, memory; validation and test each epoch) as TensorBoard event files into this directory")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	return fs
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/tfevents"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -115,6 +115,10 @@ type stepRecord struct {
 	PeakReserved   int64    `json:"peak_reserved"`
 	MicroBatches   int      `json:"micro_batches"`
 	ValidationLoss *float64 `json:"val_loss,omitempty"`
+	// The planned peak of a step and the measured peak's bytes by
+	// category (runlog.go).
+	PlannedPeak    int64            `json:"planned_peak"`
+	PeakByCategory map[string]int64 `json:"peak_by_category,omitempty"`
 }
 
 // openLog opens --log for writing one line per step. It is not written
@@ -341,7 +345,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
 	}
-	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != ""}
+	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != "", plan: mp}
 	r.open = func(start dataset.State) (batches, error) {
 		if md == nil {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
@@ -383,6 +387,8 @@ type runner struct {
 	resumed    bool
 	resumeMeta map[string]string // the resumed checkpoint's
 	prog       *progress
+	tb         *tfevents.Writer
+	plan       train.MemoryPlan
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -463,14 +469,10 @@ func (r *runner) run(ctx context.Context) error {
 	} else {
 		r.last.Passes = tr.Passes()
 	}
-	if f.logPath != "" {
-		lf, err := openLog(f.logPath, f.resume != "")
-		if err != nil {
-			return fmt.Errorf("--log: %w", err)
-		}
-		defer lf.Close()
-		r.logFile = lf
+	if err := r.openLogs(); err != nil {
+		return err
 	}
+	defer r.closeLogs()
 	if r.last.Epoch >= f.epochs {
 		fmt.Fprintf(r.out, "the checkpoint is at the end of epoch %d: nothing left to train (raise --epochs)\n", r.last.Epoch)
 		return writeTrainSnapshot(f, r.dev, r.out)
@@ -482,6 +484,9 @@ func (r *runner) run(ctx context.Context) error {
 	defer data.Close()
 	steps := data.NumBatches()
 	if err := r.startSchedule(steps); err != nil {
+		return err
+	}
+	if err := r.logRun(steps); err != nil {
 		return err
 	}
 	lastSave := time.Now()
@@ -546,17 +551,12 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
-			if r.logFile != nil {
-				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
-					SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
-					PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
-					MicroBatches: len(parts) + tr.Splits - splits}
-				line, _ := json.Marshal(rec)
-				// One write per line to an unbuffered file: each line is
-				// on disk (in the page cache) as soon as its step ends.
-				if _, err := r.logFile.Write(append(line, '\n')); err != nil {
-					return fmt.Errorf("--log: %w", err)
-				}
+			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
+				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
+				PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
+				MicroBatches: len(parts) + tr.Splits - splits}
+			if err := r.logStep(rec, stats); err != nil {
+				return err
 			}
 			r.advanceSchedule()
 			if f.everySteps > 0 && r.last.Step%int64(f.everySteps) == 0 {
@@ -599,6 +599,9 @@ func (r *runner) run(ctx context.Context) error {
 				return err
 			}
 			line += " " + res.format(e.name) + ","
+			if err := r.logEval(epoch+1, e.name, res); err != nil {
+				return err
+			}
 		}
 		fmt.Fprintf(r.out, "%s %.1fs, training peak allocated %s\n", line, time.Since(start).Seconds(), device.FormatBytes(epochPeak))
 		if f.summary {
