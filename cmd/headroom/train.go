@@ -64,6 +64,8 @@ type trainFlags struct {
 	progress   progressFlags
 	// tensorboard is --tensorboard: a directory for event files.
 	tensorboard string
+	// maxBatch is --max-batch (maxbatch.go).
+	maxBatch bool
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -136,6 +138,7 @@ Flags:
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
 	f.sched.define(fs)
 	f.progress.define(fs)
+	fs.BoolVar(&f.maxBatch, "max-batch", false, "with --budget: train with the largest batch that fits the budget in one pass (no accumulation), at most --batch-size when given, else at most the training samples; found from plans, as plan --max-batch")
 	fs.StringVar(&f.tensorboard, "tensorboard", "", "also write the per-step scalars (loss, learning rate, throughput, memory; validation and test each epoch) as TensorBoard event files into this directory")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	return fs
@@ -182,6 +185,9 @@ func (f *trainFlags) check(log io.Writer) error {
 		return err
 	}
 	if err := f.progress.check(); err != nil {
+		return err
+	}
+	if err := f.checkMaxBatch(); err != nil {
 		return err
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr, f.weightDecay); err != nil {

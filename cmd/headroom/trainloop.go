@@ -235,6 +235,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	loaderCfg := func() dataset.Config {
 		return dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), Workers: parallel.Threads(), Transforms: md.transforms}
 	}
+	if f.maxBatch {
+		if err := f.chooseMaxBatch(ctx, spec, n, md, loaderCfg, out); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+	}
 	if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
