@@ -26,8 +26,9 @@ import (
 //	state.json             everything else: step, epoch, position in the
 //	                       epoch, the trainer's pass counter (it seeds
 //	                       dropout), the learning rate, the optimizer's
-//	                       per-parameter counts, the gradient scaler and
-//	                       the caller's metadata
+//	                       per-parameter counts, the gradient scaler, the
+//	                       learning-rate schedule's position and the
+//	                       caller's metadata
 //
 // It is written into ROOT/.tmp-step-NNNNNNNNN-* (every file synced), then
 // renamed into place and the root synced, so a checkpoint directory that
@@ -62,6 +63,9 @@ type Checkpoint struct {
 	// resumed run must not skip, so the caller records it after each
 	// complete step.
 	Passes int64 `json:"passes"`
+	// Schedule is the learning-rate scheduler's position, when the caller
+	// runs one (the trainer holds the optimizer, not its schedule).
+	Schedule *optim.SchedulerState `json:"schedule,omitempty"`
 	// Meta is the caller's: model name, data, flags.
 	Meta map[string]string `json:"meta,omitempty"`
 }

@@ -28,6 +28,8 @@ Commands:
   plan      print the memory plan of a training step without running it
   bench     measure step time and memory of the standard workloads (and PyTorch's)
   viz       show a memory snapshot (headroom's or PyTorch's) in the browser
+  summary   print a model module by module: parameters, output shapes, activation bytes
+  report    render a run's --log (or two, compared) as one HTML page with charts
   version   print the version
 
 Run 'headroom <command> -h' for the flags of a command.
@@ -157,6 +159,10 @@ func run(ctx context.Context, args []string) error {
 		return cmdBench(ctx, args[1:])
 	case "viz":
 		return cmdViz(ctx, args[1:])
+	case "report":
+		return cmdReport(ctx, args[1:])
+	case "summary":
+		return cmdSummary(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil

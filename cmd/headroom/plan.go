@@ -49,6 +49,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	compress := fs.String("compress", "none", compressHelp)
 	maxBatch := fs.Bool("max-batch", false, "with --budget: also print the largest batch, up to --batch-size, that fits in one pass (no accumulation) for each recomputation policy, found from plans (no trial steps, no out-of-memory)")
 	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
+	snapshot := fs.String("memory-snapshot", "", "also write the planned allocation timeline of one step as a memory snapshot (.json, or .pickle for PyTorch's memory_viz), the format train --memory-snapshot records, for headroom viz")
 	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom plan [flags]
@@ -119,8 +120,16 @@ Flags:
 	if *maxBatch && *budgetFlag == "" {
 		return fmt.Errorf("plan: --max-batch needs --budget (the largest batch that fits it)")
 	}
+	if *snapshot != "" {
+		if err := checkOutputPath(*snapshot); err != nil {
+			return fmt.Errorf("plan: --memory-snapshot: %w", err)
+		}
+	}
 	if *budgetFlag == "" {
-		return printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes)
+		if err := printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes); err != nil || *snapshot == "" {
+			return err
+		}
+		return writePlanSnapshot(ctx, *snapshot, spec, newOpt, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack}, *batch, 1, stdout)
 	}
 	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
 		OptimizerInBackward: *inBack}
@@ -145,6 +154,11 @@ Flags:
 				return err
 			}
 			fmt.Fprintf(stdout, "  recompute %-10s %d\n", p, n)
+		}
+	}
+	if *snapshot != "" {
+		if err := writePlanSnapshot(ctx, *snapshot, spec, newOpt, res.Best.Config(), *batch, res.Best.Accumulation, stdout); err != nil {
+			return err
 		}
 	}
 	if *passes {

@@ -18,7 +18,8 @@ import (
 
 // Ctrl-C during training saves the last complete step as a checkpoint
 // and exits 1 with a message; resuming from it and training to step S+2
-// gives the weights of a run straight to step S+2, byte for byte. After
+// gives the weights of a run straight to step S+2, byte for byte (with a
+// learning-rate warm-up under way). After
 // SIGKILL the newest periodic checkpoint does the same.
 func TestInterruptSavesCheckpoint(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
@@ -29,7 +30,9 @@ func TestInterruptSavesCheckpoint(t *testing.T) {
 func interruptAndResume(t *testing.T, sig syscall.Signal) {
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck")
-	common := []string{"train", "--model", "mlp", "--limit", "2000", "--batch-size", "8", "--lr", "0.01"}
+	// The warm-up (its rates do not depend on the run's length) is still
+	// going at the interruption: the schedule's position is restored too.
+	common := []string{"train", "--model", "mlp", "--limit", "2000", "--batch-size", "8", "--lr", "0.01", "--lr-warmup-steps", "20"}
 	every := "5"
 	if sig == syscall.SIGKILL {
 		every = "1" // killed at any point, a checkpoint at most a step old

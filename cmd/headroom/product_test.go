@@ -147,7 +147,12 @@ func TestTrainLogAndValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var lines []string // the step lines; run and eval lines have a "kind"
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if !strings.HasPrefix(l, `{"kind":`) {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) != 8 { // 64 training samples / 16, two epochs
 		t.Fatalf("%d lines, want 8:\n%s", len(lines), data)
 	}
@@ -300,5 +305,108 @@ func TestTrainWeightDecayAndClip(t *testing.T) {
 	}
 	if bytes.Equal(base, weights("clip", "--clip-grad", "1e-3")) {
 		t.Error("--clip-grad 1e-3 left the weights as without clipping")
+	}
+}
+
+// A run with a learning-rate schedule (warm-up, then cosine decay or
+// StepLR) resumed from a checkpoint taken after the warm-up continues with
+// the rates, losses and final weights of the run that never stopped, bit
+// for bit; another schedule is refused by name.
+func TestTrainResumeWithSchedule(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	for _, sched := range [][]string{
+		{"--lr-schedule", "cosine", "--lr-warmup-steps", "3", "--lr-min", "1e-4"},
+		{"--lr-schedule", "step", "--lr-step-size", "5", "--lr-gamma", "0.5", "--lr-warmup-steps", "2"},
+	} {
+		t.Run(sched[1], func(t *testing.T) {
+			dir := t.TempDir()
+			common := append([]string{"--model", "mlp", "--optimizer", "adamw", "--limit", "64", "--batch-size", "8", "--epochs", "2", "--lr", "0.01"}, sched...)
+			straight, ck, straightLog := filepath.Join(dir, "straight.safetensors"), filepath.Join(dir, "ck"), filepath.Join(dir, "straight.jsonl")
+			out := trainArgs(t, append(common, "--save", straight, "--checkpoint-dir", ck, "--save-every", "4", "--keep", "0", "--log", straightLog)...)
+			if !strings.Contains(out, "lr schedule: LinearLR(start_factor=0.01") {
+				t.Errorf("no schedule reported:\n%s", out)
+			}
+			resumed, resumedLog := filepath.Join(dir, "resumed.safetensors"), filepath.Join(dir, "resumed.jsonl")
+			trainArgs(t, append(common, "--resume", filepath.Join(ck, "step-000000012"), "--checkpoint-dir", filepath.Join(dir, "ck2"), "--save", resumed, "--log", resumedLog)...)
+			a, _ := os.ReadFile(straight)
+			b, _ := os.ReadFile(resumed)
+			if len(a) == 0 || !bytes.Equal(a, b) {
+				t.Error("the resumed run's weights differ from the uninterrupted run's")
+			}
+			type rec struct {
+				Step int64   `json:"step"`
+				Loss float64 `json:"loss"`
+				LR   float64 `json:"lr"`
+			}
+			read := func(path string) []rec {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var rs []rec
+				for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+					if strings.HasPrefix(l, `{"kind":`) {
+						continue // run and eval lines
+					}
+					var r rec
+					if err := json.Unmarshal([]byte(l), &r); err != nil {
+						t.Fatal(err)
+					}
+					rs = append(rs, r)
+				}
+				return rs
+			}
+			s, r := read(straightLog), read(resumedLog)
+			if len(s) != 16 || len(r) != 4 {
+				t.Fatalf("%d and %d log lines, want 16 and 4", len(s), len(r))
+			}
+			if s[0].LR != 0.01*0.01 || s[15].LR == s[3].LR {
+				t.Errorf("the rate did not follow the schedule: %+v", s)
+			}
+			for i, got := range r {
+				if want := s[12+i]; got != want {
+					t.Errorf("resumed step %d: %+v, straight %+v", got.Step, got, want)
+				}
+			}
+			var f trainFlags
+			fs := trainFlagSet(&f)
+			parseFlags(fs, append(common[:len(common)-len(sched)], "--lr-schedule", "linear", "--resume", filepath.Join(ck, "step-000000012")))
+			var o, l bytes.Buffer
+			err := trainFashion(context.Background(), f, &o, &l)
+			if err == nil || !strings.Contains(err.Error(), "this run has LinearLR(start_factor=1") {
+				t.Errorf("another schedule: got %v, want a refusal naming it", err)
+			}
+		})
+	}
+}
+
+// The schedule flags are checked before any work, by name.
+func TestTrainScheduleFlagErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lr-schedule", "cosin"}, `--lr-schedule "cosin": not a schedule (valid: constant, step, cosine, linear); did you mean "cosine"?`},
+		{[]string{"--lr-schedule", "step"}, "--lr-schedule step needs --lr-step-size N"},
+		{[]string{"--lr-gamma", "0.5"}, "--lr-gamma applies only with --lr-schedule step"},
+		{[]string{"--lr-schedule", "step", "--lr-min", "0.1"}, "--lr-min applies only with --lr-schedule cosine or linear"},
+		{[]string{"--lr-warmup-decay", "0.1"}, "--lr-warmup-decay applies only with --lr-warmup-steps"},
+		{[]string{"--lr-warmup-steps", "2", "--lr-warmup-decay", "0"}, "--lr-warmup-decay 0: must be above 0 and at most 1"},
+		{[]string{"--lr-warmup-steps", "-1"}, "--lr-warmup-steps -1: must be at least 0"},
+		{[]string{"--lr-schedule", "cosine", "--lr-min", "1"}, "--lr-min 1: must be between 0 and --lr 0.001"},
+		{[]string{"--lr-schedule", "cosine", "--lr-warmup-steps", "10", "--steps", "10", "--limit", "16", "--batch", "8"}, "no steps left to decay over"},
+	} {
+		var f trainFlags
+		fs := trainFlagSet(&f)
+		if err := parseFlags(fs, append([]string{"--model", "mlp"}, tt.args...)); err != nil {
+			t.Fatal(err)
+		}
+		f.given = map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
+		var out, log bytes.Buffer
+		err := trainFashion(context.Background(), f, &out, &log)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: got %v, want %q", tt.args, err, tt.want)
+		}
 	}
 }

@@ -61,6 +61,12 @@ type trainFlags struct {
 	logPath    string
 	valSplit   float64
 	dist       distFlags // data parallel under mpirun (dist.go)
+	sched      scheduleFlags
+	progress   progressFlags
+	// tensorboard is --tensorboard: a directory for event files.
+	tensorboard string
+	// maxBatch is --max-batch (maxbatch.go).
+	maxBatch bool
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -131,6 +137,10 @@ Flags:
 	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
+	f.sched.define(fs)
+	f.progress.define(fs)
+	fs.BoolVar(&f.maxBatch, "max-batch", false, "with --budget: train with the largest batch that fits the budget in one pass (no accumulation), at most --batch-size when given, else at most the training samples; found from plans, as plan --max-batch")
+	fs.StringVar(&f.tensorboard, "tensorboard", "", "also write the per-step scalars (loss, learning rate, throughput, memory; validation and test each epoch) as TensorBoard event files into this directory")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	addDistFlags(fs, &f.dist)
 	return fs
@@ -172,6 +182,15 @@ func (f *trainFlags) check(log io.Writer) error {
 	}
 	if !(f.clipGrad >= 0) || math.IsInf(f.clipGrad, 0) {
 		return fmt.Errorf("--clip-grad %g: must be a finite number of at least 0 (0: no clipping)", f.clipGrad)
+	}
+	if err := f.sched.check(f.lr, f.given); err != nil {
+		return err
+	}
+	if err := f.progress.check(); err != nil {
+		return err
+	}
+	if err := f.checkMaxBatch(); err != nil {
+		return err
 	}
 	if _, err := newOptimizer(f.optimizer, f.lr, f.weightDecay); err != nil {
 		return fmt.Errorf("--optimizer: %w", err)

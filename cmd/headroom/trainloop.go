@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/tfevents"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -115,6 +115,10 @@ type stepRecord struct {
 	PeakReserved   int64    `json:"peak_reserved"`
 	MicroBatches   int      `json:"micro_batches"`
 	ValidationLoss *float64 `json:"val_loss,omitempty"`
+	// The planned peak of a step and the measured peak's bytes by
+	// category (runlog.go).
+	PlannedPeak    int64            `json:"planned_peak"`
+	PeakByCategory map[string]int64 `json:"peak_by_category,omitempty"`
 }
 
 // openLog opens --log for writing one line per step. It is not written
@@ -240,6 +244,11 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	loaderCfg := func() dataset.Config {
 		return dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), Workers: parallel.Threads(), Transforms: md.transforms}
 	}
+	if f.maxBatch {
+		if err := f.chooseMaxBatch(ctx, spec, n, md, loaderCfg, out); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+	}
 	if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
@@ -350,7 +359,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
 	}
-	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != ""}
+	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != "", plan: mp}
 	r.open = func(start dataset.State) (batches, error) {
 		if md == nil {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
@@ -386,6 +395,14 @@ type runner struct {
 	last       train.Checkpoint // after the last complete step
 	logFile    *os.File
 	savedSteps int64 // the step of the newest checkpoint written, -1: none
+	// The learning-rate schedule (schedule.go): nil at a constant rate.
+	sched      optim.StatefulScheduler
+	schedDesc  string
+	resumed    bool
+	resumeMeta map[string]string // the resumed checkpoint's
+	prog       *progress
+	tb         *tfevents.Writer
+	plan       train.MemoryPlan
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -406,8 +423,9 @@ func (r *runner) checkpoint(why string) error {
 	if r.f.ckptDir == "" || r.savedSteps == r.last.Step {
 		return nil
 	}
+	r.prog.clear()
 	c := r.last
-	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n)}
+	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n), "lr_schedule": r.schedDesc}
 	dir, err := r.tr.SaveCheckpoint(r.f.ckptDir, c, r.f.keep)
 	if err != nil {
 		return fmt.Errorf("--checkpoint-dir %s (%s): %w", r.f.ckptDir, why, err)
@@ -421,6 +439,7 @@ func (r *runner) checkpoint(why string) error {
 // partial is true when the interrupted step may have changed weights
 // (the optimizer in the backward pass updates them one by one).
 func (r *runner) interrupted(where string, cause error, partial bool) error {
+	r.prog.clear()
 	err := fmt.Errorf("interrupted %s; the last complete step is %d", where, r.last.Step)
 	if cause != nil {
 		err = fmt.Errorf("%w: %w", err, cause)
@@ -458,19 +477,16 @@ func (r *runner) run(ctx context.Context) error {
 			return err
 		}
 		r.last, r.savedSteps = ck, ck.Step
+		r.resumed, r.resumeMeta = true, ck.Meta
 		r.last.Meta = nil
 		fmt.Fprintf(r.out, "resumed from %s: step %d, epoch %d, batch %d\n", dir, ck.Step, ck.Epoch+1, ck.Batch)
 	} else {
 		r.last.Passes = tr.Passes()
 	}
-	if f.logPath != "" {
-		lf, err := openLog(f.logPath, f.resume != "")
-		if err != nil {
-			return fmt.Errorf("--log: %w", err)
-		}
-		defer lf.Close()
-		r.logFile = lf
+	if err := r.openLogs(); err != nil {
+		return err
 	}
+	defer r.closeLogs()
 	if r.last.Epoch >= f.epochs {
 		fmt.Fprintf(r.out, "the checkpoint is at the end of epoch %d: nothing left to train (raise --epochs)\n", r.last.Epoch)
 		return writeTrainSnapshot(f, r.dev, r.out)
@@ -481,6 +497,12 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	defer data.Close()
 	steps := data.NumBatches()
+	if err := r.startSchedule(steps); err != nil {
+		return err
+	}
+	if err := r.logRun(steps); err != nil {
+		return err
+	}
 	lastSave := time.Now()
 	done := f.steps > 0 && r.last.Step >= int64(f.steps)
 	for epoch := r.last.Epoch; epoch < f.epochs && !done; epoch++ {
@@ -492,6 +514,7 @@ func (r *runner) run(ctx context.Context) error {
 		if epoch == r.last.Epoch {
 			b = r.last.Batch // done before the checkpoint
 		}
+		r.startProgress(epoch, steps, b)
 		dataStart := time.Now()
 		for {
 			if f.steps > 0 && r.last.Step >= int64(f.steps) {
@@ -555,18 +578,14 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
-			if r.logFile != nil {
-				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
-					SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
-					PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
-					MicroBatches: len(parts) + tr.Splits - splits}
-				line, _ := json.Marshal(rec)
-				// One write per line to an unbuffered file: each line is
-				// on disk (in the page cache) as soon as its step ends.
-				if _, err := r.logFile.Write(append(line, '\n')); err != nil {
-					return fmt.Errorf("--log: %w", err)
-				}
+			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
+				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
+				PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
+				MicroBatches: len(parts) + tr.Splits - splits}
+			if err := r.logStep(rec, stats); err != nil {
+				return err
 			}
+			r.advanceSchedule()
 			if f.everySteps > 0 && r.last.Step%int64(f.everySteps) == 0 {
 				if err := r.checkpoint(fmt.Sprintf("every %d steps", f.everySteps)); err != nil {
 					return err
@@ -578,14 +597,10 @@ func (r *runner) run(ctx context.Context) error {
 				}
 				lastSave = time.Now()
 			}
-			if b%50 == 0 || b == steps {
-				all := time.Since(start)
-				eta := time.Duration(float64(all) / float64(b) * float64(steps-b))
-				fmt.Fprintf(r.log, "\repoch %d  step %4d/%d  loss %.4f  %6.0f samples/s  eta %v   ", epoch+1, b, steps, sum/float64(count), float64(count)/all.Seconds(), eta.Round(time.Second))
-			}
+			r.prog.update(progressStat{step: b, loss: sum / float64(count), samples: count, peak: epochPeak})
 			dataStart = time.Now()
 		}
-		fmt.Fprintln(r.log)
+		r.prog.endEpoch(progressStat{step: b, loss: sum / float64(max(count, 1)), samples: count, peak: epochPeak})
 		last := epoch+1 == f.epochs || done || (f.steps > 0 && r.last.Step >= int64(f.steps))
 		if last {
 			// The weights are saved before evaluation: an evaluation that
@@ -611,6 +626,9 @@ func (r *runner) run(ctx context.Context) error {
 				return err
 			}
 			line += " " + res.format(e.name) + ","
+			if err := r.logEval(epoch+1, e.name, res); err != nil {
+				return err
+			}
 		}
 		fmt.Fprintf(r.out, "%s %.1fs, training peak allocated %s\n", line, time.Since(start).Seconds(), device.FormatBytes(epochPeak))
 		if f.summary {

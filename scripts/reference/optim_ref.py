@@ -131,6 +131,7 @@ def run_clip(tensors, configs):
                 tensors[f"{name}/clipped/{n}"] = p.grad.detach().clone()
 
 
+SCHED_STEPS = 30
 SCHEDULERS = [
     # name, base lr, description (interpreted by make_scheduler and by the Go test)
     ("step_7_half", 0.1, [("StepLR", dict(step_size=7, gamma=0.5))]),
@@ -146,8 +147,19 @@ SCHEDULERS = [
     ("warmup_step_cosine", 0.5, [("LinearLR", dict(start_factor=0.5, total_iters=4)),
                                  ("StepLR", dict(step_size=3, gamma=0.5)),
                                  ("CosineAnnealingLR", dict(T_max=12)), 6, 14]),
+    # The schedules of `headroom train --lr-schedule` (optim.Schedule), built
+    # as torchvision's reference scripts build theirs: a LinearLR warm-up
+    # from --lr-warmup-decay, then the main schedule, over SCHED_STEPS steps.
+    ("recipe_warmup_cosine", 0.1, [("LinearLR", dict(start_factor=0.01, total_iters=5)),
+                                   ("CosineAnnealingLR", dict(T_max=SCHED_STEPS - 5, eta_min=1e-4)), 5]),
+    ("recipe_cosine", 3e-3, [("CosineAnnealingLR", dict(T_max=SCHED_STEPS, eta_min=0.0))]),
+    ("recipe_warmup_linear", 0.05, [("LinearLR", dict(start_factor=0.01, total_iters=3)),
+                                    ("LinearLR", dict(start_factor=1.0, end_factor=0.0 / 0.05, total_iters=SCHED_STEPS - 3)), 3]),
+    ("recipe_linear_min", 0.1, [("LinearLR", dict(start_factor=1.0, end_factor=0.01 / 0.1, total_iters=SCHED_STEPS))]),
+    ("recipe_warmup_step", 0.2, [("LinearLR", dict(start_factor=0.01, total_iters=4)),
+                                 ("StepLR", dict(step_size=5, gamma=0.5)), 4]),
+    ("recipe_warmup_constant", 0.1, [("LinearLR", dict(start_factor=0.25, total_iters=6))]),
 ]
-SCHED_STEPS = 30
 
 
 def make_scheduler(opt, desc):
