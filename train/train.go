@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 
 	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
@@ -59,10 +61,15 @@ type Trainer struct {
 
 	arena    *exec.Arena
 	programs map[programKey]*Compiled
-	optBlks  []*device.Block
-	params   []optim.Param
-	step     int64            // steps taken; seeds dropout masks
-	outs     []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
+	// backend runs the trainer's kernels: the device's backend, or, where
+	// it splits work over host threads (backend.Threaded), one with a
+	// pool of the trainer's own (Config.Threads), closed by Close.
+	backend    backend.Backend
+	ownBackend bool // backend was made for the trainer (WithThreads)
+	optBlks    []*device.Block
+	params     []optim.Param
+	step       int64            // steps taken; seeds dropout masks
+	outs       []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
 	// ownsStore: Close releases the store (trainers made by Setup).
 	ownsStore bool
 }
@@ -126,8 +133,18 @@ func (t *Trainer) Config() Config { return t.cfg }
 // what the steps will hold: freed when the optimizer runs in the backward
 // pass, allocated otherwise.
 func (t *Trainer) SetConfig(c Config) error {
+	if c.Threads < 0 {
+		return fmt.Errorf("train: Config.Threads %d: want a positive count, or 0 for the process-wide one", c.Threads)
+	}
 	if c != t.cfg {
 		clear(t.programs)
+	}
+	if t.backend == nil || c.Threads != t.cfg.Threads {
+		t.closeBackend()
+		t.backend, t.ownBackend = t.Device.Backend, false
+		if tb, ok := t.backend.(backend.Threaded); ok {
+			t.backend, t.ownBackend = tb.WithThreads(c.Threads), true
+		}
 	}
 	t.cfg = c
 	if c.Precision.NeedsScaler() && t.Scaler == nil {
@@ -160,6 +177,7 @@ func (t *Trainer) inBackward(microBatches int) bool {
 // Close releases the trainer's arena and optimizer state (and the store,
 // for trainers made by Setup).
 func (t *Trainer) Close() {
+	t.closeBackend()
 	t.arena.Release()
 	for _, b := range t.optBlks {
 		t.Device.Alloc.Free(b)
@@ -168,6 +186,23 @@ func (t *Trainer) Close() {
 	if t.ownsStore {
 		t.Store.Release()
 	}
+}
+
+// closeBackend stops the threads of the trainer's own backend.
+func (t *Trainer) closeBackend() {
+	if c, ok := t.backend.(io.Closer); ok && t.ownBackend {
+		c.Close()
+	}
+}
+
+// Threads reports how many threads the trainer's kernels split their loops
+// across (Config.Threads, or the process-wide count it follows); 1 for a
+// backend that does not run on host threads.
+func (t *Trainer) Threads() int {
+	if tb, ok := t.backend.(interface{ Threads() int }); ok {
+		return tb.Threads()
+	}
+	return 1
 }
 
 // Arena is the memory the trainer's steps run in.
@@ -344,7 +379,7 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 		return nil, err
 	}
 	reports = append(reports, passes...)
-	p, err := exec.Compile(g, t.Device)
+	p, err := exec.CompileWith(g, t.Device, t.backend)
 	if err != nil {
 		return nil, err
 	}
