@@ -71,7 +71,7 @@ func CheckBatch(p Problem) error {
 		return fmt.Errorf("%w: batch size must be positive, got %d", ErrBatch, p.Batch)
 	}
 	x, y := p.Example(p.Batch)
-	for _, m := range []trace.Meta{x, y} {
+	for _, m := range append([]trace.Meta{x, y}, p.extra(p.Batch)...) {
 		// The check the graph makes of every value, made before any trace.
 		if err := m.Shape.Check(m.DType); err != nil {
 			return fmt.Errorf("%w: a batch of %d samples: %w", ErrBatch, p.Batch, err)

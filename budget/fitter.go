@@ -135,7 +135,7 @@ func (f *fitter) graph(m int) (*trace.Graph, error) {
 		return g, nil
 	}
 	x, y := f.p.Example(m)
-	g, err := f.tr.Trace(x, y)
+	g, err := f.tr.Trace(x, y, f.p.extra(m)...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 	}
 	for i, sz := range sizes {
 		x, y := f.p.Example(sz)
-		mem, prog, err := f.tr.PlanConfig(cfg, x, y)
+		mem, prog, err := f.tr.PlanConfig(cfg, x, y, f.p.extra(sz)...)
 		if err != nil {
 			return c, err
 		}
@@ -250,7 +250,7 @@ func (f *fitter) describe(c *Choice) error {
 	cfg := c.Config()
 	cfg.Accumulation, cfg.OptimizerInBackward = 0, false
 	x, y := f.p.Example(c.MicroBatch)
-	_, comp, err := f.tr.PlanConfig(cfg, x, y)
+	_, comp, err := f.tr.PlanConfig(cfg, x, y, f.p.extra(c.MicroBatch)...)
 	if err != nil {
 		return err
 	}

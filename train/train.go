@@ -277,9 +277,10 @@ func (m gradMode) kind() string {
 
 // Trace returns the usual training step for inputs and targets of these
 // shapes as autodiff leaves it, before any pass of the pipeline: the graph
-// whose node IDs a RecomputeNodes policy names.
-func (t *Trainer) Trace(x, y trace.Meta) (*trace.Graph, error) {
-	return t.trace(x, y, nil, writeGrads, t.cfg.Outputs)
+// whose node IDs a RecomputeNodes policy names. extra are a MultiModel's
+// further inputs (x1, x2, ...).
+func (t *Trainer) Trace(x, y trace.Meta, extra ...trace.Meta) (*trace.Graph, error) {
+	return t.trace(x, y, extra, writeGrads, t.cfg.Outputs)
 }
 
 // trace records the step with gradients going where mode says.
@@ -392,15 +393,16 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 }
 
 // EvalProgram returns the compiled forward pass for inputs of this shape.
-func (t *Trainer) EvalProgram(x trace.Meta) (*exec.Program, error) {
-	key := programKey{t.cfg, signature("eval", t.Store.Training(), x)}
+// extra are a MultiModel's further inputs (x1, x2, ...).
+func (t *Trainer) EvalProgram(x trace.Meta, extra ...trace.Meta) (*exec.Program, error) {
+	key := programKey{t.cfg, signature("eval", t.Store.Training(), append([]trace.Meta{x}, extra...)...)}
 	if c, ok := t.programs[key]; ok {
 		return c.Program, nil
 	}
 	g := trace.New()
 	err := trace.Capture(func() {
 		xi := g.Input("x", x.DType, x.Shape)
-		g.Output("out", t.Model.Forward(xi))
+		g.Output("out", t.forward(g, xi, extra))
 	})
 	if err != nil {
 		return nil, err
@@ -809,14 +811,27 @@ func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, b Batch, seed
 
 // Predict runs the forward pass in evaluation mode and returns the output.
 func (t *Trainer) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	return t.PredictInputs(ctx, []*tensor.Tensor{x})
+}
+
+// PredictInputs is Predict for a MultiModel: xs are its inputs, the first
+// one being what Forward would get.
+func (t *Trainer) PredictInputs(ctx context.Context, xs []*tensor.Tensor) (*tensor.Tensor, error) {
+	if len(xs) == 0 {
+		return nil, fmt.Errorf("train: no inputs")
+	}
 	was := t.Store.Training()
 	t.Store.SetTraining(false)
 	defer t.Store.SetTraining(was)
-	p, err := t.EvalProgram(trace.Meta{DType: x.DType, Shape: x.Shape})
+	p, err := t.EvalProgram(MetaOf(xs[0]), metasOf(xs[1:])...)
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.Run(ctx, t.arena, t.Store, map[string]*tensor.Tensor{"x": x}, nil)
+	feed := map[string]*tensor.Tensor{}
+	for i, x := range xs {
+		feed[InputName(i)] = x
+	}
+	res, err := p.Run(ctx, t.arena, t.Store, feed, nil)
 	if err != nil {
 		return nil, err
 	}
