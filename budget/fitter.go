@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/headroom-ml/headroom/device"
@@ -89,6 +90,12 @@ func newFitter(p Problem) (*fitter, error) {
 	f := &fitter{p: p, sets: sets, cost: p.Cost, cands: map[int][]int{}, chains: map[int][]int{}, graphs: map[int]*trace.Graph{}, memo: map[evalKey]Choice{}}
 	if f.cost == (CostModel{}) {
 		f.cost = DefaultCost
+	}
+	if err := f.cost.check(); err != nil {
+		return nil, err
+	}
+	if p.Build == nil || p.Example == nil || p.NewOptimizer == nil {
+		return nil, fmt.Errorf("%w: Build, Example and NewOptimizer are required", ErrProblem)
 	}
 	opt, err := p.NewOptimizer()
 	if err != nil {

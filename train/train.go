@@ -512,6 +512,9 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
 	}
+	if err := t.Scaler.check(); err != nil {
+		return 0, err
+	}
 	t.outs = t.outs[:0]
 	if t.inBackward(len(micro)) {
 		if l, done, err := t.stepInBackward(ctx, micro[0]); done {
