@@ -109,6 +109,11 @@ func (b *cpuBackend) WithThreads(n int) backend.Backend {
 	return &cpuBackend{pool: parallel.NewPool(n)}
 }
 
+// For runs a loop on the backend's pool (parallel.Pool.For), for work the
+// engine does next to the kernels: an optimizer's update (optim.Adam's
+// SetLoops).
+func (b *cpuBackend) For(n, grain int, fn func(lo, hi int)) { b.pool.For(n, grain, fn) }
+
 // Threads reports how many threads the backend's loops are split across.
 func (b *cpuBackend) Threads() int { return b.pool.Threads() }
 

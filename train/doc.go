@@ -23,9 +23,11 @@
 // follows the process-wide count (internal/parallel: HEADROOM_NUM_THREADS,
 // headroom's --threads), still on the trainer's own pool. Close stops the
 // pool's goroutines (a trainer dropped without Close has them stopped once
-// it is collected). Shared between trainers: the device (its allocator
-// takes a lock per call) and the process-wide pool, which the optimizers'
-// update loops (package optim) still use: there, the trainer that finds it
-// busy updates its parameters on one thread. Results never depend on the
-// thread count; only speed does.
+// it is collected). The optimizer's update loops run on the trainer's
+// pool too, for optimizers that take one (optim.Adam and AdamW:
+// SetLoops); SGD's update is a plain loop. What trainers still share is
+// the process: its memory and cores (two trainers of 2 threads each on 2
+// cores take turns) and the process-wide pool, which the kernels run
+// outside a trainer use (cpu.Run, the reference checks). Results never
+// depend on the thread count; only speed does.
 package train

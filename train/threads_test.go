@@ -19,7 +19,8 @@ import (
 // their loops over a pool of their own with the thread count of their
 // Config. Before, every kernel shared one process-wide pool: a trainer
 // had no threads of its own to count, and the one that found the pool
-// busy ran that loop on one thread.
+// busy ran that loop on one thread. The optimizer's update (Adam's
+// loops) runs on the trainer's pool too, not the process-wide one.
 func TestTrainersEachGetTheirThreads(t *testing.T) {
 	spec, err := zoo.Lookup("mlp")
 	if err != nil {
@@ -29,7 +30,7 @@ func TestTrainersEachGetTheirThreads(t *testing.T) {
 	threads := []int{2, 3}
 	trainers := make([]*train.Trainer, len(threads))
 	for i, n := range threads {
-		opt, _ := optim.NewSGD(optim.SGDConfig{LR: 0.01})
+		opt, _ := optim.NewAdamW(optim.AdamWDefaults())
 		tr, err := train.SetupConfig(device.CPU(), 1, testkit.Build(spec), opt, train.Config{Threads: n})
 		if err != nil {
 			t.Fatal(err)
@@ -37,6 +38,8 @@ func TestTrainersEachGetTheirThreads(t *testing.T) {
 		defer tr.Close()
 		trainers[i] = tr
 	}
+	var shared *parallel.Pool // nil: the process-wide pool
+	before := shared.Stats()
 	var wg sync.WaitGroup
 	errs := make([]error, len(trainers))
 	for i, tr := range trainers {
@@ -52,6 +55,9 @@ func TestTrainersEachGetTheirThreads(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if after := shared.Stats(); after.Loops != before.Loops || after.Inline != before.Inline {
+		t.Errorf("the process-wide pool ran loops of the trainers' steps: %+v, then %+v", before, after)
+	}
 	for i, tr := range trainers {
 		if errs[i] != nil {
 			t.Fatalf("trainer %d: %v", i, errs[i])

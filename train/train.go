@@ -145,6 +145,18 @@ func (t *Trainer) SetConfig(c Config) error {
 		if tb, ok := t.backend.(backend.Threaded); ok {
 			t.backend, t.ownBackend = tb.WithThreads(c.Threads), true
 		}
+		// The optimizer's update loops run on the trainer's threads too.
+		if o, ok := t.Opt.(interface {
+			SetLoops(func(n, grain int, fn func(lo, hi int)))
+		}); ok {
+			var loops func(n, grain int, fn func(lo, hi int))
+			if b, ok := t.backend.(interface {
+				For(n, grain int, fn func(lo, hi int))
+			}); ok && t.ownBackend {
+				loops = b.For
+			}
+			o.SetLoops(loops)
+		}
 	}
 	t.cfg = c
 	if c.Precision.NeedsScaler() && t.Scaler == nil {
