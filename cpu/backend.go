@@ -37,9 +37,13 @@ func asKernel[K KernelFunc](k K) Kernel {
 	case func(*parallel.Pool, *trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error:
 		return k
 	case backend.Kernel:
-		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error { return k(n, in, out, ws) }
+		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+			return k(n, in, out, ws)
+		}
 	case func(*trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error:
-		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error { return k(n, in, out, ws) }
+		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+			return k(n, in, out, ws)
+		}
 	}
 	panic(fmt.Sprintf("cpu: kernel of type %T: declare it as a cpu.Kernel or a func", k))
 }
