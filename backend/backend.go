@@ -36,6 +36,16 @@ type Backend interface {
 	Workspace(n *trace.Node) int64
 }
 
+// Threaded is implemented by backends whose kernels split their work over
+// host threads. WithThreads returns a backend with the same kernels whose
+// loops run on a pool of n threads of its own (n < 1: the default count),
+// so that programs run through it get their n threads even while programs
+// of other backends run; the returned backend implements io.Closer to stop
+// its threads (they stop too once it is unreachable).
+type Threaded interface {
+	WithThreads(n int) Backend
+}
+
 // NonFinite finds the first NaN or infinity of a tensor.
 type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
 

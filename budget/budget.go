@@ -28,6 +28,10 @@ type Problem struct {
 	Build func(s *nn.Store) (train.Model, train.LossFunc)
 	// Example gives the input and target metadata of a batch of n samples.
 	Example func(n int) (x, y trace.Meta)
+	// Inputs, for a model of several inputs (train.MultiModel), gives the
+	// metadata of its further inputs (x1, x2, ...) in a batch of n
+	// samples; nil for a model of one input.
+	Inputs func(n int) []trace.Meta
 	// Batch is the effective batch size (samples per optimizer step).
 	Batch int
 	// Budget is the memory limit in bytes.
@@ -365,4 +369,13 @@ func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
 		}
 	}
 	return lo, nil
+}
+
+// extra is the metadata of a MultiModel's further inputs in a batch of n
+// samples (Problem.Inputs), or nil.
+func (p Problem) extra(n int) []trace.Meta {
+	if p.Inputs == nil {
+		return nil
+	}
+	return p.Inputs(n)
 }

@@ -1,6 +1,10 @@
 package budget
 
 import (
+	"errors"
+	"fmt"
+	"math"
+
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -30,6 +34,28 @@ type CostModel struct {
 	// offloaded activations, bytes per second; 0 means Bandwidth/2 (on
 	// the cpu the pool is the same memory, and a copy reads and writes).
 	HostBandwidth float64
+}
+
+// ErrCost is matched by errors.Is for a cost model that cannot rank
+// plans: a literal such as CostModel{FLOPS: 1e11} leaves Bandwidth at 0
+// by omission, which makes every plan's time infinite and every plan
+// equal. (The zero CostModel means DefaultCost.)
+var ErrCost = errors.New("budget: cost model cannot rank plans")
+
+// check refuses rates that are not positive and finite (FLOPS,
+// Bandwidth) or negative (Overhead, Convert, HostBandwidth: 0 is
+// documented for them).
+func (c CostModel) check() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+		zero bool
+	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v == 0 && !f.zero {
+			return fmt.Errorf("%w: %s is %v (start from DefaultCost and change what you measured)", ErrCost, f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // DefaultCost is a 2-core x86 machine running headroom's cpu kernels.

@@ -59,6 +59,10 @@ func (e *TooSmallError) Error() string {
 
 func (e *TooSmallError) Is(t error) bool { return t == ErrBudget }
 
+// ErrProblem is matched by errors.Is for a Problem missing a function it
+// needs (Build, Example, NewOptimizer).
+var ErrProblem = errors.New("budget: incomplete problem")
+
 // ErrBatch is matched by errors.Is for a batch size that cannot be
 // planned: not positive, or so large that its tensors' sizes overflow.
 var ErrBatch = errors.New("budget: impossible batch size")
@@ -67,11 +71,14 @@ var ErrBatch = errors.New("budget: impossible batch size")
 // count past 2^63 would wrap and every size derived from it would be
 // nonsense (negative shapes, divisions by zero).
 func CheckBatch(p Problem) error {
+	if p.Example == nil {
+		return fmt.Errorf("%w: Example is required", ErrProblem)
+	}
 	if p.Batch < 1 {
 		return fmt.Errorf("%w: batch size must be positive, got %d", ErrBatch, p.Batch)
 	}
 	x, y := p.Example(p.Batch)
-	for _, m := range []trace.Meta{x, y} {
+	for _, m := range append([]trace.Meta{x, y}, p.extra(p.Batch)...) {
 		// The check the graph makes of every value, made before any trace.
 		if err := m.Shape.Check(m.DType); err != nil {
 			return fmt.Errorf("%w: a batch of %d samples: %w", ErrBatch, p.Batch, err)

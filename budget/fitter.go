@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/headroom-ml/headroom/device"
@@ -90,6 +91,12 @@ func newFitter(p Problem) (*fitter, error) {
 	if f.cost == (CostModel{}) {
 		f.cost = DefaultCost
 	}
+	if err := f.cost.check(); err != nil {
+		return nil, err
+	}
+	if p.Build == nil || p.Example == nil || p.NewOptimizer == nil {
+		return nil, fmt.Errorf("%w: Build, Example and NewOptimizer are required", ErrProblem)
+	}
 	opt, err := p.NewOptimizer()
 	if err != nil {
 		return nil, err
@@ -135,7 +142,7 @@ func (f *fitter) graph(m int) (*trace.Graph, error) {
 		return g, nil
 	}
 	x, y := f.p.Example(m)
-	g, err := f.tr.Trace(x, y)
+	g, err := f.tr.Trace(x, y, f.p.extra(m)...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +224,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 	}
 	for i, sz := range sizes {
 		x, y := f.p.Example(sz)
-		mem, prog, err := f.tr.PlanConfig(cfg, x, y)
+		mem, prog, err := f.tr.PlanConfig(cfg, x, y, f.p.extra(sz)...)
 		if err != nil {
 			return c, err
 		}
@@ -250,7 +257,7 @@ func (f *fitter) describe(c *Choice) error {
 	cfg := c.Config()
 	cfg.Accumulation, cfg.OptimizerInBackward = 0, false
 	x, y := f.p.Example(c.MicroBatch)
-	_, comp, err := f.tr.PlanConfig(cfg, x, y)
+	_, comp, err := f.tr.PlanConfig(cfg, x, y, f.p.extra(c.MicroBatch)...)
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	// Outputs keeps every step's model outputs for Outputs (training
 	// metrics), planned within the budget.
 	Outputs bool
+	// Threads is the trainer's thread count (train.Config.Threads; 0:
+	// the process-wide count, on a pool of the trainer's own).
+	Threads int
 }
 
 // Trainer is a train.Trainer set up to run the plan Fit chose within a
@@ -52,19 +55,37 @@ type Trainer struct {
 	// Plan is what Fit chose, and what it was compared with.
 	Plan *Result
 
-	x, y trace.Meta // one sample's input and target (leading dimension 1)
+	xs []trace.Meta // one sample of each input (leading dimension 1)
+	y  trace.Meta   // one sample's target
 }
 
 // ErrShape is matched by errors.Is when a batch given to Trainer.Step is
 // not of the shape and type the trainer was planned for.
 var ErrShape = errors.New("budget: batch does not match the planned sample shape")
 
+// batchOf is n samples of m's per-sample shape (all but the first axis).
+func batchOf(m trace.Meta, n int) trace.Meta {
+	return trace.Meta{DType: m.DType, Shape: append(tensor.Shape{n}, m.Shape[1:]...)}
+}
+
 // exampleOf returns Problem.Example for batches shaped as x and y: n
 // samples of x's and y's per-sample shapes (all but the first axis).
 func exampleOf(x, y trace.Meta) func(n int) (trace.Meta, trace.Meta) {
-	return func(n int) (trace.Meta, trace.Meta) {
-		return trace.Meta{DType: x.DType, Shape: append(tensor.Shape{n}, x.Shape[1:]...)},
-			trace.Meta{DType: y.DType, Shape: append(tensor.Shape{n}, y.Shape[1:]...)}
+	return func(n int) (trace.Meta, trace.Meta) { return batchOf(x, n), batchOf(y, n) }
+}
+
+// inputsOf returns Problem.Inputs for a model's further inputs shaped as
+// xs (nil for none).
+func inputsOf(xs []trace.Meta) func(n int) []trace.Meta {
+	if len(xs) == 0 {
+		return nil
+	}
+	return func(n int) []trace.Meta {
+		ms := make([]trace.Meta, len(xs))
+		for i, x := range xs {
+			ms[i] = batchOf(x, n)
+		}
+		return ms
 	}
 }
 
@@ -78,14 +99,30 @@ func exampleOf(x, y trace.Meta) func(n int) (trace.Meta, trace.Meta) {
 // set. It replaces the sequence Fit, device.New with the capacity,
 // train.Setup, Trainer.SetConfig and splitting batches by hand.
 func NewTrainer(ctx context.Context, build func(s *nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), x, y *tensor.Tensor, o Options) (*Trainer, error) {
-	if x == nil || y == nil || len(x.Shape) == 0 || len(y.Shape) == 0 {
+	return NewTrainerInputs(ctx, build, newOpt, []*tensor.Tensor{x}, y, o)
+}
+
+// NewTrainerInputs is NewTrainer for a model of several inputs
+// (train.MultiModel): xs is an example of each input, the first one being
+// what the model's Forward would get, each with the same number of
+// samples. Train it with StepInputs.
+func NewTrainerInputs(ctx context.Context, build func(s *nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), xs []*tensor.Tensor, y *tensor.Tensor, o Options) (*Trainer, error) {
+	if len(xs) == 0 {
+		return nil, fmt.Errorf("%w: no example inputs", ErrShape)
+	}
+	if y == nil || len(y.Shape) == 0 {
 		return nil, fmt.Errorf("%w: the example batch needs a batch axis in inputs and targets", ErrShape)
 	}
-	if x.Shape[0] != y.Shape[0] {
-		return nil, fmt.Errorf("%w: example inputs have %d samples, targets %d", ErrShape, x.Shape[0], y.Shape[0])
+	for i, x := range xs {
+		if x == nil || len(x.Shape) == 0 {
+			return nil, fmt.Errorf("%w: the example batch needs a batch axis in inputs and targets (input %d has none)", ErrShape, i)
+		}
+		if x.Shape[0] != y.Shape[0] {
+			return nil, fmt.Errorf("%w: example input %d has %d samples, targets %d", ErrShape, i, x.Shape[0], y.Shape[0])
+		}
 	}
 	if o.Batch == 0 {
-		o.Batch = x.Shape[0]
+		o.Batch = y.Shape[0]
 	}
 	kind := o.Device
 	switch kind {
@@ -95,10 +132,13 @@ func NewTrainer(ctx context.Context, build func(s *nn.Store) (train.Model, train
 	default:
 		return nil, fmt.Errorf("budget: device %q: want cpu or meta (the trainer caps its own device at the plan's capacity)", o.Device)
 	}
-	xm := trace.Meta{DType: x.DType, Shape: append(tensor.Shape{1}, x.Shape[1:]...)}
-	ym := trace.Meta{DType: y.DType, Shape: append(tensor.Shape{1}, y.Shape[1:]...)}
+	xms := make([]trace.Meta, len(xs))
+	for i, x := range xs {
+		xms[i] = batchOf(train.MetaOf(x), 1)
+	}
+	ym := batchOf(train.MetaOf(y), 1)
 	res, err := Fit(ctx, Problem{
-		Build: build, Example: exampleOf(xm, ym), Batch: o.Batch, Budget: o.Budget, NewOptimizer: newOpt,
+		Build: build, Example: exampleOf(xms[0], ym), Inputs: inputsOf(xms[1:]), Batch: o.Batch, Budget: o.Budget, NewOptimizer: newOpt,
 		Cost: o.Cost, Policies: o.Policies, Precisions: o.Precisions, Compress: o.Compress, OptimizerInBackward: o.OptimizerInBackward,
 		Outputs: o.Outputs,
 	})
@@ -113,11 +153,13 @@ func NewTrainer(ctx context.Context, build func(s *nn.Store) (train.Model, train
 	if err != nil {
 		return nil, err
 	}
-	tr, err := train.SetupConfig(dev, o.Seed, build, opt, res.Best.Config())
+	cfg := res.Best.Config()
+	cfg.Threads = o.Threads
+	tr, err := train.SetupConfig(dev, o.Seed, build, opt, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Trainer{Trainer: tr, Plan: res, x: xm, y: ym}, nil
+	return &Trainer{Trainer: tr, Plan: res, xs: xms, y: ym}, nil
 }
 
 // MicroBatch is the plan's number of samples per forward and backward pass.
@@ -130,12 +172,23 @@ func (t *Trainer) MicroBatch() int { return t.Plan.Best.MicroBatch }
 // Options.Batch: more micro-batches); its samples must have the shape and
 // type the trainer was planned for (ErrShape otherwise).
 func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
-	if err := t.check(x, y); err != nil {
+	return t.StepInputs(ctx, []*tensor.Tensor{x}, y)
+}
+
+// StepInputs is Step for a model of several inputs (NewTrainerInputs): xs
+// are its inputs, each with the same number of samples, split together
+// into the plan's micro-batches.
+func (t *Trainer) StepInputs(ctx context.Context, xs []*tensor.Tensor, y *tensor.Tensor) (float64, error) {
+	if err := t.check(xs, y); err != nil {
 		return 0, err
 	}
-	n := x.Shape[0]
+	n := xs[0].Shape[0]
 	k := (n + t.MicroBatch() - 1) / t.MicroBatch()
-	micro, err := train.Split(train.Batch{X: x, Y: y}, k)
+	b := train.Batch{X: xs[0], Y: y}
+	if len(xs) > 1 {
+		b.Inputs = xs[1:]
+	}
+	micro, err := train.Split(b, k)
 	if err != nil {
 		return 0, err
 	}
@@ -143,7 +196,7 @@ func (t *Trainer) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error
 }
 
 // check reports a batch that is not of the planned sample shapes.
-func (t *Trainer) check(x, y *tensor.Tensor) error {
+func (t *Trainer) check(xs []*tensor.Tensor, y *tensor.Tensor) error {
 	same := func(name string, got *tensor.Tensor, want trace.Meta) error {
 		if got == nil || len(got.Shape) == 0 || got.Shape[0] < 1 {
 			return fmt.Errorf("%w: %s has no samples", ErrShape, name)
@@ -153,14 +206,28 @@ func (t *Trainer) check(x, y *tensor.Tensor) error {
 		}
 		return nil
 	}
-	if err := same("inputs", x, t.x); err != nil {
-		return err
+	if len(xs) != len(t.xs) {
+		return fmt.Errorf("%w: %d inputs, planned %d", ErrShape, len(xs), len(t.xs))
+	}
+	for i, x := range xs {
+		name := "inputs"
+		if len(xs) > 1 {
+			name = fmt.Sprintf("input %d", i)
+		}
+		if err := same(name, x, t.xs[i]); err != nil {
+			return err
+		}
 	}
 	if err := same("targets", y, t.y); err != nil {
 		return err
 	}
-	if x.Shape[0] != y.Shape[0] {
-		return fmt.Errorf("%w: inputs have %d samples, targets %d", ErrShape, x.Shape[0], y.Shape[0])
+	for i, x := range xs {
+		if x.Shape[0] != y.Shape[0] {
+			if len(xs) == 1 {
+				return fmt.Errorf("%w: inputs have %d samples, targets %d", ErrShape, x.Shape[0], y.Shape[0])
+			}
+			return fmt.Errorf("%w: input %d has %d samples, targets %d", ErrShape, i, x.Shape[0], y.Shape[0])
+		}
 	}
 	return nil
 }

@@ -88,8 +88,8 @@ func attnScratch[T Float](ws []byte, n int) ([]T, error) {
 // attnForSlots runs units 0..units-1 over slots in parallel; slot s runs
 // units s, s+slots, ... so that each slot's scratch has one user at a time
 // and causal heads' uneven row blocks interleave.
-func attnForSlots(slots, units int, f func(slot, unit int)) {
-	parallel.For(slots, 1, func(lo, hi int) {
+func attnForSlots(pool *parallel.Pool, slots, units int, f func(slot, unit int)) {
+	pool.For(slots, 1, func(lo, hi int) {
 		for s := lo; s < hi; s++ {
 			for u := s; u < units; u += slots {
 				f(s, u)
@@ -107,7 +107,7 @@ func (g attnGeom) attnCols(causal bool, i1 int) int {
 	return g.s
 }
 
-func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func attentionKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.AttentionOp)
 	g, err := newAttnGeom(in[0].Shape, in[1].Shape, in[2].Shape)
 	if err != nil {
@@ -124,7 +124,7 @@ func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 		return err
 	}
 	scale := o.Scale
-	attnForSlots(g.fwdSlots(), g.fwdUnits(), func(slot, u int) {
+	attnForSlots(pool, g.fwdSlots(), g.fwdUnits(), func(slot, u int) {
 		b, rb := u/g.nrb, u%g.nrb
 		i0 := rb * g.br
 		i1 := min(g.t, i0+g.br)
@@ -133,7 +133,7 @@ func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 		qb := q[(b*g.t+i0)*g.d:]
 		kb, vb := k[b*g.s*g.d:], v[b*g.s*g.dv:]
 		sc := scratch[slot*per : slot*per+rows*cols]
-		gemm(false, true, rows, cols, g.d, qb, g.d, kb, g.d, sc, cols)
+		gemm(pool, false, true, rows, cols, g.d, qb, g.d, kb, g.d, sc, cols)
 		for r := 0; r < rows; r++ {
 			row := sc[r*cols : (r+1)*cols]
 			lim := cols
@@ -143,7 +143,7 @@ func attentionKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte
 			lse[b*g.t+i0+r] = T(attnSoftmaxRow(row[:lim], scale))
 			clear(row[lim:])
 		}
-		gemm(false, false, rows, g.dv, cols, sc, cols, vb, g.dv, y[(b*g.t+i0)*g.dv:], g.dv)
+		gemm(pool, false, false, rows, g.dv, cols, sc, cols, vb, g.dv, y[(b*g.t+i0)*g.dv:], g.dv)
 	})
 	return nil
 }
@@ -210,7 +210,7 @@ func attnGradRow[T Float](pr, dr []T, scale, l, di float64) {
 	}
 }
 
-func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.AttentionBackward)
 	g, err := newAttnGeom(in[1].Shape, in[2].Shape, in[3].Shape)
 	if err != nil {
@@ -228,7 +228,7 @@ func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 		return err
 	}
 	scale := o.Scale
-	attnForSlots(g.bwdSlots(), g.bh, func(slot, b int) {
+	attnForSlots(pool, g.bwdSlots(), g.bh, func(slot, b int) {
 		sl := scratch[slot*per : (slot+1)*per]
 		pBuf, dsBuf := sl[:g.br*g.s], sl[g.br*g.s:2*g.br*g.s]
 		tmpK := sl[2*g.br*g.s : 2*g.br*g.s+g.s*g.d]
@@ -245,9 +245,9 @@ func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 			p, ds := pBuf[:rows*cols], dsBuf[:rows*cols]
 			gyb := gy[(b*g.t+i0)*g.dv:]
 			// P = exp(q k^T * scale - lse), recomputed.
-			gemm(false, true, rows, cols, g.d, qh[i0*g.d:], g.d, kh, g.d, p, cols)
+			gemm(pool, false, true, rows, cols, g.d, qh[i0*g.d:], g.d, kh, g.d, p, cols)
 			// dP = dO v^T.
-			gemm(false, true, rows, cols, g.dv, gyb, g.dv, vh, g.dv, ds, cols)
+			gemm(pool, false, true, rows, cols, g.dv, gyb, g.dv, vh, g.dv, ds, cols)
 			for r := 0; r < rows; r++ {
 				i := i0 + r
 				lim := cols
@@ -267,14 +267,14 @@ func attentionBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 				clear(dr[lim:])
 			}
 			// dv += P^T dO.
-			gemm(true, false, cols, g.dv, rows, p, cols, gyb, g.dv, tmpV, g.dv)
+			gemm(pool, true, false, cols, g.dv, rows, p, cols, gyb, g.dv, tmpV, g.dv)
 			for j, x := range tmpV[:cols*g.dv] {
 				dvh[j] += x
 			}
 			// dq = dS k (rows of this block only).
-			gemm(false, false, rows, g.d, cols, ds, cols, kh, g.d, dqh[i0*g.d:], g.d)
+			gemm(pool, false, false, rows, g.d, cols, ds, cols, kh, g.d, dqh[i0*g.d:], g.d)
 			// dk += dS^T q.
-			gemm(true, false, cols, g.d, rows, ds, cols, qh[i0*g.d:], g.d, tmpK, g.d)
+			gemm(pool, true, false, cols, g.d, rows, ds, cols, qh[i0*g.d:], g.d, tmpK, g.d)
 			for j, x := range tmpK[:cols*g.d] {
 				dkh[j] += x
 			}

@@ -8,13 +8,45 @@ import (
 	"reflect"
 
 	"github.com/headroom-ml/headroom/backend"
+	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
 // Kernel runs one node: in and out are views of the node's buffers; ws is
-// its workspace (len from the registered WorkspaceFunc, else empty).
-type Kernel = backend.Kernel
+// its workspace (len from the registered WorkspaceFunc, else empty). Its
+// loops split over pool, the pool of the backend that runs it (nil: the
+// process-wide default pool), so that each backend's kernels get that
+// backend's threads.
+type Kernel func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error
+
+// KernelFunc is what Register and Floats take: a Kernel, or a kernel
+// without the pool argument (backend.Kernel's signature), whose loops, if
+// it has any, run on the process-wide pool (package-level parallel.For),
+// whichever backend runs it. New kernels take the pool.
+type KernelFunc interface {
+	~func(*parallel.Pool, *trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error |
+		~func(*trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error
+}
+
+// asKernel is k as a Kernel.
+func asKernel[K KernelFunc](k K) Kernel {
+	switch k := any(k).(type) {
+	case Kernel:
+		return k
+	case func(*parallel.Pool, *trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error:
+		return k
+	case backend.Kernel:
+		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+			return k(n, in, out, ws)
+		}
+	case func(*trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error:
+		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+			return k(n, in, out, ws)
+		}
+	}
+	panic(fmt.Sprintf("cpu: kernel of type %T: declare it as a cpu.Kernel or a func", k))
+}
 
 // WorkspaceFunc reports the scratch bytes a node's kernel needs.
 type WorkspaceFunc func(n *trace.Node) int64
@@ -25,9 +57,9 @@ var (
 )
 
 // Register installs the kernel for ops of type O (a pointer type).
-func Register[O trace.Op](k Kernel) {
+func Register[O trace.Op, K KernelFunc](k K) {
 	var o O
-	kernels[reflect.TypeOf(o)] = k
+	kernels[reflect.TypeOf(o)] = asKernel(k)
 }
 
 // RegisterWorkspace installs the workspace size function for ops of type O.
@@ -36,13 +68,16 @@ func RegisterWorkspace[O trace.Op](f WorkspaceFunc) {
 	workspaces[reflect.TypeOf(o)] = f
 }
 
-// Run executes node n.
-func Run(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+// Run executes node n on the default pool.
+func Run(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error { return runOn(nil, n, in, out, ws) }
+
+// runOn executes node n with its loops on pool.
+func runOn(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	k, ok := kernels[reflect.TypeOf(n.Op)]
 	if !ok {
 		return fmt.Errorf("cpu: no kernel for op %s (%T)", n.Op.Name(), n.Op)
 	}
-	return k(n, in, out, ws)
+	return k(pool, n, in, out, ws)
 }
 
 // Workspace is the scratch bytes node n needs on the cpu device. The meta
@@ -65,25 +100,62 @@ func HasKernel(o trace.Op) bool {
 
 // Backend returns the cpu backend: the kernels registered in this package,
 // behind the interface package exec runs them through. The cpu and meta
-// devices carry it (device.New), so both plan the same workspaces.
-func Backend() backend.Backend { return cpuBackend{} }
+// devices carry it (device.New), so both plan the same workspaces. Its
+// kernels split their loops over the process-wide default pool
+// (parallel.SetThreads, $HEADROOM_NUM_THREADS); WithThreads gives a
+// backend with threads of its own.
+func Backend() backend.Backend { return &cpuBackend{} }
 
-type cpuBackend struct{}
+// cpuBackend runs the registered kernels on pool (nil: the default pool).
+type cpuBackend struct {
+	pool *parallel.Pool
+}
 
-func (cpuBackend) Name() string { return "cpu" }
+func (*cpuBackend) Name() string { return "cpu" }
 
-func (cpuBackend) Kernel(o trace.Op) (backend.Kernel, error) {
-	if k, ok := kernels[reflect.TypeOf(o)]; ok {
-		return k, nil
+func (b *cpuBackend) Kernel(o trace.Op) (backend.Kernel, error) {
+	k, ok := kernels[reflect.TypeOf(o)]
+	if !ok {
+		return nil, backend.Unsupported("cpu", o, "")
 	}
-	return nil, backend.Unsupported("cpu", o, "")
+	pool := b.pool
+	return func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error { return k(pool, n, in, out, ws) }, nil
 }
 
-func (cpuBackend) Workspace(n *trace.Node) int64 { return Workspace(n) }
+func (*cpuBackend) Workspace(n *trace.Node) int64 { return Workspace(n) }
 
-func (cpuBackend) RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad backend.NonFinite) (*trace.Node, int, int, float64, error) {
-	return RunFusedChecked(n, in, out, ws, bad)
+func (b *cpuBackend) RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad backend.NonFinite) (*trace.Node, int, int, float64, error) {
+	return runFusedChecked(b.pool, n, in, out, ws, bad)
 }
+
+// WithThreads returns a cpu backend whose kernels split their loops over
+// a pool of n threads of its own (n < 1: as many as the default pool), so
+// that programs run through it get their threads even while other
+// backends' programs run. Close stops its workers (they also stop once
+// the backend is unreachable).
+func (b *cpuBackend) WithThreads(n int) backend.Backend {
+	return &cpuBackend{pool: parallel.NewPool(n)}
+}
+
+// For runs a loop on the backend's pool (parallel.Pool.For), for work the
+// engine does next to the kernels: an optimizer's update (optim.Adam's
+// SetLoops).
+func (b *cpuBackend) For(n, grain int, fn func(lo, hi int)) { b.pool.For(n, grain, fn) }
+
+// Threads reports how many threads the backend's loops are split across.
+func (b *cpuBackend) Threads() int { return b.pool.Threads() }
+
+// Close stops the workers of a backend made by WithThreads; the backend
+// still runs kernels afterwards, each on its caller's goroutine alone.
+func (b *cpuBackend) Close() error {
+	b.pool.Close()
+	return nil
+}
+
+// PoolStats reports what the backend's pool has done (for tests and
+// reports): loops split across threads, loops run inline because the pool
+// was busy, workers started.
+func (b *cpuBackend) PoolStats() parallel.Stats { return b.pool.Stats() }
 
 // Float is the set of element types kernels compute in.
 type Float interface{ ~float32 | ~float64 }
@@ -112,14 +184,15 @@ func dispatch(n *trace.Node, dt tensor.DType, f32 func() error, f64 func() error
 
 // Floats registers a kernel written once, generically, for float32 and float64
 // (dispatch on the dtype of the first output, or first input if none).
-func Floats[O trace.Op](k32 Kernel, k64 Kernel) {
-	Register[O](func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func Floats[O trace.Op, K KernelFunc](k32f, k64f K) {
+	k32, k64 := asKernel(k32f), asKernel(k64f)
+	Register[O](func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 		dt := tensor.Invalid
 		if len(out) > 0 {
 			dt = out[0].DType
 		} else if len(in) > 0 {
 			dt = in[len(in)-1].DType
 		}
-		return dispatch(n, dt, func() error { return k32(n, in, out, ws) }, func() error { return k64(n, in, out, ws) })
+		return dispatch(n, dt, func() error { return k32(pool, n, in, out, ws) }, func() error { return k64(pool, n, in, out, ws) })
 	})
 }

@@ -182,24 +182,24 @@ func convScratch[T Float](ws []byte, off, count int) []T {
 }
 
 // gemmFunc is gemm with op(B) produced by a packing function.
-func gemmFunc[T Float](transA bool, m, n, k int, a []T, lda int, pack blas.PackFunc[T], byRows bool, beta T, c []T, ldc int) {
+func gemmFunc[T Float](pool *parallel.Pool, transA bool, m, n, k int, a []T, lda int, pack blas.PackFunc[T], byRows bool, beta T, c []T, ldc int) {
 	switch a := any(a).(type) {
 	case []float32:
 		p := blas.Packer[float32]{Pack: any(pack).(blas.PackFunc[float32]), ByRows: byRows}
-		blas.SgemmFunc(transA, m, n, k, 1, a, lda, p, float32(beta), any(c).([]float32), ldc)
+		blas.SgemmFunc(transA, m, n, k, 1, a, lda, p, float32(beta), any(c).([]float32), ldc, pool)
 	case []float64:
 		p := blas.Packer[float64]{Pack: any(pack).(blas.PackFunc[float64]), ByRows: byRows}
-		blas.DgemmFunc(transA, m, n, k, 1, a, lda, p, float64(beta), any(c).([]float64), ldc)
+		blas.DgemmFunc(transA, m, n, k, 1, a, lda, p, float64(beta), any(c).([]float64), ldc, pool)
 	}
 }
 
 // gemmBeta is gemm with C = op(A)op(B) + beta*C.
-func gemmBeta[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+func gemmBeta[T Float](pool *parallel.Pool, transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	switch a := any(a).(type) {
 	case []float32:
-		blas.Sgemm(transA, transB, m, n, k, 1, a, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+		blas.Sgemm(transA, transB, m, n, k, 1, a, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc, pool)
 	case []float64:
-		blas.Dgemm(transA, transB, m, n, k, 1, a, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+		blas.Dgemm(transA, transB, m, n, k, 1, a, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc, pool)
 	}
 }
 
@@ -479,7 +479,7 @@ func (cp *convPacker[T]) packWeightGrad(dst []T, p0, kc, j0, nc, r0, r1, jpLo, j
 // convForward computes y = conv(x, w) + bias for geometry g, with ws of at
 // least convForwardScratch(g) elements. With transW, each group's weight
 // matrix is stored transposed ([C/groups*KH*KW, K/groups]).
-func convForward[T Float](g prim.ConvGeom, x, w, bias, y, ws []T, transW bool) {
+func convForward[T Float](pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y, ws []T, transW bool) {
 	g = convFlat(g)
 	P := g.OH * g.OW
 	kg, cg := g.K/g.Groups, g.C/g.Groups
@@ -505,23 +505,23 @@ func convForward[T Float](g prim.ConvGeom, x, w, bias, y, ws []T, transW bool) {
 			if g.Pointwise() && cnt == 1 {
 				// col(x) is the image itself.
 				xi := x[(n0*g.C+gi*cg)*P:]
-				gemmBeta(transW, false, kg, cols, kk, w[gi*kg*kk:], lda, xi, P, 0, out[gi*kg*ldo:], ldo)
+				gemmBeta(pool, transW, false, kg, cols, kk, w[gi*kg*kk:], lda, xi, P, 0, out[gi*kg*ldo:], ldo)
 				continue
 			}
 			if convGatherOK(g) {
 				bp := getInt32s(kk + cols)
-				ga := newConvGather(g, x, n0, cnt, gi, xp, gi == 0, *bp)
-				gemmFunc(transW, kg, cols, kk, w[gi*kg*kk:], lda, ga.packForward, true, 0, out[gi*kg*ldo:], ldo)
+				ga := newConvGather(pool, g, x, n0, cnt, gi, xp, gi == 0, *bp)
+				gemmFunc(pool, transW, kg, cols, kk, w[gi*kg*kk:], lda, ga.packForward, true, 0, out[gi*kg*ldo:], ldo)
 				convGatherPool.Put(bp)
 				continue
 			}
 			cp := &convPacker[T]{g: g, x: x, rowBase: gi * kk, segs: *segp}
-			gemmFunc(transW, kg, cols, kk, w[gi*kg*kk:], lda, cp.packForward, true, 0, out[gi*kg*ldo:], ldo)
+			gemmFunc(pool, transW, kg, cols, kk, w[gi*kg*kk:], lda, cp.packForward, true, 0, out[gi*kg*ldo:], ldo)
 		}
 		if cnt == 1 && bias == nil {
 			continue
 		}
-		parallel.For(g.K, max(1, 16384/cols), func(k0, k1 int) {
+		pool.For(g.K, max(1, 16384/cols), func(k0, k1 int) {
 			for k := k0; k < k1; k++ {
 				var b T
 				if bias != nil {
@@ -545,7 +545,7 @@ func convForward[T Float](g prim.ConvGeom, x, w, bias, y, ws []T, transW bool) {
 	}
 }
 
-func convForwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
 	if err != nil {
 		return err
@@ -558,20 +558,20 @@ func convForwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []by
 	if x32, ok := any(x).([]float32); ok {
 		if d, ok := directForward(g); ok {
 			b32, _ := any(bias).([]float32)
-			if convDirectForward(g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
+			if convDirectForward(pool, g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil
 			}
 		}
 	}
-	convForward(g, x, w, bias, y, convScratch[T](ws, 0, convForwardScratch(g)), false)
+	convForward(pool, g, x, w, bias, y, convScratch[T](ws, 0, convForwardScratch(g)), false)
 	return nil
 }
 
 // gatherChunk copies rows of images [n0, n0+cnt) of t ([N, K, P]) side by
 // side into dst ([K, cnt*P]).
-func gatherChunk[T Float](t []T, K, P, n0, cnt int, dst []T) {
+func gatherChunk[T Float](pool *parallel.Pool, t []T, K, P, n0, cnt int, dst []T) {
 	cols := cnt * P
-	parallel.For(K, max(1, 16384/cols), func(k0, k1 int) {
+	pool.For(K, max(1, 16384/cols), func(k0, k1 int) {
 		for k := k0; k < k1; k++ {
 			for i := 0; i < cnt; i++ {
 				copy(dst[k*cols+i*P:][:P], t[((n0+i)*K+k)*P:][:P])
@@ -580,7 +580,7 @@ func gatherChunk[T Float](t []T, K, P, n0, cnt int, dst []T) {
 	})
 }
 
-func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
 	if err != nil {
 		return err
@@ -589,7 +589,7 @@ func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []
 	kg, cg := g.K/g.Groups, g.C/g.Groups
 	if gy32, ok := any(gy).([]float32); ok {
 		if d, ok := directInputGrad(g); ok {
-			if convDirectInputGrad(g, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, d.scratch())) {
+			if convDirectInputGrad(pool, g, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil
 			}
 		}
@@ -598,14 +598,14 @@ func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []
 		gt, flip := convInputGeom(g)
 		if !convWeightTransposed(g) {
 			// 1x1: group gi's weight [kg, cg] is the transposed matrix.
-			convForward(gt, gy, w, nil, gx, convScratch[T](ws, 0, convForwardScratch(gt)), true)
+			convForward(pool, gt, gy, w, nil, gx, convScratch[T](ws, 0, convForwardScratch(gt)), true)
 			return nil
 		}
 		// wt[gi][c][k][kh][kw] = W[gi*kg+k][c][kh][kw], or with kh, kw
 		// mirrored when flip.
 		khw := g.KH * g.KW
 		wt := convScratch[T](ws, 0, len(w))
-		parallel.For(g.K, max(1, 4096/(cg*khw)), func(k0, k1 int) {
+		pool.For(g.K, max(1, 4096/(cg*khw)), func(k0, k1 int) {
 			for k := k0; k < k1; k++ {
 				gi, kl := k/kg, k%kg
 				for c := 0; c < cg; c++ {
@@ -621,7 +621,7 @@ func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []
 				}
 			}
 		})
-		convForward(gt, gy, wt, nil, gx, convScratch[T](ws, len(w), convForwardScratch(gt)), false)
+		convForward(pool, gt, gy, wt, nil, gx, convScratch[T](ws, len(w), convForwardScratch(gt)), false)
 		return nil
 	}
 	P := g.OH * g.OW
@@ -637,20 +637,20 @@ func convInputGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []
 		cols := cnt * P
 		src, lds := gy[n0*g.K*P:], P
 		if cnt > 1 {
-			gatherChunk(gy, g.K, P, n0, cnt, gyc)
+			gatherChunk(pool, gy, g.K, P, n0, cnt, gyc)
 			src, lds = gyc, cols
 		}
 		for gi := 0; gi < g.Groups; gi++ {
-			gemm(true, false, kk, cols, kg, w[gi*kg*kk:], kk, src[gi*kg*lds:], lds, col[gi*kk*cols:], cols)
+			gemm(pool, true, false, kk, cols, kg, w[gi*kg*kk:], kk, src[gi*kg*lds:], lds, col[gi*kk*cols:], cols)
 		}
 		for i := 0; i < cnt; i++ {
-			col2im(g, col[i*P:], cols, gx[(n0+i)*g.C*g.H*g.W:][:g.C*g.H*g.W])
+			col2im(pool, g, col[i*P:], cols, gx[(n0+i)*g.C*g.H*g.W:][:g.C*g.H*g.W])
 		}
 	}
 	return nil
 }
 
-func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func convWeightGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
 	if err != nil {
 		return err
@@ -662,7 +662,7 @@ func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws [
 	}
 	if gy32, ok := any(gy).([]float32); ok {
 		if d, ok := directWgrad(g); ok {
-			if convDirectWgrad(g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.cin*d.hp*d.wp)) {
+			if convDirectWgrad(pool, g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.cin*d.hp*d.wp)) {
 				return nil
 			}
 		}
@@ -673,14 +673,14 @@ func convWeightGradKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws [
 		gyc = convScratch[T](ws, 0, g.K*nb*g.OH*g.OW)
 	}
 	xp := convScratch[T](ws, len(gyc), convGatherScratch(convFlat(g), nb))
-	convWeightGrad(g, gy, x, gw, gyc, xp)
+	convWeightGrad(pool, g, gy, x, gw, gyc, xp)
 	return nil
 }
 
 // convWeightGrad computes the weight gradient by implicit GEMM over chunks
 // of images; gyc holds a chunk of ȳ when chunks have more than one image,
 // xp a padded chunk of x when the packing gathers.
-func convWeightGrad[T Float](g prim.ConvGeom, gy, x, gw, gyc, xp []T) {
+func convWeightGrad[T Float](pool *parallel.Pool, g prim.ConvGeom, gy, x, gw, gyc, xp []T) {
 	P := g.OH * g.OW
 	kg, cg := g.K/g.Groups, g.C/g.Groups
 	kk := cg * g.KH * g.KW
@@ -694,7 +694,7 @@ func convWeightGrad[T Float](g prim.ConvGeom, gy, x, gw, gyc, xp []T) {
 		*segp = convSegments(g, n0, cnt, *segp)
 		src, lds := gy[n0*g.K*P:], P
 		if cnt > 1 {
-			gatherChunk(gy, g.K, P, n0, cnt, gyc)
+			gatherChunk(pool, gy, g.K, P, n0, cnt, gyc)
 			src, lds = gyc, cols
 		}
 		var beta T
@@ -705,18 +705,18 @@ func convWeightGrad[T Float](g prim.ConvGeom, gy, x, gw, gyc, xp []T) {
 			if g.Pointwise() && cnt == 1 {
 				// col(x) is the image itself.
 				xi := x[(n0*g.C+gi*cg)*P:]
-				gemmBeta(false, true, kg, kk, cols, src[gi*kg*lds:], lds, xi, P, beta, gw[gi*kg*kk:], kk)
+				gemmBeta(pool, false, true, kg, kk, cols, src[gi*kg*lds:], lds, xi, P, beta, gw[gi*kg*kk:], kk)
 				continue
 			}
 			if convGatherOK(g) {
 				bp := getInt32s(kk + cols)
-				ga := newConvGather(g, x, n0, cnt, gi, xp, gi == 0, *bp)
-				gemmFunc(false, kg, kk, cols, src[gi*kg*lds:], lds, ga.packWeightGrad, false, beta, gw[gi*kg*kk:], kk)
+				ga := newConvGather(pool, g, x, n0, cnt, gi, xp, gi == 0, *bp)
+				gemmFunc(pool, false, kg, kk, cols, src[gi*kg*lds:], lds, ga.packWeightGrad, false, beta, gw[gi*kg*kk:], kk)
 				convGatherPool.Put(bp)
 				continue
 			}
 			cp := &convPacker[T]{g: g, x: x, rowBase: gi * kk, segs: *segp}
-			gemmFunc(false, kg, kk, cols, src[gi*kg*lds:], lds, cp.packWeightGrad, false, beta, gw[gi*kg*kk:], kk)
+			gemmFunc(pool, false, kg, kk, cols, src[gi*kg*lds:], lds, cp.packWeightGrad, false, beta, gw[gi*kg*kk:], kk)
 		}
 	}
 }
@@ -745,9 +745,9 @@ func convGrain(g prim.ConvGeom) int {
 // col2im sets image x ([C, H, W]) to the sum of the entries of col (rows
 // (c, kh, kw), OH*OW columns, row stride ld) that im2col would have read
 // from each position.
-func col2im[T Float](g prim.ConvGeom, col []T, ld int, x []T) {
+func col2im[T Float](pool *parallel.Pool, g prim.ConvGeom, col []T, ld int, x []T) {
 	plane := g.H * g.W
-	parallel.For(g.C, convGrain(g), func(c0, c1 int) {
+	pool.For(g.C, convGrain(g), func(c0, c1 int) {
 		for c := c0; c < c1; c++ {
 			xc := x[c*plane : (c+1)*plane]
 			clear(xc)

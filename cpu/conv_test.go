@@ -57,9 +57,9 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 			t.Fatalf("%s: not a direct geometry", name)
 		}
 		want := make([]float32, g.N*g.K*P)
-		convForward(g, x, w, bias, want, make([]float32, convForwardScratch(g)), false)
+		convForward(nil, g, x, w, bias, want, make([]float32, convForwardScratch(g)), false)
 		got := make([]float32, len(want))
-		if !convDirectForward(g, x, w, bias, got, make([]float32, d.scratch())) {
+		if !convDirectForward(nil, g, x, w, bias, got, make([]float32, d.scratch())) {
 			t.Skip("no direct-convolution kernel on this CPU")
 		}
 		closeF32(t, name+" forward", got, want)
@@ -67,9 +67,9 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 		if dw, ok := directWgrad(g); ok {
 			gy := rnd(len(want))
 			wantW := make([]float32, len(w))
-			convWeightGrad(g, gy, x, wantW, make([]float32, g.K*g.N*P), nil)
+			convWeightGrad(nil, g, gy, x, wantW, make([]float32, g.K*g.N*P), nil)
 			gotW := make([]float32, len(w))
-			if !convDirectWgrad(g, gy, x, gotW, make([]float32, dw.cin*dw.hp*dw.wp)) {
+			if !convDirectWgrad(nil, g, gy, x, gotW, make([]float32, dw.cin*dw.hp*dw.wp)) {
 				t.Fatalf("%s: no direct weight gradient", name)
 			}
 			closeF32(t, name+" weight gradient", gotW, wantW)
@@ -86,9 +86,9 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 					copy(wt[(c*g.K+k)*khw:][:khw], w[(k*g.C+c)*khw:][:khw])
 				}
 			}
-			convForward(gt, gy, wt, nil, wantX, ws, false)
+			convForward(nil, gt, gy, wt, nil, wantX, ws, false)
 			gotX := make([]float32, len(x))
-			convDirectInputGrad(g, gy, w, gotX, make([]float32, di.scratch()))
+			convDirectInputGrad(nil, g, gy, w, gotX, make([]float32, di.scratch()))
 			closeF32(t, name+" input gradient", gotX, wantX)
 		}
 	}

@@ -88,8 +88,8 @@ func directBlocks(cout, kk int) []directBlock {
 // packDirect packs weights for blocks bs: for output channel k of a block
 // and tap r, a[off + r*width + (k-k0)] = weight(k, r), zero past the
 // block's rows.
-func packDirect(bs []directBlock, kk int, a []float32, weight func(k, r int) float32) {
-	parallel.For(len(bs), 1, func(b0, b1 int) {
+func packDirect(pool *parallel.Pool, bs []directBlock, kk int, a []float32, weight func(k, r int) float32) {
+	pool.For(len(bs), 1, func(b0, b1 int) {
 		for _, b := range bs[b0:b1] {
 			pan := a[b.off : b.off+b.width*kk]
 			for i := 0; i < b.width; i++ {
@@ -135,7 +135,7 @@ var directOffsPool sync.Pool // *[]int32
 // bias (nil: none), with the packed weights a (panels of 6 output
 // channels, kk steps each: a[(b*kk+r)*6+i] is the weight of output channel
 // 6b+i at tap r), the tap offsets offs and scratch xp for a padded image.
-func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []float32) {
+func (d directConv) run(pool *parallel.Pool, n int, src, a, bias, out []float32, offs []int32, xp []float32) {
 	P := d.oh * d.ow
 	plane := d.h * d.w
 	maxOff := 0
@@ -144,9 +144,9 @@ func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []f
 	}
 	bs := directBlocks(d.cout, d.kk)
 	for img := 0; img < n; img++ {
-		d.pad(src[img*d.cin*plane:][:d.cin*plane], xp)
+		d.pad(pool, src[img*d.cin*plane:][:d.cin*plane], xp)
 		oi := out[img*d.cout*P:][:d.cout*P]
-		parallel.For(d.cout, max(1, 8192/P), func(k0, k1 int) {
+		pool.For(d.cout, max(1, 8192/P), func(k0, k1 int) {
 			for k := k0; k < k1; k++ {
 				row := oi[k*P : (k+1)*P]
 				if bias == nil {
@@ -159,7 +159,7 @@ func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []f
 				}
 			}
 		})
-		parallel.For(d.oh, 1, func(o0, o1 int) {
+		pool.For(d.oh, 1, func(o0, o1 int) {
 			var tmp [directMR * directNR]float32
 			for o := o0; o < o1; o++ {
 				for rb := 0; rb < d.kk; rb += directKC {
@@ -195,10 +195,10 @@ func (d directConv) run(n int, src, a, bias, out []float32, offs []int32, xp []f
 
 // pad copies image xi ([cin, h, w]) into xp ([cin, hp, wp]) with zeros
 // around it.
-func (d directConv) pad(xi, xp []float32) {
+func (d directConv) pad(pool *parallel.Pool, xi, xp []float32) {
 	plane, pplane := d.h*d.w, d.hp*d.wp
 	padR := d.wp - d.padL - d.w
-	parallel.For(d.cin, max(1, 8192/pplane), func(c0, c1 int) {
+	pool.For(d.cin, max(1, 8192/pplane), func(c0, c1 int) {
 		for c := c0; c < c1; c++ {
 			dst := xp[c*pplane : (c+1)*pplane]
 			clear(dst[:d.padT*d.wp])
@@ -242,7 +242,7 @@ func directWgrad(g prim.ConvGeom) (directConv, bool) {
 // gradient gy and the input x directly if it can: for each group of 4
 // output channels, input channel and kernel row, one pass of
 // blas.ConvWgrad over an image's positions gives the 12 weights' terms.
-func convDirectWgrad(g prim.ConvGeom, gy, x, gw []float32, ws []float32) bool {
+func convDirectWgrad(pool *parallel.Pool, g prim.ConvGeom, gy, x, gw []float32, ws []float32) bool {
 	d, ok := directWgrad(g)
 	if !ok || !blas.ConvWgradOK() {
 		return false
@@ -253,9 +253,9 @@ func convDirectWgrad(g prim.ConvGeom, gy, x, gw []float32, ws []float32) bool {
 	xp := ws[:g.C*pplane]
 	nkg := (g.K + 3) / 4
 	for img := 0; img < g.N; img++ {
-		d.pad(x[img*g.C*g.H*g.W:][:g.C*g.H*g.W], xp)
+		d.pad(pool, x[img*g.C*g.H*g.W:][:g.C*g.H*g.W], xp)
 		gyi := gy[img*g.K*P:][:g.K*P]
-		parallel.For(nkg*g.C, max(1, 4096/(P*g.KH)), func(u0, u1 int) {
+		pool.For(nkg*g.C, max(1, 4096/(P*g.KH)), func(u0, u1 int) {
 			var out [12]float32
 			for u := u0; u < u1; u++ {
 				kgi, c := u/g.C, u%g.C
@@ -289,7 +289,7 @@ func getOffs(n int) *[]int32 {
 
 // convDirectForward runs forward convolution g directly if it can (float32
 // with the assembly kernel, a direct geometry) and reports whether it did.
-func convDirectForward(g prim.ConvGeom, x, w, bias, y []float32, ws []float32) bool {
+func convDirectForward(pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y []float32, ws []float32) bool {
 	d, ok := directForward(g)
 	if !ok || !blas.ConvTileOK() {
 		return false
@@ -307,13 +307,13 @@ func convDirectForward(g prim.ConvGeom, x, w, bias, y []float32, ws []float32) b
 	}
 	xp := ws[:d.cin*d.hp*d.wp]
 	a := ws[len(xp):d.scratch()]
-	packDirect(directBlocks(d.cout, d.kk), d.kk, a, func(k, r int) float32 { return w[k*d.kk+r] })
-	d.run(g.N, x, a, bias, y, offs, xp)
+	packDirect(pool, directBlocks(d.cout, d.kk), d.kk, a, func(k, r int) float32 { return w[k*d.kk+r] })
+	d.run(pool, g.N, x, a, bias, y, offs, xp)
 	return true
 }
 
 // convDirectInputGrad computes the input gradient of g directly if it can.
-func convDirectInputGrad(g prim.ConvGeom, gy, w, gx []float32, ws []float32) bool {
+func convDirectInputGrad(pool *parallel.Pool, g prim.ConvGeom, gy, w, gx []float32, ws []float32) bool {
 	d, ok := directInputGrad(g)
 	if !ok || !blas.ConvTileOK() {
 		return false
@@ -332,7 +332,7 @@ func convDirectInputGrad(g prim.ConvGeom, gy, w, gx []float32, ws []float32) boo
 	xp := ws[:d.cin*d.hp*d.wp]
 	a := ws[len(xp):d.scratch()]
 	// The weight of output channel c at tap r = (k, kh, kw) is W[k][c][kh][kw].
-	packDirect(directBlocks(d.cout, d.kk), d.kk, a, func(c, r int) float32 { return w[(r/khw*g.C+c)*khw+r%khw] })
-	d.run(g.N, gy, a, nil, gx, offs, xp)
+	packDirect(pool, directBlocks(d.cout, d.kk), d.kk, a, func(c, r int) float32 { return w[(r/khw*g.C+c)*khw+r%khw] })
+	d.run(pool, g.N, gy, a, nil, gx, offs, xp)
 	return true
 }

@@ -55,11 +55,11 @@ func getInt32s(n int) *[]int32 {
 
 // newConvGather pads images [n0, n0+cnt) of x into xp and computes the
 // offsets for group gi. buf receives the offsets (pooled by the caller).
-func newConvGather[T Float](g prim.ConvGeom, x []T, n0, cnt, gi int, xp []T, pad bool, buf []int32) *convGather[T] {
+func newConvGather[T Float](pool *parallel.Pool, g prim.ConvGeom, x []T, n0, cnt, gi int, xp []T, pad bool, buf []int32) *convGather[T] {
 	hp, wp := convPadded(g)
 	plane, pplane := g.H*g.W, hp*wp
 	if pad {
-		parallel.For(cnt*g.C, max(1, 8192/pplane), func(p0, p1 int) {
+		pool.For(cnt*g.C, max(1, 8192/pplane), func(p0, p1 int) {
 			for p := p0; p < p1; p++ {
 				src := x[(n0*g.C+p)*plane:][:plane]
 				dst := xp[p*pplane : (p+1)*pplane]

@@ -18,7 +18,7 @@ const dropGrain = 2048
 // dropoutKernel draws each element's keep bit from the op's counter-based
 // stream and writes y = x*scale (kept) or x*0 (dropped, so NaN and Inf
 // propagate as in PyTorch's x*mask*scale) and the bit-packed mask.
-func dropoutKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func dropoutKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.DropoutOp)
 	x, y, mask := slice[T](in[0]), slice[T](out[0]), out[1].Data
 	cnt := len(x)
@@ -30,7 +30,7 @@ func dropoutKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 	thr := prim.DropoutThreshold(o.P)
 	all := o.P >= 1
 	scale := T(prim.DropoutScale(o.P))
-	parallel.For(len(mask), dropGrain, func(lo, hi int) {
+	pool.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			var m byte
 			for k := 0; k < 8; k++ {
@@ -51,12 +51,12 @@ func dropoutKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 	return nil
 }
 
-func dropoutBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func dropoutBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.DropoutBackward)
 	gy, mask, gx := slice[T](in[0]), in[1].Data, slice[T](out[0])
 	cnt := len(gy)
 	scale := T(prim.DropoutScale(o.P))
-	parallel.For(len(mask), dropGrain, func(lo, hi int) {
+	pool.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			m := mask[b]
 			for k := 0; k < 8; k++ {

@@ -41,13 +41,13 @@ const elemGrain = 32768
 // forBroadcast2 calls f(o, ia, ib, n, sa, sb) for runs of output elements
 // [o, o+n) with the offsets of the two broadcast inputs and their strides
 // along the run (the innermost axis), in parallel over disjoint runs.
-func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
+func forBroadcast2(pool *parallel.Pool, out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
 	n := out.NumElements()
 	if n == 0 {
 		return
 	}
 	if a.Equal(out) && b.Equal(out) {
-		parallel.For(n, elemGrain, func(lo, hi int) { f(lo, lo, lo, hi-lo, 1, 1) })
+		pool.For(n, elemGrain, func(lo, hi int) { f(lo, lo, lo, hi-lo, 1, 1) })
 		return
 	}
 	sa, sb := bstrides(a, out), bstrides(b, out)
@@ -58,7 +58,7 @@ func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
 	}
 	inner := out[r-1]
 	rows := n / inner
-	parallel.For(rows, max(1, elemGrain/inner), func(lo, hi int) {
+	pool.For(rows, max(1, elemGrain/inner), func(lo, hi int) {
 		var buf [8]int
 		idx := buf[:0]
 		if r-1 > len(buf) {
@@ -88,10 +88,10 @@ func forBroadcast2(out, a, b tensor.Shape, f func(o, ia, ib, n, sa, sb int)) {
 	})
 }
 
-func binaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func binaryKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	k := n.Op.(*prim.Binary).Kind
 	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
-	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
+	forBroadcast2(pool, out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
 		yy := y[o : o+cnt]
 		if sa == 1 && sb == 1 {
 			binaryRun(k, a[ia:ia+cnt], b[ib:ib+cnt], yy)
@@ -179,10 +179,10 @@ func minNaN[T Float](x, z T) T {
 	return z
 }
 
-func compareKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func compareKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	c := n.Op.(*prim.Compare)
 	a, b, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
-	forBroadcast2(out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
+	forBroadcast2(pool, out[0].Shape, in[0].Shape, in[1].Shape, func(o, ia, ib, cnt, sa, sb int) {
 		for i := 0; i < cnt; i++ {
 			// p is the input whose share this is, q the other one.
 			p, q := a[ia+i*sa], b[ib+i*sb]
@@ -212,7 +212,7 @@ func sigmoid(x float64) float64 {
 
 const sqrt2overPi = 0.7978845608028654
 
-func unaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func unaryKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.Unary)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	grain := elemGrain
@@ -220,7 +220,7 @@ func unaryKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) err
 		o.Kind != prim.SquareKind && o.Kind != prim.LeakyReLUKind && o.Kind != prim.AbsKind {
 		grain = elemGrain / 16 // transcendental: more work per element
 	}
-	parallel.For(len(x), grain, func(lo, hi int) { unaryRange(o, x[lo:hi], y[lo:hi]) })
+	pool.For(len(x), grain, func(lo, hi int) { unaryRange(o, x[lo:hi], y[lo:hi]) })
 	return nil
 }
 
@@ -336,14 +336,14 @@ func unaryFunc(k prim.UnaryKind, c float64) func(float64) float64 {
 	panic("cpu: unhandled unary kind")
 }
 
-func unaryBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func unaryBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.UnaryBackward)
 	g, s, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	grain := elemGrain
 	if o.Kind != prim.ReLUKind && o.Kind != prim.TanhKind && o.Kind != prim.SigmoidKind && o.Kind != prim.LeakyReLUKind {
 		grain = elemGrain / 16
 	}
-	parallel.For(len(s), grain, func(lo, hi int) { unaryBackwardRange(o, g[lo:hi], s[lo:hi], y[lo:hi]) })
+	pool.For(len(s), grain, func(lo, hi int) { unaryBackwardRange(o, g[lo:hi], s[lo:hi], y[lo:hi]) })
 	return nil
 }
 
@@ -416,7 +416,7 @@ func unaryBackwardRange[T Float](o *prim.UnaryBackward, g, s, y []T) {
 	}
 }
 
-func fillKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func fillKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	v := n.Op.(*prim.Fill).Value
 	t := out[0]
 	switch t.DType {
@@ -450,7 +450,7 @@ func constSlice(n int, v float64) []float64 {
 	return s
 }
 
-func castKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func castKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	src, dst := in[0], out[0]
 	switch {
 	case src.DType == tensor.Float32 && dst.DType == tensor.BFloat16:
@@ -481,7 +481,7 @@ func castKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 
 func init() { Register[*prim.Accumulate](accumulateKernel) }
 
-func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func accumulateKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	dst, src := in[0], in[1]
 	if !n.Op.(*prim.Accumulate).Add {
 		copy(dst.Data, src.Data)
@@ -490,7 +490,7 @@ func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	switch dst.DType {
 	case tensor.Float32:
 		d, s := dst.F32(), src.F32()
-		parallel.For(len(d), elemGrain, func(lo, hi int) {
+		pool.For(len(d), elemGrain, func(lo, hi int) {
 			dd, ss := d[lo:hi], s[lo:hi]
 			done := vec.Add(dd, ss, dd)
 			dd, ss = dd[done:], ss[done:]
@@ -500,7 +500,7 @@ func accumulateKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 		})
 	case tensor.Float64:
 		d, s := dst.F64(), src.F64()
-		parallel.For(len(d), elemGrain, func(lo, hi int) {
+		pool.For(len(d), elemGrain, func(lo, hi int) {
 			dd, ss := d[lo:hi], s[lo:hi]
 			for i := range dd {
 				dd[i] += ss[i]

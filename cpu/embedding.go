@@ -33,7 +33,7 @@ func embCheckIndices(idx []int64, shape tensor.Shape, rows int) error {
 }
 
 // embeddingKernel copies whole rows, so it serves every weight dtype.
-func embeddingKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func embeddingKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	idx, w := in[0].I64(), in[1]
 	rows := w.Shape[0]
 	if err := embCheckIndices(idx, in[0].Shape, rows); err != nil {
@@ -41,7 +41,7 @@ func embeddingKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	}
 	row := w.Shape[1] * w.DType.Size()
 	src, dst := w.Data, out[0].Data
-	parallel.For(len(idx), max(1, 65536/max(1, row)), func(lo, hi int) {
+	pool.For(len(idx), max(1, 65536/max(1, row)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			r := int(idx[i]) * row
 			copy(dst[i*row:(i+1)*row], src[r:r+row])
@@ -54,7 +54,7 @@ func embeddingKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 // gradient row into the row of its index, in index order (as PyTorch's
 // index_add_). Ranges of columns run in parallel: no two workers touch the
 // same element.
-func embeddingBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func embeddingBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.EmbeddingBackward)
 	gy, idx, gw := slice[T](in[0]), in[1].I64(), slice[T](out[0])
 	rows, D := out[0].Shape[0], out[0].Shape[1]
@@ -62,7 +62,7 @@ func embeddingBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _
 		return err
 	}
 	pad := int64(o.PaddingIdx)
-	parallel.For(D, max(64, normGrain(len(idx))), func(d0, d1 int) {
+	pool.For(D, max(64, normGrain(len(idx))), func(d0, d1 int) {
 		for r := 0; r < rows; r++ {
 			clear(gw[r*D+d0 : r*D+d1])
 		}

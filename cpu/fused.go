@@ -71,29 +71,29 @@ func fusedProducer(n *trace.Node) (*trace.Node, error) {
 // epilogueKernel is a producer's kernel that runs the program on each part
 // of its output 0 as soon as it wrote it: it calls epi(lo, hi) for
 // disjoint flat ranges covering output 0, possibly concurrently.
-type epilogueKernel func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error
+type epilogueKernel func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error
 
 // fusedEpilogue holds the producers' epilogue kernels, by op type.
 var fusedEpilogue = map[reflect.Type]epilogueKernel{
-	reflect.TypeFor[*prim.BatchNormOp](): func(n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
+	reflect.TypeFor[*prim.BatchNormOp](): func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
 		return dispatch(n, out[0].DType,
-			func() error { return batchNorm[float32](n, in, out, ws, epi) },
-			func() error { return batchNorm[float64](n, in, out, ws, epi) })
+			func() error { return batchNorm[float32](pool, n, in, out, ws, epi) },
+			func() error { return batchNorm[float64](pool, n, in, out, ws, epi) })
 	},
 }
 
-func fusedKernel(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func fusedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.Fused)
 	main := o.MainOut()
 	if main < 0 {
 		return fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
 	}
 	return dispatch(n, out[main].DType,
-		func() error { return fusedRun[float32](n, o, in, out, ws) },
-		func() error { return fusedRun[float64](n, o, in, out, ws) })
+		func() error { return fusedRun[float32](pool, n, o, in, out, ws) },
+		func() error { return fusedRun[float64](pool, n, o, in, out, ws) })
 }
 
-func fusedRun[T Float](n *trace.Node, o *prim.Fused, in, out []*tensor.Tensor, ws []byte) error {
+func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, out []*tensor.Tensor, ws []byte) error {
 	first := o.FirstInstr()
 	// full[v] is value v whole where it is stored whole (producer output
 	// 0, inputs read element for element); others are built per tile.
@@ -231,7 +231,7 @@ func fusedRun[T Float](n *trace.Node, o *prim.Fused, in, out []*tensor.Tensor, w
 		}
 	}
 	if o.Producer == nil {
-		parallel.For(o.Elems, grain, program)
+		pool.For(o.Elems, grain, program)
 		return nil
 	}
 	p, err := fusedProducer(n)
@@ -261,12 +261,12 @@ func fusedRun[T Float](n *trace.Node, o *prim.Fused, in, out []*tensor.Tensor, w
 	}
 	full[0] = slice[T](pouts[0])[:o.Elems]
 	if hook, ok := fusedEpilogue[reflect.TypeOf(o.Producer)]; ok {
-		return hook(p, in[:o.NProd], pouts, ws, program)
+		return hook(pool, p, in[:o.NProd], pouts, ws, program)
 	}
-	if err := Run(p, in[:o.NProd], pouts, ws); err != nil {
+	if err := runOn(pool, p, in[:o.NProd], pouts, ws); err != nil {
 		return err
 	}
-	parallel.For(o.Elems, grain, program)
+	pool.For(o.Elems, grain, program)
 	return nil
 }
 
@@ -361,6 +361,11 @@ type NonFinite = backend.NonFinite
 // findings. A diagnosis run (exec.Options.CheckFinite) uses it to name the
 // op and module that produced a NaN even where it was fused with others.
 func RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad NonFinite) (culprit *trace.Node, output, index int, value float64, err error) {
+	return runFusedChecked(nil, n, in, out, ws, bad)
+}
+
+// runFusedChecked is RunFusedChecked with the loops on pool.
+func runFusedChecked(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad NonFinite) (culprit *trace.Node, output, index int, value float64, err error) {
 	o := n.Op.(*prim.Fused)
 	j := o.MainOut()
 	if j < 0 {
@@ -368,8 +373,8 @@ func RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad Non
 	}
 	c := &fusedCheck{n: n, o: o, bad: bad}
 	err = dispatch(n, out[j].DType,
-		func() error { return fusedChecked[float32](c, in, out, ws) },
-		func() error { return fusedChecked[float64](c, in, out, ws) })
+		func() error { return fusedChecked[float32](pool, c, in, out, ws) },
+		func() error { return fusedChecked[float64](pool, c, in, out, ws) })
 	return c.culprit, c.output, c.index, c.value, err
 }
 
@@ -393,7 +398,7 @@ func (c *fusedCheck) found(m *trace.Node, i int, t *tensor.Tensor) bool {
 	return b
 }
 
-func fusedChecked[T Float](c *fusedCheck, in, out []*tensor.Tensor, ws []byte) error {
+func fusedChecked[T Float](pool *parallel.Pool, c *fusedCheck, in, out []*tensor.Tensor, ws []byte) error {
 	n, o := c.n, c.o
 	vals := make([][]T, o.FirstInstr()+len(o.Prog))
 	var dt tensor.DType
@@ -406,7 +411,7 @@ func fusedChecked[T Float](c *fusedCheck, in, out []*tensor.Tensor, ws []byte) e
 		for i, t := range p.Outputs {
 			pouts[i] = tensor.New(t.Meta.DType, t.Meta.Shape)
 		}
-		if err := Run(p, in[:o.NProd], pouts, ws); err != nil {
+		if err := runOn(pool, p, in[:o.NProd], pouts, ws); err != nil {
 			return err
 		}
 		for i, t := range pouts {

@@ -23,13 +23,13 @@ func init() {
 const lossBlock = 1024
 
 // lossSum returns the sum over [0, n) of f's block sums, in float64.
-func lossSum(n int, f func(lo, hi int) float64) float64 {
+func lossSum(pool *parallel.Pool, n int, f func(lo, hi int) float64) float64 {
 	nb := (n + lossBlock - 1) / lossBlock
 	if nb <= 1 {
 		return f(0, n)
 	}
 	partial := make([]float64, nb) // one float per block, not per element
-	parallel.For(nb, 1, func(lo, hi int) {
+	pool.For(nb, 1, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			partial[b] = f(b*lossBlock, min((b+1)*lossBlock, n))
 		}
@@ -61,7 +61,7 @@ func ceCheckTargets(t []int64, classes int, ignore int64) error {
 	return nil
 }
 
-func crossEntropyKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func crossEntropyKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.CrossEntropyOp)
 	x, tgt := slice[T](in[0]), in[1].I64()
 	loss, lseOut := slice[T](out[0]), slice[T](out[1])
@@ -106,14 +106,14 @@ func crossEntropyKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 		return l
 	}
 	if o.Reduction == prim.ReductionNone {
-		parallel.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
+		pool.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
 			for p := lo; p < hi; p++ {
 				loss[p] = T(posLoss(p))
 			}
 		})
 		return nil
 	}
-	total := lossSum(npos, func(lo, hi int) float64 {
+	total := lossSum(pool, npos, func(lo, hi int) float64 {
 		var s float64
 		for p := lo; p < hi; p++ {
 			s += posLoss(p)
@@ -138,7 +138,7 @@ func ceCount(t []int64, ignore int64) int {
 	return c
 }
 
-func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func crossEntropyBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.CrossEntropyBackward)
 	gy, x, tgt, lse, gx := slice[T](in[0]), slice[T](in[1]), in[2].I64(), slice[T](in[3]), slice[T](out[0])
 	outer, classes, inner := ceLayout(in[1].Shape)
@@ -156,7 +156,7 @@ func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor
 	case prim.ReductionSum:
 		scale = float64(gy[0])
 	}
-	parallel.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
+	pool.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
 		for p := lo; p < hi; p++ {
 			ob, j := p/inner, p%inner
 			base := ob*classes*inner + j
@@ -182,12 +182,12 @@ func crossEntropyBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor
 	return nil
 }
 
-func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func pointwiseLossKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.PointwiseLoss)
 	x, t, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	cnt := len(x)
 	if o.Reduction == prim.ReductionNone {
-		parallel.For(cnt, 16384, func(lo, hi int) {
+		pool.For(cnt, 16384, func(lo, hi int) {
 			xs, ts, ys := x[lo:hi], t[lo:hi], y[lo:hi]
 			if o.Kind == prim.MSEKind {
 				for i, v := range xs {
@@ -206,7 +206,7 @@ func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 		})
 		return nil
 	}
-	total := lossSum(cnt, func(lo, hi int) float64 {
+	total := lossSum(pool, cnt, func(lo, hi int) float64 {
 		var s float64
 		xs, ts := x[lo:hi], t[lo:hi]
 		if o.Kind == prim.MSEKind {
@@ -228,7 +228,7 @@ func pointwiseLossKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []b
 	return nil
 }
 
-func pointwiseLossBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func pointwiseLossBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.PointwiseLossBackward)
 	gy, x, t, gx := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](out[0])
 	cnt := len(x)
@@ -239,7 +239,7 @@ func pointwiseLossBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tenso
 	case prim.ReductionSum:
 		w = gy[0]
 	}
-	parallel.For(cnt, 16384, func(lo, hi int) {
+	pool.For(cnt, 16384, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			wi := w
 			if o.Reduction == prim.ReductionNone {

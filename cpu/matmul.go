@@ -2,6 +2,7 @@ package cpu
 
 import (
 	blas "github.com/headroom-ml/headroom/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -12,16 +13,16 @@ func init() {
 }
 
 // gemm computes C = op(A) op(B) (overwriting C), row-major.
-func gemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+func gemm[T Float](pool *parallel.Pool, transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
 	switch a := any(a).(type) {
 	case []float32:
-		sgemm(transA, transB, m, n, k, a, lda, any(b).([]float32), ldb, any(c).([]float32), ldc)
+		sgemm(pool, transA, transB, m, n, k, a, lda, any(b).([]float32), ldb, any(c).([]float32), ldc)
 	case []float64:
-		dgemm(transA, transB, m, n, k, a, lda, any(b).([]float64), ldb, any(c).([]float64), ldc)
+		dgemm(pool, transA, transB, m, n, k, a, lda, any(b).([]float64), ldb, any(c).([]float64), ldc)
 	}
 }
 
-func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func matmulKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.MatMul)
 	as, bs := in[0].Shape, in[1].Shape
 	batch, m, k, nn, err := o.Dims(as, bs)
@@ -38,14 +39,14 @@ func matmulKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 		c := out[0].F32()
 		for bi, ao := range offsets(batch, aBatch) {
 			a, b := gemmOperand(in[0], ao*aMat), gemmOperand(in[1], bOffs[bi]*bMat)
-			blas.SgemmMixed(o.TransA, o.TransB, m, nn, k, 1, a, lda, b, ldb, 0, c[bi*m*nn:], nn)
+			blas.SgemmMixed(o.TransA, o.TransB, m, nn, k, 1, a, lda, b, ldb, 0, c[bi*m*nn:], nn, pool)
 		}
 		return nil
 	}
 	a, b, c := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	for bi, ao := range offsets(batch, aBatch) {
 		bo := bOffs[bi]
-		gemm(o.TransA, o.TransB, m, nn, k, a[ao*aMat:], lda, b[bo*bMat:], ldb, c[bi*m*nn:], nn)
+		gemm(pool, o.TransA, o.TransB, m, nn, k, a[ao*aMat:], lda, b[bo*bMat:], ldb, c[bi*m*nn:], nn)
 	}
 	return nil
 }
@@ -62,10 +63,10 @@ func gemmOperand(t *tensor.Tensor, off int) blas.Matrix {
 	return blas.F32(t.F32()[off:])
 }
 
-func sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	blas.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+func sgemm(pool *parallel.Pool, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	blas.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc, pool)
 }
 
-func dgemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
-	blas.Dgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+func dgemm(pool *parallel.Pool, transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	blas.Dgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc, pool)
 }

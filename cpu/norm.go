@@ -174,13 +174,13 @@ func normGradOutputs[T Float](out []*tensor.Tensor, hasWeight, hasBias bool) (gx
 
 // ---------------------------------------------------------------- batch norm
 
-func batchNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-	return batchNorm[T](n, in, out, ws, nil)
+func batchNormKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	return batchNorm[T](pool, n, in, out, ws, nil)
 }
 
 // batchNorm is the batch norm kernel; epi, when not nil, is called on each
 // part of y as soon as it is written (a fused epilogue, see fused.go).
-func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
+func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
 	o := n.Op.(*prim.BatchNormOp)
 	N, C, S := normNCS(in[0].Shape)
 	x, y := slice[T](in[0]), slice[T](out[0])
@@ -198,7 +198,7 @@ func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi 
 		}
 	} else {
 		cnt := float64(N * S)
-		parallel.For(C, grain, func(c0, c1 int) {
+		pool.For(C, grain, func(c0, c1 int) {
 			for c := c0; c < c1; c++ {
 				mean[c], inv[c] = 0, 0
 			}
@@ -226,7 +226,7 @@ func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi 
 			}
 		})
 	}
-	parallel.For(C, grain, func(c0, c1 int) {
+	pool.For(C, grain, func(c0, c1 int) {
 		for i := 0; i < N; i++ {
 			for c := c0; c < c1; c++ {
 				// y = x*alpha + beta with alpha = invstd*weight and beta =
@@ -259,7 +259,7 @@ func batchNorm[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi 
 	return nil
 }
 
-func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func batchNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.BatchNormBackward)
 	N, C, S := normNCS(in[1].Shape)
 	gy, x := slice[T](in[0]), slice[T](in[1])
@@ -273,7 +273,7 @@ func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 	sg, sgx := acc[:C], acc[C:] // per channel: sum(gy), sum(gy*(x-mean))
 	cnt := float64(N * S)
 	needSums := o.Training || gw != nil || gb != nil
-	parallel.For(C, normGrain(N*S), func(c0, c1 int) {
+	pool.For(C, normGrain(N*S), func(c0, c1 int) {
 		if needSums {
 			for c := c0; c < c1; c++ {
 				sg[c], sgx[c] = 0, 0
@@ -330,7 +330,7 @@ func batchNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 	return nil
 }
 
-func runningStatsKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func runningStatsKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.RunningStatsUpdate)
 	run, batch := slice[T](in[0]), slice[T](in[1])
 	mom := o.Momentum
@@ -349,7 +349,7 @@ func runningStatsKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 	return nil
 }
 
-func incrementKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func incrementKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	c := in[0].I64()
 	for i := range c {
 		c[i]++
@@ -359,14 +359,14 @@ func incrementKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 
 // ---------------------------------------------------------------- layer norm
 
-func layerNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func layerNormKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.LayerNormOp)
 	R, M := normRows(in[0].Shape, o.Dims)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	meanOut, rstdOut := slice[T](out[1]), slice[T](out[2])
 	w, b, _ := normAffine[T](in, 1, o.HasWeight, o.HasBias)
 	cnt := float64(M)
-	parallel.For(R, normGrain(M), func(r0, r1 int) {
+	pool.For(R, normGrain(M), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			xs, ys := x[r*M:(r+1)*M], y[r*M:(r+1)*M]
 			mean := sum64(xs) / cnt
@@ -403,7 +403,7 @@ func layerNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte)
 	return nil
 }
 
-func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.LayerNormBackward)
 	R, M := normRows(in[1].Shape, o.Dims)
 	gy, x := slice[T](in[0]), slice[T](in[1])
@@ -415,7 +415,7 @@ func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 	gx, gw, gb := normGradOutputs[T](out, o.HasWeight, o.HasBias)
 	cnt := float64(M)
 	// gx = rstd*(g - mean(g) - xhat*mean(g*xhat)) with g = gy*w.
-	parallel.For(R, normGrain(M), func(r0, r1 int) {
+	pool.For(R, normGrain(M), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			xs, gs, gxs := x[r*M:(r+1)*M], gy[r*M:(r+1)*M], gx[r*M:(r+1)*M]
 			m, rs := float64(meanT[r]), float64(rstdT[r])
@@ -464,7 +464,7 @@ func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 	aw, ab := acc[:M], acc[M:]
 	// Column sums over all rows: threads take wide column ranges, so that
 	// each row contributes one long contiguous run.
-	parallel.For(M, max(64, M/parallel.Threads()), func(j0, j1 int) {
+	pool.For(M, max(64, M/pool.Threads()), func(j0, j1 int) {
 		for j := j0; j < j1; j++ {
 			aw[j], ab[j] = 0, 0
 		}
@@ -493,7 +493,7 @@ func layerNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 
 // ---------------------------------------------------------------- group norm
 
-func groupNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func groupNormKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.GroupNormOp)
 	N, C, S := normNCS(in[0].Shape)
 	G := o.Groups
@@ -503,7 +503,7 @@ func groupNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte)
 	meanOut, rstdOut := slice[T](out[1]), slice[T](out[2])
 	w, b, _ := normAffine[T](in, 1, o.HasWeight, o.HasBias)
 	cnt := float64(B)
-	parallel.For(N*G, normGrain(B), func(q0, q1 int) {
+	pool.For(N*G, normGrain(B), func(q0, q1 int) {
 		for q := q0; q < q1; q++ {
 			xs := x[q*B : (q+1)*B]
 			var s float64
@@ -540,7 +540,7 @@ func groupNormKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte)
 	return nil
 }
 
-func groupNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+func groupNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.GroupNormBackward)
 	N, C, S := normNCS(in[1].Shape)
 	G := o.Groups
@@ -555,7 +555,7 @@ func groupNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 	gx, gw, gb := normGradOutputs[T](out, o.HasWeight, o.HasBias)
 	acc := normScratch(ws, 2*N*C)
 	db, ds := acc[:N*C], acc[N*C:] // per (n, c): sum(gy), sum(gy*(x-mean))
-	parallel.For(N*C, normGrain(S), func(p0, p1 int) {
+	pool.For(N*C, normGrain(S), func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			q := p/C*G + p%C/cg
 			m := float64(meanT[q])
@@ -583,7 +583,7 @@ func groupNormBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, w
 		}
 	}
 	cnt := float64(B)
-	parallel.For(N*G, normGrain(B), func(q0, q1 int) {
+	pool.For(N*G, normGrain(B), func(q0, q1 int) {
 		for q := q0; q < q1; q++ {
 			i, g := q/G, q%G
 			m, rs := float64(meanT[q]), float64(rstdT[q])

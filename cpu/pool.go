@@ -27,11 +27,11 @@ func init() {
 
 // poolPlanes runs f over planes [lo, hi) of n planes in parallel, each plane
 // costing about work element operations.
-func poolPlanes(n, work int, f func(lo, hi int)) {
-	parallel.For(n, max(1, 16384/max(1, work)), f)
+func poolPlanes(pool *parallel.Pool, n, work int, f func(lo, hi int)) {
+	pool.For(n, max(1, 16384/max(1, work)), f)
 }
 
-func maxPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func maxPoolKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	g, err := n.Op.(*prim.MaxPool2dOp).Geom(in[0].Shape)
 	if err != nil {
 		return err
@@ -39,7 +39,7 @@ func maxPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 	x, y, idx := slice[T](in[0]), slice[T](out[0]), out[1].I64()
 	inPlane, outPlane := g.H*g.W, g.OH*g.OW
 	negInf := T(math.Inf(-1))
-	poolPlanes(g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+	poolPlanes(pool, g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			xp := x[p*inPlane : (p+1)*inPlane]
 			yp := y[p*outPlane : (p+1)*outPlane]
@@ -114,14 +114,14 @@ func maxWindowF32(x []float32, w, ih0, ih1, dh, iw0, iw1, dw int) (float32, int)
 	return best, at
 }
 
-func maxPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func maxPoolBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	gy, idx, gx := slice[T](in[0]), in[1].I64(), slice[T](out[0])
 	s := out[0].Shape
 	planes, inPlane := s[0]*s[1], s[2]*s[3]
 	outPlane := in[0].Shape[2] * in[0].Shape[3]
 	var bad atomic.Int64
 	bad.Store(-1)
-	poolPlanes(planes, outPlane, func(p0, p1 int) {
+	poolPlanes(pool, planes, outPlane, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			gxp := gx[p*inPlane : (p+1)*inPlane]
 			clear(gxp)
@@ -161,7 +161,7 @@ func avgWindow(g prim.PoolGeom, o prim.PoolOpts, oh, ow int) (ih0, ih1, iw0, iw1
 	return
 }
 
-func avgPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func avgPoolKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.AvgPool2dOp)
 	g, err := o.Geom(in[0].Shape)
 	if err != nil {
@@ -169,7 +169,7 @@ func avgPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 	}
 	x, y := slice[T](in[0]), slice[T](out[0])
 	inPlane, outPlane := g.H*g.W, g.OH*g.OW
-	poolPlanes(g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+	poolPlanes(pool, g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			xp := x[p*inPlane : (p+1)*inPlane]
 			yp := y[p*outPlane : (p+1)*outPlane]
@@ -194,7 +194,7 @@ func avgPoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 	return nil
 }
 
-func avgPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func avgPoolBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.AvgPool2dBackward)
 	g, err := o.Geom()
 	if err != nil {
@@ -202,7 +202,7 @@ func avgPoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ [
 	}
 	gy, gx := slice[T](in[0]), slice[T](out[0])
 	inPlane, outPlane := g.H*g.W, g.OH*g.OW
-	poolPlanes(g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+	poolPlanes(pool, g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			gxp := gx[p*inPlane : (p+1)*inPlane]
 			gyp := gy[p*outPlane : (p+1)*outPlane]
@@ -235,14 +235,14 @@ func adaptiveBin(i, out, in int) (lo, hi int) {
 	return lo, hi
 }
 
-func adaptivePoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func adaptivePoolKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	x, y := slice[T](in[0]), slice[T](out[0])
 	s, ys := in[0].Shape, out[0].Shape
 	H, W, OH, OW := s[2], s[3], ys[2], ys[3]
 	inPlane, outPlane := H*W, OH*OW
 	if outPlane == 1 {
 		// PyTorch computes a 1x1 adaptive pooling as a mean over H and W.
-		poolPlanes(s[0]*s[1], inPlane, func(p0, p1 int) {
+		poolPlanes(pool, s[0]*s[1], inPlane, func(p0, p1 int) {
 			for p := p0; p < p1; p++ {
 				var sum float64
 				for _, v := range x[p*inPlane : (p+1)*inPlane] {
@@ -253,7 +253,7 @@ func adaptivePoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 		})
 		return nil
 	}
-	poolPlanes(s[0]*s[1], inPlane+outPlane, func(p0, p1 int) {
+	poolPlanes(pool, s[0]*s[1], inPlane+outPlane, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			xp := x[p*inPlane : (p+1)*inPlane]
 			yp := y[p*outPlane : (p+1)*outPlane]
@@ -275,14 +275,14 @@ func adaptivePoolKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []by
 	return nil
 }
 
-func adaptivePoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func adaptivePoolBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	gy, gx := slice[T](in[0]), slice[T](out[0])
 	s, ys := out[0].Shape, in[0].Shape
 	H, W, OH, OW := s[2], s[3], ys[2], ys[3]
 	inPlane, outPlane := H*W, OH*OW
 	if outPlane == 1 {
 		// The gradient of PyTorch's mean: one division by H*W.
-		poolPlanes(s[0]*s[1], inPlane, func(p0, p1 int) {
+		poolPlanes(pool, s[0]*s[1], inPlane, func(p0, p1 int) {
 			for p := p0; p < p1; p++ {
 				d := gy[p] / T(inPlane)
 				gxp := gx[p*inPlane : (p+1)*inPlane]
@@ -293,7 +293,7 @@ func adaptivePoolBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor
 		})
 		return nil
 	}
-	poolPlanes(s[0]*s[1], inPlane+outPlane, func(p0, p1 int) {
+	poolPlanes(pool, s[0]*s[1], inPlane+outPlane, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			gxp := gx[p*inPlane : (p+1)*inPlane]
 			gyp := gy[p*outPlane : (p+1)*outPlane]

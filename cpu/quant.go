@@ -14,8 +14,8 @@ import (
 func init() {
 	Register[*prim.Quantize](quantizeKernel)
 	Register[*prim.Dequantize](dequantizeKernel)
-	Register[*prim.PackMask](func(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-		return dispatch(n, in[0].DType, func() error { return packMaskKernel[float32](in, out) }, func() error { return packMaskKernel[float64](in, out) })
+	Register[*prim.PackMask](func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+		return dispatch(n, in[0].DType, func() error { return packMaskKernel[float32](pool, in, out) }, func() error { return packMaskKernel[float64](pool, in, out) })
 	})
 	Floats[*prim.ReLUBackwardMask](reluBackwardMaskKernel[float32], reluBackwardMaskKernel[float64])
 	Register[*prim.RoundState](roundStateKernel)
@@ -29,7 +29,7 @@ func init() {
 // elementwise passes.
 const quantGrain = 1 << 14
 
-func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func quantizeKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.Quantize)
 	x, q, scale := in[0].F32(), out[0].Data, out[1].F32()
 	c, inner := prim.QuantChannels(in[0].Shape, o.Axis)
@@ -44,7 +44,7 @@ func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	// sticks (v != v), so a channel with NaN or Inf is flagged below.
 	absmax := make([]float32, c) // c floats: a few KiB at most, not a buffer
 	var mu sync.Mutex
-	parallel.For(outer, max(1, quantGrain/(c*inner)), func(lo, hi int) {
+	pool.For(outer, max(1, quantGrain/(c*inner)), func(lo, hi int) {
 		local := make([]float32, c)
 		for r := lo; r < hi; r++ {
 			row := x[r*c*inner : (r+1)*c*inner]
@@ -81,7 +81,7 @@ func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 			inv[ch] = 127 / m
 		}
 	}
-	parallel.For(len(x), quantGrain, func(lo, hi int) {
+	pool.For(len(x), quantGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			ch := (i / inner) % c
 			v := math.RoundToEven(float64(x[i] * inv[ch]))
@@ -98,11 +98,11 @@ func quantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	return nil
 }
 
-func dequantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func dequantizeKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.Dequantize)
 	q, scale, y := in[0].Data, in[1].F32(), out[0].F32()
 	c, inner := prim.QuantChannels(in[0].Shape, o.Axis)
-	parallel.For(len(y), quantGrain, func(lo, hi int) {
+	pool.For(len(y), quantGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] = float32(int8(q[i])) * scale[(i/inner)%c]
 		}
@@ -112,10 +112,10 @@ func dequantizeKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 
 // packMaskKernel sets bit k of byte b where element 8b+k is > 0 or NaN:
 // the test ReLU's backward applies to its saved output.
-func packMaskKernel[T Float](in, out []*tensor.Tensor) error {
+func packMaskKernel[T Float](pool *parallel.Pool, in, out []*tensor.Tensor) error {
 	x, mask := slice[T](in[0]), out[0].Data
 	cnt := len(x)
-	parallel.For(len(mask), dropGrain, func(lo, hi int) {
+	pool.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			var m byte
 			for k := 0; k < 8; k++ {
@@ -133,10 +133,10 @@ func packMaskKernel[T Float](in, out []*tensor.Tensor) error {
 	return nil
 }
 
-func reluBackwardMaskKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func reluBackwardMaskKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	gy, mask, gx := slice[T](in[0]), in[1].Data, slice[T](out[0])
 	cnt := len(gy)
-	parallel.For(len(mask), dropGrain, func(lo, hi int) {
+	pool.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			m := mask[b]
 			for k := 0; k < 8; k++ {
@@ -166,13 +166,13 @@ func rounder(n *trace.Node, to tensor.DType) (func(float32) float32, error) {
 	return nil, fmt.Errorf("cpu: %s: cannot round to %v", n.Label(), to)
 }
 
-func roundStateKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
+func roundStateKernel(pool *parallel.Pool, n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
 	round, err := rounder(n, n.Op.(*prim.RoundState).To)
 	if err != nil {
 		return err
 	}
 	s := in[0].F32()
-	parallel.For(len(s), quantGrain, func(lo, hi int) {
+	pool.For(len(s), quantGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			s[i] = round(s[i])
 		}
@@ -180,13 +180,13 @@ func roundStateKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
 	return nil
 }
 
-func roundKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func roundKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	round, err := rounder(n, n.Op.(*prim.Round).To)
 	if err != nil {
 		return err
 	}
 	x, y := in[0].F32(), out[0].F32()
-	parallel.For(len(x), quantGrain, func(lo, hi int) {
+	pool.For(len(x), quantGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			y[i] = round(x[i])
 		}
@@ -194,14 +194,14 @@ func roundKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	return nil
 }
 
-func accumulateRoundedKernel(n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
+func accumulateRoundedKernel(pool *parallel.Pool, n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.AccumulateRounded)
 	round, err := rounder(n, o.To)
 	if err != nil {
 		return err
 	}
 	dst, src := in[0].F32(), in[1].F32()
-	parallel.For(len(dst), quantGrain, func(lo, hi int) {
+	pool.For(len(dst), quantGrain, func(lo, hi int) {
 		if o.Add {
 			for i := lo; i < hi; i++ {
 				dst[i] += round(src[i])

@@ -125,7 +125,7 @@ func reduceMiddle(s tensor.Shape, reduced []bool) (a, k, b int, ok bool) {
 	return a, k, b, a*k*b > 0
 }
 
-func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func reduceKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.Reduce)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	reduced := reducedAxes(o, len(in[0].Shape))
@@ -133,7 +133,7 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 		// Kept axes in the middle ([A, K, B] summed over A and B, as a
 		// convolution's bias gradient): contiguous rows of B.
 		cnt := float64(a * b)
-		parallel.For(k, max(1, elemGrain/(a*b)), func(k0, k1 int) {
+		pool.For(k, max(1, elemGrain/(a*b)), func(k0, k1 int) {
 			for kk := k0; kk < k1; kk++ {
 				var s float64
 				for i := 0; i < a; i++ {
@@ -149,9 +149,9 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 	}
 	if leading, trailing, rows, cols := reduceSplit(in[0].Shape, reduced); (leading || trailing) && rows*cols > 0 {
 		if trailing {
-			reduceRows(o.Kind, x, y, rows, cols)
+			reduceRows(pool, o.Kind, x, y, rows, cols)
 		} else {
-			reduceCols(o.Kind, x, y, rows, cols)
+			reduceCols(pool, o.Kind, x, y, rows, cols)
 		}
 		return nil
 	}
@@ -195,8 +195,8 @@ func reduceKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) er
 
 // reduceRows reduces each row of x ([rows, cols]) into y[row], in the
 // order and precision of the general loop below.
-func reduceRows[T Float](k prim.ReduceKind, x, y []T, rows, cols int) {
-	parallel.For(rows, max(1, elemGrain/cols), func(r0, r1 int) {
+func reduceRows[T Float](pool *parallel.Pool, k prim.ReduceKind, x, y []T, rows, cols int) {
+	pool.For(rows, max(1, elemGrain/cols), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			row := x[r*cols : (r+1)*cols]
 			switch k {
@@ -225,8 +225,8 @@ func reduceRows[T Float](k prim.ReduceKind, x, y []T, rows, cols int) {
 // reduceCols reduces each column of x ([rows, cols]) into y[col], adding
 // the rows in order (as the general loop does) but walking memory row by
 // row; threads take disjoint ranges of columns.
-func reduceCols[T Float](k prim.ReduceKind, x, y []T, rows, cols int) {
-	parallel.For(cols, max(64, elemGrain/rows), func(c0, c1 int) {
+func reduceCols[T Float](pool *parallel.Pool, k prim.ReduceKind, x, y []T, rows, cols int) {
+	pool.For(cols, max(64, elemGrain/rows), func(c0, c1 int) {
 		ys := y[c0:c1]
 		switch k {
 		case prim.SumKind, prim.MeanKind:
@@ -260,7 +260,7 @@ func reduceCols[T Float](k prim.ReduceKind, x, y []T, rows, cols int) {
 	})
 }
 
-func amaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func amaxBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.AmaxBackward)
 	gy, x, ym, gx := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](out[0])
 	l := newReduceLayout(in[1].Shape, reducedAxes(&prim.Reduce{Axes: o.Axes}, len(in[1].Shape)))
@@ -330,12 +330,12 @@ func gatherStrided(dst, src []byte, esize int, shape tensor.Shape, strides []int
 	}
 }
 
-func expandKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func expandKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	gatherStrided(out[0].Data, in[0].Data, in[0].DType.Size(), out[0].Shape, bstrides(in[0].Shape, out[0].Shape))
 	return nil
 }
 
-func permuteKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func permuteKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	perm := n.Op.(*prim.Permute).Perm
 	st := in[0].Shape.Strides()
 	ps := make([]int, len(perm))

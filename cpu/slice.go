@@ -27,13 +27,13 @@ type sliceBlocks struct {
 	dstRow, dstOff, dstStep int
 }
 
-func (c sliceBlocks) run(dst, src []byte) {
+func (c sliceBlocks) run(pool *parallel.Pool, dst, src []byte) {
 	if c.outer == 0 || c.n == 0 || c.blk == 0 {
 		return
 	}
 	rowBytes := c.n * c.blk
 	grain := max(1, (64<<10)/rowBytes)
-	parallel.For(c.outer, grain, func(lo, hi int) {
+	pool.For(c.outer, grain, func(lo, hi int) {
 		for o := lo; o < hi; o++ {
 			s := src[o*c.srcRow+c.srcOff:]
 			d := dst[o*c.dstRow+c.dstOff:]
@@ -97,13 +97,13 @@ func sliceCopy(o *prim.SliceOp, s tensor.Shape, esize int) sliceBlocks {
 	return c
 }
 
-func sliceKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func sliceKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.SliceOp)
-	sliceCopy(o, in[0].Shape, in[0].DType.Size()).run(out[0].Data, in[0].Data)
+	sliceCopy(o, in[0].Shape, in[0].DType.Size()).run(pool, out[0].Data, in[0].Data)
 	return nil
 }
 
-func sliceBackwardKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func sliceBackwardKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.SliceBackward)
 	c := sliceCopy(&prim.SliceOp{Axis: o.Axis, Start: o.Start, End: o.End, Step: o.Step}, out[0].Shape, out[0].DType.Size())
 	// Same blocks, the other way round.
@@ -111,11 +111,11 @@ func sliceBackwardKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) erro
 	c.srcOff, c.dstOff = c.dstOff, c.srcOff
 	c.srcStep, c.dstStep = c.dstStep, c.srcStep
 	clear(out[0].Data)
-	c.run(out[0].Data, in[0].Data)
+	c.run(pool, out[0].Data, in[0].Data)
 	return nil
 }
 
-func catKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func catKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	axis := n.Op.(*prim.CatOp).Axis
 	esize := out[0].DType.Size()
 	outer, ib := sliceLayout(out[0].Shape, axis, esize)
@@ -123,13 +123,13 @@ func catKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	off := 0
 	for _, t := range in {
 		k := t.Shape[axis] * ib
-		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: k, dstRow: dstRow, dstOff: off}.run(out[0].Data, t.Data)
+		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: k, dstRow: dstRow, dstOff: off}.run(pool, out[0].Data, t.Data)
 		off += k
 	}
 	return nil
 }
 
-func splitKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func splitKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	axis := n.Op.(*prim.SplitOp).Axis
 	esize := in[0].DType.Size()
 	outer, ib := sliceLayout(in[0].Shape, axis, esize)
@@ -137,7 +137,7 @@ func splitKernel(n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	off := 0
 	for _, t := range out {
 		k := t.Shape[axis] * ib
-		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: srcRow, srcOff: off, dstRow: k}.run(t.Data, in[0].Data)
+		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: srcRow, srcOff: off, dstRow: k}.run(pool, t.Data, in[0].Data)
 		off += k
 	}
 	return nil

@@ -39,10 +39,10 @@ const softmaxColBlock = 64
 // softmaxForRows runs row (contiguous rows, inner == 1) or block (a block of
 // up to softmaxColBlock columns starting at column j0 of outer index o) over all of
 // a layout in parallel.
-func softmaxForRows(outer, dim, inner int, row func(r int), block func(o, j0, jb int)) {
+func softmaxForRows(pool *parallel.Pool, outer, dim, inner int, row func(r int), block func(o, j0, jb int)) {
 	grain := max(1, 8192/max(1, dim))
 	if inner == 1 {
-		parallel.For(outer, grain, func(lo, hi int) {
+		pool.For(outer, grain, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				row(r)
 			}
@@ -50,7 +50,7 @@ func softmaxForRows(outer, dim, inner int, row func(r int), block func(o, j0, jb
 		return
 	}
 	nb := (inner + softmaxColBlock - 1) / softmaxColBlock
-	parallel.For(outer*nb, max(1, grain/softmaxColBlock), func(lo, hi int) {
+	pool.For(outer*nb, max(1, grain/softmaxColBlock), func(lo, hi int) {
 		for u := lo; u < hi; u++ {
 			o, b := u/nb, u%nb
 			j0 := b * softmaxColBlock
@@ -99,14 +99,14 @@ func softmaxRow[T Float](x, y []T, log bool) float64 {
 	return m + math.Log(s)
 }
 
-func softmaxKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func softmaxKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.SoftmaxOp)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	outer, dim, inner := softmaxLayout(in[0].Shape, o.Axis)
 	if outer*dim*inner == 0 {
 		return nil
 	}
-	softmaxForRows(outer, dim, inner, func(r int) {
+	softmaxForRows(pool, outer, dim, inner, func(r int) {
 		softmaxRow(x[r*dim:(r+1)*dim], y[r*dim:(r+1)*dim], o.Log)
 	}, func(ob, j0, jb int) {
 		var mx, sm [softmaxColBlock]float64
@@ -157,14 +157,14 @@ func softmaxKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) e
 	return nil
 }
 
-func softmaxBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func softmaxBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.SoftmaxBackward)
 	gy, y, gx := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	outer, dim, inner := softmaxLayout(in[0].Shape, o.Axis)
 	if outer*dim*inner == 0 {
 		return nil
 	}
-	softmaxForRows(outer, dim, inner, func(r int) {
+	softmaxForRows(pool, outer, dim, inner, func(r int) {
 		g, yy, dx := gy[r*dim:(r+1)*dim], y[r*dim:(r+1)*dim], gx[r*dim:(r+1)*dim]
 		var s float64
 		if o.Log {

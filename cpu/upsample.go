@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -21,14 +22,14 @@ func nearestIndices(in, out int, scale float64) []int {
 	return idx
 }
 
-func upsampleNearestKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func upsampleNearestKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.UpsampleNearest2dOp)
 	x, y := slice[T](in[0]), slice[T](out[0])
 	s := in[0].Shape
 	H, W, OH, OW := s[2], s[3], o.Size[0], o.Size[1]
 	hi, wi := nearestIndices(H, OH, o.Scale[0]), nearestIndices(W, OW, o.Scale[1])
 	inPlane, outPlane := H*W, OH*OW
-	poolPlanes(s[0]*s[1], outPlane, func(p0, p1 int) {
+	poolPlanes(pool, s[0]*s[1], outPlane, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			xp := x[p*inPlane : (p+1)*inPlane]
 			for oh, ih := range hi {
@@ -47,14 +48,14 @@ func upsampleNearestKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ [
 	return nil
 }
 
-func upsampleNearestBackwardKernel[T Float](n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+func upsampleNearestBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.UpsampleNearest2dBackward)
 	gy, gx := slice[T](in[0]), slice[T](out[0])
 	s, ys := out[0].Shape, in[0].Shape
 	H, W, OH, OW := s[2], s[3], ys[2], ys[3]
 	hi, wi := nearestIndices(H, OH, o.Scale[0]), nearestIndices(W, OW, o.Scale[1])
 	inPlane, outPlane := H*W, OH*OW
-	poolPlanes(s[0]*s[1], outPlane, func(p0, p1 int) {
+	poolPlanes(pool, s[0]*s[1], outPlane, func(p0, p1 int) {
 		for p := p0; p < p1; p++ {
 			gxp := gx[p*inPlane : (p+1)*inPlane]
 			clear(gxp)

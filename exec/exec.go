@@ -38,6 +38,9 @@ type Program struct {
 	Graph  *trace.Graph
 	Plan   *plan.Plan
 	Device *device.Device
+	// Backend is the backend the kernels came from: the device's, or the
+	// one given to CompileWith.
+	Backend backend.Backend
 
 	kernels []backend.Kernel // by step; nil where exec runs the node itself
 }
@@ -60,7 +63,13 @@ func runsItself(o trace.Op) bool {
 // sizes of dev's backend. An op the backend cannot run is an error naming
 // the node (wrapping the backend's *backend.UnsupportedError).
 func Compile(g *trace.Graph, dev *device.Device) (*Program, error) {
-	be := dev.Backend
+	return CompileWith(g, dev, dev.Backend)
+}
+
+// CompileWith is Compile with the kernels of backend be instead of the
+// device's: a trainer's own backend (one with threads of its own, for
+// example) over a device that others share. be must run on dev's memory.
+func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Program, error) {
 	if be == nil {
 		return nil, fmt.Errorf("%w (device %s)", ErrNoBackend, dev)
 	}
@@ -80,7 +89,7 @@ func Compile(g *trace.Graph, dev *device.Device) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Program{Graph: g, Plan: p, Device: dev, kernels: kernels}, nil
+	return &Program{Graph: g, Plan: p, Device: dev, Backend: be, kernels: kernels}, nil
 }
 
 // Arena is the reusable memory a program's buffers live in. Programs for
@@ -366,7 +375,7 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			}
 			start := time.Now()
 			var err error
-			fc, checks := p.Device.Backend.(backend.FusedChecker)
+			fc, checks := p.Backend.(backend.FusedChecker)
 			switch o := n.Op.(type) {
 			case *prim.OptimizerStep:
 				err = runStep(o, ins, opts)

@@ -53,7 +53,13 @@ type Adam struct {
 	cfg       AdamConfig
 	decoupled bool // AdamW
 	state     map[string]*adamState
+	loops     func(n, grain int, fn func(lo, hi int)) // nil: the process-wide pool
 }
+
+// SetLoops sets what splits the update's element loops over threads (an
+// engine's thread pool: a trainer gives its own); nil restores the
+// process-wide pool.
+func (o *Adam) SetLoops(f func(n, grain int, fn func(lo, hi int))) { o.loops = f }
 
 type adamState struct {
 	// step counts this parameter's updates; parameters skipped for lack of
@@ -145,7 +151,11 @@ func (o *Adam) Step(params []Param) error {
 				fast.Decay = decay
 			}
 		}
-		parallel.For(len(v), 1<<14, func(lo, hi int) {
+		loops := parallel.For
+		if o.loops != nil {
+			loops = o.loops
+		}
+		loops(len(v), 1<<14, func(lo, hi int) {
 			if fast != nil {
 				lo += vec.Adam(v[lo:hi], g[lo:hi], m[lo:hi], s[lo:hi], fast)
 			}

@@ -57,6 +57,15 @@ type Config struct {
 	// dynamic type must be comparable (a pointer), as Config values are
 	// compared; it is a live object, not a setting, so not in the JSON.
 	Parallel Parallel `json:"-"`
+	// Threads is how many threads the trainer's kernels split their loops
+	// across, on a pool of the trainer's own: two trainers in one process
+	// each get theirs, even while both step. 0 follows the process-wide
+	// count (internal/parallel's default: $HEADROOM_NUM_THREADS, else
+	// GOMAXPROCS; headroom's --threads), still on the trainer's own
+	// pool. It changes how fast a step runs, never its results or memory.
+	// (Left out of JSON when 0, so configurations written before it read
+	// and write the same.)
+	Threads int `json:",omitempty"`
 }
 
 // compress is the storage policy handed to the precision pass: nil when
@@ -82,6 +91,9 @@ func (c Config) String() string {
 	}
 	if c.Parallel != nil {
 		s += " parallel"
+	}
+	if c.Threads > 0 {
+		s += fmt.Sprintf(" threads=%d", c.Threads)
 	}
 	return s
 }

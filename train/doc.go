@@ -16,14 +16,18 @@
 // takes a lock per call: its statistics and snapshots may be read at any
 // time, from any goroutine.
 //
-// Threads: CPU kernels split their loops over one process-wide pool of
-// internal/parallel.Threads() workers (HEADROOM_NUM_THREADS, headroom's
-// --threads). A loop started while another goroutine's loop holds the
-// pool runs on its caller's goroutine alone: two trainers stepping at the
-// same time share the pool rather than each getting the thread count, and
-// the one that finds it busy runs that loop single-threaded. Results are
-// the same either way; only speed differs. A per-trainer pool needs the
-// kernels to be handed their pool (the backend seam), which they are not
-// yet: goroutines have no cheap identity to tell a nested loop from a
-// concurrent one (runtime.Stack costs about 10 microseconds per loop).
+// Threads: each trainer runs its kernels through a backend of its own
+// (backend.Threaded: the cpu backend with a worker pool of the trainer's
+// own), with Config.Threads threads: two trainers stepping at the same
+// time each split their loops over their own threads. Config.Threads 0
+// follows the process-wide count (internal/parallel: HEADROOM_NUM_THREADS,
+// headroom's --threads), still on the trainer's own pool. Close stops the
+// pool's goroutines (a trainer dropped without Close has them stopped once
+// it is collected). The optimizer's update loops run on the trainer's
+// pool too, for optimizers that take one (optim.Adam and AdamW:
+// SetLoops); SGD's update is a plain loop. What trainers still share is
+// the process: its memory and cores (two trainers of 2 threads each on 2
+// cores take turns) and the process-wide pool, which the kernels run
+// outside a trainer use (cpu.Run, the reference checks). Results never
+// depend on the thread count; only speed does.
 package train

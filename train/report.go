@@ -43,8 +43,9 @@ func (t *Trainer) Plan(x, y trace.Meta) (MemoryPlan, error) {
 // PlanConfig is Plan under configuration cfg, with the compiled step it
 // planned: a pure function of the model, cfg and the input shapes (the
 // trainer's own configuration and compiled steps are left as they are).
-func (t *Trainer) PlanConfig(cfg Config, x, y trace.Meta) (MemoryPlan, *Compiled, error) {
-	return t.planConfig(cfg, x, y)
+// extra are a MultiModel's further inputs (x1, x2, ...).
+func (t *Trainer) PlanConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (MemoryPlan, *Compiled, error) {
+	return t.planConfig(cfg, x, y, extra...)
 }
 
 // planConfig is PlanConfig with a MultiModel's extra inputs.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 
 	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
@@ -60,11 +62,16 @@ type Trainer struct {
 
 	arena    *exec.Arena
 	programs map[programKey]*Compiled
-	optBlks  []*device.Block
-	params   []optim.Param
-	step     int64            // steps taken; seeds dropout masks
-	share    float64          // this rank's share of the step's global batch (Config.Parallel), else 1
-	outs     []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
+	// backend runs the trainer's kernels: the device's backend, or, where
+	// it splits work over host threads (backend.Threaded), one with a
+	// pool of the trainer's own (Config.Threads), closed by Close.
+	backend    backend.Backend
+	ownBackend bool // backend was made for the trainer (WithThreads)
+	optBlks    []*device.Block
+	params     []optim.Param
+	step       int64            // steps taken; seeds dropout masks
+	share      float64          // this rank's share of the step's global batch (Config.Parallel), else 1
+	outs       []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
 	// ownsStore: Close releases the store (trainers made by Setup).
 	ownsStore bool
 }
@@ -128,8 +135,30 @@ func (t *Trainer) Config() Config { return t.cfg }
 // what the steps will hold: freed when the optimizer runs in the backward
 // pass, allocated otherwise.
 func (t *Trainer) SetConfig(c Config) error {
+	if c.Threads < 0 {
+		return fmt.Errorf("train: Config.Threads %d: want a positive count, or 0 for the process-wide one", c.Threads)
+	}
 	if c != t.cfg {
 		clear(t.programs)
+	}
+	if t.backend == nil || c.Threads != t.cfg.Threads {
+		t.closeBackend()
+		t.backend, t.ownBackend = t.Device.Backend, false
+		if tb, ok := t.backend.(backend.Threaded); ok {
+			t.backend, t.ownBackend = tb.WithThreads(c.Threads), true
+		}
+		// The optimizer's update loops run on the trainer's threads too.
+		if o, ok := t.Opt.(interface {
+			SetLoops(func(n, grain int, fn func(lo, hi int)))
+		}); ok {
+			var loops func(n, grain int, fn func(lo, hi int))
+			if b, ok := t.backend.(interface {
+				For(n, grain int, fn func(lo, hi int))
+			}); ok && t.ownBackend {
+				loops = b.For
+			}
+			o.SetLoops(loops)
+		}
 	}
 	t.cfg = c
 	if c.Precision.NeedsScaler() && t.Scaler == nil {
@@ -162,6 +191,7 @@ func (t *Trainer) inBackward(microBatches int) bool {
 // Close releases the trainer's arena and optimizer state (and the store,
 // for trainers made by Setup).
 func (t *Trainer) Close() {
+	t.closeBackend()
 	t.arena.Release()
 	for _, b := range t.optBlks {
 		t.Device.Alloc.Free(b)
@@ -170,6 +200,23 @@ func (t *Trainer) Close() {
 	if t.ownsStore {
 		t.Store.Release()
 	}
+}
+
+// closeBackend stops the threads of the trainer's own backend.
+func (t *Trainer) closeBackend() {
+	if c, ok := t.backend.(io.Closer); ok && t.ownBackend {
+		c.Close()
+	}
+}
+
+// Threads reports how many threads the trainer's kernels split their loops
+// across (Config.Threads, or the process-wide count it follows); 1 for a
+// backend that does not run on host threads.
+func (t *Trainer) Threads() int {
+	if tb, ok := t.backend.(interface{ Threads() int }); ok {
+		return tb.Threads()
+	}
+	return 1
 }
 
 // Arena is the memory the trainer's steps run in.
@@ -244,9 +291,10 @@ func (m gradMode) kind() string {
 
 // Trace returns the usual training step for inputs and targets of these
 // shapes as autodiff leaves it, before any pass of the pipeline: the graph
-// whose node IDs a RecomputeNodes policy names.
-func (t *Trainer) Trace(x, y trace.Meta) (*trace.Graph, error) {
-	return t.trace(x, y, nil, writeGrads, t.cfg.Outputs)
+// whose node IDs a RecomputeNodes policy names. extra are a MultiModel's
+// further inputs (x1, x2, ...).
+func (t *Trainer) Trace(x, y trace.Meta, extra ...trace.Meta) (*trace.Graph, error) {
+	return t.trace(x, y, extra, writeGrads, t.cfg.Outputs)
 }
 
 // trace records the step with gradients going where mode says.
@@ -346,7 +394,7 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 		return nil, err
 	}
 	reports = append(reports, passes...)
-	p, err := exec.Compile(g, t.Device)
+	p, err := exec.CompileWith(g, t.Device, t.backend)
 	if err != nil {
 		return nil, err
 	}
@@ -359,15 +407,16 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 }
 
 // EvalProgram returns the compiled forward pass for inputs of this shape.
-func (t *Trainer) EvalProgram(x trace.Meta) (*exec.Program, error) {
-	key := programKey{t.cfg, signature("eval", t.Store.Training(), x)}
+// extra are a MultiModel's further inputs (x1, x2, ...).
+func (t *Trainer) EvalProgram(x trace.Meta, extra ...trace.Meta) (*exec.Program, error) {
+	key := programKey{t.cfg, signature("eval", t.Store.Training(), append([]trace.Meta{x}, extra...)...)}
 	if c, ok := t.programs[key]; ok {
 		return c.Program, nil
 	}
 	g := trace.New()
 	err := trace.Capture(func() {
 		xi := g.Input("x", x.DType, x.Shape)
-		g.Output("out", t.Model.Forward(xi))
+		g.Output("out", t.forward(g, xi, extra))
 	})
 	if err != nil {
 		return nil, err
@@ -476,6 +525,9 @@ type Batch struct {
 func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, error) {
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
+	}
+	if err := t.Scaler.check(); err != nil {
+		return 0, err
 	}
 	t.outs = t.outs[:0]
 	weights := make([]float64, len(micro))
@@ -796,14 +848,27 @@ func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, b Batch, seed
 
 // Predict runs the forward pass in evaluation mode and returns the output.
 func (t *Trainer) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	return t.PredictInputs(ctx, []*tensor.Tensor{x})
+}
+
+// PredictInputs is Predict for a MultiModel: xs are its inputs, the first
+// one being what Forward would get.
+func (t *Trainer) PredictInputs(ctx context.Context, xs []*tensor.Tensor) (*tensor.Tensor, error) {
+	if len(xs) == 0 {
+		return nil, fmt.Errorf("train: no inputs")
+	}
 	was := t.Store.Training()
 	t.Store.SetTraining(false)
 	defer t.Store.SetTraining(was)
-	p, err := t.EvalProgram(trace.Meta{DType: x.DType, Shape: x.Shape})
+	p, err := t.EvalProgram(MetaOf(xs[0]), metasOf(xs[1:])...)
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.Run(ctx, t.arena, t.Store, map[string]*tensor.Tensor{"x": x}, nil)
+	feed := map[string]*tensor.Tensor{}
+	for i, x := range xs {
+		feed[InputName(i)] = x
+	}
+	res, err := p.Run(ctx, t.arena, t.Store, feed, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -32,8 +32,11 @@ import (
 // it do not propagate), and when alpha is 0 or k is 0, A and B are not read.
 // It panics if a stride is smaller than its row length or a slice is too
 // short.
-func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	gemm(sgemmKern, &pools32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+//
+// The blocks of C are split across pool[0] when given (a caller's own
+// parallel.Pool), else across package parallel's default pool.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, pool ...*parallel.Pool) {
+	gemm(sgemmKern, &pools32, poolOf(pool), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // PackFunc produces op(B) for SgemmFunc and DgemmFunc without op(B) being
@@ -56,13 +59,13 @@ type Packer[T ~float32 | ~float64] struct {
 // SgemmFunc is Sgemm with op(B) (k×n) given by a packing function instead
 // of a stored matrix: an implicit GEMM, such as a convolution whose im2col
 // matrix is never written out.
-func SgemmFunc(transA bool, m, n, k int, alpha float32, a []float32, lda int, packB Packer[float32], beta float32, c []float32, ldc int) {
-	gemmFunc(sgemmKern, &pools32, transA, m, n, k, alpha, a, lda, packB, beta, c, ldc)
+func SgemmFunc(transA bool, m, n, k int, alpha float32, a []float32, lda int, packB Packer[float32], beta float32, c []float32, ldc int, pool ...*parallel.Pool) {
+	gemmFunc(sgemmKern, &pools32, poolOf(pool), transA, m, n, k, alpha, a, lda, packB, beta, c, ldc)
 }
 
 // DgemmFunc is SgemmFunc for float64.
-func DgemmFunc(transA bool, m, n, k int, alpha float64, a []float64, lda int, packB Packer[float64], beta float64, c []float64, ldc int) {
-	gemmFunc(kernGo64, &pools64, transA, m, n, k, alpha, a, lda, packB, beta, c, ldc)
+func DgemmFunc(transA bool, m, n, k int, alpha float64, a []float64, lda int, packB Packer[float64], beta float64, c []float64, ldc int, pool ...*parallel.Pool) {
+	gemmFunc(kernGo64, &pools64, poolOf(pool), transA, m, n, k, alpha, a, lda, packB, beta, c, ldc)
 }
 
 // NR is the width of the B panels that a PackFunc of Sgemm (float32) or
@@ -94,8 +97,8 @@ func PackTransposed[T ~float32 | ~float64](src []T, ld, kc int, dst []T) {
 
 // Dgemm is Sgemm for float64. It is portable Go, written for correctness
 // (float64 gradient checks) rather than peak speed.
-func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	gemm(kernGo64, &pools64, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int, pool ...*parallel.Pool) {
+	gemm(kernGo64, &pools64, poolOf(pool), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // SetThreads sets the number of threads GEMM (and every other user of
@@ -106,6 +109,14 @@ func SetThreads(n int) int { return parallel.SetThreads(n) }
 
 // Threads reports the number of threads GEMM uses.
 func Threads() int { return parallel.Threads() }
+
+// poolOf is the pool of a variadic pool argument (nil: the default).
+func poolOf(p []*parallel.Pool) *parallel.Pool {
+	if len(p) > 0 {
+		return p[0]
+	}
+	return nil
+}
 
 // Kernel reports which single-precision micro-kernel Sgemm uses: "avx512",
 // "avx2" or "go". The best one the CPU supports is chosen at start-up; the
@@ -178,7 +189,7 @@ func checkLen(name string, have, rows, cols, ld int) {
 	}
 }
 
-func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+func gemm[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
@@ -190,24 +201,24 @@ func gemm[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, 
 	if m > 0 && n > 0 && alpha != 0 && k > 0 {
 		checkLen("b", len(b), br, bc, ldb)
 	}
-	gemmCore(kern, pools, transA, transB, m, n, k, alpha, a, lda, b, ldb, Packer[T]{}, nil, beta, c, ldc)
+	gemmCore(kern, pools, pool, transA, transB, m, n, k, alpha, a, lda, b, ldb, Packer[T]{}, nil, beta, c, ldc)
 }
 
-func gemmFunc[T float](kern *kernel[T], pools *bufPools[T], transA bool, m, n, k int, alpha T, a []T, lda int, packB Packer[T], beta T, c []T, ldc int) {
+func gemmFunc[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool, transA bool, m, n, k int, alpha T, a []T, lda int, packB Packer[T], beta T, c []T, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
 	if packB.Pack == nil {
 		panic("gemm: nil packing function")
 	}
-	gemmCore(kern, pools, transA, false, m, n, k, alpha, a, lda, nil, 0, packB, nil, beta, c, ldc)
+	gemmCore(kern, pools, pool, transA, false, m, n, k, alpha, a, lda, nil, 0, packB, nil, beta, c, ldc)
 }
 
 // gemmCore is the blocked product; op(B) comes from b, or from packB when
 // that is not nil. With h (float32 only), a 16-bit A or B in h replaces a
 // or b and is converted as it is packed: the packed panels, and so the
 // result, are the same as for the operand converted first.
-func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, packB Packer[T], h *halves, beta T, c []T, ldc int) {
+func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, packB Packer[T], h *halves, beta T, c []T, ldc int) {
 	ar, ac := m, k
 	if transA {
 		ar, ac = k, m
@@ -229,7 +240,7 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool,
 	checkLen("a", alen, ar, ac, lda)
 
 	mr, nr := kern.mr, kern.nr
-	threads := parallel.Threads()
+	threads := pool.Threads()
 	if 2*float64(m)*float64(n)*float64(k) < parallelMinFlops {
 		threads = 1
 	}
@@ -328,8 +339,8 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], transA, transB bool,
 				pools.a.Put(abuf)
 			}
 			if threads > 1 {
-				parallel.For(packN, max(1, 4096/(ncur+kcur)), pack)
-				parallel.For(mBlocks*nSplit, 1, compute)
+				pool.For(packN, max(1, 4096/(ncur+kcur)), pack)
+				pool.For(mBlocks*nSplit, 1, compute)
 			} else {
 				pack(0, packN)
 				compute(0, mBlocks*nSplit)

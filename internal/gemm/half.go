@@ -3,6 +3,8 @@ package gemm
 import (
 	"fmt"
 	"math"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
 )
 
 // Type is the element type of an SgemmMixed operand.
@@ -62,11 +64,11 @@ type halves struct{ a, b Matrix }
 // over the same blocks, so C is bitwise what Sgemm computes from the
 // operands converted to float32 first, without the float32 copies (twice
 // the operand's bytes) that conversion needs.
-func SgemmMixed(transA, transB bool, m, n, k int, alpha float32, a Matrix, lda int, b Matrix, ldb int, beta float32, c []float32, ldc int) {
+func SgemmMixed(transA, transB bool, m, n, k int, alpha float32, a Matrix, lda int, b Matrix, ldb int, beta float32, c []float32, ldc int, pool ...*parallel.Pool) {
 	a.check("a")
 	b.check("b")
 	if a.Type == Float32 && b.Type == Float32 {
-		Sgemm(transA, transB, m, n, k, alpha, a.F32, lda, b.F32, ldb, beta, c, ldc)
+		Sgemm(transA, transB, m, n, k, alpha, a.F32, lda, b.F32, ldb, beta, c, ldc, pool...)
 		return
 	}
 	if m < 0 || n < 0 || k < 0 {
@@ -80,16 +82,16 @@ func SgemmMixed(transA, transB bool, m, n, k int, alpha float32, a Matrix, lda i
 	if m > 0 && n > 0 && alpha != 0 && k > 0 {
 		checkLen("b", b.len(), br, bc, ldb)
 	}
-	gemmCore(sgemmKern, &pools32, transA, transB, m, n, k, alpha, a.F32, lda, b.F32, ldb, Packer[float32]{}, &halves{a: a, b: b}, beta, c, ldc)
+	gemmCore(sgemmKern, &pools32, poolOf(pool), transA, transB, m, n, k, alpha, a.F32, lda, b.F32, ldb, Packer[float32]{}, &halves{a: a, b: b}, beta, c, ldc)
 }
 
 // SgemmFuncMixed is SgemmFunc with an A that may be bfloat16 or float16,
 // converted as it is packed (bitwise SgemmFunc's result on A converted
 // first). A packing function for 16-bit data can convert with Widen.
-func SgemmFuncMixed(transA bool, m, n, k int, alpha float32, a Matrix, lda int, packB Packer[float32], beta float32, c []float32, ldc int) {
+func SgemmFuncMixed(transA bool, m, n, k int, alpha float32, a Matrix, lda int, packB Packer[float32], beta float32, c []float32, ldc int, pool ...*parallel.Pool) {
 	a.check("a")
 	if a.Type == Float32 {
-		SgemmFunc(transA, m, n, k, alpha, a.F32, lda, packB, beta, c, ldc)
+		SgemmFunc(transA, m, n, k, alpha, a.F32, lda, packB, beta, c, ldc, pool...)
 		return
 	}
 	if m < 0 || n < 0 || k < 0 {
@@ -98,7 +100,7 @@ func SgemmFuncMixed(transA bool, m, n, k int, alpha float32, a Matrix, lda int, 
 	if packB.Pack == nil {
 		panic("gemm: nil packing function")
 	}
-	gemmCore(sgemmKern, &pools32, transA, false, m, n, k, alpha, nil, lda, nil, 0, packB, &halves{a: a, b: F32(nil)}, beta, c, ldc)
+	gemmCore(sgemmKern, &pools32, poolOf(pool), transA, false, m, n, k, alpha, nil, lda, nil, 0, packB, &halves{a: a, b: F32(nil)}, beta, c, ldc)
 }
 
 // Widen converts 16-bit values of type t (BFloat16 or Float16) to float32:

@@ -1,0 +1,118 @@
+package parallel
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// needsTwo is a loop body over [0, 2) that succeeds only when its two
+// indices run at the same time on different goroutines: each waits for the
+// other to start. A loop run inline (one goroutine, both indices in turn)
+// waits in vain; the timeout only stops a failing test from hanging.
+func needsTwo(fail chan<- string) func(lo, hi int) {
+	var started sync.WaitGroup
+	started.Add(2)
+	var once [2]sync.Once
+	done := make(chan struct{})
+	go func() { started.Wait(); close(done) }()
+	return func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			once[i].Do(started.Done)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				fail <- "a loop never ran its two ranges at once"
+				return
+			}
+		}
+	}
+}
+
+// Two goroutines, each with a pool of its own, both get two threads at
+// once. On the one process-wide pool the second caller ran inline, on one
+// thread (this test, on the package-level For, failed before pools).
+func TestConcurrentPoolsEachGetThreads(t *testing.T) {
+	var wg sync.WaitGroup
+	fail := make(chan string, 2)
+	pools := []*Pool{NewPool(2), NewPool(2)}
+	for _, p := range pools {
+		defer p.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.For(2, 1, needsTwo(fail))
+		}()
+	}
+	wg.Wait()
+	close(fail)
+	for m := range fail {
+		t.Fatal(m)
+	}
+	for i, p := range pools {
+		if s := p.Stats(); s.Loops != 1 || s.Inline != 0 || s.Workers != 1 {
+			t.Errorf("pool %d: %+v, want one parallel loop on one worker", i, s)
+		}
+	}
+}
+
+func TestPoolThreads(t *testing.T) {
+	defer SetThreads(SetThreads(3))
+	p := NewPool(5)
+	defer p.Close()
+	if p.Threads() != 5 {
+		t.Fatalf("NewPool(5).Threads() = %d", p.Threads())
+	}
+	if old := p.SetThreads(0); old != 5 || p.Threads() != 3 {
+		t.Fatalf("SetThreads(0) returned %d, then Threads() = %d; want 5 and the default 3", old, p.Threads())
+	}
+	if q := NewPool(0); q.Threads() != 3 {
+		t.Fatalf("NewPool(0).Threads() = %d, want the default 3", q.Threads())
+	}
+	var nilPool *Pool
+	if nilPool.Threads() != Threads() {
+		t.Fatalf("a nil pool has %d threads, the default %d", nilPool.Threads(), Threads())
+	}
+	// Loops on p start at most Threads()-1 workers.
+	p.SetThreads(4)
+	for range 3 {
+		p.For(1000, 1, func(lo, hi int) {})
+	}
+	if s := p.Stats(); s.Workers != 3 || s.Loops != 3 {
+		t.Fatalf("stats %+v, want 3 loops on 3 workers", s)
+	}
+}
+
+// A closed pool still runs loops (inline), and closing twice is harmless.
+func TestPoolClose(t *testing.T) {
+	p := NewPool(3)
+	p.For(100, 1, func(lo, hi int) {})
+	p.Close()
+	p.Close()
+	n := 0
+	p.For(100, 1, func(lo, hi int) { n += hi - lo })
+	if n != 100 {
+		t.Fatalf("covered %d of 100 after Close", n)
+	}
+}
+
+// A pool dropped without Close stops its workers once collected.
+func TestPoolDroppedStopsWorkers(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		p := NewPool(4)
+		p.For(1000, 1, func(lo, hi int) {})
+		if s := p.Stats(); s.Workers != 3 {
+			t.Fatalf("%d workers started, want 3", s.Workers)
+		}
+	}()
+	for range 100 {
+		runtime.GC()
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%d goroutines, %d before the pool: its workers outlived it", runtime.NumGoroutine(), before)
+}
