@@ -121,6 +121,7 @@ var convTile, convTile4 func(k int, a, b *float32, offs *int32, c *float32, ldc 
 func init() {
 	if hasAVX2FMA() {
 		convTile, convTile4 = sconvTile6x16, sconvTile4x16
+		convKernelName = "avx2 (6x16 forward and input gradient, 4x3 weight gradient)"
 	}
 }
 
