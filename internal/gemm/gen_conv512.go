@@ -10,6 +10,7 @@
 //     project's rule for kernels chosen by CPU: results must not depend on
 //     the machine). Six chains cover 6 of the 8 FMAs in flight a two-pipe
 //     AVX-512 core takes: 1.5 times the AVX2 kernel's rate, not 2.
+//
 //   - sconvWgrad4x3AVX512, sconvWgrad4x3's contract with 12 ZMM partial
 //     sums (16 lanes): 16 positions a step, and the last 8 of a row (ow is
 //     a multiple of 8) through zero-masked loads. Its sums are split over
@@ -17,7 +18,7 @@
 //     not bit for bit (the weight gradient is a reduction; its order is
 //     not part of any kernel's contract).
 //
-//	go run gen_conv512.go
+//     go run gen_conv512.go
 package main
 
 import (
