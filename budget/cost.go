@@ -2,7 +2,9 @@ package budget
 
 import (
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/transform"
 )
 
 // CostModel estimates how long a node takes, from the work it does: a
@@ -30,6 +32,24 @@ type CostModel struct {
 	// offloaded activations, bytes per second; 0 means Bandwidth/2 (on
 	// the cpu the pool is the same memory, and a copy reads and writes).
 	HostBandwidth float64
+	// HalfFLOPS is the compute rate of ops whose floating-point inputs
+	// are all 16-bit (bf16-true, or the matmuls and convolutions autocast
+	// runs in bf16/fp16); 0 means FLOPS. It is where a CPU with native
+	// bf16 arithmetic makes low precision faster (CPUCost).
+	HalfFLOPS float64
+	// low: the step runs in a mixed or low precision, where the ops of
+	// autocast class op.AutocastLow (matmul, convolution, attention and
+	// their gradients) run in the low type (ForPrecision).
+	low bool
+}
+
+// ForPrecision is c for a step in precision p: under bf16/fp16 modes the
+// ops autocast runs in the low type are charged at HalfFLOPS, as a native
+// 16-bit kernel would run them (the emulation reads float32 copies of
+// some of their operands, so their input types do not say).
+func (c CostModel) ForPrecision(p transform.Precision) CostModel {
+	c.low = p != transform.FP32
+	return c
 }
 
 // DefaultCost is a 2-core x86 machine running headroom's cpu kernels.
@@ -66,7 +86,11 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		return 0
 	}
 	k := op.NodeCost(n)
-	t := max(k.Flops/c.FLOPS, k.Bytes/c.Bandwidth)
+	rate := c.FLOPS
+	if c.HalfFLOPS > 0 && (halfInputs(n) || c.low && op.TraitsOf(n.Op).Autocast == op.AutocastLow) {
+		rate = c.HalfFLOPS
+	}
+	t := max(k.Flops/rate, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
 		t = max(t, k.HostBytes/c.host())
 	}
@@ -81,6 +105,21 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		t = max(t, k.Convert*e/c.Convert)
 	}
 	return t + c.Overhead
+}
+
+// halfInputs reports whether n has floating-point inputs and all are
+// 16-bit.
+func halfInputs(n *trace.Node) bool {
+	half := false
+	for _, x := range n.Inputs {
+		switch x.DType() {
+		case tensor.BFloat16, tensor.Float16:
+			half = true
+		case tensor.Float32, tensor.Float64:
+			return false
+		}
+	}
+	return half
 }
 
 func (c CostModel) host() float64 {

@@ -23,3 +23,18 @@ var convKernelName = "none"
 func halfKernelName() string {
 	return "widened to float32 in packing, " + sgemmKern.name + " FMAs"
 }
+
+// Capabilities are the kernel families this build chose on this CPU, for
+// cost models.
+type Capabilities struct {
+	AVX512 bool // the AVX-512 sgemm kernel runs
+	// NativeBF16 is true where bf16 products run on native bf16
+	// instructions (VDPBF16PS) rather than widened to float32. No kernel
+	// does yet: see KernelSummary.
+	NativeBF16 bool
+}
+
+// Caps reports the kernels chosen.
+func Caps() Capabilities {
+	return Capabilities{AVX512: sgemmKern.name == "avx512"}
+}
