@@ -190,32 +190,6 @@ func lastLine(s string) string {
 	return " (" + s + ")"
 }
 
-// FindScript looks for the PyTorch script under the working directory and
-// its parents, then next to the executable and its parents.
-func FindScript() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, dir := range starts {
-		for {
-			p := filepath.Join(dir, ScriptPath)
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return "", fmt.Errorf("bench: cannot find %s (run from the repository, or pass --pytorch-script)", ScriptPath)
-}
-
 // FindPython returns the first interpreter of candidates that can import
 // torch (and torchvision), with torch's version.
 func FindPython(ctx context.Context, candidates []string) (path, version string, err error) {

@@ -100,11 +100,15 @@ func ParseOpenBLASCore(out string) (core string, ok bool) {
 	return m[len(m)-1][1], true
 }
 
-// ParseTorchConfig reads the BLAS (BLAS_INFO) and whether oneDNN is built
-// in (USE_MKLDNN) from torch.__config__.show()'s text.
-func ParseTorchConfig(out string) (blas string, onednn bool) {
+// ParseTorchConfig reads the BLAS (BLAS_INFO), whether oneDNN is built in
+// (USE_MKLDNN) and the vector code ATen's own kernels use ("CPU capability
+// usage: AVX2") from torch.__config__.show()'s text.
+func ParseTorchConfig(out string) (blas string, onednn bool, capability string) {
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "- CPU capability usage:"); ok {
+			capability = strings.TrimSpace(c)
+		}
 		for _, f := range strings.FieldsFunc(sc.Text(), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
 			k, v, ok := strings.Cut(f, "=")
 			if !ok {
@@ -118,13 +122,15 @@ func ParseTorchConfig(out string) (blas string, onednn bool) {
 			}
 		}
 	}
-	return blas, onednn
+	return blas, onednn, capability
 }
 
 // PeerCheck is what CheckPeer found of the PyTorch peer's kernels.
 type PeerCheck struct {
 	BLAS   string // torch's BLAS_INFO ("open": OpenBLAS, "mkl", ...)
 	OneDNN bool   // convolutions through oneDNN (mkldnn)
+	// Capability is the vector code of ATen's own kernels ("AVX2").
+	Capability string
 	// Core is the OpenBLAS core it loaded with ("" if it did not say).
 	Core string
 	// Set is the OPENBLAS_CORETYPE bench sets for the peer's processes
@@ -147,7 +153,7 @@ func (p PeerCheck) Env() []string {
 // String describes the check for the run's header.
 func (p PeerCheck) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "BLAS %s, oneDNN %v", orDash(p.BLAS), p.OneDNN)
+	fmt.Fprintf(&b, "BLAS %s, oneDNN %v, ATen kernels %s", orDash(p.BLAS), p.OneDNN, orDash(p.Capability))
 	switch {
 	case p.Core == "":
 		b.WriteString("; OpenBLAS did not report a core (OPENBLAS_VERBOSE=2)")
@@ -204,7 +210,7 @@ func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.
 		return PeerCheck{}, err
 	}
 	var p PeerCheck
-	p.BLAS, p.OneDNN = ParseTorchConfig(out)
+	p.BLAS, p.OneDNN, p.Capability = ParseTorchConfig(out)
 	p.Core, _ = ParseOpenBLASCore(out)
 	p.UserSet = os.Getenv("OPENBLAS_CORETYPE")
 	p = DecidePeer(p, f)

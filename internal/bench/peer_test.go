@@ -38,14 +38,15 @@ func TestParseTorchConfig(t *testing.T) {
 	for _, c := range []struct {
 		name, in, blas string
 		onednn         bool
+		capability     string
 	}{
-		{"debian", debian, "open", true},
-		{"mkl, no mkldnn", "Build settings: BLAS_INFO=mkl, USE_MKLDNN=OFF", "mkl", false},
-		{"nothing", "PyTorch built with:\n", "", false},
+		{"debian", debian, "open", true, "AVX2"},
+		{"mkl, no mkldnn", "Build settings: BLAS_INFO=mkl, USE_MKLDNN=OFF\n  - CPU capability usage: AVX512", "mkl", false, "AVX512"},
+		{"nothing", "PyTorch built with:\n", "", false, ""},
 	} {
-		blas, dnn := ParseTorchConfig(c.in)
-		if blas != c.blas || dnn != c.onednn {
-			t.Errorf("%s: ParseTorchConfig = %q, %v; want %q, %v", c.name, blas, dnn, c.blas, c.onednn)
+		blas, dnn, capab := ParseTorchConfig(c.in)
+		if blas != c.blas || dnn != c.onednn || capab != c.capability {
+			t.Errorf("%s: ParseTorchConfig = %q, %v, %q; want %q, %v, %q", c.name, blas, dnn, capab, c.blas, c.onednn, c.capability)
 		}
 	}
 }
