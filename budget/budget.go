@@ -38,7 +38,8 @@ type Problem struct {
 	Budget int64
 	// NewOptimizer returns the optimizer (its state counts against the budget).
 	NewOptimizer func() (optim.Optimizer, error)
-	// Cost ranks candidate plans; zero means DefaultCost.
+	// Cost ranks candidate plans; zero means HostCost(), this CPU's row
+	// of the throughput table (DefaultCost on AVX2 machines).
 	Cost CostModel
 	// Policies restricts the recomputation policies tried (default: all,
 	// Policies).

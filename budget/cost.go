@@ -6,7 +6,9 @@ import (
 	"math"
 
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/transform"
 )
 
 // CostModel estimates how long a node takes, from the work it does: a
@@ -34,6 +36,24 @@ type CostModel struct {
 	// offloaded activations, bytes per second; 0 means Bandwidth/2 (on
 	// the cpu the pool is the same memory, and a copy reads and writes).
 	HostBandwidth float64
+	// HalfFLOPS is the compute rate of ops whose floating-point inputs
+	// are all 16-bit (bf16-true, or the matmuls and convolutions autocast
+	// runs in bf16/fp16); 0 means FLOPS. It is where a CPU with native
+	// bf16 arithmetic makes low precision faster (CPUCost).
+	HalfFLOPS float64
+	// low: the step runs in a mixed or low precision, where the ops of
+	// autocast class prim.AutocastLow (matmul, convolution, attention and
+	// their gradients) run in the low type (ForPrecision).
+	low bool
+}
+
+// ForPrecision is c for a step in precision p: under bf16/fp16 modes the
+// ops autocast runs in the low type are charged at HalfFLOPS, as a native
+// 16-bit kernel would run them (the emulation reads float32 copies of
+// some of their operands, so their input types do not say).
+func (c CostModel) ForPrecision(p transform.Precision) CostModel {
+	c.low = p != transform.FP32
+	return c
 }
 
 // ErrCost is matched by errors.Is for a cost model that cannot rank
@@ -50,7 +70,7 @@ func (c CostModel) check() error {
 		name string
 		v    float64
 		zero bool
-	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}} {
+	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}, {"HalfFLOPS", c.HalfFLOPS, true}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v == 0 && !f.zero {
 			return fmt.Errorf("%w: %s is %v (start from DefaultCost and change what you measured)", ErrCost, f.name, f.v)
 		}
@@ -92,7 +112,11 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		return 0
 	}
 	k := prim.NodeCost(n)
-	t := max(k.Flops/c.FLOPS, k.Bytes/c.Bandwidth)
+	rate := c.FLOPS
+	if c.HalfFLOPS > 0 && (halfInputs(n) || c.low && prim.TraitsOf(n.Op).Autocast == prim.AutocastLow) {
+		rate = c.HalfFLOPS
+	}
+	t := max(k.Flops/rate, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
 		t = max(t, k.HostBytes/c.host())
 	}
@@ -107,6 +131,21 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		t = max(t, k.Convert*e/c.Convert)
 	}
 	return t + c.Overhead
+}
+
+// halfInputs reports whether n has floating-point inputs and all are
+// 16-bit.
+func halfInputs(n *trace.Node) bool {
+	half := false
+	for _, x := range n.Inputs {
+		switch x.DType() {
+		case tensor.BFloat16, tensor.Float16:
+			half = true
+		case tensor.Float32, tensor.Float64:
+			return false
+		}
+	}
+	return half
 }
 
 func (c CostModel) host() float64 {

@@ -89,7 +89,7 @@ func newFitter(p Problem) (*fitter, error) {
 	}
 	f := &fitter{p: p, sets: sets, cost: p.Cost, cands: map[int][]int{}, chains: map[int][]int{}, graphs: map[int]*trace.Graph{}, memo: map[evalKey]Choice{}}
 	if f.cost == (CostModel{}) {
-		f.cost = DefaultCost
+		f.cost = HostCost() // DefaultCost on AVX2 machines
 	}
 	if err := f.cost.check(); err != nil {
 		return nil, err
@@ -228,7 +228,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 		if err != nil {
 			return c, err
 		}
-		t := f.cost.Graph(prog.Program.Plan.Order)
+		t := f.cost.ForPrecision(cfg.Precision).Graph(prog.Program.Plan.Order)
 		if i == 0 {
 			c.Memory = mem
 			var ok bool

@@ -8,42 +8,20 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/headroom-ml/headroom/internal/bench"
+	"github.com/headroom-ml/headroom/internal/cpuid"
 	"github.com/headroom-ml/headroom/internal/gemm"
+	"github.com/headroom-ml/headroom/transform"
+	"github.com/headroom-ml/headroom/zoo"
 )
-
-const benchUsage = `Usage: headroom bench [flags]
-
-Runs headroom's standard performance workloads and prints, for each, the
-training step time (median, with the minimum and maximum in brackets),
-the throughput and the training memory. All use Adam and float32:
-
-%s
-Each workload runs in a fresh child process (this binary, re-executed), so
-that its memory is measured from a clean start: training memory is the peak
-resident memory (VmHWM) minus the resident memory just before the first
-step, when the parameters and the input batch exist but no gradient,
-optimizer state or activation does (PyTorch creates those during its first
-step). "planned" is what headroom's memory plan predicts for the same bytes.
-The first --warmup steps are not timed (headroom compiles its step in the
-first one).
-
-With --compare-pytorch the same workloads also run in PyTorch (%s,
-with Debian's python3-torch), in a child process of their own, alternating
-with headroom round by round, with the same thread count, and the table
-gives the ratios headroom/PyTorch (below 1 is better for headroom).
-
-Examples:
-  headroom bench --threads 2 --compare-pytorch
-  headroom bench --workloads mlp,gpt --steps 10 --rounds 2 --compare-pytorch
-  headroom bench --workloads resnet18 --op-profile --cpuprofile cpu.pprof
-
-Flags:
-`
 
 type benchFlags struct {
 	workloads  string
+	models     string
+	batch      int
+	precision  string
 	steps      int
 	warmup     int
 	threads    int
@@ -53,36 +31,19 @@ type benchFlags struct {
 	python     string
 	script     string
 	markdown   bool
+	noPeak     bool
 	cpuprofile string
 	opProfile  bool
 	child      string
 }
 
-func cmdBench(ctx context.Context, args []string) error {
-	var f benchFlags
+// benchFlagSet defines bench's flags on a new flag set.
+func benchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	var list strings.Builder
-	for _, w := range bench.Standard() {
-		fmt.Fprintf(&list, "  %-10s %s\n", w.Name, w.Description)
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), benchUsage, list.String(), bench.ScriptPath)
-		fs.VisitAll(func(fl *flag.Flag) {
-			if strings.HasPrefix(fl.Usage, "(internal)") {
-				return
-			}
-			name, usage := flag.UnquoteUsage(fl)
-			if name != "" {
-				name = " " + name
-			}
-			fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s", fl.Name, name, usage)
-			if fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "false" {
-				fmt.Fprintf(fs.Output(), " (default %s)", fl.DefValue)
-			}
-			fmt.Fprintln(fs.Output())
-		})
-	}
-	fs.StringVar(&f.workloads, "workloads", "all", "comma-separated `list` of workloads to run: "+strings.Join(bench.Names(), ", ")+", or all")
+	fs.StringVar(&f.workloads, "workloads", "all", "comma-separated `list` of standard workloads to run: "+strings.Join(bench.Names(), ", ")+", or all")
+	fs.StringVar(&f.models, "model", "", "comma-separated `list` of zoo models to train instead of the standard workloads (the names train and plan take): "+strings.Join(zoo.Names(), ", "))
+	fs.IntVar(&f.batch, "batch", 0, "batch size for --model (default: the standard workload's batch for that model, else 8)")
+	fs.StringVar(&f.precision, "precision", "fp32", "precision of both engines' training steps: fp32 or bf16-mixed (PyTorch: torch.autocast to bfloat16 on the cpu; the sgemm workload stays float32)")
 	fs.IntVar(&f.steps, "steps", 7, "timed steps per workload and round (the issue's comparison asks for at least 5)")
 	fs.IntVar(&f.warmup, "warmup", 2, "untimed steps before the timed ones")
 	fs.IntVar(&f.threads, "threads", 0, "worker threads, for both engines (default $HEADROOM_NUM_THREADS or all cores)")
@@ -90,30 +51,127 @@ func cmdBench(ctx context.Context, args []string) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for weights and inputs")
 	fs.BoolVar(&f.compare, "compare-pytorch", false, "also run every workload in PyTorch and print the ratios")
 	fs.StringVar(&f.python, "python", "", "`interpreter` with torch and torchvision (default: /usr/bin/python3, then python3 on $PATH)")
-	fs.StringVar(&f.script, "pytorch-script", "", "`path` of "+bench.ScriptPath+" (default: found from the working directory)")
+	fs.StringVar(&f.script, "pytorch-script", "", "`path` of a PyTorch script to use instead of the embedded "+bench.ScriptPath)
 	fs.BoolVar(&f.markdown, "markdown", false, "print the table as Markdown")
+	fs.BoolVar(&f.noPeak, "no-peak", false, "do not measure the FMA peak (nor print the fraction of it each workload reached)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of headroom's timed steps to `file` (one workload only)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print headroom's kernel time per op for each workload")
 	fs.StringVar(&f.child, "child", "", "(internal) measure this workload in this process and print the result line")
+	return fs
+}
+
+// printPublicFlags is printFlags without the (internal) flags.
+func printPublicFlags(w io.Writer, fs *flag.FlagSet) {
+	pub := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(fl *flag.Flag) {
+		if !strings.HasPrefix(fl.Usage, "(internal)") {
+			pub.Var(fl.Value, fl.Name, fl.Usage)
+			pub.Lookup(fl.Name).DefValue = fl.DefValue
+		}
+	})
+	printFlags(w, pub)
+}
+
+func cmdBench(ctx context.Context, args []string) error {
+	var f benchFlags
+	fs := benchFlagSet(&f)
+	fs.Usage = func() { writeBenchUsage(fs.Output(), fs) }
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	return benchMain(ctx, f, fs)
+}
+
+// writeBenchUsage writes bench -h.
+func writeBenchUsage(w io.Writer, fs *flag.FlagSet) {
+	var list strings.Builder
+	for _, name := range bench.Names() {
+		if wl, err := bench.Lookup(name); err == nil {
+			fmt.Fprintf(&list, "  %-10s %s\n", wl.Name, wl.Description)
+		}
+	}
+	fmt.Fprintf(w, `Usage: headroom bench [flags]
+
+Runs headroom's standard performance workloads (models of the zoo, as train
+and plan know them, at fixed batch sizes), or with --model any zoo model, and
+prints, for each, the training step time (median, with the minimum and
+maximum in brackets and the spread: half the interquartile range), the
+throughput, the training memory, and the fraction of the machine's
+arithmetic peak it reached. All use Adam, in float32 unless --precision says
+otherwise:
+
+%s
+It first prints the CPU, the instruction sets headroom's kernels use on it,
+and the machine's FMA peak, measured with a micro-benchmark on --threads
+threads (the widest FMA instruction the kernels use, independent chains).
+
+Each workload runs in a fresh child process (this binary, re-executed), so
+that its memory is measured from a clean start: training memory is the peak
+resident memory (VmHWM) minus the resident memory just before the first
+step, when the parameters and the input batch exist but no gradient,
+optimizer state or activation does (PyTorch creates those during its first
+step). "planned" is what headroom's memory plan predicts for the same bytes.
+The first --warmup steps are not timed (headroom compiles its step in the
+first one).
+
+With --compare-pytorch the same workloads also run in PyTorch (Debian's
+python3-torch, through %s, embedded in this
+binary, so it works from any directory), in a child process of their own,
+alternating with headroom round by round, with the same thread count, and
+the table gives the ratios headroom/PyTorch (below 1 is better for
+headroom). Before that, bench checks that PyTorch runs on its proper
+kernels: it reads the BLAS torch was built with and, for OpenBLAS, the core
+OpenBLAS chose (OPENBLAS_VERBOSE=2); when that core is narrower than the CPU
+(for example "Prescott" on an AVX-512 machine) it sets OPENBLAS_CORETYPE for
+PyTorch's processes only, and says so.
+
+Examples:
+  headroom bench --threads 2 --compare-pytorch
+  headroom bench --workloads mlp,gpt --steps 10 --rounds 2 --compare-pytorch
+  headroom bench --model resnet50 --batch 4 --compare-pytorch
+  headroom bench --workloads gpt,rrdbnet --precision bf16-mixed --compare-pytorch
+  headroom bench --workloads resnet18 --op-profile --cpuprofile cpu.pprof
+
+Flags:
+`, list.String(), bench.ScriptPath)
+	printPublicFlags(w, fs)
+}
+
+// benchMain checks bench's parsed flags and runs it.
+func benchMain(ctx context.Context, f benchFlags, fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
 	if f.steps < 1 || f.warmup < 0 || f.rounds < 1 {
 		return fmt.Errorf("bench: --steps and --rounds must be at least 1, --warmup not negative")
 	}
-	given := false
-	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "threads" })
+	if _, err := benchPrecision(f.precision); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if f.batch < 0 || given["batch"] && f.batch == 0 {
+		return fmt.Errorf("bench: --batch must be at least 1")
+	}
+	if given["batch"] && f.models == "" {
+		return fmt.Errorf("bench: --batch applies to --model (the standard workloads have fixed batch sizes)")
+	}
+	if given["workloads"] && f.models != "" {
+		return fmt.Errorf("bench: --workloads and --model are alternatives: give one")
+	}
 	var err error
-	if f.threads, err = setThreads(given, f.threads, os.Stderr); err != nil {
+	if f.threads, err = setThreads(given["threads"], f.threads, os.Stderr); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	if f.child != "" {
 		return benchChild(ctx, f, os.Stdout, os.Stderr)
 	}
-	ws, err := bench.ParseWorkloads(f.workloads)
+	var ws []bench.Workload
+	if f.models != "" {
+		ws, err = bench.ParseModels(f.models, f.batch)
+	} else {
+		ws, err = bench.ParseWorkloads(f.workloads)
+	}
 	if err != nil {
 		return err
 	}
@@ -129,13 +187,37 @@ func cmdBench(ctx context.Context, args []string) error {
 	return benchRun(ctx, f, ws, os.Stdout, os.Stderr)
 }
 
+// benchPrecision parses --precision: fp32 or bf16-mixed (Lightning's names
+// 32-true and bf16-mixed as well).
+func benchPrecision(s string) (transform.Precision, error) {
+	switch s {
+	case "", "fp32", "32-true", "32":
+		return transform.FP32, nil
+	case "bf16-mixed":
+		return transform.BF16Mixed, nil
+	}
+	return 0, fmt.Errorf("bench: --precision %q: want fp32 or bf16-mixed (PyTorch's autocast has no cpu counterpart of the others)", s)
+}
+
+// machineLine describes the CPU and what headroom's kernels use on it.
+func machineLine() string {
+	feats := strings.Join(cpuid.X86.List(), " ")
+	if feats == "" {
+		feats = "none detected"
+	}
+	return fmt.Sprintf("CPU: %s (%s/%s, %d logical CPUs); vector extensions: %s\nkernels: %s",
+		cpuid.ModelName(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), feats, gemm.KernelSummary())
+}
+
 func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log io.Writer) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
+	prec, _ := benchPrecision(f.precision)
 	d := &bench.Driver{
 		Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Rounds: f.rounds, Seed: f.seed, Log: log,
+		Precision: prec.String(),
 		Child: func(name string) []string {
 			argv := []string{exe, "bench", "--child", name}
 			if f.cpuprofile != "" {
@@ -148,6 +230,7 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 		},
 	}
 	ptVersion := ""
+	var peer bench.PeerCheck
 	if f.compare {
 		cands := []string{"/usr/bin/python3", "python3"}
 		if f.python != "" {
@@ -159,21 +242,36 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 		}
 		script := f.script
 		if script == "" {
-			if script, err = bench.FindScript(); err != nil {
+			dir, err := os.MkdirTemp("", "headroom-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			if script, err = bench.WriteScript(dir); err != nil {
 				return err
 			}
 		}
 		d.Python, d.Script, ptVersion = py, script, v
+		if peer, err = bench.CheckPeer(ctx, py, script, f.threads, cpuid.X86); err != nil {
+			return err
+		}
+		d.PeerEnv = peer.Env()
 	}
-	fmt.Fprintf(out, "headroom %s bench: %d threads, %d warm-up + %d timed steps, %d round(s); %s/%s, %d CPUs, sgemm kernel %s\n",
-		version, f.threads, f.warmup, f.steps, f.rounds, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), gemm.Kernel())
+	fmt.Fprintf(out, "headroom %s bench: %d threads, %d warm-up + %d timed steps, %d round(s), %s\n",
+		version, f.threads, f.warmup, f.steps, f.rounds, prec)
+	fmt.Fprintln(out, machineLine())
+	var peak gemm.Peak
+	if !f.noPeak {
+		peak = gemm.FMAPeak(f.threads, time.Second)
+		fmt.Fprintf(out, "FMA peak: %.1f GFLOP/s (%s FMAs, %d threads, micro-benchmark)\n", peak.FLOPS/1e9, peak.ISA, peak.Threads)
+	}
 	if f.compare {
-		fmt.Fprintf(out, "PyTorch %s (%s)\n", ptVersion, d.Python)
+		fmt.Fprintf(out, "PyTorch %s (%s): %s\n", ptVersion, d.Python, peer)
 	}
 	rows, err := d.Run(ctx, ws)
 	if len(rows) > 0 {
 		fmt.Fprintln(out)
-		if werr := bench.WriteTable(out, rows, f.markdown); werr != nil && err == nil {
+		if werr := (bench.Table{Markdown: f.markdown, Peak: peak.FLOPS}).Write(out, rows); werr != nil && err == nil {
 			err = werr
 		}
 	}
@@ -191,11 +289,15 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 // benchChild measures one workload in this process and prints its result
 // line on out.
 func benchChild(ctx context.Context, f benchFlags, out, log io.Writer) error {
-	w, err := bench.Lookup(f.child)
+	w, err := bench.LookupChild(f.child)
 	if err != nil {
 		return err
 	}
-	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log}
+	prec, err := benchPrecision(f.precision)
+	if err != nil {
+		return err
+	}
+	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log, Precision: prec}
 	if f.opProfile {
 		o.OpProfile = log
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/transform"
 )
 
 func TestBenchFlags(t *testing.T) {
@@ -19,10 +20,72 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "extra"},
 		{"bench", "--threads", "0"},
 		{"bench", "--threads", "-2"},
+		{"bench", "--model", "resnet9000"},
+		{"bench", "--model", "mlp", "--batch", "0"},
+		{"bench", "--batch", "4"}, // --batch is for --model
+		{"bench", "--model", "mlp", "--workloads", "gpt"},
+		{"bench", "--precision", "fp16-mixed"},
+		{"bench", "--child", "zoo:mlp:x"},
+		{"bench", "--child", "zoo:nosuchmodel:2"},
 	} {
 		if err := run(context.Background(), args); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// bench -h is in the --flag form of the other subcommands, lists the zoo's
+// models for --model and hides the internal --child flag.
+func TestBenchHelp(t *testing.T) {
+	var f benchFlags
+	fs := benchFlagSet(&f)
+	var help strings.Builder
+	writeBenchUsage(&help, fs)
+	h := help.String()
+	for _, want := range []string{"Usage: headroom bench [flags]", "\n  --model list\n", "\n  --precision string\n", "\n  --compare-pytorch\n", "resnet152-128", "(zoo model mlp-1024)", "OPENBLAS_CORETYPE"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("bench -h lacks %q:\n%s", want, h)
+		}
+	}
+	for _, bad := range []string{"--child", "\n  -model", "(internal)"} {
+		if strings.Contains(h, bad) {
+			t.Errorf("bench -h has %q:\n%s", bad, h)
+		}
+	}
+	if out, code := runChild(t, nil, "bench", "-h"); code != 0 || !strings.Contains(out, "Usage: headroom bench") {
+		t.Errorf("bench -h: exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestBenchPrecision(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want transform.Precision
+		ok   bool
+	}{{"fp32", transform.FP32, true}, {"32-true", transform.FP32, true}, {"bf16-mixed", transform.BF16Mixed, true}, {"bf16", 0, false}, {"16-mixed", 0, false}} {
+		got, err := benchPrecision(c.in)
+		if (err == nil) != c.ok || c.ok && got != c.want {
+			t.Errorf("benchPrecision(%q) = %v, %v", c.in, got, err)
+		}
+	}
+}
+
+// A zoo model at any batch size runs through the same child protocol, in
+// bf16-mixed too, and reports the flops of its step.
+func TestBenchChildZooModel(t *testing.T) {
+	defer parallel.SetThreads(parallel.Threads())
+	var out, log bytes.Buffer
+	f := benchFlags{child: "zoo:cnn:4", steps: 1, warmup: 0, threads: 1, seed: 1, precision: "bf16-mixed"}
+	if err := benchChild(context.Background(), f, &out, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	rs, err := bench.ScanResults(&out, nil)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("results %v, %v:\n%s", rs, err, out.String())
+	}
+	r := rs[0]
+	if r.Workload != "cnn" || r.Batch != 4 || len(r.Steps) != 1 || r.Precision != "bf16-mixed" || r.Flops <= 0 {
+		t.Errorf("result %+v", r)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }
@@ -118,6 +120,19 @@ func TestParseWorkloads(t *testing.T) {
 	for _, w := range Standard() {
 		if (w.Model == nil) != (w.Name == "sgemm") || w.Model != nil && (w.Loss == nil || w.Inputs == nil) || w.Batch <= 0 {
 			t.Errorf("workload %s is incomplete", w.Name)
+		}
+		// Every training workload is a zoo model, its batch shaped by the
+		// zoo's Example.
+		if w.Model != nil {
+			spec, err := zoo.Lookup(w.ZooModel)
+			if err != nil {
+				t.Errorf("workload %s: %v", w.Name, err)
+				continue
+			}
+			x, y := spec.Example(w.Batch)
+			if !x.Shape.Equal(w.X.Shape) || !y.Shape.Equal(w.Y.Shape) || x.DType != w.X.DType || y.DType != w.Y.DType {
+				t.Errorf("workload %s: batch %v %v, zoo says %v %v", w.Name, w.X, w.Y, x, y)
+			}
 		}
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
 )
 
 // ScriptPath is where the PyTorch side of the benchmark lives in the
-// repository.
+// repository (it is embedded in the binary too: WriteScript).
 const ScriptPath = "scripts/bench/pytorch_bench.py"
 
 // Driver runs each workload in fresh child processes, so that every
@@ -34,14 +36,48 @@ type Driver struct {
 
 	Warmup, Steps, Threads, Rounds int
 	Seed                           uint64
+	// Precision is both engines' precision: "fp32" (or "") or
+	// "bf16-mixed" (PyTorch: torch.autocast to bfloat16 on the cpu).
+	Precision string
+	// PeerEnv is added to the environment of PyTorch's processes only
+	// (OPENBLAS_CORETYPE when OpenBLAS misdetects the CPU: PeerCheck).
+	PeerEnv []string
 	// Log receives progress and everything the children print.
 	Log io.Writer
 }
 
 // ChildArgs are the flags shared by both children.
 func (d *Driver) childFlags() []string {
-	return []string{"--warmup", strconv.Itoa(d.Warmup), "--steps", strconv.Itoa(d.Steps),
+	f := []string{"--warmup", strconv.Itoa(d.Warmup), "--steps", strconv.Itoa(d.Steps),
 		"--threads", strconv.Itoa(d.Threads), "--seed", strconv.FormatUint(d.Seed, 10)}
+	if d.Precision != "" && d.Precision != "fp32" {
+		f = append(f, "--precision", d.Precision)
+	}
+	return f
+}
+
+// metaArg spells a batch's metadata for the PyTorch script: "f32:8,3,32,32".
+func metaArg(m trace.Meta) string {
+	dt := "f32"
+	if m.DType == tensor.Int64 {
+		dt = "i64"
+	}
+	dims := make([]string, len(m.Shape))
+	for i, d := range m.Shape {
+		dims[i] = strconv.Itoa(d)
+	}
+	return dt + ":" + strings.Join(dims, ",")
+}
+
+// PyTorchArgs are the script's arguments for workload w: the zoo model's
+// name and the shapes of one batch, from the zoo registry, so that the
+// script holds no shapes of its own.
+func PyTorchArgs(w Workload) []string {
+	args := []string{"--workload", w.Name}
+	if w.Model != nil {
+		args = append(args, "--model", w.ZooModel, "--x", metaArg(w.X), "--y", metaArg(w.Y), "--classes", strconv.Itoa(w.Classes))
+	}
+	return args
 }
 
 func (d *Driver) logf(format string, args ...any) {
@@ -98,11 +134,12 @@ func (d *Driver) runOne(ctx context.Context, w Workload, engine string) Result {
 	env := os.Environ()
 	t := strconv.Itoa(d.Threads)
 	if engine == Headroom {
-		argv = append(d.Child(w.Name), d.childFlags()...)
+		argv = append(d.Child(w.ChildName()), d.childFlags()...)
 		env = append(env, "HEADROOM_NUM_THREADS="+t)
 	} else {
-		argv = append([]string{d.Python, d.Script, "--workload", w.Name}, d.childFlags()...)
+		argv = append(append([]string{d.Python, d.Script}, PyTorchArgs(w)...), d.childFlags()...)
 		env = append(env, "OMP_NUM_THREADS="+t, "OPENBLAS_NUM_THREADS="+t, "MKL_NUM_THREADS="+t)
+		env = append(env, d.PeerEnv...)
 	}
 	fail := Result{Workload: w.Name, Engine: engine}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -151,32 +188,6 @@ func lastLine(s string) string {
 		s = s[i+1:]
 	}
 	return " (" + s + ")"
-}
-
-// FindScript looks for the PyTorch script under the working directory and
-// its parents, then next to the executable and its parents.
-func FindScript() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if exe, err := os.Executable(); err == nil {
-		starts = append(starts, filepath.Dir(exe))
-	}
-	for _, dir := range starts {
-		for {
-			p := filepath.Join(dir, ScriptPath)
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return "", fmt.Errorf("bench: cannot find %s (run from the repository, or pass --pytorch-script)", ScriptPath)
 }
 
 // FindPython returns the first interpreter of candidates that can import

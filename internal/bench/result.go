@@ -31,6 +31,12 @@ type Result struct {
 	// point operations (sgemm), per Unit.
 	Work float64 `json:"work"`
 	Unit string  `json:"unit"`
+	// Flops is the arithmetic of one step (multiply-adds count as 2), for
+	// the fraction of the machine's peak; headroom counts it from its
+	// compiled step (the PyTorch script leaves it 0: the model is the same).
+	Flops float64 `json:"flops,omitempty"`
+	// Precision is the step's precision ("" or "fp32", "bf16-mixed").
+	Precision string `json:"precision,omitempty"`
 	// Warmup steps ran untimed before Steps, the timed step times (s).
 	Warmup int       `json:"warmup"`
 	Steps  []float64 `json:"step_seconds"`

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/internal/cputime"
@@ -23,6 +24,7 @@ import (
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 )
 
 // MaxInputBytes bounds the input batches RunHeadroom makes before it
@@ -43,6 +45,8 @@ type Options struct {
 	OpProfile io.Writer
 	// Progress, if set, receives a line per step.
 	Progress io.Writer
+	// Precision of the training step (zero value: fp32).
+	Precision transform.Precision
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -120,12 +124,19 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 		return res, err
 	}
 	defer tr.Close()
+	if o.Precision != transform.FP32 {
+		if err := tr.SetConfig(train.Config{Precision: o.Precision}); err != nil {
+			return res, err
+		}
+	}
+	res.Precision = o.Precision.String()
 	xm, ym := trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}
-	mp, err := tr.Plan(xm, ym)
+	mp, comp, err := tr.PlanConfig(tr.Config(), xm, ym)
 	if err != nil {
 		return res, err
 	}
 	res.Planned = mp.Total() - mp.Parameters
+	res.Flops = StepFlops(comp.Program.Graph)
 	o.progress("  %s: %d parameters, planned training memory %s (gradients %s, optimizer state %s, activations %s)\n",
 		w.Name, store.NumParams(), device.FormatBytes(res.Planned), device.FormatBytes(mp.Gradients),
 		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations))
@@ -190,6 +201,7 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 	n := GEMMSize
 	res.Unit, res.Work = "flop", 2*float64(n)*float64(n)*float64(n)
+	res.Flops = res.Work
 	rng := rand.New(rand.NewPCG(o.Seed, 1))
 	a, b, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
 	for i := range a {
@@ -226,6 +238,16 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 	res.RSSPeak = after.Peak
 	res.Loss = float64(c[0])
 	return res, nil
+}
+
+// StepFlops is the arithmetic of a compiled step, as the ops declare it
+// (op.Cost, the planner's cost model): multiply-adds count as 2.
+func StepFlops(g *trace.Graph) float64 {
+	var f float64
+	for _, n := range g.Nodes {
+		f += budget.Flops(n)
+	}
+	return f
 }
 
 // cpuTime is the CPU time the process has used, all threads.

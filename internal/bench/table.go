@@ -21,6 +21,7 @@ type Measurement struct {
 	PeakReset bool
 	Planned   int64
 	Allocated int64
+	Flops     float64 // per step
 	Err       string
 }
 
@@ -41,6 +42,7 @@ func Merge(rs []Result) Measurement {
 		m.PeakReset = m.PeakReset && r.PeakReset
 		m.Planned = max(m.Planned, r.Planned)
 		m.Allocated = max(m.Allocated, r.Allocated)
+		m.Flops = max(m.Flops, r.Flops)
 	}
 	return m
 }
@@ -89,6 +91,18 @@ func (c Comparison) TimeRatio() float64 {
 	return c.Headroom.Summary().Median / c.PyTorch.Summary().Median
 }
 
+// PeakFraction is the fraction of the machine's arithmetic peak (FLOPS)
+// that engine measurement m reached at its median step, counting the step's
+// flops as headroom's compiled step declares them (the same model in both
+// engines); 0 when unknown.
+func (c Comparison) PeakFraction(m Measurement, peak float64) float64 {
+	flops := max(c.Headroom.Flops, m.Flops)
+	if !m.Ok() || peak <= 0 || flops <= 0 {
+		return 0
+	}
+	return flops / m.Summary().Median / peak
+}
+
 // MemRatio is headroom's training memory over PyTorch's (0 if unknown).
 func (c Comparison) MemRatio() float64 {
 	if !c.Headroom.Ok() || !c.PyTorch.Ok() || c.PyTorch.RSSDelta <= 0 || c.Workload.Model == nil {
@@ -122,7 +136,23 @@ func steps(m Measurement) string {
 	if !m.Ok() {
 		return "error"
 	}
-	return FormatRange(m.Summary())
+	s := m.Summary()
+	return fmt.Sprintf("%s ±%.0f%%", FormatRange(s), 100*s.Spread())
+}
+
+func percent(f float64) string {
+	if f <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*f)
+}
+
+// Table prints comparison rows.
+type Table struct {
+	Markdown bool
+	// Peak is the machine's measured arithmetic peak (FLOPS, FMAPeak);
+	// when set the table has the fraction of it each engine reached.
+	Peak float64
 }
 
 // WriteTable writes the comparison table: as aligned text, or as a
@@ -131,6 +161,13 @@ func steps(m Measurement) string {
 // resident memory just before the first step ("*": the peak could not be
 // reset there, so it is the process's peak).
 func WriteTable(w io.Writer, rows []Comparison, markdown bool) error {
+	return Table{Markdown: markdown}.Write(w, rows)
+}
+
+// Write writes the table (see WriteTable); step times carry their spread,
+// half the interquartile range relative to the median (±).
+func (t Table) Write(w io.Writer, rows []Comparison) error {
+	markdown := t.Markdown
 	withPT := false
 	for _, r := range rows {
 		withPT = withPT || r.PyTorch.Rounds > 0
@@ -147,12 +184,26 @@ func WriteTable(w io.Writer, rows []Comparison, markdown bool) error {
 		if training && h.Planned > 0 {
 			planned = device.FormatBytes(h.Planned)
 		}
+		var l []string
 		if withPT {
-			lines = append(lines, []string{r.Workload.Name, steps(h), steps(p), ratio(r.TimeRatio()),
+			l = []string{r.Workload.Name, steps(h), steps(p), ratio(r.TimeRatio()),
 				FormatThroughput(h.Throughput(), h.Unit), FormatThroughput(p.Throughput(), p.Unit),
-				mem(h, training), mem(p, training), ratio(r.MemRatio()), planned})
+				mem(h, training), mem(p, training), ratio(r.MemRatio()), planned}
 		} else {
-			lines = append(lines, []string{r.Workload.Name, steps(h), FormatThroughput(h.Throughput(), h.Unit), mem(h, training), planned})
+			l = []string{r.Workload.Name, steps(h), FormatThroughput(h.Throughput(), h.Unit), mem(h, training), planned}
+		}
+		if t.Peak > 0 {
+			l = append(l, percent(r.PeakFraction(h, t.Peak)))
+			if withPT {
+				l = append(l, percent(r.PeakFraction(p, t.Peak)))
+			}
+		}
+		lines = append(lines, l)
+	}
+	if t.Peak > 0 {
+		head = append(head, "headroom % of peak")
+		if withPT {
+			head = append(head, "PyTorch % of peak")
 		}
 	}
 	if markdown {

@@ -2,6 +2,10 @@
 // training steps of reference models and a square SGEMM, with step time,
 // throughput and memory, measured the same way scripts/bench/pytorch_bench.py
 // measures PyTorch so that the two can be compared in one run.
+//
+// Every training workload is a model of the zoo registry (zoo.Lookup) at a
+// batch size: the benchmark has no model definitions of its own, and any
+// zoo model can be measured (FromZoo).
 package bench
 
 import (
@@ -11,20 +15,30 @@ import (
 
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
-// Workload is one standard benchmark. Training workloads have a Model; the
-// sgemm workload has none and multiplies two GEMMSize² matrices instead.
+// Workload is one benchmark. Training workloads have a Model (from the zoo
+// model ZooModel); the sgemm workload has none and multiplies two
+// GEMMSize² matrices instead.
 type Workload struct {
 	Name        string
 	Description string
-	Batch       int
+	// ZooModel is the zoo registry's name of the model ("" for sgemm).
+	ZooModel string
+	Batch    int
 	// Model registers the model's parameters under b.
 	Model func(b nn.Builder) train.Model
 	Loss  train.LossFunc
-	// Inputs returns one batch of random inputs and targets.
+	// X and Y are the metadata of one batch of inputs and targets, and
+	// Classes the range of integer inputs and targets (the output's last
+	// dimension: classes, or a language model's vocabulary).
+	X, Y    trace.Meta
+	Classes int
+	// Inputs returns one batch of random inputs and targets: standard
+	// normal floats, integers uniform in [0, Classes).
 	Inputs func(r *rand.Rand) (x, y *tensor.Tensor)
 }
 
@@ -35,83 +49,176 @@ const (
 	GEMMReps = 8
 )
 
-// GPTConfig is the gpt workload's model: nanoGPT, 6 layers, width 384, 6
-// heads, context 256, vocabulary 256, biases, no dropout.
-var GPTConfig = zoo.GPTConfig{NLayer: 6, NHead: 6, NEmbd: 384, BlockSize: 256, VocabSize: 256, Bias: true}
-
-func randImages(r *rand.Rand, shape ...int) *tensor.Tensor {
-	s := tensor.Shape(shape)
-	v := make([]float32, s.NumElements())
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
+func randTensor(r *rand.Rand, m trace.Meta, classes int) *tensor.Tensor {
+	switch m.DType {
+	case tensor.Int64:
+		v := make([]int64, m.Shape.NumElements())
+		for i := range v {
+			v[i] = int64(r.IntN(classes))
+		}
+		return tensor.FromInt64(m.Shape.Clone(), v)
+	default:
+		v := make([]float32, m.Shape.NumElements())
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return tensor.FromFloat32(m.Shape.Clone(), v)
 	}
-	return tensor.FromFloat32(s, v)
 }
 
-func randLabels(r *rand.Rand, classes int, shape ...int) *tensor.Tensor {
-	s := tensor.Shape(shape)
-	v := make([]int64, s.NumElements())
-	for i := range v {
-		v[i] = int64(r.IntN(classes))
+// FromZoo is the workload that trains the zoo model named model at batch
+// size batch, named name ("" for the model's name).
+func FromZoo(name, model string, batch int) (Workload, error) {
+	if batch < 1 {
+		return Workload{}, fmt.Errorf("bench: batch size %d: want at least 1", batch)
 	}
-	return tensor.FromInt64(s, v)
-}
-
-func classifier(name, desc string, batch, classes int, model func(nn.Builder) train.Model, shape ...int) Workload {
+	spec, err := zoo.Lookup(model)
+	if err != nil {
+		return Workload{}, err
+	}
+	x, y := spec.Example(batch)
+	out, err := zoo.OutputMeta(spec, 1)
+	if err != nil {
+		return Workload{}, fmt.Errorf("bench: %s: %w", model, err)
+	}
+	classes := 0
+	if len(out.Shape) > 0 {
+		classes = out.Shape[len(out.Shape)-1]
+	}
+	if (x.DType == tensor.Int64 || y.DType == tensor.Int64) && classes < 1 {
+		return Workload{}, fmt.Errorf("bench: %s: integer inputs or targets, but no class dimension in the output %v", model, out.Shape)
+	}
+	if name == "" {
+		name = model
+	}
 	return Workload{
-		Name: name, Description: desc, Batch: batch, Model: model, Loss: zoo.CrossEntropyLoss,
+		Name: name, Description: fmt.Sprintf("%s, batch %d (zoo model %s)", spec.Description, batch, model),
+		ZooModel: model, Batch: batch, Model: spec.New, Loss: spec.Loss, X: x, Y: y, Classes: classes,
 		Inputs: func(r *rand.Rand) (*tensor.Tensor, *tensor.Tensor) {
-			return randImages(r, append([]int{batch}, shape...)...), randLabels(r, classes, batch)
+			return randTensor(r, x, classes), randTensor(r, y, classes)
 		},
-	}
+	}, nil
+}
+
+// standard names the standard workloads: the zoo model each trains and
+// its batch size, in the order they run.
+var standard = []struct {
+	name, model string
+	batch       int
+}{
+	{"sgemm", "", 1},
+	{"mlp", "mlp-1024", 128},
+	{"resnet18", "resnet18-64", 32},
+	{"gpt", "gpt-bytes", 8},
+	{"rrdbnet", "rrdbnet", 4},
+	{"resnet152", "resnet152-128", 8},
+}
+
+func sgemmWorkload() Workload {
+	return Workload{Name: "sgemm", Description: fmt.Sprintf("float32 matrix product %d×%d×%d (time per product, steps of %d)", GEMMSize, GEMMSize, GEMMSize, GEMMReps), Batch: 1}
 }
 
 // Standard returns the standard workloads, in the order they run.
 func Standard() []Workload {
-	return []Workload{
-		{Name: "sgemm", Description: fmt.Sprintf("float32 matrix product %d×%d×%d (time per product, steps of %d)", GEMMSize, GEMMSize, GEMMSize, GEMMReps), Batch: 1},
-		classifier("mlp", "MLP 784-1024-1024-10, batch 128", 128, 10,
-			func(b nn.Builder) train.Model { return zoo.NewMLP(b, 784, 1024, 1024, 10) }, 784),
-		classifier("resnet18", "ResNet-18, 10 classes, 64×64 images, batch 32", 32, 10,
-			func(b nn.Builder) train.Model { return zoo.ResNet18(b, 10) }, 3, 64, 64),
-		{
-			Name: "gpt", Description: "nanoGPT 6 layers, width 384, 6 heads, context 256, vocabulary 256, batch 8", Batch: 8,
-			Model: func(b nn.Builder) train.Model { return zoo.NewGPT(b, GPTConfig) },
-			Loss:  zoo.GPTLoss,
-			Inputs: func(r *rand.Rand) (*tensor.Tensor, *tensor.Tensor) {
-				return randLabels(r, GPTConfig.VocabSize, 8, GPTConfig.BlockSize), randLabels(r, GPTConfig.VocabSize, 8, GPTConfig.BlockSize)
-			},
-		},
-		{
-			Name: "rrdbnet", Description: "ESRGAN RRDBNet, 23 blocks, 64 features, 32×32→128×128, L1 loss, batch 4", Batch: 4,
-			Model: func(b nn.Builder) train.Model { return zoo.NewRRDBNet(b, zoo.DefaultRRDBNetConfig()) },
-			Loss:  zoo.L1Loss,
-			Inputs: func(r *rand.Rand) (*tensor.Tensor, *tensor.Tensor) {
-				return randImages(r, 4, 3, 32, 32), randImages(r, 4, 3, 128, 128)
-			},
-		},
-		classifier("resnet152", "ResNet-152, 100 classes, 128×128 images, batch 8", 8, 100,
-			func(b nn.Builder) train.Model { return zoo.ResNet152(b, 100) }, 3, 128, 128),
+	var out []Workload
+	for _, s := range standard {
+		if s.model == "" {
+			out = append(out, sgemmWorkload())
+			continue
+		}
+		w, err := FromZoo(s.name, s.model, s.batch)
+		if err != nil {
+			panic(err) // the table above names models of the registry; a test checks
+		}
+		out = append(out, w)
 	}
+	return out
+}
+
+// DefaultBatch is the batch size bench --model uses for a zoo model: that
+// of the standard workload that trains it, else 8.
+func DefaultBatch(model string) int {
+	for _, s := range standard {
+		if s.model == model {
+			return s.batch
+		}
+	}
+	return 8
 }
 
 // Names lists the standard workloads' names in order.
 func Names() []string {
 	var out []string
-	for _, w := range Standard() {
-		out = append(out, w.Name)
+	for _, s := range standard {
+		out = append(out, s.name)
 	}
 	return out
 }
 
 // Lookup returns the standard workload named name.
 func Lookup(name string) (Workload, error) {
-	for _, w := range Standard() {
-		if w.Name == name {
-			return w, nil
+	for _, s := range standard {
+		if s.name != name {
+			continue
 		}
+		if s.model == "" {
+			return sgemmWorkload(), nil
+		}
+		return FromZoo(s.name, s.model, s.batch)
 	}
 	return Workload{}, fmt.Errorf("bench: unknown workload %q (valid: %s)", name, strings.Join(Names(), ", "))
+}
+
+// LookupChild resolves the workload a child process is asked to measure:
+// a standard workload by name, or "zoo:MODEL:BATCH" (ChildName) for any zoo
+// model.
+func LookupChild(name string) (Workload, error) {
+	rest, ok := strings.CutPrefix(name, "zoo:")
+	if !ok {
+		return Lookup(name)
+	}
+	model, b, ok := strings.Cut(rest, ":")
+	var batch int
+	if _, err := fmt.Sscanf(b, "%d", &batch); !ok || err != nil || fmt.Sprint(batch) != b {
+		return Workload{}, fmt.Errorf("bench: bad child workload %q (want zoo:MODEL:BATCH)", name)
+	}
+	return FromZoo("", model, batch)
+}
+
+// ChildName is the name under which a child process finds w again
+// (LookupChild).
+func (w Workload) ChildName() string {
+	if s, err := Lookup(w.Name); err == nil && s.ZooModel == w.ZooModel && s.Batch == w.Batch {
+		return w.Name
+	}
+	return fmt.Sprintf("zoo:%s:%d", w.ZooModel, w.Batch)
+}
+
+// ParseModels parses bench --model's comma-separated list of zoo models,
+// each trained at batch size batch (0: DefaultBatch of the model).
+func ParseModels(list string, batch int) ([]Workload, error) {
+	var out []Workload
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		b := batch
+		if b == 0 {
+			b = DefaultBatch(name)
+		}
+		w, err := FromZoo("", name, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("bench: no models in %q", list)
+	}
+	return out, nil
 }
 
 // ParseWorkloads parses a comma-separated list of workload names; "all" (or

@@ -14,6 +14,33 @@ type Features struct {
 	FMA     bool // FMA3
 	F16C    bool // VCVTPH2PS / VCVTPS2PH
 	AVX512F bool // with the OS saving ZMM and opmask state
+	// The rest need AVX512F as well (they are false without it).
+	AVX512BW   bool // byte and word instructions
+	AVX512VL   bool // EVEX encodings of 128- and 256-bit instructions
+	AVX512BF16 bool // VDPBF16PS, VCVTNE2PS2BF16 (Cooper Lake, Sapphire Rapids, Zen 4)
+	// AMX tiles (Sapphire Rapids): the CPU has them and the OS enabled
+	// their state in XCR0. On Linux a process must still ask for the
+	// permission (arch_prctl ARCH_REQ_XCOMP_PERM) before the first use.
+	AMXTile bool
+	AMXBF16 bool
+}
+
+// List names the features present, in the spelling of Linux's
+// /proc/cpuinfo flags: "avx2 fma f16c avx512f ...".
+func (f Features) List() []string {
+	var out []string
+	for _, c := range []struct {
+		name string
+		have bool
+	}{
+		{"avx2", f.AVX2}, {"fma", f.FMA}, {"f16c", f.F16C}, {"avx512f", f.AVX512F}, {"avx512bw", f.AVX512BW},
+		{"avx512vl", f.AVX512VL}, {"avx512_bf16", f.AVX512BF16}, {"amx_tile", f.AMXTile}, {"amx_bf16", f.AMXBF16},
+	} {
+		if c.have {
+			out = append(out, c.name)
+		}
+	}
+	return out
 }
 
 // X86 is what this machine supports (all false off amd64 or under purego).

@@ -43,7 +43,8 @@ func TestMatchesProcCPUInfo(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		have bool
-	}{{"avx2", got.AVX2}, {"fma", got.FMA}, {"f16c", got.F16C}, {"avx512f", got.AVX512F}} {
+	}{{"avx2", got.AVX2}, {"fma", got.FMA}, {"f16c", got.F16C}, {"avx512f", got.AVX512F},
+		{"avx512bw", got.AVX512BW}, {"avx512vl", got.AVX512VL}, {"avx512_bf16", got.AVX512BF16}, {"amx_tile", got.AMXTile}, {"amx_bf16", got.AMXBF16}} {
 		if c.have != flags[c.name] {
 			t.Errorf("%s: detected %v, /proc/cpuinfo says %v", c.name, c.have, flags[c.name])
 		}

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The PyTorch side of `headroom bench --compare-pytorch`.
 
-Measures one standard workload (internal/bench/workload.go) in this process,
+Measures one workload (internal/bench/workload.go: a model of headroom's zoo
+registry, zoo/registry.go, at a batch size) in this process,
 exactly as headroom measures its own: Adam with PyTorch's defaults, float32,
 random inputs; --warmup untimed steps, then --steps timed ones (wall-clock
 time of zero_grad, forward, loss, backward and optimizer step); resident
@@ -17,10 +18,15 @@ standard error. Run it with Debian's interpreter, which has torch 1.13 and
 torchvision (install libopenblas0-pthread, or torch's matrix products run on
 the reference BLAS):
 
-    /usr/bin/python3 scripts/bench/pytorch_bench.py --workload resnet18 --threads 2
+    /usr/bin/python3 scripts/bench/pytorch_bench.py --workload resnet18 \
+        --model resnet18-64 --x f32:32,3,64,64 --y i64:32 --classes 10 --threads 2
 
-The models match headroom's zoo package (zoo/mlp.go, zoo/resnet.go via
-torchvision, zoo/gpt.go, zoo/rrdbnet.go); GPT and RRDBNet are the
+headroom passes the zoo model's name and the shapes of one batch (from its
+registry), so this script only knows how to build each zoo model in PyTorch
+(MODELS below, a test checks that every zoo name is there): zoo/mlp.go,
+zoo/cnn.go, zoo/resnet.go via torchvision, zoo/gpt.go, zoo/rrdbnet.go. With
+--precision bf16-mixed each step's forward pass and loss run under
+torch.autocast("cpu", dtype=torch.bfloat16). GPT and RRDBNet are the
 definitions of scripts/reference/torch_models.py, which the zoo's parity tests
 check headroom against. PyTorch 1.13 has no fused attention, so GPT runs
 nanoGPT's explicit path (softmax of masked scores), as nanoGPT itself does
@@ -40,7 +46,11 @@ import torch.nn.functional as F
 import torchvision
 
 # GPT and RRDBNet are the definitions the zoo's parity tests check against.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+# `headroom bench` writes torch_models.py next to this script (both are
+# embedded in the binary); in the repository it is in scripts/reference.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _here)
+sys.path.insert(0, os.path.join(_here, "..", "reference"))
 from torch_models import GPT, RRDBNet, gpt_loss  # noqa: E402
 
 PREFIX = "@@headroom-bench "
@@ -78,16 +88,29 @@ def reset_peak():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", required=True)
+    ap.add_argument("--model", help="zoo model name (required but for sgemm)")
+    ap.add_argument("--x", help="inputs of one batch: f32|i64:DIM,DIM,...")
+    ap.add_argument("--y", help="targets of one batch: f32|i64:DIM,DIM,...")
+    ap.add_argument("--classes", type=int, default=0, help="range of integer inputs and targets")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"])
+    ap.add_argument("--openblas-core", action="store_true",
+                    help="print the OpenBLAS core (OPENBLAS_VERBOSE=2 makes OpenBLAS say it) and exit")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
 
+    if args.openblas_core:
+        # OpenBLAS prints "Core: <name>" when it loads (with OPENBLAS_VERBOSE=2
+        # in the environment); one small product makes sure it is loaded.
+        torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+        print(torch.__config__.show(), file=sys.stderr, flush=True)
+        return
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    res = dict(workload=args.workload, engine="pytorch", version=torch.__version__,
+    res = dict(workload=args.workload, engine="pytorch", version=torch.__version__, precision=args.precision,
                threads=torch.get_num_threads(), warmup=args.warmup, step_seconds=[], loss=0.0)
     try:
         run(args, res)
@@ -101,7 +124,7 @@ def main():
 def run(args, res):
     if args.workload == "sgemm":
         return run_sgemm(args, res)
-    model, inputs, loss_fn, batch = build(args.workload)
+    model, inputs, loss_fn, batch = build(args)
     # A fresh batch every step, as headroom does (a model fitting one batch
     # would drive its gradients to subnormal floats).
     batches = [inputs() for _ in range(args.warmup + args.steps)]
@@ -113,11 +136,13 @@ def run(args, res):
     res["rss_before"], _ = memory()
     res["peak_reset"] = reset_peak()
 
+    bf16 = args.precision == "bf16-mixed"
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         x, y = batches[i]
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         lv = loss.item()
@@ -155,39 +180,94 @@ def run_sgemm(args, res):
 # ------------------------------------------------------------------ workloads
 
 
-def build(name):
+def parse_meta(s):
+    """"f32:8,3,32,32" -> (dtype, shape)."""
+    dt, _, dims = s.partition(":")
+    dtype = {"f32": torch.float32, "i64": torch.int64}[dt]
+    return dtype, [int(d) for d in dims.split(",")]
+
+
+def random_tensor(meta, classes):
+    dtype, shape = meta
+    if dtype == torch.int64:
+        return torch.randint(0, classes, shape)
+    return torch.randn(*shape)
+
+
+def build(args):
     """(model, a function returning one random batch (x, y), loss, batch size)."""
-    if name == "mlp":
-        model = MLP(784, 1024, 1024, 10)
-        return model, lambda: (torch.randn(128, 784), torch.randint(0, 10, (128,))), F.cross_entropy, 128
-    if name == "resnet18":
-        model = torchvision.models.resnet18(num_classes=10)
-        return model, lambda: (torch.randn(32, 3, 64, 64), torch.randint(0, 10, (32,))), F.cross_entropy, 32
-    if name == "resnet152":
-        model = torchvision.models.resnet152(num_classes=100)
-        return model, lambda: (torch.randn(8, 3, 128, 128), torch.randint(0, 100, (8,))), F.cross_entropy, 8
-    if name == "gpt":
-        cfg = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=256, dropout=0.0, bias=True)
-        model = GPT(cfg)
-        return model, lambda: (torch.randint(0, 256, (8, 256)), torch.randint(0, 256, (8, 256))), gpt_loss, 8
-    if name == "rrdbnet":
-        model = RRDBNet(3, 3, 64, 23, 32)
-        return model, lambda: (torch.randn(4, 3, 32, 32), torch.randn(4, 3, 128, 128)), F.l1_loss, 4
-    raise SystemExit("pytorch_bench.py: unknown workload %r" % name)
+    if args.model not in MODELS:
+        raise SystemExit("pytorch_bench.py: no PyTorch definition of zoo model %r" % args.model)
+    xm, ym = parse_meta(args.x), parse_meta(args.y)
+    model = MODELS[args.model](args.classes)
+    # The loss follows from the data, as zoo.NewSynthetic tells the kinds
+    # apart: tokens in (language model), images out (image to image), else a
+    # classifier.
+    if xm[0] == torch.int64:
+        loss_fn = gpt_loss
+    elif ym[0] == torch.float32:
+        loss_fn = F.l1_loss
+    else:
+        loss_fn = F.cross_entropy
+    return model, lambda: (random_tensor(xm, args.classes), random_tensor(ym, args.classes)), loss_fn, xm[1][0]
+
+
+def gpt(n_layer, n_head, n_embd, block_size, vocab_size, dropout, bias):
+    return GPT(dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
+                    vocab_size=vocab_size, dropout=dropout, bias=bias))
+
+
+_tv = torchvision.models
+
+# The zoo's models by registry name (zoo/registry.go, zoo/bench.go), given
+# the number of classes (a language model's vocabulary).
+MODELS = {
+    "mlp": lambda c: MLP(784, 256, c),
+    "mlp-1024": lambda c: MLP(784, 1024, 1024, c),
+    "cnn": lambda c: FashionCNN(c),
+    "resnet18": lambda c: _tv.resnet18(num_classes=c),
+    "resnet34": lambda c: _tv.resnet34(num_classes=c),
+    "resnet50": lambda c: _tv.resnet50(num_classes=c),
+    "resnet101": lambda c: _tv.resnet101(num_classes=c),
+    "resnet152": lambda c: _tv.resnet152(num_classes=c),
+    "resnet18-64": lambda c: _tv.resnet18(num_classes=c),
+    "resnet152-128": lambda c: _tv.resnet152(num_classes=c),
+    "gpt2": lambda c: gpt(12, 12, 768, 1024, c, 0.0, True),
+    "gpt-shakespeare-char": lambda c: gpt(6, 6, 384, 256, c, 0.2, False),
+    "gpt-bytes": lambda c: gpt(6, 6, 384, 256, c, 0.0, True),
+    "rrdbnet": lambda c: RRDBNet(3, 3, 64, 23, 32),
+}
 
 
 # ------------------------------------------------------------------ models
 
 class MLP(nn.Sequential):
-    """zoo.NewMLP: Linear, ReLU, ..., Linear (parameter names 0.*, 2.*, 4.*)."""
+    """zoo.NewMLP: Flatten, Linear, ReLU, ..., Linear (parameter names 1.*, 3.*, ...)."""
 
     def __init__(self, *widths):
-        layers = []
+        layers = [nn.Flatten()]
         for i in range(len(widths) - 1):
             layers.append(nn.Linear(widths[i], widths[i + 1]))
             if i + 2 < len(widths):
                 layers.append(nn.ReLU())
         super().__init__(*layers)
+
+
+class FashionCNN(nn.Module):
+    """zoo.NewFashionCNN (zoo/cnn.go)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = x.flatten(1)
+        return self.fc2(F.relu(self.fc1(x)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/headroom-ml/headroom/internal/cpuid"
+	benchscript "github.com/headroom-ml/headroom/scripts/bench"
+	"github.com/headroom-ml/headroom/scripts/reference"
+)
+
+// WriteScript writes the embedded PyTorch script, and the model definitions
+// it imports, into dir and returns the script's path: the benchmark runs
+// from any directory, with the script of the binary's own version.
+func WriteScript(dir string) (string, error) {
+	files := []struct{ name, text string }{
+		{benchscript.Name, benchscript.Script},
+		{reference.TorchModelsName, reference.TorchModels},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.text), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return filepath.Join(dir, benchscript.Name), nil
+}
+
+// ISA levels of x86 vector code, for telling whether a BLAS runs kernels as
+// wide as the machine allows.
+const (
+	LevelUnknown = iota
+	LevelSSE
+	LevelAVX
+	LevelAVX2
+	LevelAVX512
+)
+
+// openBLASCores maps OpenBLAS's x86 core names (as OPENBLAS_VERBOSE prints
+// them, lower-cased) to the widest instructions their kernels use.
+var openBLASCores = map[string]int{
+	"katmai": LevelSSE, "coppermine": LevelSSE, "northwood": LevelSSE, "prescott": LevelSSE, "banias": LevelSSE,
+	"core2": LevelSSE, "penryn": LevelSSE, "dunnington": LevelSSE, "nehalem": LevelSSE, "atom": LevelSSE,
+	"opteron": LevelSSE, "opteron_sse3": LevelSSE, "barcelona": LevelSSE, "nano": LevelSSE, "generic": LevelSSE,
+	"sandybridge": LevelAVX, "bulldozer": LevelAVX, "piledriver": LevelAVX,
+	"haswell": LevelAVX2, "zen": LevelAVX2, "steamroller": LevelAVX2, "excavator": LevelAVX2,
+	"skylakex": LevelAVX512, "cooperlake": LevelAVX512, "sapphirerapids": LevelAVX512,
+}
+
+// OpenBLASCoreLevel is the ISA level of an OpenBLAS core name (LevelUnknown
+// for a name it does not know).
+func OpenBLASCoreLevel(core string) int { return openBLASCores[strings.ToLower(core)] }
+
+// MachineLevel is the widest ISA level the CPU and OS run. AVX-512 counts
+// only with BW and VL, which OpenBLAS's SkylakeX kernels need.
+func MachineLevel(f cpuid.Features) int {
+	switch {
+	case f.AVX512F && f.AVX512BW && f.AVX512VL:
+		return LevelAVX512
+	case f.AVX2 && f.FMA:
+		return LevelAVX2
+	case f.AVX2:
+		return LevelAVX
+	}
+	return LevelUnknown // not x86, or too old to say
+}
+
+// OpenBLASCoreFor is the OPENBLAS_CORETYPE that runs the widest kernels on
+// a CPU with features f ("" if there is nothing to choose).
+func OpenBLASCoreFor(f cpuid.Features) string {
+	switch MachineLevel(f) {
+	case LevelAVX512:
+		if f.AVX512BF16 {
+			return "Cooperlake" // SkylakeX's kernels plus its bf16 GEMM
+		}
+		return "SkylakeX"
+	case LevelAVX2:
+		return "Haswell"
+	}
+	return ""
+}
+
+var openBLASCoreLine = regexp.MustCompile(`(?m)^\s*Core:\s*(\S+)\s*$`)
+
+// ParseOpenBLASCore finds the core OpenBLAS reports when it loads with
+// OPENBLAS_VERBOSE=2 ("Core: Haswell") in a process's output; the last
+// report wins (a process may load it twice). ok is false when there is none
+// (no OpenBLAS, or one built for a single core, which does not say).
+func ParseOpenBLASCore(out string) (core string, ok bool) {
+	m := openBLASCoreLine.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		return "", false
+	}
+	return m[len(m)-1][1], true
+}
+
+// ParseTorchConfig reads the BLAS (BLAS_INFO), whether oneDNN is built in
+// (USE_MKLDNN) and the vector code ATen's own kernels use ("CPU capability
+// usage: AVX2") from torch.__config__.show()'s text.
+func ParseTorchConfig(out string) (blas string, onednn bool, capability string) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "- CPU capability usage:"); ok {
+			capability = strings.TrimSpace(c)
+		}
+		for _, f := range strings.FieldsFunc(sc.Text(), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				continue
+			}
+			switch k {
+			case "BLAS_INFO":
+				blas = v
+			case "USE_MKLDNN":
+				onednn = v == "ON" || v == "1"
+			}
+		}
+	}
+	return blas, onednn, capability
+}
+
+// PeerCheck is what CheckPeer found of the PyTorch peer's kernels.
+type PeerCheck struct {
+	BLAS   string // torch's BLAS_INFO ("open": OpenBLAS, "mkl", ...)
+	OneDNN bool   // convolutions through oneDNN (mkldnn)
+	// Capability is the vector code of ATen's own kernels ("AVX2").
+	Capability string
+	// Core is the OpenBLAS core it loaded with ("" if it did not say).
+	Core string
+	// Set is the OPENBLAS_CORETYPE bench sets for the peer's processes
+	// alone because Core was narrower than the machine (a misdetection);
+	// "" when none is needed. FixedCore is what OpenBLAS then reported.
+	Set, FixedCore string
+	// UserSet is OPENBLAS_CORETYPE as found in bench's own environment,
+	// which is left alone.
+	UserSet string
+}
+
+// Env is what the peer's processes get added to their environment.
+func (p PeerCheck) Env() []string {
+	if p.Set == "" {
+		return nil
+	}
+	return []string{"OPENBLAS_CORETYPE=" + p.Set}
+}
+
+// String describes the check for the run's header.
+func (p PeerCheck) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "BLAS %s, oneDNN %v, ATen kernels %s", orDash(p.BLAS), p.OneDNN, orDash(p.Capability))
+	switch {
+	case p.Core == "":
+		b.WriteString("; OpenBLAS did not report a core (OPENBLAS_VERBOSE=2)")
+	case p.UserSet != "":
+		fmt.Fprintf(&b, "; OpenBLAS core %s (OPENBLAS_CORETYPE=%s from the environment)", p.Core, p.UserSet)
+	case p.Set != "":
+		fmt.Fprintf(&b, "; OpenBLAS misdetected this CPU as %s: set OPENBLAS_CORETYPE=%s for PyTorch's processes only (it then reported %s)",
+			p.Core, p.Set, orDash(p.FixedCore))
+	default:
+		fmt.Fprintf(&b, "; OpenBLAS core %s", p.Core)
+	}
+	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// DecidePeer decides, from what the peer reported, whether its OpenBLAS
+// needs OPENBLAS_CORETYPE on a machine with features f: when the core it
+// chose uses narrower vectors than the machine runs, and the user did not
+// set one.
+func DecidePeer(p PeerCheck, f cpuid.Features) PeerCheck {
+	if p.Core == "" || p.UserSet != "" {
+		return p
+	}
+	lvl := OpenBLASCoreLevel(p.Core)
+	if lvl != LevelUnknown && lvl < MachineLevel(f) {
+		p.Set = OpenBLASCoreFor(f)
+	}
+	return p
+}
+
+// CheckPeer runs the PyTorch script once with OPENBLAS_VERBOSE=2 and reads
+// the BLAS and the OpenBLAS core; if the core is a misdetection it decides
+// the OPENBLAS_CORETYPE to set and runs once more to confirm it.
+func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.Features) (PeerCheck, error) {
+	run := func(extra ...string) (string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, python, script, "--workload", "openblas", "--openblas-core", "--threads", fmt.Sprint(threads))
+		cmd.Env = append(append(os.Environ(), "OPENBLAS_VERBOSE=2"), extra...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(out), fmt.Errorf("bench: checking PyTorch's BLAS: %v%s", err, lastLine(string(out)))
+		}
+		return string(out), nil
+	}
+	out, err := run()
+	if err != nil {
+		return PeerCheck{}, err
+	}
+	var p PeerCheck
+	p.BLAS, p.OneDNN, p.Capability = ParseTorchConfig(out)
+	p.Core, _ = ParseOpenBLASCore(out)
+	p.UserSet = os.Getenv("OPENBLAS_CORETYPE")
+	p = DecidePeer(p, f)
+	if p.Set != "" {
+		out, err := run(p.Env()...)
+		if err != nil {
+			return p, err
+		}
+		p.FixedCore, _ = ParseOpenBLASCore(out)
+	}
+	return p, nil
+}
