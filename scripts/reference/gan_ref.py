@@ -73,6 +73,17 @@ def architectures():
     return out
 
 
+def perceptual_gain(vgg):
+    """hashinit's weights shrink activations by about 0.58 per layer and its
+    biases (scale 0.1) then swamp what the input contributes at conv5_4, so
+    the loss would be a difference of nearly equal numbers. Weights are
+    doubled and biases divided by 1024 (exact in float32, as the Go test
+    does) so that conv5_4 depends on the image."""
+    with torch.no_grad():
+        for k, p in vgg.named_parameters():
+            p.mul_(2.0 if k.endswith(".weight") else 2.0 ** -10)
+
+
 def uniform01(name, shape):
     """Images in [0, 1)."""
     return zoo_ref.hash_tensor(name, shape, 0.5, 0.5)
@@ -104,6 +115,7 @@ def losses():
     torch.manual_seed(0)
     vgg = VGG19Conv54()
     zoo_ref.hash_init(vgg)
+    perceptual_gain(vgg)
     out = uniform01("sr", (2, 3, 32, 32)).requires_grad_()
     gt = uniform01("gt", (2, 3, 32, 32))
     l_p = PERCEPTUAL_WEIGHT * F.l1_loss(vgg(out), vgg(gt))
@@ -128,6 +140,7 @@ def gan_step():
     vgg = VGG19Conv54()
     for m in (net_g, net_d, vgg):
         zoo_ref.hash_init(m)
+    perceptual_gain(vgg)
     for p in vgg.parameters():
         p.requires_grad = False
     net_g.train()
@@ -138,6 +151,18 @@ def gan_step():
     gt = uniform01("gt", (2, 3, 128, 128))
     t["lq"], t["gt"] = lq, gt
     fm = 4096
+
+    # The conditioning of the generator's gradient: the perceptual L1 takes
+    # the sign of 65,536 feature differences, a few of them within float32
+    # rounding of zero, and each flipped sign moves the gradient coherently
+    # through vgg19's backward pass. PyTorch's own float32 gradient is
+    # compared with float64's; the Go test allows that much.
+    import copy
+    g64, d64, v64 = (copy.deepcopy(m).double() for m in (net_g, net_d, vgg))
+    for p in d64.parameters():
+        p.requires_grad = False
+    generator_loss(g64, d64, v64, lq.double(), gt.double())[0].backward()
+    cond = 0.0
 
     # ESRGANModel.optimize_parameters, generator half.
     for p in net_d.parameters():
@@ -150,6 +175,10 @@ def gan_step():
         t[f"g_{k}"] = v.detach().reshape(())
     for k, p in net_g.named_parameters():
         zoo_ref.put(t, "g_grad", k, p.grad, fm)
+    for (k, p), (_, p64) in zip(net_g.named_parameters(), g64.named_parameters()):
+        cond = max(cond, float((p.grad.double() - p64.grad).abs().max() / p64.grad.abs().max()))
+    meta["g_grad_f32_error"] = cond
+    print(f"gan_step: PyTorch's float32 generator gradient is within {cond:.3g} of float64's")
     opt_g.step()
     for k, p in net_g.named_parameters():
         zoo_ref.put(t, "g_adam", k, p, fm)
