@@ -35,6 +35,9 @@ type VGGDisc struct {
 	Convs            []*nn.Conv2d // conv0_1, conv1_0, conv1_1, ... in forward order
 	BNs              []*nn.BatchNorm
 	Linear1, Linear2 *nn.Linear
+	// Checkpoint records each stage (convolution, batch norm, LeakyReLU)
+	// in a checkpoint region, recomputed under the Regions policy.
+	Checkpoint bool
 }
 
 // NewVGGDisc registers a VGGDisc's parameters under b. It panics on a
@@ -78,7 +81,12 @@ func (m *VGGDisc) Forward(x *trace.Tensor) *trace.Tensor {
 	}
 	feat := lrelu(m.Conv00.Forward(x))
 	for i, c := range m.Convs {
-		feat = lrelu(m.BNs[i].Forward(c.Forward(feat)))
+		stage := func(x *trace.Tensor) *trace.Tensor { return lrelu(m.BNs[i].Forward(c.Forward(x))) }
+		if m.Checkpoint {
+			feat = nn.Checkpoint(feat, stage)
+		} else {
+			feat = stage(feat)
+		}
 	}
 	return m.Scope(x, func() *trace.Tensor {
 		feat := op.Flatten(feat, 1, -1)
