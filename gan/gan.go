@@ -550,26 +550,3 @@ func (t *Trainer) update(n Net, ps []optim.Param) error {
 	}
 	return n.Opt.Step(ps)
 }
-
-// Generate runs the generator alone in evaluation mode (upscaling).
-func (t *Trainer) Generate(ctx context.Context, lq *tensor.Tensor) (*tensor.Tensor, error) {
-	was := t.G.Store.Training()
-	t.G.Store.SetTraining(false)
-	defer t.G.Store.SetTraining(was)
-	g := trace.New()
-	err := trace.Capture(func() {
-		g.Output("out", t.G.Model.Forward(g.Input(InputLQ, lq.DType, lq.Shape)))
-	})
-	if err != nil {
-		return nil, err
-	}
-	p, err := exec.Compile(g, t.Device)
-	if err != nil {
-		return nil, err
-	}
-	res, err := p.Run(ctx, t.arena, t.states(), map[string]*tensor.Tensor{InputLQ: lq}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return res["out"], nil
-}
