@@ -20,7 +20,7 @@ import (
 // budget, ...) works on the IR and imports prim. scripts/primrewrite keeps
 // the same list.
 var mayImportOp = []string{
-	"op", "nn", "zoo", "train",
+	"op", "nn", "zoo", "train", "gan",
 	"cmd/...",
 	"internal/check", "internal/testkit", "internal/bench",
 }

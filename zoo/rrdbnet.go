@@ -38,6 +38,10 @@ type RRDBNet struct {
 	Trunk                               []*RRDB
 	TrunkConv, UpConv1, UpConv2, HRConv *nn.Conv2d
 	ConvLast                            *nn.Conv2d
+	// Checkpoint records each RRDB block in a checkpoint region
+	// (nn.Checkpoint), recomputed in the backward pass under the Regions
+	// recomputation policy and kept under the others.
+	Checkpoint bool
 }
 
 // RRDB is a residual-in-residual dense block: three dense blocks, then
@@ -118,7 +122,11 @@ func (m *RRDBNet) Forward(x *trace.Tensor) *trace.Tensor {
 	fea := m.ConvFirst.Forward(x)
 	t := fea
 	for _, r := range m.Trunk {
-		t = r.Forward(t)
+		if m.Checkpoint {
+			t = nn.Checkpoint(t, r.Forward)
+		} else {
+			t = r.Forward(t)
+		}
 	}
 	trunk := m.TrunkConv.Forward(t)
 	return m.Scope(x, func() *trace.Tensor {

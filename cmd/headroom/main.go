@@ -30,6 +30,7 @@ Commands:
   viz       show a memory snapshot (headroom's or PyTorch's) in the browser
   summary   print a model module by module: parameters, output shapes, activation bytes
   report    render a run's --log (or two, compared) as one HTML page with charts
+  gan       train ESRGAN (generator and discriminator) on photos, or print its memory table
   version   print the version
 
 Run 'headroom <command> -h' for the flags of a command.
@@ -163,6 +164,8 @@ func run(ctx context.Context, args []string) error {
 		return cmdReport(ctx, args[1:])
 	case "summary":
 		return cmdSummary(ctx, args[1:])
+	case "gan":
+		return cmdGAN(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil
