@@ -475,6 +475,8 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if len(micro) == 0 {
 		return 0, fmt.Errorf("train: no micro-batches")
 	}
+	// The step's bounds in the allocator's history, for per-step peaks.
+	defer t.Device.Alloc.MarkStep()()
 	t.outs = t.outs[:0]
 	if t.inBackward(len(micro)) {
 		if l, done, err := t.stepInBackward(ctx, micro[0]); done {
