@@ -36,8 +36,12 @@ func (s *Summary) WriteSVG(w io.Writer) error {
 		maxY = max(maxY, v)
 	}
 	pw, ph := float64(svgW-svgLeft-svgRight), float64(svgH-svgTop-svgBottom)
+	timed := s.Axis == "time" && len(t.Time) == n && n > 1 && t.Time[n-1] > t.Time[0]
 	x := func(k int) float64 {
-		if n > 1 {
+		switch {
+		case timed: // as the page: by time when the file has times
+			return svgLeft + float64(t.Time[k]-t.Time[0])*pw/float64(t.Time[n-1]-t.Time[0])
+		case n > 1:
 			return svgLeft + float64(k)*pw/float64(n-1)
 		}
 		return svgLeft
@@ -81,8 +85,14 @@ func (s *Summary) WriteSVG(w io.Writer) error {
 	if n > 0 {
 		last = t.Index[n-1]
 	}
-	fmt.Fprintf(bw, `<text x="%d" y="%d" stroke="none">event 0</text><text x="%d" y="%d" text-anchor="end" stroke="none">event %d</text>`+"\n",
-		svgLeft, svgH-8, svgW-svgRight, svgH-8, last)
+	first, end, what := "event 0", fmt.Sprintf("event %d", last), "x-axis: events"
+	if timed {
+		first, end, what = "+0 µs", "+"+formatDuration(t.Time[n-1]-t.Time[0]), "x-axis: time since the first event"
+	} else if s.Axis != "time" {
+		what = "x-axis: events (the file has no times, or not in order)"
+	}
+	fmt.Fprintf(bw, `<text x="%d" y="%d" stroke="none">%s</text><text x="%s" y="%d" text-anchor="middle" stroke="none">%s</text><text x="%d" y="%d" text-anchor="end" stroke="none">%s</text>`+"\n",
+		svgLeft, svgH-8, esc(first), f1(svgLeft+pw/2), svgH-8, esc(what), svgW-svgRight, svgH-8, esc(end))
 	fmt.Fprintln(bw, `</g>`)
 	point := func(ev int) int {
 		for k, i := range t.Index {
@@ -138,4 +148,18 @@ func niceStep(maxV int64) int64 {
 		}
 	}
 	return max(int64(raw), 1)
+}
+
+// formatDuration prints microseconds as the page's fmtTime does.
+func formatDuration(us int64) string {
+	a := max(us, -us)
+	switch {
+	case a >= 1e8:
+		return strconv.FormatFloat(float64(us)/1e6, 'f', 0, 64) + " s"
+	case a >= 1e6:
+		return strconv.FormatFloat(float64(us)/1e6, 'f', 2, 64) + " s"
+	case a >= 1e3:
+		return strconv.FormatFloat(float64(us)/1e3, 'f', 2, 64) + " ms"
+	}
+	return strconv.FormatInt(us, 10) + " µs"
 }
