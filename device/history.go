@@ -60,7 +60,7 @@ type history struct {
 	on   bool
 	max  int
 	buf  []TraceEntry
-	next int // oldest entry once full
+	next int   // oldest entry once full
 	step int64 // the last step MarkStep began
 }
 
