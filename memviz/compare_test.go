@@ -12,7 +12,6 @@ import (
 	"github.com/headroom-ml/headroom/memviz"
 )
 
-
 // compareRun records a small run: the parameter, an activation of act
 // bytes and, when extra > 0, a temporary of extra bytes, all live at the
 // peak, then freed but the parameter.
