@@ -643,6 +643,9 @@ type Summary struct {
 	Steps   *Steps  `json:"steps"`
 	Peak    Peak    `json:"peak"`
 	Largest []Alloc `json:"largest"`
+	// Live: the snapshot is a training run's, taken while it runs
+	// (/api/live streams its steps).
+	Live bool `json:"live,omitempty"`
 }
 
 // OOM is an out-of-memory event: the request refused and what the

@@ -285,8 +285,8 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.snapshot != "" {
-		dev.Alloc.RecordHistory(f.history)
+	if f.snapshot != "" || f.watch.history() {
+		dev.Alloc.RecordHistory(cmp.Or(f.history, defaultHistory))
 	}
 	store := nn.NewStore()
 	model := spec.New(store.Root())
@@ -341,7 +341,11 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
 	}
-	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != ""}
+	watch, err := newTrainWatch(ctx, f.watch, dev, tr, out)
+	if err != nil {
+		return err
+	}
+	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != "", watch: watch}
 	r.open = func(start dataset.State) (batches, error) {
 		if md == nil {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
@@ -358,7 +362,8 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			m.Workers, device.FormatBytes(m.ScratchPerWorker), device.FormatBytes(m.Total()))
 		return &loaderBatches{l: l, shape: md.shape}, nil
 	}
-	return r.run(ctx)
+	err = r.run(ctx)
+	return errors.Join(err, watch.end(err))
 }
 
 // runner is one training run after set-up: the loop over epochs and
@@ -376,7 +381,8 @@ type runner struct {
 	budgeted   bool
 	last       train.Checkpoint // after the last complete step
 	logFile    *os.File
-	savedSteps int64 // the step of the newest checkpoint written, -1: none
+	savedSteps int64       // the step of the newest checkpoint written, -1: none
+	watch      *trainWatch // --live and --profile (live.go); nil: none
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -511,6 +517,7 @@ func (r *runner) run(ctx context.Context) error {
 			wait := stepStart.Sub(dataStart)
 			splits := tr.Splits
 			r.dev.Alloc.ResetPeak()
+			r.watch.stepStart()
 			loss, err := tr.StepAccumulate(ctx, parts)
 			if err != nil && ctx.Err() != nil {
 				partial := tr.Config().OptimizerInBackward && tr.CheckOptimizerInBackward(len(parts)) == nil
@@ -533,11 +540,12 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
+			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
+				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
+				PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
+				MicroBatches: len(parts) + tr.Splits - splits}
+			r.watch.stepDone(rec, stats)
 			if r.logFile != nil {
-				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
-					SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
-					PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
-					MicroBatches: len(parts) + tr.Splits - splits}
 				line, _ := json.Marshal(rec)
 				// One write per line to an unbuffered file: each line is
 				// on disk (in the page cache) as soon as its step ends.

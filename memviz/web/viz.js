@@ -94,6 +94,61 @@ async function load() {
   summary = await getJSON('/api/summary?' + q);
   device = summary.device;
   render();
+  if (summary.live) startLive();
+}
+
+// The live view (headroom train --live): the steps stream in as server-sent
+// events; each updates the status line and the chart, and the snapshot is
+// fetched again at most every two seconds.
+let liveSource = null, liveSteps = [], liveReload = null;
+const MAX_LIVE_POINTS = 1000;
+function startLive() {
+  if (liveSource) return;
+  $('live').hidden = false;
+  liveSource = new EventSource('/api/live');
+  liveSource.onmessage = ev => {
+    const st = JSON.parse(ev.data);
+    liveSteps.push(st);
+    if (liveSteps.length > MAX_LIVE_POINTS) liveSteps.shift();
+    const p = $('live-status');
+    p.textContent = `Live: step ${st.step} (epoch ${st.epoch}): loss ${st.loss === null ? 'not computed' : st.loss.toFixed(4)}, ` +
+      `${st.samples_per_s.toFixed(0)} samples/s, allocated ${fmt(st.allocated)}, reserved ${fmt(st.reserved)}, ` +
+      `step peak ${fmt(st.peak_allocated)} allocated, ${fmt(st.peak_reserved)} reserved`;
+    for (const [k, v] of Object.entries({step: st.step, allocated: st.allocated, reserved: st.reserved})) p.setAttribute('data-' + k, v);
+    drawLive();
+    // the whole run so far, from a fresh page of events
+    if (!liveReload) liveReload = setTimeout(() => { liveReload = null; zoom = null; listFrom = -1; load().catch(fail); }, 2000);
+  };
+  liveSource.addEventListener('done', ev => {
+    $('live-status').textContent = JSON.parse(ev.data) + '. ' + $('live-status').textContent.replace(/^Live: /, 'Last: ');
+    $('live-status').setAttribute('data-done', 'true');
+    liveSource.close();
+  });
+}
+// drawLive: the loss (line) and the allocated and reserved peaks (bars,
+// scaled to the largest) of the steps so far.
+function drawLive() {
+  const svg = $('live-chart'), LH = 120, pw = W - LEFT - RIGHT, ph = LH - 20;
+  svg.replaceChildren();
+  const n = liveSteps.length;
+  if (!n) return;
+  const x = k => LEFT + (n > 1 ? k * pw / (n - 1) : 0);
+  const maxM = Math.max(1, ...liveSteps.map(s => s.peak_reserved));
+  const losses = liveSteps.map(s => s.loss).filter(v => v !== null);
+  const lo = Math.min(...losses), hi = Math.max(...losses);
+  const mem = (key, color) => el('svg:polyline', {fill: 'none', stroke: color, 'stroke-width': 1,
+    points: liveSteps.map((s, k) => `${x(k).toFixed(1)},${(5 + ph - s[key] * ph / maxM).toFixed(1)}`).join(' ')});
+  svg.append(mem('peak_reserved', '#bab0ab'), mem('peak_allocated', '#4e79a7'));
+  if (losses.length) {
+    const y = v => 5 + ph - (hi > lo ? (v - lo) * ph / (hi - lo) : ph / 2);
+    const pts = [];
+    liveSteps.forEach((s, k) => { if (s.loss !== null) pts.push(`${x(k).toFixed(1)},${y(s.loss).toFixed(1)}`); });
+    svg.append(el('svg:polyline', {id: 'live-loss', fill: 'none', stroke: '#e15759', 'stroke-width': 1.5, points: pts.join(' ')}));
+  }
+  svg.append(el('svg:text', {class: 'axis', x: LEFT - 6, y: 15, 'text-anchor': 'end'}, fmt(maxM)));
+  svg.append(el('svg:text', {class: 'axis', x: LEFT, y: LH - 3}, `step ${liveSteps[0].step}`));
+  svg.append(el('svg:text', {class: 'axis', x: LEFT + pw / 2, y: LH - 3, 'text-anchor': 'middle'}, 'red: loss; blue: peak allocated; grey: peak reserved'));
+  svg.append(el('svg:text', {class: 'axis', x: W - RIGHT, y: LH - 3, 'text-anchor': 'end'}, `step ${liveSteps[n - 1].step}`));
 }
 
 function render() {
