@@ -118,11 +118,15 @@ func (w *trainWatch) stepStart() {
 	}
 }
 
-// stepDone is called after each completed step with its record.
-func (w *trainWatch) stepDone(rec stepRecord, stats device.Stats) {
+// stepDone is called after each completed step: its number, epoch (from
+// 1), loss, samples, duration, wait for data before it, and the
+// allocator's statistics after it (peaks over the step).
+func (w *trainWatch) stepDone(step int64, epoch int, loss float64, samples int, el, wait time.Duration, stats device.Stats) {
 	if w == nil {
 		return
 	}
+	rec := stepRecord{Step: step, Epoch: epoch, Loss: loss, Samples: samples, SamplesPerSec: float64(samples) / el.Seconds(),
+		StepSec: el.Seconds(), DataWaitSec: wait.Seconds(), PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak}
 	if w.prof != nil {
 		w.prof.stepDone(rec)
 	}

@@ -126,8 +126,7 @@ func (p *profiler) stepDone(rec stepRecord) {
 		p.event(map[string]any{"name": "data wait", "cat": "data", "ph": "X", "pid": 1, "tid": tidData,
 			"ts": p.us(p.begin.Add(-wait)), "dur": float64(wait.Nanoseconds()) / 1e3, "args": map[string]any{"step": p.step}})
 	}
-	args := map[string]any{"step": rec.Step, "epoch": rec.Epoch, "samples": rec.Samples, "micro_batches": rec.MicroBatches,
-		"passes": p.pass, "peak_allocated": rec.PeakAllocated, "peak_reserved": rec.PeakReserved}
+	args := map[string]any{"step": rec.Step, "epoch": rec.Epoch, "samples": rec.Samples, "passes": p.pass, "peak_allocated": rec.PeakAllocated, "peak_reserved": rec.PeakReserved}
 	if l := rec.Loss; l == l && l-l == 0 { // finite: JSON has no NaN
 		args["loss"] = l
 	}

@@ -381,8 +381,9 @@ type runner struct {
 	budgeted   bool
 	last       train.Checkpoint // after the last complete step
 	logFile    *os.File
-	savedSteps int64       // the step of the newest checkpoint written, -1: none
-	watch      *trainWatch // --live and --profile (live.go); nil: none
+	savedSteps int64 // the step of the newest checkpoint written, -1: none
+	// watch is --live and --profile (live.go); nil: none.
+	watch *trainWatch
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -540,12 +541,12 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
-			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
-				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
-				PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
-				MicroBatches: len(parts) + tr.Splits - splits}
-			r.watch.stepDone(rec, stats)
+			r.watch.stepDone(r.last.Step, epoch+1, loss, samples, el, wait, stats)
 			if r.logFile != nil {
+				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
+					SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
+					PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
+					MicroBatches: len(parts) + tr.Splits - splits}
 				line, _ := json.Marshal(rec)
 				// One write per line to an unbuffered file: each line is
 				// on disk (in the page cache) as soon as its step ends.
