@@ -123,12 +123,11 @@ func (a *Analysis) sweepReserved() {
 }
 
 // reservedAt is the cached-segment timeline at the given (increasing)
-// event indices.
+// event indices, swept as seriesAt sweeps allocations.
 func (a *Analysis) reservedAt(idx []int) *Timeline {
 	np := a.points()
-	starts := make([][]int32, np)
-	ends := make([][]int32, np)
 	cur := make([]int64, len(a.segSeries))
+	var byStart, byEnd []int
 	for i, s := range a.segs {
 		if s.start >= s.end {
 			continue
@@ -136,31 +135,30 @@ func (a *Analysis) reservedAt(idx []int) *Timeline {
 		if s.start < 0 {
 			cur[a.segOf[i]] += s.size
 		} else {
-			starts[s.start] = append(starts[s.start], int32(i))
+			byStart = append(byStart, i)
 		}
 		if s.end < np {
-			ends[s.end] = append(ends[s.end], int32(i))
+			byEnd = append(byEnd, i)
 		}
 	}
+	slices.SortStableFunc(byStart, func(x, y int) int { return cmp.Compare(a.segs[x].start, a.segs[y].start) })
+	slices.SortStableFunc(byEnd, func(x, y int) int { return cmp.Compare(a.segs[x].end, a.segs[y].end) })
 	t := &Timeline{Index: idx, Total: make([]int64, len(idx)), Series: make([]Series, len(a.segSeries))}
 	for s, si := range a.segSeries {
 		t.Series[s] = Series{Key: si.key, Label: si.label, Color: si.color, Values: make([]int64, 0, len(idx))}
 	}
-	k := 0
-	for i := 0; i < np && k < len(idx); i++ {
-		for _, j := range starts[i] {
-			cur[a.segOf[j]] += a.segs[j].size
+	ps, pe := 0, 0
+	for k, i := range idx {
+		for ; ps < len(byStart) && a.segs[byStart[ps]].start <= i; ps++ {
+			cur[a.segOf[byStart[ps]]] += a.segs[byStart[ps]].size
 		}
-		for _, j := range ends[i] {
-			cur[a.segOf[j]] -= a.segs[j].size
+		for ; pe < len(byEnd) && a.segs[byEnd[pe]].end <= i; pe++ {
+			cur[a.segOf[byEnd[pe]]] -= a.segs[byEnd[pe]].size
 		}
-		if i == idx[k] {
-			for s := range t.Series {
-				t.Series[s].Values = append(t.Series[s].Values, cur[s])
-			}
-			t.Total[k] = a.reserved[i]
-			k++
+		for s := range t.Series {
+			t.Series[s].Values = append(t.Series[s].Values, cur[s])
 		}
+		t.Total[k] = a.reserved[i]
 	}
 	return t
 }

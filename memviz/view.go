@@ -78,6 +78,8 @@ type Analysis struct {
 	segSeries []seriesInfo
 	reserved  []int64 // reserved bytes after each event
 	steps     []StepPeak
+
+	byStart, byEnd []int32 // allocations by start and by end (orderAllocs)
 }
 
 // allocation is one block's life: live after event i when start <= i < end.
@@ -131,6 +133,7 @@ func Analyze(s *Snapshot, dev int) (*Analysis, error) {
 	a.collect()
 	a.sweepTotals() // the peak first: the band of smaller allocations counts those live there
 	a.assignSeries()
+	a.orderAllocs()
 	a.sweepReserved()
 	a.steps = a.stepPeaks()
 	a.timed = len(a.events) > 0
@@ -556,46 +559,57 @@ func (a *Analysis) samplesIn(lo, hi int) []int {
 }
 
 // seriesAt returns each series' bytes after each of the given (increasing)
-// event indices.
+// event indices: one sweep over the allocations in the order they start
+// and in the order they end (orders made once, in Analyze), so a zoomed
+// range of a long history costs no memory per event.
 func (a *Analysis) seriesAt(idx []int, of []int, nseries int) [][]int64 {
-	np := a.points()
-	starts := make([][]int32, np)
-	ends := make([][]int32, np)
 	cur := make([]int64, nseries)
 	for i := range a.allocs {
-		al := &a.allocs[i]
-		if al.start >= al.end {
-			continue
-		}
-		if al.start < 0 {
+		if al := &a.allocs[i]; al.start < 0 && al.start < al.end {
 			cur[of[i]] += al.amount
-		} else {
-			starts[al.start] = append(starts[al.start], int32(i))
-		}
-		if al.end < np {
-			ends[al.end] = append(ends[al.end], int32(i))
 		}
 	}
 	out := make([][]int64, nseries)
 	for s := range out {
 		out[s] = make([]int64, 0, len(idx))
 	}
-	k := 0
-	for i := 0; i < np && k < len(idx); i++ {
-		for _, j := range starts[i] {
+	ps, pe := 0, 0
+	for _, i := range idx {
+		for ; ps < len(a.byStart) && a.allocs[a.byStart[ps]].start <= i; ps++ {
+			j := a.byStart[ps]
 			cur[of[j]] += a.allocs[j].amount
 		}
-		for _, j := range ends[i] {
+		for ; pe < len(a.byEnd) && a.allocs[a.byEnd[pe]].end <= i; pe++ {
+			j := a.byEnd[pe]
 			cur[of[j]] -= a.allocs[j].amount
 		}
-		if i == idx[k] {
-			for s := range out {
-				out[s] = append(out[s], cur[s])
-			}
-			k++
+		for s := range out {
+			out[s] = append(out[s], cur[s])
 		}
 	}
 	return out
+}
+
+// orderAllocs makes the orders seriesAt sweeps: the allocations that
+// start in the history by start, those that end in it by end (each only
+// if it lives at all).
+func (a *Analysis) orderAllocs() {
+	np := a.points()
+	a.byStart, a.byEnd = nil, nil
+	for i := range a.allocs {
+		al := &a.allocs[i]
+		if al.start >= al.end {
+			continue
+		}
+		if al.start >= 0 {
+			a.byStart = append(a.byStart, int32(i))
+		}
+		if al.end < np {
+			a.byEnd = append(a.byEnd, int32(i))
+		}
+	}
+	slices.SortStableFunc(a.byStart, func(x, y int32) int { return cmp.Compare(a.allocs[x].start, a.allocs[y].start) })
+	slices.SortStableFunc(a.byEnd, func(x, y int32) int { return cmp.Compare(a.allocs[x].end, a.allocs[y].end) })
 }
 
 func (a *Analysis) liveAt(i int) []int {
