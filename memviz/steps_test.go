@@ -1,8 +1,11 @@
 package memviz_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +156,41 @@ func TestStepPeaksGrouped(t *testing.T) {
 	}
 	if next != int64(n)+1 || st.Rising != n-2 {
 		t.Errorf("groups end before step %d; rising %d", next, st.Rising)
+	}
+}
+
+// The SVG export draws the step peaks (a bar each, the rising ones red,
+// the leak said in the panel's head) and the cached-segment timeline (a
+// band per segment), below the timeline and its legend.
+func TestStepsAndSegmentsSVG(t *testing.T) {
+	sum := analyze(t, memviz.FromDevice(trainedSnapshot(t, 5, true))).Summary("leak.json")
+	var buf bytes.Buffer
+	if err := sum.WriteSVG(&buf); err != nil {
+		t.Fatal(err)
+	}
+	bars, red, bands := 0, 0, 0
+	for _, e := range svgElems(t, buf.Bytes()) {
+		switch {
+		case e.name == "rect" && e.attr["class"] == "stepbar":
+			if e.attr["data-peak"] != strconv.FormatInt(sum.Steps.Steps[bars].Peak, 10) || e.attr["data-step"] != strconv.Itoa(bars+1) {
+				t.Errorf("bar %d: %v", bars, e.attr)
+			}
+			if e.attr["fill"] == "#e15759" {
+				red++
+			}
+			bars++
+		case e.name == "path" && e.attr["class"] == "segband":
+			bands++
+		case e.name == "text" && e.attr["id"] == "steps-head":
+			if e.attr["data-rising"] != "3" {
+				t.Errorf("steps head %v", e.attr)
+			}
+		}
+	}
+	if bars != 5 || red != 3 || bands != len(sum.Reserved.Series) || bands == 0 {
+		t.Errorf("%d bars (%d red), %d segment bands (want %d)", bars, red, bands, len(sum.Reserved.Series))
+	}
+	if !strings.Contains(buf.String(), "rose in each of the last 3 steps, by 3.00 MiB") {
+		t.Error("the SVG does not say the peak rose")
 	}
 }
