@@ -222,8 +222,8 @@ func (f *trainFlags) check(log io.Writer) error {
 		}
 	}
 	if f.snapshot != "" || f.given["memory-history"] {
-		if f.snapshot == "" {
-			return fmt.Errorf("--memory-history applies only with --memory-snapshot")
+		if f.snapshot == "" && !f.watch.history() {
+			return fmt.Errorf("--memory-history applies only with --memory-snapshot or --live")
 		}
 		if f.history < 1 {
 			return fmt.Errorf("--memory-history %d: must be at least 1 (events kept)", f.history)
