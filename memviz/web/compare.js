@@ -89,7 +89,7 @@ function overlay(c) {
     line.append(el('svg:title', {}, `${k.toUpperCase()}: ${s.file}, peak ${fmt(s.peak)}`));
     svg.append(line);
     const pk = s.at[s.total.indexOf(s.peak)] ?? 0;
-    svg.append(el('svg:line', {class: 'peakline', x1: LEFT + pk * pw, x2: LEFT + pk * pw, y1: y(s.peak), y2: TOP + ph, stroke: COLORS[k]}));
+    svg.append(el('svg:line', {id: 'peak-' + k, 'stroke-dasharray': '4 3', x1: LEFT + pk * pw, x2: LEFT + pk * pw, y1: y(s.peak), y2: TOP + ph, stroke: COLORS[k]}));
   }
   const g = el('svg:g', {class: 'axis'});
   for (let v = 0, step = niceStep(maxY); v <= maxY; v += step) {

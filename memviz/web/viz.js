@@ -337,7 +337,9 @@ function drawTimeline(peak) {
   if (pk >= z0 && pk <= z1) {
     const lx = n > 1 ? x(pk) : LEFT;
     svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: lx, x2: lx, y1: TOP, y2: TOP + ph}));
-    svg.append(el('svg:text', {class: 'axis', x: lx + 4, y: TOP + 12}, 'peak ' + fmt(peak.total)));
+    // near the right edge the label goes to the line's left, not off the plot
+    const right = lx > W - RIGHT - 90;
+    svg.append(el('svg:text', {class: 'axis', x: right ? lx - 4 : lx + 4, y: TOP + 12, 'text-anchor': right ? 'end' : 'start'}, 'peak ' + fmt(peak.total)));
   }
   svg.append(el('svg:line', {id: 'cursor', class: 'cursor', x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph}));
   svg.onclick = ev => {
