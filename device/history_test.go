@@ -213,3 +213,30 @@ func TestTightSegmentUnderCapacity(t *testing.T) {
 	}
 	u.Free(b)
 }
+
+// MarkStep brackets a step with step_begin and step_end entries numbered
+// from 1; with history off it records nothing and does not count.
+func TestMarkStep(t *testing.T) {
+	a := Meta().Alloc
+	a.MarkStep()() // off: not recorded, not counted
+	a.RecordHistory(100)
+	for range 2 {
+		end := a.MarkStep()
+		b := mustAlloc(t, a, 100, Tag{Category: Activation})
+		a.Free(b)
+		end()
+	}
+	h := a.History()
+	if got, want := actions(h), "step_begin segment_alloc alloc free step_end step_begin alloc free step_end"; got != want {
+		t.Fatalf("history %q, want %q", got, want)
+	}
+	for i, want := range map[int]int64{0: 1, 4: 1, 5: 2, 8: 2} {
+		if h[i].Step != want || h[i].Addr != 0 || h[i].Size != 0 || h[i].TimeUS == 0 {
+			t.Errorf("entry %d: %+v, want step %d", i, h[i], want)
+		}
+	}
+	s, err := jsonString(h[5])
+	if err != nil || !strings.Contains(s, `"action":"step_begin"`) || !strings.Contains(s, `"step":2`) {
+		t.Errorf("JSON %s (%v)", s, err)
+	}
+}

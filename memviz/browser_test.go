@@ -24,7 +24,7 @@ import (
 // HEADROOM_CHROMIUM to the browser to use.
 const skipBrowserEnv = "HEADROOM_SKIP_BROWSER"
 
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	if os.Getenv(skipBrowserEnv) == "1" {
 		t.Skipf("%s=1: not testing the page in a browser", skipBrowserEnv)

@@ -38,8 +38,21 @@
 // the selected event's or band's stack in a side pane; its view can be
 // given in the URL's hash (#event=N&detail=K&zoom=A-B&band=KEY).
 // Summary.WriteSVG draws the same timeline as a static SVG (headroom viz
-// --svg). Per-step peaks are not shown: the allocator's history records
-// no step boundaries.
+// --svg). The x-axis is time when every event of the history has a time,
+// in order (events otherwise, said as such; #axis=event asks for events).
+// The cached-segment timeline (Summary.Reserved) stacks the reserved
+// memory by segment over the same points. The peak of each training step
+// (Summary.Steps) comes from the step_begin and step_end entries the
+// trainer writes into the history (device.Allocator.MarkStep): the page
+// draws a bar per step and says first when the peaks rise step after
+// step (a leak).
+//
+// Compare sets two snapshots side by side (a plan against a run, or two
+// runs): the timelines overlaid and what is live at each peak by category
+// and by tensor (headroom viz --compare A B, served by CompareServer).
+// Live is a training run shown while it runs (headroom train --live): its
+// steps stream to the page as server-sent events and the snapshot is
+// taken again as they complete (NewLiveServer).
 //
 // Server serves that as a page embedded in the binary (HTML, CSS and a small
 // script drawing SVG; nothing is loaded from elsewhere) and JSON endpoints;

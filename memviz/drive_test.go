@@ -19,14 +19,14 @@ import (
 // (--remote-debugging-pipe: messages are JSON ended by a NUL byte), so a
 // test can press keys, click and drag as a user does and read the page.
 type page struct {
-	t       *testing.T
+	t       testing.TB
 	in      *os.File // Chromium reads it (fd 3)
 	out     *bufio.Reader
 	id      int
 	session string
 }
 
-func openPage(t *testing.T, url string) *page {
+func openPage(t testing.TB, url string) *page {
 	t.Helper()
 	bin := chromium(t)
 	profile := t.TempDir()

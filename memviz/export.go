@@ -170,6 +170,9 @@ func (s *Snapshot) pickleValue() *pickle.Dict {
 				}
 				setString(d, "module", e.Module)
 				setString(d, "op", e.Op)
+				if e.Step != 0 {
+					d.Set("step", e.Step)
+				}
 				lastTime = max(lastTime, e.TimeUS)
 				return d
 			}

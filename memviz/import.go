@@ -675,6 +675,9 @@ func (r *reader) event(v any, p string) (Event, error) {
 	if e.Op, _, err = r.str(d, p, "op", false); err != nil {
 		return e, err
 	}
+	if e.Step, _, err = r.int(d, p, "step", false); err != nil {
+		return e, err
+	}
 	if e.Frames, err = r.frameField(d, p); err != nil {
 		return e, err
 	}

@@ -72,6 +72,7 @@ type Event struct {
 	Category  string
 	Module    string
 	Op        string
+	Step      int64 // step_begin, step_end: the training step marked
 
 	Frames []Frame // innermost first
 }
@@ -138,7 +139,7 @@ func FromDevice(s *device.Snapshot) *Snapshot {
 		for _, e := range tr {
 			evs = append(evs, Event{Action: e.Action, Addr: e.Addr, Size: e.Size, Stream: e.Stream, TimeUS: e.TimeUS,
 				DeviceFree: e.DeviceFree, BlockSize: e.BlockSize, Pool: e.Pool, Category: e.Category, Module: e.Module,
-				Op: e.Op, Frames: headroomFrames(e.Category, e.Module, e.Op)})
+				Op: e.Op, Step: e.Step, Frames: headroomFrames(e.Category, e.Module, e.Op)})
 		}
 		out.Traces[d] = evs
 	}

@@ -29,10 +29,13 @@ var webFiles embed.FS
 //	GET /api/state?device=D&event=N State: segments and blocks after event N
 type Server struct {
 	name string
-	snap *Snapshot
+	live *Live // a training run's, served while it runs (NewLiveServer); nil for a file
 
 	mu    sync.Mutex
+	snap  *Snapshot
 	views map[int]*Analysis
+	seen  int64     // live: the steps published when snap was taken
+	taken time.Time // live: when snap was taken
 }
 
 // NewServer returns the viewer of s; name labels the page.
@@ -41,6 +44,11 @@ func NewServer(name string, s *Snapshot) *Server {
 }
 
 func (s *Server) analysis(r *http.Request) (*Analysis, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live != nil {
+		s.refresh()
+	}
 	dev := 0
 	if v := r.URL.Query().Get("device"); v != "" {
 		d, err := strconv.Atoi(v)
@@ -51,8 +59,6 @@ func (s *Server) analysis(r *http.Request) (*Analysis, error) {
 	} else if ds := s.snap.Devices(); len(ds) > 0 {
 		dev = ds[0]
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if a, ok := s.views[dev]; ok {
 		return a, nil
 	}
@@ -88,7 +94,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		writeJSON(w, a.SummaryDetail(s.name, detail))
+		sum := a.SummaryDetail(s.name, detail)
+		sum.Live = s.live != nil
+		writeJSON(w, sum)
 	case "/api/timeline":
 		a, err := s.analysis(r)
 		if err != nil {
@@ -127,6 +135,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, a.State(ev))
+	case "/api/live":
+		if s.live == nil {
+			http.Error(w, "not a live view: this snapshot is a file", http.StatusNotFound)
+			return
+		}
+		s.live.ServeHTTP(w, r)
 	case "/":
 		serveFile(w, r, "web/index.html")
 	default:

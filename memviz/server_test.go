@@ -19,7 +19,7 @@ import (
 
 // serve starts the viewer of s on 127.0.0.1:0 and returns its URL; it
 // stops when the test ends.
-func serve(t *testing.T, name string, s *memviz.Snapshot) string {
+func serve(t testing.TB, name string, s *memviz.Snapshot) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -71,6 +71,15 @@ type Analysis struct {
 	arenas []span
 	totals []int64 // active bytes after each event (one point when there are no events)
 	peak   int     // first index of the largest total
+	timed  bool    // every event has a time, in order: the x-axis is time
+
+	segs      []segSpan // segments' lives (segtimeline.go)
+	segOf     []int     // each segment's band
+	segSeries []seriesInfo
+	reserved  []int64 // reserved bytes after each event
+	steps     []StepPeak
+
+	byStart, byEnd []int32 // allocations by start and by end (orderAllocs)
 }
 
 // allocation is one block's life: live after event i when start <= i < end.
@@ -124,6 +133,16 @@ func Analyze(s *Snapshot, dev int) (*Analysis, error) {
 	a.collect()
 	a.sweepTotals() // the peak first: the band of smaller allocations counts those live there
 	a.assignSeries()
+	a.orderAllocs()
+	a.sweepReserved()
+	a.steps = a.stepPeaks()
+	a.timed = len(a.events) > 0
+	for i := range a.events {
+		if t := a.events[i].TimeUS; t <= 0 || i > 0 && t < a.events[i-1].TimeUS {
+			a.timed = false
+			break
+		}
+	}
 	return a, nil
 }
 
@@ -540,46 +559,57 @@ func (a *Analysis) samplesIn(lo, hi int) []int {
 }
 
 // seriesAt returns each series' bytes after each of the given (increasing)
-// event indices.
+// event indices: one sweep over the allocations in the order they start
+// and in the order they end (orders made once, in Analyze), so a zoomed
+// range of a long history costs no memory per event.
 func (a *Analysis) seriesAt(idx []int, of []int, nseries int) [][]int64 {
-	np := a.points()
-	starts := make([][]int32, np)
-	ends := make([][]int32, np)
 	cur := make([]int64, nseries)
 	for i := range a.allocs {
-		al := &a.allocs[i]
-		if al.start >= al.end {
-			continue
-		}
-		if al.start < 0 {
+		if al := &a.allocs[i]; al.start < 0 && al.start < al.end {
 			cur[of[i]] += al.amount
-		} else {
-			starts[al.start] = append(starts[al.start], int32(i))
-		}
-		if al.end < np {
-			ends[al.end] = append(ends[al.end], int32(i))
 		}
 	}
 	out := make([][]int64, nseries)
 	for s := range out {
 		out[s] = make([]int64, 0, len(idx))
 	}
-	k := 0
-	for i := 0; i < np && k < len(idx); i++ {
-		for _, j := range starts[i] {
+	ps, pe := 0, 0
+	for _, i := range idx {
+		for ; ps < len(a.byStart) && a.allocs[a.byStart[ps]].start <= i; ps++ {
+			j := a.byStart[ps]
 			cur[of[j]] += a.allocs[j].amount
 		}
-		for _, j := range ends[i] {
+		for ; pe < len(a.byEnd) && a.allocs[a.byEnd[pe]].end <= i; pe++ {
+			j := a.byEnd[pe]
 			cur[of[j]] -= a.allocs[j].amount
 		}
-		if i == idx[k] {
-			for s := range out {
-				out[s] = append(out[s], cur[s])
-			}
-			k++
+		for s := range out {
+			out[s] = append(out[s], cur[s])
 		}
 	}
 	return out
+}
+
+// orderAllocs makes the orders seriesAt sweeps: the allocations that
+// start in the history by start, those that end in it by end (each only
+// if it lives at all).
+func (a *Analysis) orderAllocs() {
+	np := a.points()
+	a.byStart, a.byEnd = nil, nil
+	for i := range a.allocs {
+		al := &a.allocs[i]
+		if al.start >= al.end {
+			continue
+		}
+		if al.start >= 0 {
+			a.byStart = append(a.byStart, int32(i))
+		}
+		if al.end < np {
+			a.byEnd = append(a.byEnd, int32(i))
+		}
+	}
+	slices.SortStableFunc(a.byStart, func(x, y int32) int { return cmp.Compare(a.allocs[x].start, a.allocs[y].start) })
+	slices.SortStableFunc(a.byEnd, func(x, y int32) int { return cmp.Compare(a.allocs[x].end, a.allocs[y].end) })
 }
 
 func (a *Analysis) liveAt(i int) []int {
@@ -600,7 +630,10 @@ type Summary struct {
 	Device  int    `json:"device"`
 	Devices []int  `json:"devices"`
 	Mode    string `json:"mode"`
-	Events  int    `json:"events"` // events shown (after merging)
+	// Axis is what the timeline's x-axis shows: "time" when every event
+	// of the history has a time, in order (Timeline.Time), else "event".
+	Axis   string `json:"axis"`
+	Events int    `json:"events"` // events shown (after merging)
 	// FileEvents is the entries of the file's history for this device;
 	// Merged of them were free_requested and free_completed pairs shown
 	// as one free each: FileEvents = Events + Merged.
@@ -616,8 +649,17 @@ type Summary struct {
 	Allocations int          `json:"allocations"`
 	Headroom    *HeadroomSum `json:"headroom,omitempty"`
 	Timeline    Timeline     `json:"timeline"`
-	Peak        Peak         `json:"peak"`
-	Largest     []Alloc      `json:"largest"`
+	// Reserved is the cached-segment timeline: the reserved bytes at the
+	// same points, stacked by segment.
+	Reserved *Timeline `json:"reserved"`
+	// Steps is the peak of each training step, from the step markers the
+	// trainer writes into the history.
+	Steps   *Steps  `json:"steps"`
+	Peak    Peak    `json:"peak"`
+	Largest []Alloc `json:"largest"`
+	// Live: the snapshot is a training run's, taken while it runs
+	// (/api/live streams its steps).
+	Live bool `json:"live,omitempty"`
 }
 
 // OOM is an out-of-memory event: the request refused and what the
@@ -646,9 +688,13 @@ type HeadroomSum struct {
 
 // Timeline is the active memory after each shown event, stacked.
 type Timeline struct {
-	Index  []int    `json:"index"` // event index of each point
+	Index  []int    `json:"index"`          // event index of each point
+	Time   []int64  `json:"time,omitempty"` // with Summary.Axis "time": each point's time (µs since the Unix epoch)
 	Total  []int64  `json:"total"`
 	Series []Series `json:"series"` // bottom first
+	// Reserved, in a zoomed range's reply (/api/timeline), is the
+	// cached-segment timeline at the same points.
+	Reserved *Timeline `json:"reserved,omitempty"`
 }
 
 // Series is one stacked band of the timeline.
@@ -699,7 +745,10 @@ func (a *Analysis) Summary(file string) *Summary { return a.SummaryDetail(file, 
 // clamped to 1..MaxDetail).
 func (a *Analysis) SummaryDetail(file string, detail int) *Summary {
 	s := &Summary{File: file, Source: a.snap.Source, Device: a.device, Devices: a.snap.Devices(), Mode: a.mode, Events: len(a.events),
-		Allocations: len(a.allocs), OOMs: []OOM{}}
+		Allocations: len(a.allocs), OOMs: []OOM{}, Axis: "event", Steps: a.StepSummary()}
+	if a.timed {
+		s.Axis = "time"
+	}
 	s.FileEvents = s.Events
 	if a.device < len(a.snap.Merged) {
 		s.Merged = a.snap.Merged[a.device]
@@ -724,10 +773,12 @@ func (a *Analysis) SummaryDetail(file string, detail int) *Summary {
 	idx := a.samples()
 	vals := a.seriesAt(idx, of, len(series))
 	s.Timeline.Index = idx
+	s.Timeline.Time = a.times(idx)
 	s.Timeline.Total = make([]int64, len(idx))
 	for k, i := range idx {
 		s.Timeline.Total[k] = a.totals[i]
 	}
+	s.Reserved = a.reservedAt(idx)
 	pk := max(0, slices.Index(idx, a.peak))
 	s.Peak = Peak{Event: a.peak, Total: a.totals[a.peak]}
 	for i, si := range series {
@@ -780,7 +831,7 @@ func (a *Analysis) TimelineRange(from, to, detail int) *Timeline {
 	series, of, _ := a.assignment(detail)
 	idx := a.samplesIn(from, to)
 	vals := a.seriesAt(idx, of, len(series))
-	t := &Timeline{Index: idx, Total: make([]int64, len(idx))}
+	t := &Timeline{Index: idx, Time: a.times(idx), Total: make([]int64, len(idx)), Reserved: a.reservedAt(idx)}
 	for k, i := range idx {
 		t.Total[k] = a.totals[i]
 	}
@@ -788,6 +839,19 @@ func (a *Analysis) TimelineRange(from, to, detail int) *Timeline {
 		t.Series = append(t.Series, Series{Key: si.key, Label: si.label, Color: si.color, Stack: si.stack, Values: vals[i]})
 	}
 	return t
+}
+
+// times is the time of each of the given events, nil when the x-axis is
+// not time.
+func (a *Analysis) times(idx []int) []int64 {
+	if !a.timed {
+		return nil
+	}
+	out := make([]int64, len(idx))
+	for k, i := range idx {
+		out[k] = a.events[i].TimeUS
+	}
+	return out
 }
 
 // largestEntries is m, or its n largest entries when it has more (a

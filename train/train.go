@@ -529,6 +529,8 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 	if err := t.Scaler.check(); err != nil {
 		return 0, err
 	}
+	// The step's bounds in the allocator's history, for per-step peaks.
+	defer t.Device.Alloc.MarkStep()()
 	t.outs = t.outs[:0]
 	weights := make([]float64, len(micro))
 	var total float64

@@ -70,6 +70,7 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	}
 	if c.Rank() > 0 {
 		f.save, f.logPath, f.snapshot, f.summary, f.tensorboard = "", "", "", false, ""
+		f.watch = watchFlags{} // --live and --profile: rank 0 alone
 		out, log = io.Discard, io.Discard
 	}
 	return out, log, nil

@@ -46,6 +46,7 @@ type trainFlags struct {
 	accum       int
 	inBack      bool
 	snapshot    string
+	watch       watchFlags // --live, --profile (live.go)
 	summary     bool
 	history     int
 	precision   string
@@ -132,6 +133,7 @@ Flags:
 	fs.StringVar(&f.budget, "budget", "", "memory budget (e.g. 64MiB): plan micro-batching, recomputation and (with --precision/--compress auto) precision and compression to fit it, print the plan, and cap the device at it (so not with --device ...:mem=)")
 	fs.StringVar(&f.recompute, "recompute", "none", "activations to recompute in the backward pass: none, selective (activations and norms) or auto (only with --budget)")
 	fs.StringVar(&f.snapshot, "memory-snapshot", "", "record the allocator's history and write a memory snapshot to this file at the end (.json, or .pickle for PyTorch's memory_viz)")
+	f.watch.register(fs)
 	fs.IntVar(&f.history, "memory-history", 100000, "events kept in the history ring buffer (only with --memory-snapshot)")
 	fs.BoolVar(&f.summary, "memory-summary", false, "print the allocator's memory summary at the end of each epoch")
 	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
@@ -241,8 +243,8 @@ func (f *trainFlags) check(log io.Writer) error {
 		}
 	}
 	if f.snapshot != "" || f.given["memory-history"] {
-		if f.snapshot == "" {
-			return fmt.Errorf("--memory-history applies only with --memory-snapshot")
+		if f.snapshot == "" && !f.watch.history() {
+			return fmt.Errorf("--memory-history applies only with --memory-snapshot or --live")
 		}
 		if f.history < 1 {
 			return fmt.Errorf("--memory-history %d: must be at least 1 (events kept)", f.history)
@@ -257,6 +259,9 @@ func (f *trainFlags) check(log io.Writer) error {
 		}
 	}
 	if err := f.checkProduct(); err != nil {
+		return err
+	}
+	if err := f.watch.check(); err != nil {
 		return err
 	}
 	if f.load != "" {

@@ -303,8 +303,8 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.snapshot != "" {
-		dev.Alloc.RecordHistory(f.history)
+	if f.snapshot != "" || f.watch.history() {
+		dev.Alloc.RecordHistory(cmp.Or(f.history, defaultHistory))
 	}
 	store := nn.NewStore()
 	model := spec.New(store.Root())
@@ -359,7 +359,11 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
 	}
-	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != "", plan: mp}
+	watch, err := newTrainWatch(ctx, f.watch, dev, tr, out)
+	if err != nil {
+		return err
+	}
+	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != "", plan: mp, watch: watch}
 	r.open = func(start dataset.State) (batches, error) {
 		if md == nil {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
@@ -376,7 +380,8 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			m.Workers, device.FormatBytes(m.ScratchPerWorker), device.FormatBytes(m.Total()))
 		return &loaderBatches{l: l, shape: md.shape}, nil
 	}
-	return r.run(ctx)
+	err = r.run(ctx)
+	return errors.Join(err, watch.end(err))
 }
 
 // runner is one training run after set-up: the loop over epochs and
@@ -403,6 +408,8 @@ type runner struct {
 	prog       *progress
 	tb         *tfevents.Writer
 	plan       train.MemoryPlan
+	// watch is --live and --profile (live.go); nil: none.
+	watch *trainWatch
 }
 
 // save writes --save's weights; a failure is the run's error.
@@ -556,6 +563,7 @@ func (r *runner) run(ctx context.Context) error {
 			wait := stepStart.Sub(dataStart)
 			splits := tr.Splits
 			r.dev.Alloc.ResetPeak()
+			r.watch.stepStart()
 			loss, err := tr.StepAccumulate(ctx, parts)
 			if err != nil && ctx.Err() != nil {
 				partial := tr.Config().OptimizerInBackward && tr.CheckOptimizerInBackward(len(parts)) == nil
@@ -578,6 +586,7 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
+			r.watch.stepDone(r.last.Step, epoch+1, loss, samples, el, wait, stats)
 			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
 				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
 				PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,

@@ -23,6 +23,7 @@ func viz(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom viz FILE [--addr 127.0.0.1:0]
        headroom viz --svg OUT.svg [--device D] [--detail K] FILE
+       headroom viz --compare [--text] A B
 
 Serves a page that shows a memory snapshot: the active memory over the
 recorded history (stacked by category for headroom's snapshots, by
@@ -36,6 +37,12 @@ With --svg, nothing is served: the timeline (the page's, with its peak,
 OOM markers and a legend of the bands at the peak) is written to OUT.svg
 as a static image for reports and docs.
 
+With --compare, two snapshots are compared (a plan against a run, from
+plan --memory-snapshot and train --memory-snapshot, or two runs, before
+and after a change): the differences at each one's peak, by category and
+by tensor, are printed, and a page showing the two timelines overlaid and
+the same tables is served (with --text, only printed).
+
 Flags:
 `)
 		printFlags(fs.Output(), fs)
@@ -43,6 +50,8 @@ Flags:
 	addr := fs.String("addr", "127.0.0.1:0", "address to listen on (port 0: any free port); without a host (:PORT) it is 127.0.0.1, which answers this machine only; name a host (0.0.0.0, an interface's address) to listen beyond it")
 	svgOut := fs.String("svg", "", "write the timeline as a static SVG to this file instead of serving the page")
 	dev := fs.Int("device", -1, "with --svg: the device to draw (-1: the first with memory)")
+	compare := fs.Bool("compare", false, "compare two snapshot files, A (before, or the plan) and B (after, or the run)")
+	textOnly := fs.Bool("text", false, "with --compare: print the differences and exit, serving nothing")
 	detail := fs.Int("detail", 0, fmt.Sprintf("with --svg: allocations with bands of their own, for a timeline stacked by allocation (1 to %d; default %d)", memviz.MaxDetail, memviz.MaxAllocationSeries))
 	// The file may come before or after the flags.
 	var files []string
@@ -55,6 +64,9 @@ Flags:
 		}
 		files = append(files, fs.Arg(0))
 		rest = fs.Args()[1:]
+	}
+	if *compare {
+		return vizCompare(ctx, files, *addr, *dev, *svgOut, *textOnly, out, ready)
 	}
 	if len(files) != 1 {
 		fs.Usage()

@@ -10,10 +10,42 @@ let summary = null, device = null, detail = 0;
 // and the range of its points shown (the summary's, or, zoomed into a
 // history longer than its points, the server's points of the range).
 let zoom = null, view = null;
+// axis: what the x-axis shows, 'time' (when the file has times) or 'event'.
+let axis = null;
 // The page's state can be given in the URL's hash (#event=N&detail=K&zoom=A-B),
 // so that a view can be linked to (and tested).
 const hashArgs = new URLSearchParams(location.hash.slice(1));
 if (hashArgs.has('detail')) detail = Number(hashArgs.get('detail')) || 0;
+if (hashArgs.get('axis') === 'event' || hashArgs.get('axis') === 'events') axis = 'event';
+
+// fmtTime prints a duration given in microseconds.
+function fmtTime(us) {
+  const a = Math.abs(us);
+  if (a >= 1e6) return (us / 1e6).toFixed(a >= 1e8 ? 0 : 2) + ' s';
+  if (a >= 1e3) return (us / 1e3).toFixed(2) + ' ms';
+  return us + ' µs';
+}
+// timed: whether timeline t is drawn against time.
+const timed = t => axis === 'time' && t.time && t.time.length === t.index.length;
+// xPositions is the x of each of t's points z0 to z1 across [left,
+// left+width]: by time when the axis is time, else one step per point.
+function xPositions(t, z0, z1, left, width) {
+  const n = z1 - z0 + 1, xs = [];
+  const tm = timed(t) && t.time[z1] > t.time[z0] ? t.time : null;
+  for (let k = z0; k <= z1; k++) {
+    xs.push(tm ? left + (tm[k] - tm[z0]) * width / (tm[z1] - tm[z0]) : left + (n > 1 ? (k - z0) * width / (n - 1) : 0));
+  }
+  return xs;
+}
+// nearest is the index into xs of the position nearest to vx.
+function nearest(xs, vx) {
+  let lo = 0, hi = xs.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (xs[mid] < vx) lo = mid + 1; else hi = mid;
+  }
+  return lo > 0 && vx - xs[lo - 1] < xs[lo] - vx ? lo - 1 : lo;
+}
 
 // fmt prints bytes as device.FormatBytes does: "1.50 MiB", "512 B".
 function fmt(n) {
@@ -62,6 +94,61 @@ async function load() {
   summary = await getJSON('/api/summary?' + q);
   device = summary.device;
   render();
+  if (summary.live) startLive();
+}
+
+// The live view (headroom train --live): the steps stream in as server-sent
+// events; each updates the status line and the chart, and the snapshot is
+// fetched again at most every two seconds.
+let liveSource = null, liveSteps = [], liveReload = null;
+const MAX_LIVE_POINTS = 1000;
+function startLive() {
+  if (liveSource) return;
+  $('live').hidden = false;
+  liveSource = new EventSource('/api/live');
+  liveSource.onmessage = ev => {
+    const st = JSON.parse(ev.data);
+    liveSteps.push(st);
+    if (liveSteps.length > MAX_LIVE_POINTS) liveSteps.shift();
+    const p = $('live-status');
+    p.textContent = `Live: step ${st.step} (epoch ${st.epoch}): loss ${st.loss === null ? 'not computed' : st.loss.toFixed(4)}, ` +
+      `${st.samples_per_s.toFixed(0)} samples/s, allocated ${fmt(st.allocated)}, reserved ${fmt(st.reserved)}, ` +
+      `step peak ${fmt(st.peak_allocated)} allocated, ${fmt(st.peak_reserved)} reserved`;
+    for (const [k, v] of Object.entries({step: st.step, allocated: st.allocated, reserved: st.reserved})) p.setAttribute('data-' + k, v);
+    drawLive();
+    // the whole run so far, from a fresh page of events
+    if (!liveReload) liveReload = setTimeout(() => { liveReload = null; zoom = null; listFrom = -1; load().catch(fail); }, 2000);
+  };
+  liveSource.addEventListener('done', ev => {
+    $('live-status').textContent = JSON.parse(ev.data) + '. ' + $('live-status').textContent.replace(/^Live: /, 'Last: ');
+    $('live-status').setAttribute('data-done', 'true');
+    liveSource.close();
+  });
+}
+// drawLive: the loss (line) and the allocated and reserved peaks (bars,
+// scaled to the largest) of the steps so far.
+function drawLive() {
+  const svg = $('live-chart'), LH = 120, pw = W - LEFT - RIGHT, ph = LH - 20;
+  svg.replaceChildren();
+  const n = liveSteps.length;
+  if (!n) return;
+  const x = k => LEFT + (n > 1 ? k * pw / (n - 1) : 0);
+  const maxM = Math.max(1, ...liveSteps.map(s => s.peak_reserved));
+  const losses = liveSteps.map(s => s.loss).filter(v => v !== null);
+  const lo = Math.min(...losses), hi = Math.max(...losses);
+  const mem = (key, color) => el('svg:polyline', {fill: 'none', stroke: color, 'stroke-width': 1,
+    points: liveSteps.map((s, k) => `${x(k).toFixed(1)},${(5 + ph - s[key] * ph / maxM).toFixed(1)}`).join(' ')});
+  svg.append(mem('peak_reserved', '#bab0ab'), mem('peak_allocated', '#4e79a7'));
+  if (losses.length) {
+    const y = v => 5 + ph - (hi > lo ? (v - lo) * ph / (hi - lo) : ph / 2);
+    const pts = [];
+    liveSteps.forEach((s, k) => { if (s.loss !== null) pts.push(`${x(k).toFixed(1)},${y(s.loss).toFixed(1)}`); });
+    svg.append(el('svg:polyline', {id: 'live-loss', fill: 'none', stroke: '#e15759', 'stroke-width': 1.5, points: pts.join(' ')}));
+  }
+  svg.append(el('svg:text', {class: 'axis', x: LEFT - 6, y: 15, 'text-anchor': 'end'}, fmt(maxM)));
+  svg.append(el('svg:text', {class: 'axis', x: LEFT, y: LH - 3}, `step ${liveSteps[0].step}`));
+  svg.append(el('svg:text', {class: 'axis', x: LEFT + pw / 2, y: LH - 3, 'text-anchor': 'middle'}, 'red: loss; blue: peak allocated; grey: peak reserved'));
+  svg.append(el('svg:text', {class: 'axis', x: W - RIGHT, y: LH - 3, 'text-anchor': 'end'}, `step ${liveSteps[n - 1].step}`));
 }
 
 function render() {
@@ -76,6 +163,10 @@ function render() {
   }
   $('meta').textContent = meta;
   $('meta').className = '';
+  if (axis === null) axis = s.axis;
+  $('axis-label').hidden = s.axis !== 'time';
+  $('axis').value = axis;
+  $('axis').onchange = () => { axis = $('axis').value; applyZoom().catch(fail); drawSteps(s); };
   if (s.devices.length > 1) {
     $('device-label').hidden = false;
     const sel = $('device');
@@ -105,11 +196,12 @@ function render() {
     if (z) zoom = [Number(z[1]), Number(z[2])];
   }
   $('zoom-reset').onclick = () => { zoom = [0, Math.max(0, s.events - 1)]; applyZoom().catch(fail); };
-  view = {t: s.timeline, z0: 0, z1: Math.max(0, s.timeline.index.length - 1)};
+  view = {t: s.timeline, r: s.reserved, z0: 0, z1: Math.max(0, s.timeline.index.length - 1)};
   drawTimeline(s.peak);
   applyZoom().catch(fail);
   peakTable(s);
   largestTable(s.largest, s.mode);
+  drawSteps(s);
   const lastEv = Math.max(0, s.events - 1);
   for (const id of ['event-slider', 'event-input']) {
     const i = $(id);
@@ -172,9 +264,9 @@ async function applyZoom() {
     const q = new URLSearchParams({device: s.device, from: a, to: b, detail: detail});
     const rt = await getJSON('/api/timeline?' + q);
     if (zoom[0] !== a || zoom[1] !== b) return; // zoomed again meanwhile
-    view = {t: rt, z0: 0, z1: rt.index.length - 1};
+    view = {t: rt, r: rt.reserved, z0: 0, z1: rt.index.length - 1};
   } else {
-    view = {t, z0: firstPoint(t, a), z1: lastPoint(t, b)};
+    view = {t, r: s.reserved, z0: firstPoint(t, a), z1: lastPoint(t, b)};
   }
   drawTimeline(s.peak);
   drawMinimap(t);
@@ -199,11 +291,13 @@ function drawTimeline(peak) {
   const shown = t.total.slice(z0, z1 + 1);
   const maxY = Math.max(1, ...shown);
   const pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
-  const x = k => LEFT + (n > 1 ? (k - z0) * pw / (n - 1) : 0);
+  const px = n ? xPositions(t, z0, z1, LEFT, pw) : [];
+  view.xs = px;
+  const x = k => n ? px[Math.max(0, Math.min(n - 1, k - z0))] : LEFT;
   const y = v => TOP + ph - v * ph / maxY;
   const ks = [];
   for (let k = z0; k <= z1 && all; k++) ks.push(k);
-  const xs = n > 1 ? ks.map(k => x(k)) : [LEFT, LEFT + pw];
+  const xs = n > 1 ? px : [LEFT, LEFT + pw];
   const at = j => ks[Math.min(j, ks.length - 1)];
   const g = el('svg:g', {id: 'series'});
   const bottom = new Array(all).fill(0);
@@ -220,17 +314,11 @@ function drawTimeline(peak) {
     top.forEach((v, k) => { bottom[k] = v; });
   }
   svg.append(g);
-  const axis = el('svg:g', {class: 'axis'});
-  for (let v = 0, step = niceStep(maxY); v <= maxY; v += step) {
-    axis.append(el('svg:line', {x1: LEFT - 4, x2: LEFT, y1: y(v), y2: y(v), stroke: '#888'}));
-    axis.append(el('svg:text', {x: LEFT - 6, y: y(v) + 4, 'text-anchor': 'end'}, fmt(v)));
-  }
-  axis.append(el('svg:line', {x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph, stroke: '#888'}));
-  axis.append(el('svg:line', {x1: LEFT, x2: W - RIGHT, y1: TOP + ph, y2: TOP + ph, stroke: '#888'}));
+  const axisG = yAxis(maxY, y, TOP, TOP + ph);
   const first = n ? t.index[z0] : 0, last = n ? t.index[z1] : 0;
-  axis.append(el('svg:text', {x: LEFT, y: H - 8}, 'event ' + first));
-  axis.append(el('svg:text', {x: W - RIGHT, y: H - 8, 'text-anchor': 'end'}, 'event ' + last));
-  svg.append(axis);
+  xLabels(axisG, t, z0, z1, n, H - 8);
+  svg.append(axisG);
+  drawStepTicks(svg, t, z0, z1, x, TOP, TOP + ph);
   const zoomed = zoom && (zoom[0] > 0 || zoom[1] < summary.events - 1);
   $('zoom-range').textContent = n && zoomed ? `events ${first} to ${last} of ${summary.events}` : '';
   $('zoom-reset').hidden = !zoomed;
@@ -247,17 +335,147 @@ function drawTimeline(peak) {
   svg.append(marks);
   const pk = Math.max(0, t.index.indexOf(peak.event));
   if (pk >= z0 && pk <= z1) {
-    const px = n > 1 ? x(pk) : LEFT;
-    svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: px, x2: px, y1: TOP, y2: TOP + ph}));
-    svg.append(el('svg:text', {class: 'axis', x: px + 4, y: TOP + 12}, 'peak ' + fmt(peak.total)));
+    const lx = n > 1 ? x(pk) : LEFT;
+    svg.append(el('svg:line', {id: 'peak-line', class: 'peakline', x1: lx, x2: lx, y1: TOP, y2: TOP + ph}));
+    // near the right edge the label goes to the line's left, not off the plot
+    const right = lx > W - RIGHT - 90;
+    svg.append(el('svg:text', {class: 'axis', x: right ? lx - 4 : lx + 4, y: TOP + 12, 'text-anchor': right ? 'end' : 'start'}, 'peak ' + fmt(peak.total)));
   }
   svg.append(el('svg:line', {id: 'cursor', class: 'cursor', x1: LEFT, x2: LEFT, y1: TOP, y2: TOP + ph}));
   svg.onclick = ev => {
     const r = svg.getBoundingClientRect();
     const vx = (ev.clientX - r.left) * W / r.width;
-    const k = z0 + Math.round((vx - LEFT) * (n - 1) / pw);
-    if (n) select(t.index[Math.max(z0, Math.min(z1, k))], true);
+    if (n) select(t.index[z0 + nearest(px, vx)], true);
   };
+  drawReserved();
+}
+
+// yAxis is the byte axis of a plot from top to bottom.
+function yAxis(maxY, y, top, bottom) {
+  const g = el('svg:g', {class: 'axis'});
+  for (let v = 0, step = niceStep(maxY); v <= maxY; v += step) {
+    g.append(el('svg:line', {x1: LEFT - 4, x2: LEFT, y1: y(v), y2: y(v), stroke: '#888'}));
+    g.append(el('svg:text', {x: LEFT - 6, y: y(v) + 4, 'text-anchor': 'end'}, fmt(v)));
+  }
+  g.append(el('svg:line', {x1: LEFT, x2: LEFT, y1: top, y2: bottom, stroke: '#888'}));
+  g.append(el('svg:line', {x1: LEFT, x2: W - RIGHT, y1: bottom, y2: bottom, stroke: '#888'}));
+  return g;
+}
+
+// xLabels labels the x-axis at its ends: the time since the history's
+// first event, or the events, and says which.
+function xLabels(g, t, z0, z1, n, ly) {
+  if (!n) return;
+  let a = 'event ' + t.index[z0], b = 'event ' + t.index[z1], what = 'x-axis: events';
+  if (timed(t)) {
+    const t0 = summary.timeline.time[0];
+    a = '+' + fmtTime(t.time[z0] - t0);
+    b = '+' + fmtTime(t.time[z1] - t0);
+    what = 'x-axis: time since the first event';
+  } else if (summary.axis !== 'time') {
+    what = 'x-axis: events (the file has no times, or not in order)';
+  }
+  g.append(el('svg:text', {x: LEFT, y: ly}, a));
+  g.append(el('svg:text', {class: 'x-axis-label', x: LEFT + (W - LEFT - RIGHT) / 2, y: ly, 'text-anchor': 'middle'}, what));
+  g.append(el('svg:text', {x: W - RIGHT, y: ly, 'text-anchor': 'end'}, b));
+}
+
+// drawStepTicks marks where each training step began, when few enough
+// are in view to tell apart.
+function drawStepTicks(svg, t, z0, z1, x, top, bottom) {
+  const st = summary.steps, g = el('svg:g', {id: 'step-ticks'});
+  svg.append(g);
+  if (!st || !t.index.length) return;
+  const inView = st.steps.filter(p => p.begin >= t.index[z0] && p.begin <= t.index[z1]);
+  if (inView.length > 100) return;
+  for (const p of inView) {
+    const sx = x(firstPoint(t, p.begin));
+    const line = el('svg:line', {class: 'steptick', 'data-step': p.step, x1: sx, x2: sx, y1: top, y2: bottom});
+    line.append(el('svg:title', {}, `step ${p.step} begins (event ${p.begin})`));
+    g.append(line);
+  }
+}
+
+// drawReserved draws the cached-segment timeline: reserved memory by
+// segment over the points the active timeline shows.
+function drawReserved() {
+  const svg = $('reserved'), RH = 200, RT = 10, RB = 30;
+  svg.replaceChildren();
+  const {r, z0, z1} = view;
+  if (!r || !r.index.length) return;
+  const n = z1 - z0 + 1, pw = W - LEFT - RIGHT, ph = RH - RT - RB;
+  const shown = r.total.slice(z0, z1 + 1), maxY = Math.max(1, ...shown);
+  // the active timeline's points, so the two line up (and its times)
+  const px = xPositions(view.t, z0, z1, LEFT, pw), xs = n > 1 ? px : [LEFT, LEFT + pw];
+  const y = v => RT + ph - v * ph / maxY;
+  const at = j => Math.min(z0 + j, z1);
+  const g = el('svg:g', {id: 'reserved-series'}), bottom = new Array(r.index.length).fill(0);
+  for (const se of r.series) {
+    const top = bottom.map((b, k) => b + se.values[k]);
+    const up = xs.map((xv, j) => `${xv.toFixed(1)},${y(top[at(j)]).toFixed(1)}`);
+    const down = xs.map((xv, j) => `${xv.toFixed(1)},${y(bottom[at(j)]).toFixed(1)}`).reverse();
+    const poly = el('svg:polygon', {'data-key': se.key, fill: se.color, 'fill-opacity': 0.6, points: up.concat(down).join(' ')});
+    poly.append(el('svg:title', {}, se.label));
+    g.append(poly);
+    top.forEach((v, k) => { bottom[k] = v; });
+  }
+  svg.append(g);
+  // the active memory over it, as a line: the gap is the cache
+  const act = view.t.total;
+  svg.append(el('svg:polyline', {id: 'reserved-active', fill: 'none', stroke: '#222', 'stroke-width': 1,
+    points: xs.map((xv, j) => `${xv.toFixed(1)},${y(act[at(j)]).toFixed(1)}`).join(' ')}));
+  const ax = yAxis(maxY, y, RT, RT + ph);
+  xLabels(ax, view.t, z0, z1, n, RH - 8);
+  svg.append(ax);
+  $('reserved-peak').textContent = fmt(Math.max(...shown));
+  $('reserved-peak').setAttribute('data-bytes', Math.max(...shown));
+}
+
+// drawSteps draws the peak of each training step as a bar (red for the
+// steps at the end that each peaked higher than the one before: a leak).
+function drawSteps(s) {
+  const st = s.steps, svg = $('steps');
+  svg.replaceChildren();
+  const count = st ? st.count : 0;
+  $('steps-section').setAttribute('data-count', count);
+  $('step-leak').hidden = true;
+  if (!count) {
+    $('step-summary').textContent = 'No training steps are marked in this history (headroom train marks each step while it records the history).';
+    svg.setAttribute('visibility', 'hidden');
+    return;
+  }
+  svg.setAttribute('visibility', 'visible');
+  const list = st.steps, SH = 160, ST = 10, SB = 24, pw = W - LEFT - RIGHT, ph = SH - ST - SB;
+  const maxY = Math.max(1, ...list.map(p => p.peak)), minP = Math.min(...list.map(p => p.peak));
+  const y = v => ST + ph - v * ph / maxY, bw = pw / list.length;
+  $('step-summary').textContent = `${count} steps` + (list.length < count ? ` (in ${list.length} groups of consecutive steps, each shown by its highest peak)` : '') +
+    `; step peaks from ${fmt(minP)} to ${fmt(maxY)}.`;
+  $('step-summary').setAttribute('data-rising', st.rising);
+  if (st.rising >= 2) {
+    const p = $('step-leak');
+    p.hidden = false;
+    p.textContent = `The peak rose in each of the last ${st.rising} steps, by ${fmt(st.rise_bytes)} in all: each step keeps memory it does not give back (a leak).`;
+    p.setAttribute('data-bytes', st.rise_bytes);
+  }
+  const g = el('svg:g', {id: 'step-bars'});
+  list.forEach((p, k) => {
+    const rising = st.rising >= 2 && list.length === count && k >= count - st.rising;
+    const rect = el('svg:rect', {x: (LEFT + k * bw).toFixed(1), y: y(p.peak).toFixed(1), width: Math.max(0.5, bw - (bw > 3 ? 1 : 0)).toFixed(1),
+      height: (ST + ph - y(p.peak)).toFixed(1), fill: '#4e79a7', class: rising ? 'rising' : '', 'data-step': p.step, 'data-peak': p.peak, 'data-start': p.start});
+    const which = p.last > p.step ? `steps ${p.step} to ${p.last}` : `step ${p.step}`;
+    rect.append(el('svg:title', {}, `${which}: peak ${fmt(p.peak)} after event ${p.peak_event}, ${fmt(p.start)} held when it began` +
+      (p.dur_us ? `, ${fmtTime(p.dur_us)}` : '')));
+    rect.onclick = () => { zoom = [p.begin, p.end]; applyZoom().catch(fail); select(p.peak_event, true); };
+    g.append(rect);
+    // what the step began with: memory earlier steps left allocated
+    g.append(el('svg:line', {x1: (LEFT + k * bw).toFixed(1), x2: (LEFT + (k + 1) * bw).toFixed(1), y1: y(p.start).toFixed(1), y2: y(p.start).toFixed(1), stroke: '#222'}));
+  });
+  svg.append(g);
+  const ax = yAxis(maxY, y, ST, ST + ph);
+  ax.append(el('svg:text', {x: LEFT, y: SH - 6}, 'step ' + list[0].step));
+  ax.append(el('svg:text', {x: LEFT + pw / 2, y: SH - 6, 'text-anchor': 'middle'}, 'bars: each step\'s peak; black: what it began with'));
+  ax.append(el('svg:text', {x: W - RIGHT, y: SH - 6, 'text-anchor': 'end'}, 'step ' + list[list.length - 1].last));
+  svg.append(ax);
 }
 
 // drawMinimap draws the whole history small, with the zoomed range as a
@@ -266,7 +484,8 @@ function drawMinimap(t) {
   const svg = $('minimap'), MH = 50, all = t.index.length;
   svg.replaceChildren();
   const pw = W - LEFT - RIGHT, maxY = Math.max(1, ...t.total);
-  const x = k => LEFT + (all > 1 ? k * pw / (all - 1) : 0);
+  const mx = all ? xPositions(t, 0, all - 1, LEFT, pw) : [];
+  const x = k => all ? mx[Math.max(0, Math.min(all - 1, k))] : LEFT;
   const pts = t.total.map((v, k) => `${x(k).toFixed(1)},${(MH - 2 - v * (MH - 6) / maxY).toFixed(1)}`);
   svg.append(el('svg:polyline', {points: pts.join(' '), fill: 'none', stroke: '#555'}));
   const z0 = firstPoint(t, zoom[0]), z1 = lastPoint(t, zoom[1]);
@@ -276,7 +495,7 @@ function drawMinimap(t) {
   const toK = ev => {
     const r = svg.getBoundingClientRect();
     const vx = (ev.clientX - r.left) * W / r.width;
-    return Math.max(0, Math.min(all - 1, Math.round((vx - LEFT) * (all - 1) / pw)));
+    return nearest(mx, vx);
   };
   let from = null;
   svg.onpointerdown = ev => { from = toK(ev); svg.setPointerCapture(ev.pointerId); };
@@ -392,7 +611,7 @@ function moveCursor(i) {
   const {t, z0, z1} = view, c = $('cursor');
   if (!c || !t.index.length) return;
   const k = firstPoint(t, i);
-  const cx = z1 > z0 ? LEFT + (k - z0) * (W - LEFT - RIGHT) / (z1 - z0) : LEFT;
+  const cx = view.xs && view.xs.length ? view.xs[Math.max(0, Math.min(view.xs.length - 1, k - z0))] : LEFT;
   c.setAttribute('x1', cx); c.setAttribute('x2', cx);
   c.setAttribute('visibility', i >= t.index[z0] && i <= t.index[z1] ? 'visible' : 'hidden');
 }

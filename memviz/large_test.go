@@ -1,0 +1,229 @@
+package memviz_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/memviz"
+)
+
+// largeSnapshot is a recorded training run of steps steps, each
+// allocating and freeing perStep activations (and a temporary for each)
+// of layers' modules inside one large segment, bracketed by step markers,
+// with the parameters allocated before: a history of about
+// steps*(4*perStep+2) events, headroom's layout, as train --memory-snapshot
+// writes for a long run.
+func largeSnapshot(steps, perStep int) *memviz.Snapshot {
+	const base = int64(1) << 36
+	const segSize = int64(8) << 30
+	const params = int64(256) << 20
+	t := int64(1764443426000000)
+	ev := make([]memviz.Event, 0, steps*(4*perStep+2)+2)
+	add := func(e memviz.Event) {
+		t += 3
+		e.TimeUS = t
+		ev = append(ev, e)
+	}
+	add(memviz.Event{Action: device.ActionSegmentAlloc, Addr: base, Size: segSize, Pool: "large"})
+	add(memviz.Event{Action: device.ActionAlloc, Addr: base, Size: params, BlockSize: params, Pool: "large", Category: "parameter", Module: "model", Op: "weights"})
+	for s := 1; s <= steps; s++ {
+		add(memviz.Event{Action: device.ActionStepBegin, Step: int64(s)})
+		at := base + params
+		sizes := make([]int64, perStep)
+		for j := range perStep {
+			sizes[j] = int64(512 * (1 + (j*7919+s)%4096))
+			mod := "layers." + strconv.Itoa(j%48)
+			add(memviz.Event{Action: device.ActionAlloc, Addr: at, Size: sizes[j], BlockSize: sizes[j], Pool: "large", Category: "activation", Module: mod, Op: "conv2d"})
+			add(memviz.Event{Action: device.ActionAlloc, Addr: at + sizes[j], Size: 4096, BlockSize: 4096, Pool: "large", Category: "temporary", Module: mod, Op: "im2col"})
+			add(memviz.Event{Action: device.ActionFree, Addr: at + sizes[j], Size: 4096, BlockSize: 4096, Pool: "large", Category: "temporary", Module: mod, Op: "im2col"})
+			at += sizes[j]
+		}
+		for j := perStep - 1; j >= 0; j-- {
+			at -= sizes[j]
+			add(memviz.Event{Action: device.ActionFree, Addr: at, Size: sizes[j], BlockSize: sizes[j], Pool: "large", Category: "activation", Module: "layers." + strconv.Itoa(j%48), Op: "conv2d"})
+		}
+		add(memviz.Event{Action: device.ActionStepEnd, Step: int64(s)})
+	}
+	seg := memviz.Segment{Address: base, TotalSize: segSize, Type: "large", Blocks: []memviz.Block{
+		{Address: base, Size: params, Requested: params, State: device.StateActiveAllocated, Category: "parameter", Module: "model", Op: "weights"},
+		{Address: base + params, Size: segSize - params, State: device.StateInactive}}}
+	return &memviz.Snapshot{Source: memviz.SourceHeadroom, Segments: []memviz.Segment{seg}, Traces: [][]memviz.Event{ev},
+		Headroom: &device.SnapshotInfo{Version: 1, Device: "cpu"}}
+}
+
+// envLargeMB asks BenchmarkLargeSnapshot for a snapshot file of about that
+// many megabytes (default 500).
+const envLargeMB = "HEADROOM_LARGE_SNAPSHOT_MB"
+
+// BenchmarkLargeSnapshot measures the viewer on a snapshot file of about
+// 500 MB (headroom's pickle, written to a temporary directory, never
+// committed): reading the file, analysing it, the server's heap, and in
+// headless Chromium the time until the page shows the timeline and the
+// time each interaction takes to show its result: a click in the event
+// list, a zoom by dragging the minimap, the detail of a zoomed range from
+// the server, a click on a step's bar. Run it alone:
+//
+//	go test -run '^$' -bench LargeSnapshot -benchtime 1x ./memviz
+//
+// It measures; it does not fail on a slow result. Memory: generating the
+// file and decoding it (the pickle becomes a tree of generic values
+// before the model is built) take about 30 times the file's size at their
+// peak, so on a machine with less than ~16 GB free ask for a smaller file
+// (HEADROOM_LARGE_SNAPSHOT_MB=50); the server's heap once it serves is
+// about 3 times the file.
+func BenchmarkLargeSnapshot(b *testing.B) {
+	mb := 500
+	if v := os.Getenv(envLargeMB); v != "" {
+		var err error
+		if mb, err = strconv.Atoi(v); err != nil || mb < 1 {
+			b.Fatalf("%s=%q: want a number of megabytes", envLargeMB, v)
+		}
+	}
+	if os.Getenv(skipBrowserEnv) != "1" {
+		chromium(b)
+	}
+	// About 100 bytes of pickle an event (measured): steps of 200
+	// allocations (802 events each).
+	const perStep = 200
+	steps := max(1, mb<<20/(802*100))
+	s := largeSnapshot(steps, perStep)
+	data, err := s.MarshalPickle()
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "large.pickle")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	size := len(data)
+	events := len(s.Traces[0])
+	data, s = nil, nil
+	runtime.GC()
+	b.Logf("file: %.0f MB, %d events, %d steps", float64(size)/1e6, events, steps)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		snap, err := memviz.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		read := time.Since(start)
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		heapRead := ms.HeapAlloc
+		url := serve(b, "large.pickle", snap)
+		snap = nil
+
+		// the server alone: the first summary (the analysis), a zoomed
+		// range, the state at an event, a page of the event list
+		timeGet := func(path string) time.Duration {
+			t := time.Now()
+			resp, err := http.Get(url + path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("%s: %s", path, resp.Status)
+			}
+			d := time.Since(t)
+			b.Logf("GET %s: %v, %d bytes", path, d, n)
+			return d
+		}
+		summary := timeGet("api/summary")
+		zoomAPI := timeGet(fmt.Sprintf("api/timeline?from=%d&to=%d", events/2, events/2+events/100))
+		stateAPI := timeGet(fmt.Sprintf("api/state?event=%d", events/2))
+		timeGet(fmt.Sprintf("api/events?from=%d", events/2))
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		heapServing := ms.HeapAlloc
+		b.ReportMetric(summary.Seconds(), "first-summary-s")
+		b.ReportMetric(float64(zoomAPI.Milliseconds()), "api-zoom-ms")
+		b.ReportMetric(float64(stateAPI.Milliseconds()), "api-state-ms")
+		b.ReportMetric(float64(heapServing)/1e6, "heap-serving-MB")
+		b.ReportMetric(float64(ms.Sys)/1e6, "sys-MB")
+		if os.Getenv(skipBrowserEnv) == "1" {
+			b.Logf("read %v, first summary %v; heap %.0f MB after reading, %.0f MB serving (%.0f MB from the OS)",
+				read, summary, float64(heapRead)/1e6, float64(heapServing)/1e6, float64(ms.Sys)/1e6)
+			continue
+		}
+
+		p := openPage(b, url)
+		t0 := time.Now()
+		waitLong(b, p, `(document.getElementById('meta') || {}).textContent || ''`, func(v string) bool { return len(v) > 2 && v != `"Loading…"` }, 10*time.Minute)
+		waitLong(b, p, `document.querySelectorAll('#series polygon').length > 0 && document.querySelectorAll('#event-list li').length > 0`, func(v string) bool { return v == "true" }, 10*time.Minute)
+		load := time.Since(t0)
+		if m := p.eval(`document.getElementById('meta').textContent`); len(m) > 8 && m[1:7] == "Error:" {
+			b.Fatalf("page: %s", m)
+		}
+		// a click in the event list: the side pane shows the event
+		t1 := time.Now()
+		ev := p.eval(`document.querySelector('#event-list li:nth-child(5)').dataset.event`)
+		p.click(`#event-list li:nth-child(5)`)
+		ev, _ = strconv.Unquote(ev)
+		waitLong(b, p, text("side-title"), func(v string) bool { return v == strconv.Quote("Event "+ev) }, time.Minute)
+		clickEvent := time.Since(t1)
+
+		// a drag across the minimap: the timeline is redrawn zoomed, from
+		// the server's points of the range
+		var r []float64
+		r = parseFloats(b, p.eval(`(() => { const e = document.getElementById('minimap'); e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()`))
+		x := func(f float64) float64 { return r[0] + (80+f*870)*r[2]/960 }
+		t2 := time.Now()
+		p.mouse("mousePressed", x(0.50), r[1]+r[3]/2)
+		p.mouse("mouseMoved", x(0.505), r[1]+r[3]/2)
+		p.mouse("mouseReleased", x(0.51), r[1]+r[3]/2)
+		waitLong(b, p, text("zoom-range"), func(v string) bool { return v != `""` }, time.Minute)
+		zoom := time.Since(t2)
+		zoomRange := p.eval(text("zoom-range"))
+
+		// a click on the last step's bar: zoomed to the step, its peak
+		// selected
+		t3 := time.Now()
+		p.click(`#step-bars rect:last-of-type`)
+		waitLong(b, p, `document.getElementById('side-title').textContent.startsWith('Event ') && document.getElementById('zoom-range').textContent`, func(v string) bool { return v != zoomRange && v != "false" }, time.Minute)
+		step := time.Since(t3)
+
+		b.ReportMetric(float64(size)/1e6, "file-MB")
+		b.ReportMetric(read.Seconds(), "read-s")
+		b.ReportMetric(load.Seconds(), "page-load-s")
+		b.ReportMetric(float64(clickEvent.Milliseconds()), "click-event-ms")
+		b.ReportMetric(float64(zoom.Milliseconds()), "zoom-ms")
+		b.ReportMetric(float64(step.Milliseconds()), "step-click-ms")
+		b.ReportMetric(float64(heapRead)/1e6, "heap-read-MB")
+		b.Logf("read %v, page %v, click %v, zoom %v (%s), step %v; heap %.0f MB after reading, %.0f MB serving",
+			read, load, clickEvent, zoom, zoomRange, step, float64(heapRead)/1e6, float64(heapServing)/1e6)
+	}
+}
+
+// waitLong polls expr until ok says its value (as JSON) is what is
+// awaited, failing after timeout.
+func waitLong(b testing.TB, p *page, expr string, ok func(string) bool, timeout time.Duration) {
+	b.Helper()
+	got := ""
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got = p.eval(expr); ok(got) {
+			return
+		}
+	}
+	b.Fatalf("%s is %s after %v", expr, got, timeout)
+}
+
+func parseFloats(b testing.TB, s string) []float64 {
+	var out []float64
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		b.Fatalf("%s: %v", s, err)
+	}
+	return out
+}
