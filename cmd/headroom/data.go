@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/dataset"
-	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -209,19 +209,6 @@ func (d *mapData) Batch(idx []int) (*tensor.Tensor, *tensor.Tensor, error) {
 	return loaderTensors(len(idx), shape, d.shape, xf, xt, y)
 }
 
-// deviceStaging allocates the loader's staging buffers from the device's
-// allocator, as category input, so that they count in its statistics and
-// under its capacity.
-func deviceStaging(dev *device.Device) dataset.AllocFunc {
-	return func(what string, bytes int64) ([]byte, func(), error) {
-		b, err := dev.Alloc.Allocate(bytes, device.Tag{Category: device.Input, Module: "data", Op: what})
-		if err != nil {
-			return nil, nil, err
-		}
-		return b.Data[:bytes:bytes], func() { dev.Alloc.Free(b) }, nil
-	}
-}
-
 // hasFashionFiles reports whether dir holds Fashion-MNIST's IDX files
 // (raw or gzipped): then cnn and mlp read it as before.
 func hasFashionFiles(dir string) bool {
@@ -231,4 +218,20 @@ func hasFashionFiles(dir string) bool {
 		}
 	}
 	return false
+}
+
+// dataFlags defines train's flags of the data loader and validation set.
+func dataFlags(fs *flag.FlagSet, f *trainFlags) {
+	fs.IntVar(&f.prefetch, "prefetch", defaultPrefetch, "staging buffers of the --data loader (its prefetch depth: one held by the step, the others filled ahead); with --budget the most, lowered to fit (at least 1)")
+}
+
+// checkData checks the data flags before any work.
+func (f *trainFlags) checkData() error {
+	if f.prefetch == 0 && !f.given["prefetch"] {
+		f.prefetch = defaultPrefetch
+	}
+	if f.prefetch < 1 {
+		return fmt.Errorf("--prefetch %d: must be at least 1 (one staging buffer, nothing filled ahead)", f.prefetch)
+	}
+	return nil
 }

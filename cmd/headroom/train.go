@@ -60,6 +60,8 @@ type trainFlags struct {
 	resume     string
 	logPath    string
 	valSplit   float64
+	prefetch   int    // the data loader's staging buffers (data.go)
+	val        string // a validation set (data.go)
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -131,6 +133,7 @@ Flags:
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
+	dataFlags(fs, f)
 	return fs
 }
 
@@ -236,6 +239,9 @@ func (f *trainFlags) check(log io.Writer) error {
 		}
 	}
 	if err := f.checkProduct(); err != nil {
+		return err
+	}
+	if err := f.checkData(); err != nil {
 		return err
 	}
 	if f.load != "" {
