@@ -105,6 +105,9 @@ type Memory struct {
 	// estimate of the decoder's image at 4 bytes a pixel for images).
 	ScratchPerWorker int64
 	Workers          int
+	// Source is what the source itself keeps in memory (Resident), 0
+	// when it does not say.
+	Source int64
 }
 
 // Staging is StagingBuffer x Depth.
@@ -112,7 +115,7 @@ func (m Memory) Staging() int64 { return m.StagingBuffer * int64(m.Depth) }
 
 // Total is everything the loader holds.
 func (m Memory) Total() int64 {
-	return m.Staging() + m.Shuffle + m.ScratchPerWorker*int64(m.Workers)
+	return m.Staging() + m.Shuffle + m.ScratchPerWorker*int64(m.Workers) + m.Source
 }
 
 // Stats are the loader's counters.
@@ -320,6 +323,9 @@ func (l *Loader) configure() error {
 	m.ScratchPerWorker = int64(2*most*4+8*len(ex.Tokens)+8*l.ylen) + int64(cap(ex.raw))
 	if len(l.in) == 3 && !l.tok {
 		m.ScratchPerWorker += int64(l.in[1]) * int64(l.in[2]) * 4
+	}
+	if r, ok := l.msrc.(Resident); ok {
+		m.Source = r.ResidentBytes()
 	}
 	if l.msrc != nil {
 		m.Shuffle = 8 * int64(l.msrc.Len())

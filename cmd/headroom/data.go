@@ -180,6 +180,15 @@ type subset struct {
 func (s subset) Len() int                             { return s.hi - s.lo }
 func (s subset) Get(i int, ex *dataset.Example) error { return s.src.Get(s.lo+i, ex) }
 
+// ResidentBytes is the whole source's (dataset.Resident): what it holds
+// does not shrink with the subset.
+func (s subset) ResidentBytes() int64 {
+	if r, ok := s.src.(dataset.Resident); ok {
+		return r.ResidentBytes()
+	}
+	return 0
+}
+
 // Batch reads samples idx of the map data for evaluation, on the Go heap
 // (evaluation is not pipelined).
 func (d *mapData) Batch(idx []int) (*tensor.Tensor, *tensor.Tensor, error) {

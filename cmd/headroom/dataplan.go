@@ -138,10 +138,11 @@ func (p *stagingPool) release() {
 	p.blocks = nil
 }
 
-// heap is what the loader holds on the Go heap: the shuffle state and the
-// workers' decode scratch.
+// heap is what the loader holds outside the device: the shuffle state,
+// the workers' decode scratch and what the source keeps resident (a table
+// read into memory, a token file's mapped pages).
 func (p loaderPlan) heap() int64 {
-	return p.mem.Shuffle + p.mem.ScratchPerWorker*int64(p.mem.Workers)
+	return p.mem.Shuffle + p.mem.ScratchPerWorker*int64(p.mem.Workers) + p.mem.Source
 }
 
 // cost is what the loader takes from the budget: its staging's device
@@ -151,9 +152,10 @@ func (p loaderPlan) cost() int64 { return p.reserved + p.heap() }
 // row writes the loader's line of the memory plan's table.
 func (p loaderPlan) row(w io.Writer) {
 	m := p.mem
-	fmt.Fprintf(w, "  %-22s %12s   (prefetch depth %d: staging %d x %s from the device as input, %s in %s of segments; shuffle %s and scratch %d x %s on the Go heap)\n",
+	fmt.Fprintf(w, "  %-22s %12s   (prefetch depth %d: staging %d x %s from the device as input, %s in %s of segments; shuffle %s, scratch %d x %s and source %s on the heap)\n",
 		"data loader (input)", device.FormatBytes(p.cost()), m.Depth, m.Depth, device.FormatBytes(m.StagingBuffer),
-		device.FormatBytes(p.allocated), device.FormatBytes(p.reserved), device.FormatBytes(m.Shuffle), m.Workers, device.FormatBytes(m.ScratchPerWorker))
+		device.FormatBytes(p.allocated), device.FormatBytes(p.reserved), device.FormatBytes(m.Shuffle), m.Workers, device.FormatBytes(m.ScratchPerWorker),
+		device.FormatBytes(m.Source))
 }
 
 // LoaderTooSmallError says that a budget holds the step or the data

@@ -117,7 +117,7 @@ func TestPlanLoader(t *testing.T) {
 		if lp.reserved < lp.allocated || lp.reserved > pages {
 			t.Errorf("depth %d: reserved %d, want %d to %d", depth, lp.reserved, lp.allocated, pages)
 		}
-		if lp.heap() != 8*24+3*lp.mem.ScratchPerWorker || lp.cost() != lp.reserved+lp.heap() {
+		if lp.mem.Source != 24*784*4+24*8 || lp.heap() != 8*24+3*lp.mem.ScratchPerWorker+lp.mem.Source || lp.cost() != lp.reserved+lp.heap() {
 			t.Errorf("depth %d: heap %d, cost %d of %+v", depth, lp.heap(), lp.cost(), lp.mem)
 		}
 	}
