@@ -385,7 +385,14 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "data loader input bytes: planned %d, allocator %d\n", lp.allocated, dev.Alloc.Stats().ByCategory[device.Input])
 		return &loaderBatches{l: l, shape: md.shape}, nil
 	}
-	return r.run(ctx)
+	if err := r.run(ctx); err != nil {
+		return err
+	}
+	if f.budget != "" {
+		b, _ := device.ParseBytes(f.budget)
+		reportPeak(out, b)
+	}
+	return nil
 }
 
 // runner is one training run after set-up: the loop over epochs and
