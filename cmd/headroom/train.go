@@ -115,7 +115,7 @@ Flags:
 	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
 	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
-	fs.StringVar(&f.data, "data", "", "training data: for cnn and mlp a directory with Fashion-MNIST IDX files (overrides the search above); for any classifier an image folder (one subfolder per class) or a .csv/.tsv table (label in column 0), for the gpt models a token file (uint16, as nanoGPT's train.bin), read through the loader")
+	fs.StringVar(&f.data, "data", "", "training data: for cnn and mlp a directory with Fashion-MNIST IDX files (overrides the search above); for any classifier an image folder (one subfolder per class), IDX files (a directory with a train pair, or the images file; reshaped or resized to the model's input) or a .csv/.tsv table (label in column 0), for the gpt models a token file (uint16, as nanoGPT's train.bin), read through the loader")
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training samples (0: all; generated data: 1024); a --batch-size above it is lowered to it")
 	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps in all (0: run the --epochs); counts the steps of a resumed run too")
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "write checkpoints (DIR/step-N/{model.safetensors,optimizer.safetensors,state.json}) here: every --save-every steps, at the end and on Ctrl-C")

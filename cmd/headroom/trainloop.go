@@ -197,6 +197,19 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			evals = []evalSet{{"test", trainSrc, n, n + m}}
 			fmt.Fprintf(out, "data: generated for %s (zoo.Synthetic, seed %d: %d training, %d test samples)\n", f.model, f.seed, n, m)
 		}
+		if f.val != "" {
+			classes := 0
+			if md != nil {
+				classes = md.classes
+			}
+			_, fashion := trainSrc.(fashionSource)
+			v, what, err := openVal(f.val, spec, fashion, classes)
+			if err != nil {
+				return fmt.Errorf("train: %w", err)
+			}
+			evals = append([]evalSet{v}, evals...)
+			fmt.Fprintf(out, "validation: %s\n", what)
+		}
 		if k := int(f.valSplit * float64(n)); k > 0 {
 			if k >= n {
 				return fmt.Errorf("train: --val-split %g leaves no training samples of %d", f.valSplit, n)
