@@ -28,6 +28,7 @@ Commands:
   plan      print the memory plan of a training step without running it
   bench     measure step time and memory of the standard workloads (and PyTorch's)
   viz       show a memory snapshot (headroom's or PyTorch's) in the browser
+  prepare   turn a text file into a token file, an image folder into tar shards
   version   print the version
 
 Run 'headroom <command> -h' for the flags of a command.
@@ -157,6 +158,8 @@ func run(ctx context.Context, args []string) error {
 		return cmdBench(ctx, args[1:])
 	case "viz":
 		return cmdViz(ctx, args[1:])
+	case "prepare":
+		return cmdPrepare(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil
