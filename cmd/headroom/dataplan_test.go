@@ -260,6 +260,10 @@ func TestPlannedLoaderEqualsAllocator(t *testing.T) {
 			if m[1] != m[2] || m[1] == "0" {
 				t.Errorf("planned %s bytes of input, the allocator counts %s", m[1], m[2])
 			}
+			// The step's wait for data is measured and reported.
+			if !regexp.MustCompile(`data wait [0-9.]+s \([0-9.]+% of the steps' time\)`).MatchString(out) {
+				t.Errorf("no data wait in the epoch's line:\n%s", out)
+			}
 		})
 	}
 }

@@ -526,6 +526,7 @@ func (r *runner) run(ctx context.Context) error {
 		var sum float64
 		var count int
 		var epochPeak int64
+		var epochWait, epochSteps time.Duration // the steps' data wait, and the steps with it
 		b := 0
 		if epoch == r.last.Epoch {
 			b = r.last.Batch // done before the checkpoint
@@ -580,6 +581,7 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
+			epochWait, epochSteps = epochWait+wait, epochSteps+wait+el
 			if r.logFile != nil {
 				rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
 					SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
@@ -636,6 +638,9 @@ func (r *runner) run(ctx context.Context) error {
 				return err
 			}
 			line += " " + res.format(e.name) + ","
+		}
+		if epochSteps > 0 {
+			line += fmt.Sprintf(" data wait %.2fs (%.1f%% of the steps' time),", epochWait.Seconds(), 100*epochWait.Seconds()/epochSteps.Seconds())
 		}
 		fmt.Fprintf(r.out, "%s %.1fs, training peak allocated %s\n", line, time.Since(start).Seconds(), device.FormatBytes(epochPeak))
 		if f.summary {
