@@ -133,7 +133,9 @@ Flags:
 				return nil
 			}
 			lp, err := loader(data.prefetch)
-			lp.row(w)
+			if err == nil {
+				lp.row(w)
+			}
 			return err
 		})
 	}

@@ -7,7 +7,8 @@ For each repeat it runs, in turn, one pass of loaderbench (headroom) and
 of torch_loader.py (DataLoader, pin_memory=True), sampling the resident
 memory of the whole process tree (the process and every descendant: RSS
 summed, and PSS summed, which counts pages shared between forked workers
-once) every 20 ms, and prints images/s and the tree's peaks; then
+once) every 20 ms, and prints images/s, the CPU time per image of the
+whole tree (user + system, from wait4) and the tree's peaks; then
 `headroom train --model resnet18 --data DIR --log` and the share of the
 steps' time spent waiting for data (the first step, which waits for the
 pipeline to fill, excluded). Medians and min-max over the repeats at the
@@ -73,15 +74,21 @@ class Sampler(threading.Thread):
 
 
 def measure(cmd):
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errf = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True)
     s = Sampler(p.pid)
     s.start()
-    out, err = p.communicate()
+    out = p.stdout.read()
+    # wait4's usage covers the child and the descendants it reaped (the
+    # DataLoader's workers): the CPU time of the whole tree.
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
     s.stop.set()
     s.join()
     if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{err[-3000:]}")
-    return out, s.rss, s.pss
+        errf.seek(0)
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{errf.read()[-3000:]}")
+    return out, s.rss, s.pss, ru.ru_utime + ru.ru_stime
 
 
 def med(xs):
@@ -105,30 +112,31 @@ def main():
     common = ["--workers", str(a.workers), "--batch", str(a.batch)]
     runs = {"headroom": [os.path.join(tmp, "loaderbench"), "-data", a.data, "-workers", str(a.workers), "-batch", str(a.batch)],
             "torch": [sys.executable, os.path.join(HERE, "torch_loader.py"), a.data] + common}
-    res = {k: {"ips": [], "rss": [], "pss": []} for k in runs}
+    res = {k: {"ips": [], "rss": [], "pss": [], "cpu": []} for k in runs}
     wait = []
     for r in range(a.repeats):
         for k, cmd in runs.items():
-            out, rss, pss = measure(cmd)
+            out, rss, pss, cpu = measure(cmd)
             j = json.loads(out.strip().splitlines()[-1])
+            res[k]["cpu"].append(1000 * cpu / j["images"])
             res[k]["ips"].append(j["images_per_s"])
             res[k]["rss"].append(rss / 2**20)
             res[k]["pss"].append(pss / 2**20)
-            print(f"repeat {r + 1} {k:8s}: {j['images_per_s']:.1f} images/s, tree peak RSS {rss / 2**20:.1f} MiB, PSS {pss / 2**20:.1f} MiB", flush=True)
+            print(f"repeat {r + 1} {k:8s}: {j['images_per_s']:.1f} images/s, {res[k]['cpu'][-1]:.1f} CPU ms/image, tree peak RSS {rss / 2**20:.1f} MiB, PSS {pss / 2**20:.1f} MiB", flush=True)
         if a.train_steps > 0:
             log = os.path.join(tmp, f"train-{r}.jsonl")
             cmd = [os.path.join(tmp, "headroom"), "train", "--model", "resnet18", "--data", a.data, "--batch-size", str(a.train_batch),
                    "--steps", str(a.train_steps), "--log", log]
-            measure(cmd)
+            measure(cmd)[0]
             steps = [json.loads(l) for l in open(log)][1:]
             w = sum(s["data_wait_s"] for s in steps)
             t = sum(s["data_wait_s"] + s["step_s"] for s in steps)
             wait.append(100 * w / t)
             print(f"repeat {r + 1} resnet18 : data wait {w:.2f} s of {t:.1f} s of steps 2-{a.train_steps} = {100 * w / t:.2f}%", flush=True)
     print(f"\n{a.images} JPEGs in {a.data}; {a.workers} workers, batch {a.batch}; median (min to max) of {a.repeats}")
-    print(f"{'':10s} {'images/s':>28s} {'tree peak RSS MiB':>28s} {'tree peak PSS MiB':>28s}")
+    print(f"{'':10s} {'images/s':>28s} {'CPU ms/image':>28s} {'tree peak RSS MiB':>28s} {'tree peak PSS MiB':>28s}")
     for k, v in res.items():
-        print(f"{k:10s} {med(v['ips']):>28s} {med(v['rss']):>28s} {med(v['pss']):>28s}")
+        print(f"{k:10s} {med(v['ips']):>28s} {med(v['cpu']):>28s} {med(v['rss']):>28s} {med(v['pss']):>28s}")
     if wait:
         print(f"resnet18 training, batch {a.train_batch}: data wait {med(wait)} % of the steps' time")
 
