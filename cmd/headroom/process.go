@@ -30,6 +30,6 @@ func reportPeak(w io.Writer, budget int64) {
 	if m.Peak > budget+processOverhead {
 		verdict = "ABOVE"
 	}
-	fmt.Fprintf(w, "process peak resident memory %s: %s the budget %s + %s of runtime and program overhead\n",
-		device.FormatBytes(m.Peak), verdict, device.FormatBytes(budget), device.FormatBytes(processOverhead))
+	fmt.Fprintf(w, "process peak resident memory %s (VmHWM %d bytes): %s the budget %s + %s of runtime and program overhead\n",
+		device.FormatBytes(m.Peak), m.Peak, verdict, device.FormatBytes(budget), device.FormatBytes(processOverhead))
 }
