@@ -113,12 +113,18 @@ func toCHW(img image.Image, channels int, out []float32) {
 			return
 		}
 	case *image.YCbCr:
-		if channels == 3 {
+		if xs, ys, ok := chromaShift(m.SubsampleRatio); channels == 3 && ok {
+			// JPEG's usual output, row by row: offsets as YOffset and
+			// COffset compute them, colors as color.YCbCrToRGB does (bit
+			// for bit), without a call per pixel.
 			for y := range h {
+				py := b.Min.Y + y
+				y0 := (py-m.Rect.Min.Y)*m.YStride - m.Rect.Min.X
+				c0 := ((py>>ys)-(m.Rect.Min.Y>>ys))*m.CStride - (m.Rect.Min.X >> xs)
 				for x := range w {
-					yi := m.YOffset(b.Min.X+x, b.Min.Y+y)
-					ci := m.COffset(b.Min.X+x, b.Min.Y+y)
-					r, g, bb := color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
+					px := b.Min.X + x
+					ci := c0 + px>>xs
+					r, g, bb := ycbcrToRGB(m.Y[y0+px], m.Cb[ci], m.Cr[ci])
 					i := y*w + x
 					out[i] = lut8[r]
 					out[plane+i] = lut8[g]
@@ -147,4 +153,50 @@ func genericPixel(px color.Color, channels int, out []float32, i, plane int) {
 	out[i] = float32(n.R) / 65535
 	out[plane+i] = float32(n.G) / 65535
 	out[2*plane+i] = float32(n.B) / 65535
+}
+
+// chromaShift is how many bits a pixel's x and y shift right to index the
+// chroma planes of a subsample ratio.
+func chromaShift(r image.YCbCrSubsampleRatio) (xs, ys int, ok bool) {
+	switch r {
+	case image.YCbCrSubsampleRatio444:
+		return 0, 0, true
+	case image.YCbCrSubsampleRatio422:
+		return 1, 0, true
+	case image.YCbCrSubsampleRatio420:
+		return 1, 1, true
+	case image.YCbCrSubsampleRatio440:
+		return 0, 1, true
+	case image.YCbCrSubsampleRatio411:
+		return 2, 0, true
+	case image.YCbCrSubsampleRatio410:
+		return 2, 1, true
+	}
+	return 0, 0, false
+}
+
+// ycbcrToRGB is color.YCbCrToRGB, copied so that it inlines in the loop.
+func ycbcrToRGB(y, cb, cr uint8) (uint8, uint8, uint8) {
+	yy1 := int32(y) * 0x10101
+	cb1 := int32(cb) - 128
+	cr1 := int32(cr) - 128
+	r := yy1 + 91881*cr1
+	if uint32(r)&0xff000000 == 0 {
+		r >>= 16
+	} else {
+		r = ^(r >> 31)
+	}
+	g := yy1 - 22554*cb1 - 46802*cr1
+	if uint32(g)&0xff000000 == 0 {
+		g >>= 16
+	} else {
+		g = ^(g >> 31)
+	}
+	b := yy1 + 116130*cb1
+	if uint32(b)&0xff000000 == 0 {
+		b >>= 16
+	} else {
+		b = ^(b >> 31)
+	}
+	return uint8(r), uint8(g), uint8(b)
 }

@@ -92,6 +92,10 @@ type Memory struct {
 	// them come from Config.Alloc.
 	StagingBuffer int64
 	Depth         int
+	// StagingInputs and StagingTargets are the two allocations one staging
+	// buffer is made of, in the order Config.Alloc is asked for them
+	// (inputs or tokens, then targets): a device allocator rounds each.
+	StagingInputs, StagingTargets int64
 	// Shuffle is the shuffle state: a map source's epoch order (8 bytes
 	// per sample), or a stream's record pool (shuffle buffer, records
 	// being batched and in flight) at MaxRecordBytes each, an upper bound.
@@ -101,6 +105,9 @@ type Memory struct {
 	// estimate of the decoder's image at 4 bytes a pixel for images).
 	ScratchPerWorker int64
 	Workers          int
+	// Source is what the source itself keeps in memory (Resident), 0
+	// when it does not say.
+	Source int64
 }
 
 // Staging is StagingBuffer x Depth.
@@ -108,7 +115,7 @@ func (m Memory) Staging() int64 { return m.StagingBuffer * int64(m.Depth) }
 
 // Total is everything the loader holds.
 func (m Memory) Total() int64 {
-	return m.Staging() + m.Shuffle + m.ScratchPerWorker*int64(m.Workers)
+	return m.Staging() + m.Shuffle + m.ScratchPerWorker*int64(m.Workers) + m.Source
 }
 
 // Stats are the loader's counters.
@@ -310,10 +317,15 @@ func (l *Loader) configure() error {
 		in = 8
 	}
 	m := Memory{Depth: c.Depth, Workers: c.Workers}
-	m.StagingBuffer = int64(c.BatchSize) * (int64(l.elems)*int64(in) + int64(l.ylen)*8)
+	m.StagingInputs = int64(c.BatchSize) * int64(l.elems) * int64(in)
+	m.StagingTargets = int64(c.BatchSize) * int64(l.ylen) * 8
+	m.StagingBuffer = m.StagingInputs + m.StagingTargets
 	m.ScratchPerWorker = int64(2*most*4+8*len(ex.Tokens)+8*l.ylen) + int64(cap(ex.raw))
 	if len(l.in) == 3 && !l.tok {
 		m.ScratchPerWorker += int64(l.in[1]) * int64(l.in[2]) * 4
+	}
+	if r, ok := l.msrc.(Resident); ok {
+		m.Source = r.ResidentBytes()
 	}
 	if l.msrc != nil {
 		m.Shuffle = 8 * int64(l.msrc.Len())

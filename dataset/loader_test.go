@@ -361,6 +361,9 @@ func TestLoaderStagingAllocatedOnce(t *testing.T) {
 	if m.StagingBuffer != 4*3*5*7*4+4*8 || m.Depth != 3 || m.Staging() != 3*m.StagingBuffer {
 		t.Errorf("memory %+v", m)
 	}
+	if m.StagingInputs != 4*3*5*7*4 || m.StagingTargets != 4*8 {
+		t.Errorf("staging allocations %d + %d, the loader asked %v", m.StagingInputs, m.StagingTargets, calls)
+	}
 	if m.Shuffle != 8*50 || m.Workers != 2 || m.ScratchPerWorker < 2*3*8*8*4 {
 		t.Errorf("memory %+v", m)
 	}

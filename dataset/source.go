@@ -213,3 +213,28 @@ var (
 	// ErrTooLarge: a record exceeds the loader's per-record byte bound.
 	ErrTooLarge = errors.New("record larger than MaxRecordBytes")
 )
+
+// Resident is implemented by sources that hold memory of their own, apart
+// from the loader's buffers: a table or IDX file read into memory, the
+// bound on a token file's mapped pages. The loader's Memory counts it
+// (Memory.Source), so that it is planned with the rest.
+type Resident interface {
+	ResidentBytes() int64
+}
+
+// ResidentBytes is the table's features and labels.
+func (t *Table) ResidentBytes() int64 { return 4*int64(len(t.Features)) + 8*int64(len(t.Labels)) }
+
+// ResidentBytes is the two files' bytes and the converted labels.
+func (s *IDX) ResidentBytes() int64 {
+	return int64(len(s.Samples.Data)) + int64(len(s.Labels.Data)) + 8*int64(len(s.labels))
+}
+
+// ResidentBytes is the list of files: their paths and labels.
+func (f *ImageFolder) ResidentBytes() int64 {
+	n := int64(len(f.Paths)) * (16 + 8) // string headers and labels
+	for _, p := range f.Paths {
+		n += int64(len(p))
+	}
+	return n
+}

@@ -3,6 +3,7 @@ package dataset
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 )
 
 // TokenOptions says how to read a token file.
@@ -33,6 +34,13 @@ type TokenFile struct {
 	tokens  []byte
 	whole   []byte
 	unmap   func() error
+	// file reads windows where the file is mapped: faulting windows in
+	// through the mapping would map whole page-cache folios (up to 2 MiB
+	// each on Linux) into the process, so that a shuffled pass left the
+	// file resident in it; a read copies just the window out of the page
+	// cache, which stays shared. off is the tokens' offset in the file.
+	file *os.File
+	off  int64
 }
 
 // The llm.c token file header: 256 little-endian int32, of which the first
@@ -61,6 +69,15 @@ func OpenTokens(path string, opt TokenOptions) (*TokenFile, error) {
 	}
 	t := &TokenFile{Path: path, Width: width, Context: opt.Context, Stride: opt.Stride, Header: header,
 		tokens: tokens, whole: data, unmap: unmap}
+	if header {
+		t.off = tokenHeaderSize
+	}
+	if mapped {
+		if t.file, err = os.Open(path); err != nil {
+			unmap()
+			return nil, fmt.Errorf("dataset: %w", err)
+		}
+	}
 	if t.Stride == 0 {
 		t.Stride = t.Context
 	}
@@ -131,15 +148,42 @@ func (t *TokenFile) Get(i int, ex *Example) error {
 	s, n := i*t.Stride, t.Context
 	ex.Tokens = grow(ex.Tokens, n)
 	ex.Y = grow(ex.Y, n)
-	prev := t.Token(s)
+	src := t.tokens[s*t.Width:]
+	if t.file != nil {
+		size := (n + 1) * t.Width
+		if cap(ex.raw) < size {
+			ex.raw = make([]byte, size)
+		}
+		src = ex.raw[:size]
+		if _, err := t.file.ReadAt(src, t.off+int64(s*t.Width)); err != nil {
+			return &SampleError{File: t.Path, Offset: t.off + int64(s*t.Width), Index: i, Err: err}
+		}
+	}
+	token := func(k int) int64 {
+		if t.Width == 2 {
+			return int64(binary.LittleEndian.Uint16(src[2*k:]))
+		}
+		return int64(binary.LittleEndian.Uint32(src[4*k:]))
+	}
+	prev := token(0)
 	for j := range n {
-		next := t.Token(s + j + 1)
+		next := token(j + 1)
 		ex.Tokens[j], ex.Y[j] = prev, next
 		prev = next
 	}
 	ex.X = ex.X[:0]
 	ex.setShape(n)
 	return nil
+}
+
+// ResidentBytes is what the source keeps in the process: nothing of the
+// data where the file is mapped (windows are read out of the page cache),
+// the whole file where it is read into memory.
+func (t *TokenFile) ResidentBytes() int64 {
+	if mapped {
+		return 0
+	}
+	return int64(len(t.whole))
 }
 
 // Close unmaps the file. Close any loader reading it first: its workers
@@ -149,7 +193,12 @@ func (t *TokenFile) Close() error {
 		return nil
 	}
 	err := t.unmap()
-	t.unmap, t.tokens, t.whole = nil, nil, nil
+	if t.file != nil {
+		if cerr := t.file.Close(); err == nil {
+			err = cerr
+		}
+	}
+	t.unmap, t.tokens, t.whole, t.file = nil, nil, nil, nil
 	return err
 }
 

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/dataset"
-	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/idx"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -112,8 +116,15 @@ type mapData struct {
 }
 
 // openData opens --data for a model of the zoo: a token file for the
-// language models, else an image folder (a directory) or a CSV/TSV table.
+// language models, else IDX files (a directory holding a pair, or the
+// images file), an image folder (a directory) or a CSV/TSV table.
 func openData(path string, spec zoo.Spec) (*mapData, error) {
+	return openSplit(path, spec, "train")
+}
+
+// openSplit is openData for a split: in a directory of IDX files the pair
+// of that split ("train", or "test" for a validation set) is preferred.
+func openSplit(path string, spec zoo.Spec, split string) (*mapData, error) {
 	x, _ := spec.Example(1)
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -133,6 +144,9 @@ func openData(path string, spec zoo.Spec) (*mapData, error) {
 		return nil, fmt.Errorf("%s takes inputs %v: no data source for them", spec.Name, x.Shape)
 	}
 	c, h, w := x.Shape[1], x.Shape[2], x.Shape[3]
+	if images, labels, ok := findIDX(path, fi.IsDir(), split); ok {
+		return openIDX(images, labels, spec)
+	}
 	if fi.IsDir() {
 		f, err := dataset.OpenImageFolder(path, c)
 		if err != nil {
@@ -143,7 +157,7 @@ func openData(path string, spec zoo.Spec) (*mapData, error) {
 	}
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".csv" && ext != ".tsv" {
-		return nil, fmt.Errorf("%s: not an image folder (a directory) or a .csv/.tsv table", path)
+		return nil, fmt.Errorf("%s: not an image folder (a directory), IDX files (NAME-images-idxN-ubyte[.gz] with NAME-labels-idx1-ubyte[.gz]) or a .csv/.tsv table", path)
 	}
 	opt := dataset.CSVOptions{}
 	if ext == ".tsv" {
@@ -180,6 +194,15 @@ type subset struct {
 func (s subset) Len() int                             { return s.hi - s.lo }
 func (s subset) Get(i int, ex *dataset.Example) error { return s.src.Get(s.lo+i, ex) }
 
+// ResidentBytes is the whole source's (dataset.Resident): what it holds
+// does not shrink with the subset.
+func (s subset) ResidentBytes() int64 {
+	if r, ok := s.src.(dataset.Resident); ok {
+		return r.ResidentBytes()
+	}
+	return 0
+}
+
 // Batch reads samples idx of the map data for evaluation, on the Go heap
 // (evaluation is not pipelined).
 func (d *mapData) Batch(idx []int) (*tensor.Tensor, *tensor.Tensor, error) {
@@ -209,19 +232,6 @@ func (d *mapData) Batch(idx []int) (*tensor.Tensor, *tensor.Tensor, error) {
 	return loaderTensors(len(idx), shape, d.shape, xf, xt, y)
 }
 
-// deviceStaging allocates the loader's staging buffers from the device's
-// allocator, as category input, so that they count in its statistics and
-// under its capacity.
-func deviceStaging(dev *device.Device) dataset.AllocFunc {
-	return func(what string, bytes int64) ([]byte, func(), error) {
-		b, err := dev.Alloc.Allocate(bytes, device.Tag{Category: device.Input, Module: "data", Op: what})
-		if err != nil {
-			return nil, nil, err
-		}
-		return b.Data[:bytes:bytes], func() { dev.Alloc.Free(b) }, nil
-	}
-}
-
 // hasFashionFiles reports whether dir holds Fashion-MNIST's IDX files
 // (raw or gzipped): then cnn and mlp read it as before.
 func hasFashionFiles(dir string) bool {
@@ -231,4 +241,192 @@ func hasFashionFiles(dir string) bool {
 		}
 	}
 	return false
+}
+
+// dataFlags defines train's flags of the data loader and validation set.
+func dataFlags(fs *flag.FlagSet, f *trainFlags) {
+	fs.StringVar(&f.val, "val", "", "a separate validation set, evaluated each epoch (validation loss and accuracy): an image folder, IDX files (a directory with a t10k/test/val pair, or the images file) or a .csv/.tsv table, shaped for the model as --data is")
+	fs.IntVar(&f.prefetch, "prefetch", defaultPrefetch, "staging buffers of the --data loader (its prefetch depth: one held by the step, the others filled ahead); with --budget the most, lowered to fit (at least 1)")
+}
+
+// checkData checks the data flags before any work.
+func (f *trainFlags) checkData() error {
+	if f.prefetch == 0 && !f.given["prefetch"] {
+		f.prefetch = defaultPrefetch
+	}
+	if f.val != "" {
+		if f.valSplit > 0 {
+			return fmt.Errorf("--val %s and --val-split %g: give one validation set", f.val, f.valSplit)
+		}
+		if _, err := os.Stat(f.val); err != nil {
+			return fmt.Errorf("--val: %w", err)
+		}
+		if m := cmp.Or(f.model, "cnn"); !isFashion(m) {
+			if x, _ := mustSpec(m).Example(1); x.DType != tensor.Float32 || len(x.Shape) != 4 {
+				return fmt.Errorf("--val %s: %s does not take images or table rows (validation sets are for the classifiers)", f.val, m)
+			}
+		}
+	}
+	if f.prefetch < 1 {
+		return fmt.Errorf("--prefetch %d: must be at least 1 (one staging buffer, nothing filled ahead)", f.prefetch)
+	}
+	return nil
+}
+
+// idxName matches the IDX files of MNIST's naming: the split (train,
+// t10k, ...), images or labels, then idxN-ubyte, perhaps gzipped.
+var idxName = regexp.MustCompile(`^(.*)-(images|labels)-idx(\d)-ubyte(\.gz)?$`)
+
+// findIDX finds a pair of IDX files at path: in a directory the images and
+// labels of one split, that named split first (for "test": t10k, test or
+// val), else the only pair there; a file named NAME-images-idxN-ubyte with
+// NAME-labels-idx1-ubyte beside it.
+func findIDX(path string, dir bool, split string) (images, labels string, ok bool) {
+	if !dir {
+		m := idxName.FindStringSubmatch(filepath.Base(path))
+		if m == nil || m[2] != "images" {
+			return "", "", false
+		}
+		for _, gz := range []string{m[4], "", ".gz"} {
+			l := filepath.Join(filepath.Dir(path), m[1]+"-labels-idx1-ubyte"+gz)
+			if _, err := os.Stat(l); err == nil {
+				return path, l, true
+			}
+		}
+		return "", "", false
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", "", false
+	}
+	pairs := map[string][2]string{}
+	var names []string
+	for _, e := range entries {
+		m := idxName.FindStringSubmatch(e.Name())
+		if m == nil || e.IsDir() {
+			continue
+		}
+		p := pairs[m[1]]
+		if m[2] == "images" && p[0] == "" {
+			p[0] = filepath.Join(path, e.Name())
+		} else if m[2] == "labels" && p[1] == "" {
+			p[1] = filepath.Join(path, e.Name())
+		}
+		if _, seen := pairs[m[1]]; !seen {
+			names = append(names, m[1])
+		}
+		pairs[m[1]] = p
+	}
+	prefer := []string{"train"}
+	if split == "test" {
+		prefer = []string{"t10k", "test", "val"}
+	}
+	for _, n := range prefer {
+		if p := pairs[n]; p[0] != "" && p[1] != "" {
+			return p[0], p[1], true
+		}
+	}
+	var complete [][2]string
+	for _, n := range names {
+		if p := pairs[n]; p[0] != "" && p[1] != "" {
+			complete = append(complete, p)
+		}
+	}
+	if len(complete) == 1 {
+		return complete[0][0], complete[0][1], true
+	}
+	return "", "", false
+}
+
+// openIDX opens a pair of IDX files for a model taking [C H W] images: a
+// sample with C*H*W values is reshaped to it; an image ([H W] or [C' H W])
+// of the model's channels, or grey for an RGB model, is resized to H x W
+// (grey repeated to 3 channels). Other shapes are an error naming both.
+func openIDX(images, labels string, spec zoo.Spec) (*mapData, error) {
+	x, _ := spec.Example(1)
+	want := []int{x.Shape[1], x.Shape[2], x.Shape[3]}
+	si, err := idx.ReadFile(images)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := idx.ReadFile(labels)
+	if err != nil {
+		return nil, err
+	}
+	src, err := dataset.NewIDX(si, sl)
+	if err != nil {
+		return nil, err
+	}
+	if src.Len() == 0 {
+		return nil, fmt.Errorf("%s: no samples", images)
+	}
+	shape := si.Dims[1:]
+	var ts []dataset.Transform
+	what := fmt.Sprintf("IDX files %s, %s (%d samples of shape %v", images, labels, src.Len(), shape)
+	img := shape
+	if len(shape) == 2 {
+		img = []int{1, shape[0], shape[1]}
+	}
+	switch {
+	case slices.Equal(shape, want):
+	case numElements(shape) == numElements(want):
+		ts = []dataset.Transform{dataset.Reshape{Shape: want}}
+		what += fmt.Sprintf(", as %v", want)
+	case len(img) == 3 && (img[0] == want[0] || img[0] == 1 && want[0] == 3):
+		if len(shape) == 2 {
+			ts = append(ts, dataset.Reshape{Shape: img})
+		}
+		if img[0] != want[0] {
+			ts = append(ts, dataset.RepeatChannels{N: want[0]})
+			what += ", grey repeated to 3 channels"
+		}
+		ts = append(ts, dataset.Resize{Height: want[1], Width: want[2]})
+		what += fmt.Sprintf(", resized to %dx%d", want[1], want[2])
+	default:
+		return nil, fmt.Errorf("%s: samples of shape %v, which neither hold the %d values of %s's input %v nor are images of %d channel(s) (or grey) to resize to it",
+			images, shape, numElements(want), spec.Name, want, want[0])
+	}
+	lab, err := sl.Int64s()
+	if err != nil {
+		return nil, err
+	}
+	maxLabel := int64(-1)
+	for _, l := range lab {
+		maxLabel = max(maxLabel, l)
+	}
+	return &mapData{src: src, transforms: ts, classes: int(maxLabel + 1), what: what + ")"}, nil
+}
+
+func numElements(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// mustSpec is the zoo's model of a name already checked.
+func mustSpec(name string) zoo.Spec {
+	s, _ := zoo.Lookup(name)
+	return s
+}
+
+// openVal opens --val for spec: evaluated as training data is read, with
+// Fashion-MNIST's normalization when the training set is Fashion-MNIST
+// (read outside the loader, normalized).
+func openVal(path string, spec zoo.Spec, fashion bool, trainClasses int) (evalSet, string, error) {
+	v, err := openSplit(path, spec, "test")
+	if err != nil {
+		return evalSet{}, "", fmt.Errorf("--val: %w", err)
+	}
+	if fashion {
+		v.transforms = append(v.transforms, dataset.Normalize{Mean: []float32{dataset.TrainMean}, Std: []float32{dataset.TrainStd}})
+	}
+	if o, err := zoo.OutputMeta(spec, 1); err == nil && v.classes > o.Shape[len(o.Shape)-1] {
+		return evalSet{}, "", fmt.Errorf("--val %s: %d classes, more than the %d outputs of %s", path, v.classes, o.Shape[len(o.Shape)-1], spec.Name)
+	}
+	if trainClasses > 0 && v.classes > trainClasses {
+		return evalSet{}, "", fmt.Errorf("--val %s: labels up to %d, the training data's only up to %d", path, v.classes-1, trainClasses-1)
+	}
+	return evalSet{"val", v, 0, v.src.Len()}, v.what, nil
 }

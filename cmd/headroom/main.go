@@ -31,6 +31,7 @@ Commands:
   summary   print a model module by module: parameters, output shapes, activation bytes
   report    render a run's --log (or two, compared) as one HTML page with charts
   gan       train ESRGAN (generator and discriminator) on photos, or print its memory table
+  prepare   turn a text file into a token file, an image folder into tar shards
   version   print the version
 
 Run 'headroom <command> -h' for the flags of a command.
@@ -166,6 +167,8 @@ func run(ctx context.Context, args []string) error {
 		return cmdSummary(ctx, args[1:])
 	case "gan":
 		return cmdGAN(ctx, args[1:])
+	case "prepare":
+		return cmdPrepare(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil

@@ -50,6 +50,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxBatch := fs.Bool("max-batch", false, "with --budget: also print the largest batch, up to --batch-size, that fits in one pass (no accumulation) for each recomputation policy, found from plans (no trial steps, no out-of-memory)")
 	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
 	snapshot := fs.String("memory-snapshot", "", "also write the planned allocation timeline of one step as a memory snapshot (.json, or .pickle for PyTorch's memory_viz), the format train --memory-snapshot records, for headroom viz")
+	data := planDataFlags(fs)
 	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom plan [flags]
@@ -125,8 +126,25 @@ Flags:
 			return fmt.Errorf("plan: --memory-snapshot: %w", err)
 		}
 	}
+	if err := data.check(); err != nil {
+		return err
+	}
+	loader, err := data.open(spec, *batch)
+	if err != nil {
+		return err
+	}
 	if *budgetFlag == "" {
-		if err := printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes); err != nil || *snapshot == "" {
+		err := printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes, func(w io.Writer) error {
+			if loader == nil {
+				return nil
+			}
+			lp, err := loader(data.prefetch)
+			if err == nil {
+				lp.row(w)
+			}
+			return err
+		})
+		if err != nil || *snapshot == "" {
 			return err
 		}
 		return writePlanSnapshot(ctx, *snapshot, spec, newOpt, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack}, *batch, 1, stdout)
@@ -136,12 +154,10 @@ Flags:
 	if *policy != "" {
 		prob.Policies = []budget.Policy{pol}
 	}
-	res, err := budget.Fit(ctx, prob)
+	res, err := data.fit(ctx, stdout, fmt.Sprintf("model %s, batch %d, optimizer %s\n", spec.Name, *batch, *opt), prob, loader)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "model %s, batch %d, optimizer %s\n", spec.Name, *batch, *opt)
-	res.Print(stdout, b)
 	if *maxBatch {
 		pols := budget.Policies
 		if *policy != "" {
@@ -213,7 +229,7 @@ func parseNumerics(precision, compress string, haveBudget bool) (precs []transfo
 	return precs, comps, nil
 }
 
-func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, prec transform.Precision, storage transform.Compression, inBack, passes bool) error {
+func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, prec transform.Precision, storage transform.Compression, inBack, passes bool, rows func(io.Writer) error) error {
 	dev := device.Meta()
 	store := nn.NewStore()
 	m, loss := build(store)
@@ -244,6 +260,9 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 	}
 	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, prec, storage, optimizer)
 	mp.Print(w)
+	if err := rows(w); err != nil {
+		return err
+	}
 	if passes {
 		return printPasses(w, tr, tr.Config(), x, y)
 	}

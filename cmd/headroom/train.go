@@ -68,6 +68,8 @@ type trainFlags struct {
 	tensorboard string
 	// maxBatch is --max-batch (maxbatch.go).
 	maxBatch bool
+	prefetch int    // the data loader's staging buffers (data.go)
+	val      string // a validation set (data.go)
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool
@@ -121,7 +123,7 @@ Flags:
 	fs.Int64Var(&f.seed, "seed", 1, "seed for initialization and shuffling")
 	fs.StringVar(&f.save, "save", "", "write the trained weights to this safetensors file (also on Ctrl-C)")
 	fs.StringVar(&f.load, "load", "", "start from the weights in this safetensors file (a headroom or PyTorch state_dict)")
-	fs.StringVar(&f.data, "data", "", "training data: for cnn and mlp a directory with Fashion-MNIST IDX files (overrides the search above); for any classifier an image folder (one subfolder per class) or a .csv/.tsv table (label in column 0), for the gpt models a token file (uint16, as nanoGPT's train.bin), read through the loader")
+	fs.StringVar(&f.data, "data", "", "training data: for cnn and mlp a directory with Fashion-MNIST IDX files (overrides the search above); for any classifier an image folder (one subfolder per class), IDX files (a directory with a train pair, or the images file; reshaped or resized to the model's input) or a .csv/.tsv table (label in column 0), for the gpt models a token file (uint16, as nanoGPT's train.bin), read through the loader")
 	fs.IntVar(&f.limit, "limit", 0, "use only the first N training samples (0: all; generated data: 1024); a --batch-size above it is lowered to it")
 	fs.IntVar(&f.steps, "steps", 0, "stop after this many steps in all (0: run the --epochs); counts the steps of a resumed run too")
 	fs.StringVar(&f.ckptDir, "checkpoint-dir", "", "write checkpoints (DIR/step-N/{model.safetensors,optimizer.safetensors,state.json}) here: every --save-every steps, at the end and on Ctrl-C")
@@ -145,6 +147,7 @@ Flags:
 	fs.StringVar(&f.tensorboard, "tensorboard", "", "also write the per-step scalars (loss, learning rate, throughput, memory; validation and test each epoch) as TensorBoard event files into this directory")
 	fs.IntVar(&f.accum, "accumulate", 1, "split each batch into this many micro-batches (gradient accumulation; same gradient)")
 	addDistFlags(fs, &f.dist)
+	dataFlags(fs, f)
 	return fs
 }
 
@@ -262,6 +265,9 @@ func (f *trainFlags) check(log io.Writer) error {
 		return err
 	}
 	if err := f.watch.check(); err != nil {
+		return err
+	}
+	if err := f.checkData(); err != nil {
 		return err
 	}
 	if f.load != "" {

@@ -210,6 +210,19 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			evals = []evalSet{{"test", trainSrc, n, n + m}}
 			fmt.Fprintf(out, "data: generated for %s (zoo.Synthetic, seed %d: %d training, %d test samples)\n", f.model, f.seed, n, m)
 		}
+		if f.val != "" {
+			classes := 0
+			if md != nil {
+				classes = md.classes
+			}
+			_, fashion := trainSrc.(fashionSource)
+			v, what, err := openVal(f.val, spec, fashion, classes)
+			if err != nil {
+				return fmt.Errorf("train: %w", err)
+			}
+			evals = append([]evalSet{v}, evals...)
+			fmt.Fprintf(out, "validation: %s\n", what)
+		}
 		if k := int(f.valSplit * float64(n)); k > 0 {
 			if k >= n {
 				return fmt.Errorf("train: --val-split %g leaves no training samples of %d", f.valSplit, n)
@@ -241,8 +254,15 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if comps[0] != (transform.Compression{}) {
 		compress = comps[0]
 	}
+	depth := cmp.Or(f.prefetch, defaultPrefetch) // lowered to fit a budget
 	loaderCfg := func() dataset.Config {
-		return dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), Workers: parallel.Threads(), Transforms: md.transforms}
+		return dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), Workers: parallel.Threads(), Depth: depth, Transforms: md.transforms}
+	}
+	var lp loaderPlan // the data loader's memory, as planned
+	if md != nil {
+		if lp, err = planLoader(subset{md.src, 0, n}, loaderCfg()); err != nil {
+			return fmt.Errorf("train: --data: %w", err)
+		}
 	}
 	if f.maxBatch {
 		if err := f.chooseMaxBatch(ctx, spec, n, md, loaderCfg, out); err != nil {
@@ -253,19 +273,6 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
 			return fmt.Errorf("train: --budget: %w", err)
-		}
-		if md != nil {
-			// The loader's staging buffers come from the device: they
-			// are part of the budget, and the step gets the rest.
-			m, err := dataset.PlanMemory(subset{md.src, 0, n}, loaderCfg())
-			if err != nil {
-				return fmt.Errorf("train: --data: %w", err)
-			}
-			if m.Staging() >= b {
-				return fmt.Errorf("train: --budget %s: the data loader's staging buffers alone take %s", f.budget, device.FormatBytes(m.Staging()))
-			}
-			fmt.Fprintf(out, "data loader staging %s of the budget; the step is planned in the remaining %s\n", device.FormatBytes(m.Staging()), device.FormatBytes(b-m.Staging()))
-			b -= m.Staging()
 		}
 		prob := budget.Problem{
 			Build: func(s *nn.Store) (train.Model, train.LossFunc) {
@@ -280,23 +287,43 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			pol, _ := budget.ParsePolicy(f.recompute)
 			prob.Policies = []budget.Policy{pol}
 		}
-		res, err := budget.Fit(ctx, prob)
-		if err != nil {
+		var res *budget.Result
+		if md != nil {
+			// The loader's staging buffers come from the device and its
+			// shuffle state and scratch from the heap: they are part of
+			// the budget, at the deepest prefetch that leaves the step
+			// room, and the step gets the rest.
+			plan := func(d int) (loaderPlan, error) {
+				c := loaderCfg()
+				c.Depth = d
+				return planLoader(subset{md.src, 0, n}, c)
+			}
+			if res, lp, err = fitWithLoader(ctx, prob, plan, depth); err != nil {
+				return fmt.Errorf("train: --budget %s: %w", f.budget, err)
+			}
+			if lp.mem.Depth < depth {
+				fmt.Fprintf(out, "data loader: prefetch depth lowered from %d to %d to fit the budget\n", depth, lp.mem.Depth)
+			}
+			depth = lp.mem.Depth
+			fmt.Fprintf(out, "data loader staging %s of the budget (%s of device segments at prefetch depth %d), shuffle and scratch %s: %s in all; the step is planned in the remaining %s\n",
+				device.FormatBytes(lp.mem.Staging()), device.FormatBytes(lp.reserved), depth, device.FormatBytes(lp.heap()), device.FormatBytes(lp.cost()), device.FormatBytes(b-lp.cost()))
+			b -= lp.cost()
+		} else if res, err = budget.Fit(ctx, prob); err != nil {
 			return err
 		}
 		res.Print(out, b)
+		if md != nil {
+			lp.row(out)
+		}
 		accum, remat, policy = res.Best.Accumulation, res.Best.Remat, res.Best.Policy.String()
 		prec, compress = res.Best.Precision, res.Best.Compress
 		// The plan says where the optimizer runs, and why not in the
 		// backward pass when it was asked for.
 		inBack = res.Best.InBackward
 		if !strings.Contains(f.device, "mem=") {
-			capacity := res.Best.Capacity // the budget, or the tighter capacity the plan fits
-			if md != nil {
-				m, _ := dataset.PlanMemory(subset{md.src, 0, n}, loaderCfg())
-				capacity += m.Staging()
-			}
-			f.device = fmt.Sprintf("%s:mem=%d", f.device, capacity)
+			// The budget, or the tighter capacity the plan fits, and the
+			// loader's staging segments.
+			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity+lp.reserved)
 		}
 	}
 	dev, err := device.New(f.device)
@@ -305,6 +332,13 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	if f.snapshot != "" || f.watch.history() {
 		dev.Alloc.RecordHistory(cmp.Or(f.history, defaultHistory))
+	}
+	var staging *stagingPool // the loader's, allocated before the model takes the device
+	if md != nil {
+		if staging, err = allocStaging(dev, lp, f.budget != ""); err != nil {
+			return fmt.Errorf("train: --data: %w", err)
+		}
+		defer staging.release()
 	}
 	store := nn.NewStore()
 	model := spec.New(store.Root())
@@ -355,6 +389,9 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, policy)
 	}
 	mp.Print(out)
+	if md != nil && f.budget == "" {
+		lp.row(out)
+	}
 	if meta {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
@@ -369,7 +406,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
 		}
 		cfg := loaderCfg()
-		cfg.Alloc, cfg.Start = deviceStaging(dev), start
+		cfg.Alloc, cfg.Start = staging.alloc, start
 		l, err := dataset.NewLoader(subset{md.src, 0, n}, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("--data: %w", err)
@@ -378,9 +415,16 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "data loader: %s staging (%d x %s) from the device as input, shuffle %s, scratch %d x %s; %s in all\n",
 			device.FormatBytes(m.Staging()), m.Depth, device.FormatBytes(m.StagingBuffer), device.FormatBytes(m.Shuffle),
 			m.Workers, device.FormatBytes(m.ScratchPerWorker), device.FormatBytes(m.Total()))
+		// The plan's figure against the allocator's own count: nothing
+		// else allocates category input.
+		fmt.Fprintf(out, "data loader input bytes: planned %d, allocator %d\n", lp.allocated, dev.Alloc.Stats().ByCategory[device.Input])
 		return &loaderBatches{l: l, shape: md.shape}, nil
 	}
 	err = r.run(ctx)
+	if err == nil && f.budget != "" {
+		b, _ := device.ParseBytes(f.budget)
+		reportPeak(out, b)
+	}
 	return errors.Join(err, watch.end(err))
 }
 
@@ -517,6 +561,7 @@ func (r *runner) run(ctx context.Context) error {
 		var sum float64
 		var count int
 		var epochPeak int64
+		var epochWait, epochSteps time.Duration // the steps' data wait, and the steps with it
 		b := 0
 		if epoch == r.last.Epoch {
 			b = r.last.Batch // done before the checkpoint
@@ -586,6 +631,7 @@ func (r *runner) run(ctx context.Context) error {
 			sum += loss * float64(samples)
 			count += samples
 			el := time.Since(stepStart)
+			epochWait, epochSteps = epochWait+wait, epochSteps+wait+el
 			r.watch.stepDone(r.last.Step, epoch+1, loss, samples, el, wait, stats)
 			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
 				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
@@ -638,6 +684,9 @@ func (r *runner) run(ctx context.Context) error {
 			if err := r.logEval(epoch+1, e.name, res); err != nil {
 				return err
 			}
+		}
+		if epochSteps > 0 {
+			line += fmt.Sprintf(" data wait %.2fs (%.1f%% of the steps' time),", epochWait.Seconds(), 100*epochWait.Seconds()/epochSteps.Seconds())
 		}
 		fmt.Fprintf(r.out, "%s %.1fs, training peak allocated %s\n", line, time.Since(start).Seconds(), device.FormatBytes(epochPeak))
 		if f.summary {

@@ -1,0 +1,67 @@
+// Command loaderbench makes one pass of headroom's data loader over an
+// image folder with the transforms of torch_loader.py (Resize to 256x256,
+// bilinear; RandomCrop 224; HorizontalFlip; Normalize) and prints one JSON
+// line: images, seconds, images/s. bench.py runs it next to PyTorch's
+// DataLoader.
+//
+//	go run ./scripts/data/loaderbench -data DIR [-workers 2] [-batch 32] [-epochs 1]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/headroom-ml/headroom/dataset"
+)
+
+func main() {
+	data := flag.String("data", "", "image folder")
+	workers := flag.Int("workers", 2, "decode workers")
+	batch := flag.Int("batch", 32, "batch size")
+	epochs := flag.Int("epochs", 1, "passes")
+	depth := flag.Int("depth", 3, "staging buffers")
+	flag.Parse()
+	if err := run(*data, *workers, *batch, *epochs, *depth); err != nil {
+		fmt.Fprintln(os.Stderr, "loaderbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(data string, workers, batch, epochs, depth int) error {
+	src, err := dataset.OpenImageFolder(data, 3)
+	if err != nil {
+		return err
+	}
+	l, err := dataset.NewLoader(src, dataset.Config{BatchSize: batch, Shuffle: true, Seed: 1, Workers: workers, Depth: depth,
+		Transforms: []dataset.Transform{
+			dataset.Resize{Height: 256, Width: 256},
+			dataset.RandomCrop{Height: 224, Width: 224},
+			dataset.HorizontalFlip{},
+			dataset.Normalize{Mean: []float32{0.485, 0.456, 0.406}, Std: []float32{0.229, 0.224, 0.225}},
+		}})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	n := 0
+	start := time.Now()
+	for e := 0; e < epochs; {
+		b, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			e++
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		n += b.N
+	}
+	s := time.Since(start).Seconds()
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"loader": "headroom", "images": n, "seconds": s, "images_per_s": float64(n) / s})
+}
