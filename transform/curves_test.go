@@ -373,6 +373,8 @@ equals the measured peak. "fp32 + X saved" is fp32 training with saved activatio
 ReLU masks as bits). fp16-mixed runs with the GradScaler (initial scale 2^16). Times include the
 float32 emulation of low precision (the cpu kernels compute in float32 only): rounding costs time
 here, it does not save it; they were taken on a shared machine and are indicative only.
+The same comparison plotted from two command-line runs (headroom train --log, rendered by
+headroom report) is in [precision-runs.md](precision-runs.md).
 
 ` + b.String() + `
 ## Gradients of one step
