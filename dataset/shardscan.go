@@ -9,6 +9,9 @@ import (
 	"os"
 )
 
+// ErrNotRegular is a shard that is not a regular file (a FIFO, a device).
+var ErrNotRegular = errors.New("not a regular file")
+
 // ShardStats is what a pass over the shards' tar headers finds, without
 // reading the members' data.
 type ShardStats struct {
@@ -30,6 +33,14 @@ func (s *Shards) Scan(ctx context.Context) (ShardStats, error) {
 	var st ShardStats
 	var most []int // largest member per position in a record
 	for _, p := range s.Paths {
+		// Regular files only: opening a FIFO would wait for its writer
+		// before any training starts, and Scan's reads cannot be
+		// interrupted as the stream's can.
+		if fi, err := os.Stat(p); err != nil {
+			return ShardStats{}, fmt.Errorf("dataset: %w", err)
+		} else if !fi.Mode().IsRegular() {
+			return ShardStats{}, &SampleError{File: p, Offset: -1, Index: -1, Err: ErrNotRegular}
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			return ShardStats{}, fmt.Errorf("dataset: %w", err)

@@ -42,6 +42,11 @@ func TestShardsScan(t *testing.T) {
 			t.Errorf("%v: %+v, want %d samples, %d bytes a record", c.paths, st, c.n, c.record)
 		}
 	}
+	// A shard that is not a regular file is refused before it is opened
+	// (a FIFO's open would wait for a writer).
+	if _, err := (&Shards{Paths: []string{dir}}).Scan(t.Context()); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("a directory as a shard: %v, want ErrNotRegular", err)
+	}
 	// A shard cut inside a header is named.
 	data, _ := os.ReadFile(a)
 	cut := filepath.Join(dir, "cut.tar")
