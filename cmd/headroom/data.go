@@ -61,10 +61,16 @@ func (b *samplerBatches) Next(ctx context.Context) (*tensor.Tensor, *tensor.Tens
 type loaderBatches struct {
 	l     *dataset.Loader
 	shape []int // one example's shape as the model takes it (nil: as loaded)
+	steps int   // batches per epoch when the loader cannot say (a stream); -1: ask it
 }
 
-func (b *loaderBatches) NumBatches() int { return b.l.NumBatches() }
-func (b *loaderBatches) Close() error    { return b.l.Close() }
+func (b *loaderBatches) NumBatches() int {
+	if b.steps >= 0 {
+		return b.steps
+	}
+	return b.l.NumBatches()
+}
+func (b *loaderBatches) Close() error { return b.l.Close() }
 
 func (b *loaderBatches) Next(ctx context.Context) (*tensor.Tensor, *tensor.Tensor, error) {
 	bt, err := b.l.Next(ctx)
@@ -108,11 +114,15 @@ func bytesOf[T float32 | int64](s []T) []byte {
 // mapData is a map source opened from --data, with the transforms that
 // bring its examples to the model's input.
 type mapData struct {
-	src        dataset.MapSource
-	transforms []dataset.Transform
-	shape      []int // the model's example shape when the source's differs (a CSV row)
-	classes    int   // classes in the data (0: unknown)
-	what       string
+	src dataset.MapSource // nil for a stream
+	// stream is WebDataset shards read as a stream (shards.go), of
+	// samples records of at most maxRecord bytes (Shards.Scan).
+	stream             *dataset.Shards
+	samples, maxRecord int
+	transforms         []dataset.Transform
+	shape              []int // the model's example shape when the source's differs (a CSV row)
+	classes            int   // classes in the data (0: unknown)
+	what               string
 }
 
 // openData opens --data for a model of the zoo: a token file for the
@@ -126,6 +136,11 @@ func openData(path string, spec zoo.Spec) (*mapData, error) {
 // of that split ("train", or "test" for a validation set) is preferred.
 func openSplit(path string, spec zoo.Spec, split string) (*mapData, error) {
 	x, _ := spec.Example(1)
+	if paths, ok, err := shardPaths(path); err != nil {
+		return nil, err
+	} else if ok {
+		return openShards(paths, spec)
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -418,6 +433,9 @@ func openVal(path string, spec zoo.Spec, fashion bool, trainClasses int) (evalSe
 	v, err := openSplit(path, spec, "test")
 	if err != nil {
 		return evalSet{}, "", fmt.Errorf("--val: %w", err)
+	}
+	if v.stream != nil {
+		return evalSet{}, "", fmt.Errorf("--val %s: %w", path, errStreamEval)
 	}
 	if fashion {
 		v.transforms = append(v.transforms, dataset.Normalize{Mean: []float32{dataset.TrainMean}, Std: []float32{dataset.TrainStd}})

@@ -37,7 +37,7 @@ type loaderPlan struct {
 // segments do not fit), else uncapped; reserved is what the first that
 // works maps. Training allocates it first, under that same capacity
 // (allocStaging), so it maps the same segments.
-func planLoader(src dataset.MapSource, cfg dataset.Config) (loaderPlan, error) {
+func planLoader(src any, cfg dataset.Config) (loaderPlan, error) {
 	m, err := dataset.PlanMemory(src, cfg)
 	if err != nil {
 		return loaderPlan{}, err
@@ -243,7 +243,7 @@ type planData struct {
 
 func planDataFlags(fs *flag.FlagSet) *planData {
 	d := new(planData)
-	fs.StringVar(&d.path, "data", "", "plan the data loader over this training data too (an image folder, a .csv/.tsv table, IDX files or a token file, as train --data): its staging, shuffle state and scratch appear in the plan and count against --budget")
+	fs.StringVar(&d.path, "data", "", "plan the data loader over this training data too (an image folder, a .csv/.tsv table, IDX files, WebDataset shards or a token file, as train --data): its staging, shuffle state and scratch appear in the plan and count against --budget")
 	fs.IntVar(&d.prefetch, "prefetch", defaultPrefetch, "staging buffers of the --data loader (its prefetch depth); with --budget the most, lowered to fit (at least 1)")
 	return d
 }
@@ -268,7 +268,7 @@ func (d *planData) open(spec zoo.Spec, batch int) (func(depth int) (loaderPlan, 
 		return nil, fmt.Errorf("plan: --data: %w", err)
 	}
 	return func(depth int) (loaderPlan, error) {
-		return planLoader(md.src, dataset.Config{BatchSize: batch, Shuffle: true, Workers: parallel.Threads(), Depth: depth, Transforms: md.transforms})
+		return md.plan(md.len(), dataset.Config{BatchSize: batch, Shuffle: true, Workers: parallel.Threads(), Depth: depth, Transforms: md.transforms})
 	}, nil
 }
 

@@ -48,7 +48,7 @@ func (f *trainFlags) chooseMaxBatch(ctx context.Context, spec zoo.Spec, n int, m
 	if md != nil {
 		cfg := loader()
 		cfg.BatchSize = upper
-		m, err := dataset.PlanMemory(subset{md.src, 0, n}, cfg)
+		m, err := dataset.PlanMemory(md.source(n), md.config(cfg))
 		if err != nil {
 			return fmt.Errorf("--data: %w", err)
 		}

@@ -184,7 +184,10 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			if md, err = openData(f.data, spec); err != nil {
 				return fmt.Errorf("train: --data: %w", err)
 			}
-			n = md.src.Len()
+			if err := md.checkTrain(f.limit, f.valSplit); err != nil {
+				return fmt.Errorf("train: --data %s: %w", f.data, err)
+			}
+			n = md.len()
 			if f.limit > 0 && f.limit < n {
 				n = f.limit
 			}
@@ -260,7 +263,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	var lp loaderPlan // the data loader's memory, as planned
 	if md != nil {
-		if lp, err = planLoader(subset{md.src, 0, n}, loaderCfg()); err != nil {
+		if lp, err = md.plan(n, loaderCfg()); err != nil {
 			return fmt.Errorf("train: --data: %w", err)
 		}
 	}
@@ -296,7 +299,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			plan := func(d int) (loaderPlan, error) {
 				c := loaderCfg()
 				c.Depth = d
-				return planLoader(subset{md.src, 0, n}, c)
+				return md.plan(n, c)
 			}
 			if res, lp, err = fitWithLoader(ctx, prob, plan, depth); err != nil {
 				return fmt.Errorf("train: --budget %s: %w", f.budget, err)
@@ -407,7 +410,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		}
 		cfg := loaderCfg()
 		cfg.Alloc, cfg.Start = staging.alloc, start
-		l, err := dataset.NewLoader(subset{md.src, 0, n}, cfg)
+		l, err := md.newLoader(n, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("--data: %w", err)
 		}
@@ -418,7 +421,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		// The plan's figure against the allocator's own count: nothing
 		// else allocates category input.
 		fmt.Fprintf(out, "data loader input bytes: planned %d, allocator %d\n", lp.allocated, dev.Alloc.Stats().ByCategory[device.Input])
-		return &loaderBatches{l: l, shape: md.shape}, nil
+		return md.batches(l, f.batch), nil
 	}
 	err = r.run(ctx)
 	if err == nil && f.budget != "" {
