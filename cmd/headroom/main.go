@@ -31,6 +31,7 @@ Commands:
   summary   print a model module by module: parameters, output shapes, activation bytes
   report    render a run's --log (or two, compared) as one HTML page with charts
   gan       train ESRGAN (generator and discriminator) on photos, or print its memory table
+  upscale   4× an image with RRDBNet weights in tiles planned to fit a budget
   prepare   turn a text file into a token file, an image folder into tar shards
   version   print the version
 
@@ -169,6 +170,8 @@ func run(ctx context.Context, args []string) error {
 		return cmdGAN(ctx, args[1:])
 	case "prepare":
 		return cmdPrepare(ctx, args[1:])
+	case "upscale":
+		return cmdUpscale(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("headroom", version)
 		return nil

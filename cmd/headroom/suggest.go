@@ -9,7 +9,7 @@ import (
 )
 
 // commands are the names run accepts, for suggestions.
-var commands = []string{"train", "plan", "bench", "viz", "gan", "prepare", "report", "summary", "version", "help"}
+var commands = []string{"train", "plan", "bench", "viz", "gan", "upscale", "prepare", "report", "summary", "version", "help"}
 
 // suggest returns the candidate closest to word when it is close enough to
 // be a typo (at most a third of its letters wrong, or one prefix of the
