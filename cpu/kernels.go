@@ -20,7 +20,7 @@ type AdamConsts = vec.AdamConsts
 // Adam applies the vectorized Adam (or AdamW, through c.Decay) update to a
 // prefix of v with gradients g and moments m and s, and returns the
 // prefix's length; the caller updates the rest element by element. See
-// vec.Adam for the exact rounding.
+// cpu/internal/vec's Adam for the exact rounding.
 func Adam(v, g, m, s []float32, c *AdamConsts) int { return vec.Adam(v, g, m, s, c) }
 
 // Sgemm computes c = alpha*op(a)*op(b) + beta*c with the backend's float32
