@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/budget"
+	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/cpuid"
-	"github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/transform"
@@ -26,17 +26,17 @@ func TestCPUCost(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		f          cpuid.Features
-		k          gemm.Capabilities
+		k          cpu.Capabilities
 		row        string
 		halfFaster bool
 		flops      float64
 	}{
-		{"zen3", avx2, gemm.Capabilities{}, "avx2", false, budget.DefaultCost.FLOPS},
-		{"skylake-x", skx, gemm.Capabilities{AVX512: true}, "avx512", false, 1.7 * budget.DefaultCost.FLOPS},
-		{"avx512 forced off (HEADROOM_SGEMM_KERNEL=avx2)", skx, gemm.Capabilities{}, "avx2", false, budget.DefaultCost.FLOPS},
-		{"cooper lake, bf16 widened", cpl, gemm.Capabilities{AVX512: true}, "avx512", false, 1.7 * budget.DefaultCost.FLOPS},
-		{"cooper lake, native bf16 kernel", cpl, gemm.Capabilities{AVX512: true, NativeBF16: true}, "avx512-bf16 (native bf16 kernel)", true, 1.7 * budget.DefaultCost.FLOPS},
-		{"no vector extensions", cpuid.Features{}, gemm.Capabilities{}, "portable", false, 0.1 * budget.DefaultCost.FLOPS},
+		{"zen3", avx2, cpu.Capabilities{}, "avx2", false, budget.DefaultCost.FLOPS},
+		{"skylake-x", skx, cpu.Capabilities{AVX512: true}, "avx512", false, 1.7 * budget.DefaultCost.FLOPS},
+		{"avx512 forced off (HEADROOM_SGEMM_KERNEL=avx2)", skx, cpu.Capabilities{}, "avx2", false, budget.DefaultCost.FLOPS},
+		{"cooper lake, bf16 widened", cpl, cpu.Capabilities{AVX512: true}, "avx512", false, 1.7 * budget.DefaultCost.FLOPS},
+		{"cooper lake, native bf16 kernel", cpl, cpu.Capabilities{AVX512: true, NativeBF16: true}, "avx512-bf16 (native bf16 kernel)", true, 1.7 * budget.DefaultCost.FLOPS},
+		{"no vector extensions", cpuid.Features{}, cpu.Capabilities{}, "portable", false, 0.1 * budget.DefaultCost.FLOPS},
 	} {
 		cm, row := budget.CPUCost(c.f, c.k)
 		if row != c.row || cm.FLOPS != c.flops || (cm.HalfFLOPS > cm.FLOPS) != c.halfFaster {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
-	blas "github.com/headroom-ml/headroom/internal/gemm"
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"

@@ -3,7 +3,7 @@ package cpu
 import (
 	"sync"
 
-	blas "github.com/headroom-ml/headroom/internal/gemm"
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 )

@@ -3,7 +3,7 @@ package cpu
 import (
 	"math"
 
-	"github.com/headroom-ml/headroom/internal/vec"
+	"github.com/headroom-ml/headroom/cpu/internal/vec"
 )
 
 // Float32 transcendental functions for the hot elementwise kernels, written

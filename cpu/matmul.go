@@ -1,7 +1,7 @@
 package cpu
 
 import (
-	blas "github.com/headroom-ml/headroom/internal/gemm"
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"

@@ -4,8 +4,8 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/headroom-ml/headroom/cpu/internal/vec"
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/internal/vec"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"

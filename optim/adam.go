@@ -4,8 +4,8 @@ import (
 	"errors"
 	"math"
 
+	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/parallel"
-	"github.com/headroom-ml/headroom/internal/vec"
 )
 
 // AdamConfig holds the hyperparameters of torch.optim.Adam and AdamW. Start
@@ -144,9 +144,9 @@ func (o *Adam) Step(params []Param) error {
 		v, g, m, s, mx := p.Value, p.Grad, st.expAvg, st.expAvgSq, st.maxExpSq
 		// The plain update (also AdamW's) has a vectorized loop; a
 		// parameter's elements are split across threads either way.
-		var fast *vec.AdamConsts
+		var fast *cpu.AdamConsts
 		if !c.Maximize && mx == nil && (o.decoupled || c.WeightDecay == 0) {
-			fast = &vec.AdamConsts{B1: b1, OmB1: omb1, B2: b2, OmB2: omb2, BC2Sqrt: bc2Sqrt, Eps: eps, NegStep: negStep, Decay: 1}
+			fast = &cpu.AdamConsts{B1: b1, OmB1: omb1, B2: b2, OmB2: omb2, BC2Sqrt: bc2Sqrt, Eps: eps, NegStep: negStep, Decay: 1}
 			if o.decoupled && c.WeightDecay != 0 {
 				fast.Decay = decay
 			}
@@ -157,7 +157,7 @@ func (o *Adam) Step(params []Param) error {
 		}
 		loops(len(v), 1<<14, func(lo, hi int) {
 			if fast != nil {
-				lo += vec.Adam(v[lo:hi], g[lo:hi], m[lo:hi], s[lo:hi], fast)
+				lo += cpu.Adam(v[lo:hi], g[lo:hi], m[lo:hi], s[lo:hi], fast)
 			}
 			for i := lo; i < hi; i++ {
 				gi := g[i]

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/cpuid"
-	"github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -206,7 +206,7 @@ func machineLine() string {
 		feats = "none detected"
 	}
 	return fmt.Sprintf("CPU: %s (%s/%s, %d logical CPUs); vector extensions: %s\nkernels: %s",
-		cpuid.ModelName(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), feats, gemm.KernelSummary())
+		cpuid.ModelName(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), feats, cpu.KernelSummary())
 }
 
 func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log io.Writer) error {
@@ -260,9 +260,9 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 	fmt.Fprintf(out, "headroom %s bench: %d threads, %d warm-up + %d timed steps, %d round(s), %s\n",
 		version, f.threads, f.warmup, f.steps, f.rounds, prec)
 	fmt.Fprintln(out, machineLine())
-	var peak gemm.Peak
+	var peak cpu.Peak
 	if !f.noPeak {
-		peak = gemm.FMAPeak(f.threads, time.Second)
+		peak = cpu.FMAPeak(f.threads, time.Second)
 		fmt.Fprintf(out, "FMA peak: %.1f GFLOP/s (%s FMAs, %d threads, micro-benchmark)\n", peak.FLOPS/1e9, peak.ISA, peak.Threads)
 	}
 	if f.compare {

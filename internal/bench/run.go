@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/budget"
+	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/internal/cputime"
-	"github.com/headroom-ml/headroom/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/internal/safefile"
 	"github.com/headroom-ml/headroom/nn"
@@ -222,7 +222,7 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 		// product.
 		start, cpu0 := time.Now(), cpuTime()
 		for range GEMMReps {
-			gemm.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
+			cpu.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
 		}
 		d, cpu := time.Since(start).Seconds()/GEMMReps, (cpuTime()-cpu0).Seconds()/GEMMReps
 		if i >= o.Warmup {

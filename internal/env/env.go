@@ -25,7 +25,7 @@ const (
 	Fuse = "HEADROOM_FUSE"
 	// SGEMMKernel names the float32 matrix-multiply kernel to use (avx512,
 	// avx2, go); an unknown or unsupported name keeps the best one. Read
-	// by internal/gemm at start-up.
+	// by cpu/internal/gemm at start-up.
 	SGEMMKernel = "HEADROOM_SGEMM_KERNEL"
 	// FashionMNIST is a directory holding the Fashion-MNIST IDX files.
 	// Read by dataset.Locate.

@@ -262,7 +262,7 @@ func TestSgemmMixedPanics(t *testing.T) {
 // with converting them to float32 (Widen, into buffers allocated once) and
 // calling Sgemm.
 //
-//	go test -run '^$' -bench SgemmBF16 ./internal/gemm
+//	go test -run '^$' -bench SgemmBF16 ./cpu/internal/gemm
 func BenchmarkSgemmBF16(b *testing.B) {
 	for _, typ := range []Type{BFloat16, Float16} {
 		for _, threads := range []int{1, 2} {
@@ -308,7 +308,7 @@ func BenchmarkSgemmBF16(b *testing.B) {
 // the per-pair ratios. It runs only when HEADROOM_GEMM_PERF is set (the
 // number of pairs), with HEADROOM_GEMM_PERF_THREADS threads (default 1).
 //
-//	HEADROOM_GEMM_PERF=31 go test -run HalfPerfReport -v ./internal/gemm
+//	HEADROOM_GEMM_PERF=31 go test -run HalfPerfReport -v ./cpu/internal/gemm
 func TestHalfPerfReport(t *testing.T) {
 	reps, _ := strconv.Atoi(os.Getenv("HEADROOM_GEMM_PERF"))
 	if reps <= 0 {

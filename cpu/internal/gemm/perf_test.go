@@ -18,7 +18,7 @@ import (
 // HEADROOM_GEMM_PERF_THREADS sets the thread count (default 2) and
 // HEADROOM_GEMM_PERF_SHAPE limits the run to one shape of benchShapes.
 //
-//	HEADROOM_GEMM_PERF=30 go test -run PerfReport -v ./internal/gemm
+//	HEADROOM_GEMM_PERF=30 go test -run PerfReport -v ./cpu/internal/gemm
 func TestPerfReport(t *testing.T) {
 	reps, _ := strconv.Atoi(os.Getenv("HEADROOM_GEMM_PERF"))
 	if reps <= 0 {
