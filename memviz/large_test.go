@@ -112,11 +112,13 @@ func BenchmarkLargeSnapshot(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
+		stop := samplePeakHeap()
 		snap, err := memviz.ReadFile(path)
 		if err != nil {
 			b.Fatal(err)
 		}
 		read := time.Since(start)
+		b.ReportMetric(float64(stop())/1e6, "peak-heap-read-MB")
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -226,4 +228,30 @@ func parseFloats(b testing.TB, s string) []float64 {
 		b.Fatalf("%s: %v", s, err)
 	}
 	return out
+}
+
+// samplePeakHeap samples the heap every 20 ms until stop is called, which
+// returns the largest HeapAlloc seen: the peak of a read, within a sample.
+func samplePeakHeap() (stop func() uint64) {
+	peak := new(uint64)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			*peak = max(*peak, ms.HeapAlloc)
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		<-finished
+		return *peak
+	}
 }
