@@ -75,11 +75,11 @@ const envLargeMB = "HEADROOM_LARGE_SNAPSHOT_MB"
 //	go test -run '^$' -bench LargeSnapshot -benchtime 1x ./memviz
 //
 // It measures; it does not fail on a slow result. Memory: generating the
-// file and decoding it (the pickle becomes a tree of generic values
-// before the model is built) take about 30 times the file's size at their
-// peak, so on a machine with less than ~16 GB free ask for a smaller file
-// (HEADROOM_LARGE_SNAPSHOT_MB=50); the server's heap once it serves is
-// about 3 times the file.
+// file takes about 30 times its size at its peak (reading it, with the
+// history read into Events as the pickle is decoded, about 10: 491 MB for
+// 51 MB, was 1193), so on a machine with less than ~16 GB free ask for a
+// smaller file (HEADROOM_LARGE_SNAPSHOT_MB=50); the server's heap once it
+// serves is about 3 times the file.
 func BenchmarkLargeSnapshot(b *testing.B) {
 	mb := 500
 	if v := os.Getenv(envLargeMB); v != "" {
