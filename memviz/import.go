@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/elide"
@@ -116,7 +117,20 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 			return nil, r.jsonError(data, err)
 		}
 	} else {
-		var err error
+		// First with the history's entries read into Events as the
+		// stream is read, so that the generic tree of a long history
+		// never exists whole; anything that attempt cannot handle (an
+		// entry shared through the memo, a walk error) is read again
+		// the plain way, which names the problem exactly as before.
+		s, err := decodeStreaming(name, data)
+		if err == nil {
+			return s, nil
+		}
+		if !replayable(err) {
+			// what the plain read would fail with too, at the same place:
+			// reading again would only double the cost of a bad file
+			return nil, r.pickleError(err)
+		}
 		v, err = pickle.Unmarshal(data, &pickle.Options{
 			MaxElements: int64(len(data))/valuesPerByte + 1<<16,
 			MaxMemory:   memoryPerByte*int64(len(data)) + memoryFloor,
@@ -124,6 +138,58 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 		if err != nil {
 			return nil, r.pickleError(err)
 		}
+	}
+	return r.snapshot(v)
+}
+
+// replayable reports whether a streaming read's error may be the
+// streaming's own doing, so that the file is read again the plain way: a
+// GET of a replaced entry, or nesting and recursion found while an entry
+// was finished early (where the plain read reports them elsewhere). Walk
+// errors (not *pickle.Error) are named by the plain read.
+func replayable(err error) bool {
+	var pe *pickle.Error
+	if !errors.As(err, &pe) {
+		return true
+	}
+	return errors.Is(err, pickle.ErrMemo) || errors.Is(err, pickle.ErrRecursive) ||
+		strings.Contains(pe.Msg, "MaxDepth")
+}
+
+// readEvent is a history entry read while the pickle was decoded, before
+// the reader knew whether the file is headroom's.
+type readEvent struct{ e Event }
+
+// decodeStreaming reads a pickle with Options.Replace turning each
+// history entry (a dict with "action") into a *readEvent as it is read.
+func decodeStreaming(name string, data []byte) (*Snapshot, error) {
+	r := &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{},
+		budget: walkPerByte*int64(len(data)) + walkFloor, fileSize: len(data)}
+	v, err := pickle.Unmarshal(data, &pickle.Options{
+		MaxElements: int64(len(data))/valuesPerByte + 1<<16,
+		MaxMemory:   memoryPerByte*int64(len(data)) + memoryFloor,
+		ReplaceKey:  "action",
+		Replace: func(d *pickle.Dict) (any, bool) {
+			e, err := r.eventFields(d, "")
+			if err != nil {
+				return nil, false
+			}
+			// the frames' generic dicts are freed with the entry
+			if fv, ok := d.Get("frames"); ok {
+				if l, ok := fv.([]any); ok && len(l) > 0 {
+					delete(r.lists, &l[0])
+					for _, f := range l {
+						if fd, ok := f.(*pickle.Dict); ok {
+							delete(r.frames, fd)
+						}
+					}
+				}
+			}
+			return &readEvent{e}, true
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
 	return r.snapshot(v)
 }
@@ -623,11 +689,38 @@ func (r *reader) traces(v any) ([][]Event, []int, error) {
 }
 
 func (r *reader) event(v any, p string) (Event, error) {
-	var e Event
+	if re, ok := v.(*readEvent); ok {
+		return r.finishEvent(re.e), nil
+	}
 	d, err := r.dict(v, p)
+	if err != nil {
+		return Event{}, err
+	}
+	e, err := r.eventFields(d, p)
 	if err != nil {
 		return e, err
 	}
+	return r.finishEvent(e), nil
+}
+
+// finishEvent applies what depends on the file being headroom's, which is
+// known only once the whole file is read.
+func (r *reader) finishEvent(e Event) Event {
+	if r.headroom {
+		if e.Category == categoryUnknown {
+			e.Category = ""
+		}
+		if e.Frames == nil {
+			e.Frames = headroomFrames(e.Category, e.Module, e.Op)
+		}
+	}
+	return e
+}
+
+// eventFields reads an entry's fields, whatever the file's source.
+func (r *reader) eventFields(d *pickle.Dict, p string) (Event, error) {
+	var e Event
+	var err error
 	if e.Action, _, err = r.str(d, p, "action", true); err != nil {
 		return e, err
 	}
@@ -666,7 +759,7 @@ func (r *reader) event(v any, p string) (Event, error) {
 	if e.Pool, _, err = r.str(d, p, "pool", false); err != nil {
 		return e, err
 	}
-	if e.Category, err = r.category(d, p); err != nil {
+	if e.Category, _, err = r.str(d, p, "category", false); err != nil {
 		return e, err
 	}
 	if e.Module, _, err = r.str(d, p, "module", false); err != nil {
@@ -680,9 +773,6 @@ func (r *reader) event(v any, p string) (Event, error) {
 	}
 	if e.Frames, err = r.frameField(d, p); err != nil {
 		return e, err
-	}
-	if r.headroom && e.Frames == nil {
-		e.Frames = headroomFrames(e.Category, e.Module, e.Op)
 	}
 	return e, nil
 }

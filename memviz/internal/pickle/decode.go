@@ -78,6 +78,18 @@ type Options struct {
 	// neither MaxElements nor MaxBytes bounds them. Default
 	// DefaultMaxMemory.
 	MaxMemory int64
+
+	// Replace, when set, is offered each dict that holds the str key
+	// ReplaceKey as it is appended to a list (APPEND, APPENDS), finished
+	// (its lists are []any), and may return a replacement for it, which
+	// the list holds instead. It lets a caller turn the many small dicts
+	// of a long list into its own compact values as they are read, so
+	// that the generic form of each lives only until its list is
+	// appended to. A replaced dict no longer lives in the memo (nor do
+	// the dicts and lists it directly holds): a later GET of one fails
+	// with ErrMemo, and the caller may decode again without Replace.
+	Replace    func(d *Dict) (any, bool)
+	ReplaceKey string
 }
 
 // Limits of Unmarshal, whose input length is known, where Options leaves
@@ -159,10 +171,16 @@ type Decoder struct {
 // hole marks an empty dense memo slot.
 type hole struct{}
 
+// released marks a memo slot whose value Options.Replace replaced.
+type released struct{}
+
 // list is a list while it is being built: a pointer, so that the memo, the
 // stack and containers share it as Python's objects are shared. Decode
 // turns every list into a []any before returning.
-type list struct{ items []any }
+type list struct {
+	items  []any
+	memoAt uint64 // 1 + the memo slot it was first stored in; 0 for none
+}
 
 // NewDecoder returns a Decoder reading from r with the given options (nil
 // for the defaults). It buffers r, so it may read past the end of a
@@ -477,6 +495,9 @@ func (d *Decoder) memoGet(i uint64) error {
 	if !ok {
 		return d.fail(ErrMemo, "memo slot %d was never set", i)
 	}
+	if _, gone := v.(released); gone {
+		return d.fail(ErrMemo, "memo slot %d holds a value replaced as it was read (Options.Replace)", i)
+	}
 	return d.pushShared(v)
 }
 
@@ -485,6 +506,16 @@ func (d *Decoder) memoPut(i uint64) error {
 		return d.fail(ErrMemo, "nothing on the stack to store in memo slot %d", i)
 	}
 	v := d.stack[len(d.stack)-1]
+	switch x := v.(type) {
+	case *Dict:
+		if x.memoAt == 0 {
+			x.memoAt = i + 1
+		}
+	case *list:
+		if x.memoAt == 0 {
+			x.memoAt = i + 1
+		}
+	}
 	switch {
 	case i < uint64(len(d.memo)):
 		if _, isHole := d.memo[i].(hole); isHole {
@@ -599,4 +630,40 @@ func invalidUTF8(b []byte) int {
 		i += n
 	}
 	return -1
+}
+
+// release frees the memo slot of a value Options.Replace replaced, and
+// those of the dicts and lists it directly holds, so that its generic form
+// can be collected.
+func (d *Decoder) release(v any, deep bool) {
+	var at uint64
+	switch x := v.(type) {
+	case *Dict:
+		at = x.memoAt
+		if deep {
+			for _, it := range x.items {
+				d.release(it.Value, false)
+			}
+		}
+	case *list:
+		at = x.memoAt
+		if deep {
+			for _, e := range x.items {
+				d.release(e, false)
+			}
+		}
+	default:
+		return
+	}
+	if at == 0 {
+		return
+	}
+	i := at - 1
+	if i < uint64(len(d.memo)) {
+		if d.memo[i] == v {
+			d.memo[i] = released{}
+		}
+	} else if w, ok := d.sparse[i]; ok && w == v {
+		d.sparse[i] = released{}
+	}
 }

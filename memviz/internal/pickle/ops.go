@@ -728,7 +728,37 @@ func (d *Decoder) appendTo(items []any) error {
 		}
 		l.items = slices.Grow(l.items, grow)
 	}
-	l.items = append(l.items, items...)
+	if d.opts.Replace == nil {
+		l.items = append(l.items, items...)
+		return nil
+	}
+	for _, it := range items {
+		if m, ok := it.(*Dict); ok && m.Has(d.opts.ReplaceKey) {
+			// its containers, taken before finishing turns lists into
+			// []any, to free their memo slots if it is replaced
+			var kids []any
+			for _, kv := range m.items {
+				switch kv.Value.(type) {
+				case *list, *Dict:
+					kids = append(kids, kv.Value)
+				}
+			}
+			// finished without charging: each value is walked once here
+			f := finisher{d: d, state: map[any]int{}}
+			fv, err := f.finish(m)
+			if err != nil {
+				return err
+			}
+			if r, ok := d.opts.Replace(fv.(*Dict)); ok {
+				d.release(m, false)
+				for _, k := range kids {
+					d.release(k, true)
+				}
+				it = r
+			}
+		}
+		l.items = append(l.items, it)
+	}
 	return nil
 }
 

@@ -32,6 +32,8 @@ const smallDict = 16
 type Dict struct {
 	items []Item
 	index map[any]int // hash -> position, once len(items) > smallDict
+	// 1 + the memo slot it was first stored in while decoding; 0 for none
+	memoAt uint64
 }
 
 // NewDict returns an empty dict.
