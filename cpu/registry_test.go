@@ -26,17 +26,17 @@ func kernelGaps(samples []prim.Primitive, kernels map[reflect.Type]Kernel) []str
 		case t.Kernel == prim.KernelRequired && !has:
 			gaps = append(gaps, fmt.Sprintf("%T (%s) has no cpu kernel", p, p.Name()))
 		case t.Kernel == prim.KernelNone && has:
-			gaps = append(gaps, fmt.Sprintf("%T (%s) declares op.KernelNone but has a cpu kernel", p, p.Name()))
+			gaps = append(gaps, fmt.Sprintf("%T (%s) declares prim.KernelNone but has a cpu kernel", p, p.Name()))
 		case t.Kernel != prim.KernelRequired && t.Kernel != prim.KernelNone:
 			gaps = append(gaps, fmt.Sprintf("%T (%s) declares no kernel need", p, p.Name()))
 		}
 		if t.Fusion == prim.FuseElementwise && !fusable(p) {
-			gaps = append(gaps, fmt.Sprintf("%T (%s) is op.FuseElementwise but fusedInstr cannot run it", p, p.Name()))
+			gaps = append(gaps, fmt.Sprintf("%T (%s) is prim.FuseElementwise but fusedInstr cannot run it", p, p.Name()))
 		}
 	}
 	for ty := range kernels {
 		if !known[ty] {
-			gaps = append(gaps, fmt.Sprintf("a cpu kernel is registered for %v, which op.All does not list", ty))
+			gaps = append(gaps, fmt.Sprintf("a cpu kernel is registered for %v, which prim.All does not list", ty))
 		}
 	}
 	sort.Strings(gaps)
@@ -86,17 +86,17 @@ func TestRegistryKernelsReportGaps(t *testing.T) {
 	}
 	samples := append(prim.All(), &missingOp{kernel: prim.KernelRequired})
 	gaps := strings.Join(kernelGaps(samples, ks), "\n")
-	for _, want := range []string{"*cpu.missingOp (missing) has no cpu kernel", "*cpu.missingOp (missing) is op.FuseElementwise"} {
+	for _, want := range []string{"*cpu.missingOp (missing) has no cpu kernel", "*cpu.missingOp (missing) is prim.FuseElementwise"} {
 		if !strings.Contains(gaps, want) {
 			t.Errorf("gaps %q do not report %q", gaps, want)
 		}
 	}
 	ks[reflect.TypeOf(&missingOp{})] = nil
 	gaps = strings.Join(kernelGaps(append(prim.All(), &missingOp{kernel: prim.KernelNone}), ks), "\n")
-	if !strings.Contains(gaps, "declares op.KernelNone but has a cpu kernel") {
+	if !strings.Contains(gaps, "declares prim.KernelNone but has a cpu kernel") {
 		t.Errorf("gaps %q do not report a kernel for a KernelNone op", gaps)
 	}
-	if gaps = strings.Join(kernelGaps(prim.All(), ks), "\n"); !strings.Contains(gaps, "which op.All does not list") {
+	if gaps = strings.Join(kernelGaps(prim.All(), ks), "\n"); !strings.Contains(gaps, "which prim.All does not list") {
 		t.Errorf("gaps %q do not report a kernel for an unlisted type", gaps)
 	}
 }

@@ -64,7 +64,7 @@ func registryGaps(types []string, samples []Primitive) []string {
 	}
 	for _, ty := range types {
 		if !registered[ty] {
-			gaps = append(gaps, "op type "+ty+" is not registered (op.register in its file) and declares no traits")
+			gaps = append(gaps, "op type "+ty+" is not registered (prim.register in its file) and declares no traits")
 		}
 	}
 	return gaps
