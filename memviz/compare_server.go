@@ -16,12 +16,7 @@ func NewCompareServer(c *Comparison) *CompareServer { return &CompareServer{c: c
 
 // ServeHTTP implements http.Handler.
 func (s *CompareServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
-	h.Set("Cache-Control", "no-store")
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	if !guard(w, r) {
 		return
 	}
 	switch r.URL.Path {

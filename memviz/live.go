@@ -118,6 +118,9 @@ func (l *Live) published() int64 {
 // per step, then a "done" message when the run ends), or with poll=1 as
 // one JSON LivePage of the steps from number from on.
 func (l *Live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !guard(w, r) {
+		return
+	}
 	from, err := strconv.ParseInt(r.URL.Query().Get("from"), 10, 64)
 	if err != nil {
 		from = 0

@@ -70,14 +70,24 @@ func (s *Server) analysis(r *http.Request) (*Analysis, error) {
 	return a, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// guard sets the headers every page and API answer carries (no sniffing,
+// nothing from other origins, no caching of a file's data) and refuses
+// methods other than GET and HEAD; false: answered, stop.
+func guard(w http.ResponseWriter, r *http.Request) bool {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
 	h.Set("Cache-Control", "no-store")
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return false
+	}
+	return true
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !guard(w, r) {
 		return
 	}
 	switch r.URL.Path {

@@ -18,7 +18,7 @@ import (
 // commands and the helpers that build models for tests and benchmarks.
 // Everything else (autodiff, transform, schedule, plan, exec, the backends,
 // budget, ...) works on the IR and imports prim. scripts/primrewrite keeps
-// the same list.
+// the same list (TestAllowListMatchesOpTest there keeps them equal).
 var mayImportOp = []string{
 	"op", "nn", "zoo", "train", "gan",
 	"cmd/...",

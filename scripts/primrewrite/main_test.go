@@ -1,8 +1,13 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -84,5 +89,34 @@ func TestRewrite(t *testing.T) {
 	}
 	if r = run(); r.files != 0 {
 		t.Errorf("second run rewrote %d files, want 0", r.files)
+	}
+}
+
+// The allow-list here and the one op's TestImportsOfOp checks are two
+// copies (a test file cannot be imported): they must stay equal, or the
+// tool rewrites code the test then refuses, or the reverse.
+func TestAllowListMatchesOpTest(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "op", "imports_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), "imports_test.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var theirs []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "mayImportOp" || len(vs.Values) != 1 {
+			return true
+		}
+		for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
+			s, _ := strconv.Unquote(e.(*ast.BasicLit).Value)
+			theirs = append(theirs, s)
+		}
+		return false
+	})
+	if !slices.Equal(theirs, mayImportOp) {
+		t.Errorf("op/imports_test.go allows %q, primrewrite %q: keep them equal", theirs, mayImportOp)
 	}
 }
