@@ -20,34 +20,6 @@ import (
 // backend's threads.
 type Kernel func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error
 
-// KernelFunc is what Register and Floats take: a Kernel, or a kernel
-// without the pool argument (backend.Kernel's signature), whose loops, if
-// it has any, run on the process-wide pool (package-level parallel.For),
-// whichever backend runs it. New kernels take the pool.
-type KernelFunc interface {
-	~func(*parallel.Pool, *trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error |
-		~func(*trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error
-}
-
-// asKernel is k as a Kernel.
-func asKernel[K KernelFunc](k K) Kernel {
-	switch k := any(k).(type) {
-	case Kernel:
-		return k
-	case func(*parallel.Pool, *trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error:
-		return k
-	case backend.Kernel:
-		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-			return k(n, in, out, ws)
-		}
-	case func(*trace.Node, []*tensor.Tensor, []*tensor.Tensor, []byte) error:
-		return func(_ *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-			return k(n, in, out, ws)
-		}
-	}
-	panic(fmt.Sprintf("cpu: kernel of type %T: declare it as a cpu.Kernel or a func", k))
-}
-
 // WorkspaceFunc reports the scratch bytes a node's kernel needs.
 type WorkspaceFunc func(n *trace.Node) int64
 
@@ -57,9 +29,9 @@ var (
 )
 
 // Register installs the kernel for ops of type O (a pointer type).
-func Register[O trace.Op, K KernelFunc](k K) {
+func Register[O trace.Op](k Kernel) {
 	var o O
-	kernels[reflect.TypeOf(o)] = asKernel(k)
+	kernels[reflect.TypeOf(o)] = k
 }
 
 // RegisterWorkspace installs the workspace size function for ops of type O.
@@ -184,8 +156,7 @@ func dispatch(n *trace.Node, dt tensor.DType, f32 func() error, f64 func() error
 
 // Floats registers a kernel written once, generically, for float32 and float64
 // (dispatch on the dtype of the first output, or first input if none).
-func Floats[O trace.Op, K KernelFunc](k32f, k64f K) {
-	k32, k64 := asKernel(k32f), asKernel(k64f)
+func Floats[O trace.Op](k32, k64 Kernel) {
 	Register[O](func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 		dt := tensor.Invalid
 		if len(out) > 0 {
