@@ -10,6 +10,7 @@ import (
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
+	"github.com/headroom-ml/headroom/internal/runreport"
 	"github.com/headroom-ml/headroom/memviz"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -125,7 +126,7 @@ func (w *trainWatch) stepDone(step int64, epoch int, loss float64, samples int, 
 	if w == nil {
 		return
 	}
-	rec := stepRecord{Step: step, Epoch: epoch, Loss: loss, Samples: samples, SamplesPerSec: float64(samples) / el.Seconds(),
+	rec := runreport.Step{Step: step, Epoch: epoch, Loss: loss, Samples: samples, SamplesPerSec: float64(samples) / el.Seconds(),
 		StepSec: el.Seconds(), DataWaitSec: wait.Seconds(), PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak}
 	if w.prof != nil {
 		w.prof.stepDone(rec)

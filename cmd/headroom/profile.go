@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/runreport"
 	"github.com/headroom-ml/headroom/internal/safefile"
 	"github.com/headroom-ml/headroom/trace"
 )
@@ -117,7 +118,7 @@ func (p *profiler) observe(i int, n *trace.Node, d time.Duration) {
 }
 
 // stepDone writes the step's slice and the wait for its data before it.
-func (p *profiler) stepDone(rec stepRecord) {
+func (p *profiler) stepDone(rec runreport.Step) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -8,51 +8,15 @@ import (
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/runreport"
 	"github.com/headroom-ml/headroom/internal/tfevents"
 )
 
-// The --log file holds one JSON object per line. Lines without "kind" are
-// steps (stepRecord); a "run" line opens each run (a resumed run adds
-// another) and says what ran and what was planned; an "eval" line follows
-// each evaluation of a set. headroom report reads them all.
-
-// runRecord is the first line of a run.
-type runRecord struct {
-	Kind          string  `json:"kind"` // "run"
-	Time          string  `json:"time"`
-	Model         string  `json:"model"`
-	Parameters    int64   `json:"parameters"`
-	Optimizer     string  `json:"optimizer"`
-	LR            float64 `json:"lr"`
-	Schedule      string  `json:"lr_schedule"`
-	Batch         int     `json:"batch"`
-	MicroBatch    int     `json:"micro_batch"`
-	Accumulation  int     `json:"accumulation"`
-	Precision     string  `json:"precision"`
-	Device        string  `json:"device"`
-	Budget        string  `json:"budget,omitempty"`
-	Threads       int     `json:"threads"`
-	Samples       int     `json:"samples"`
-	StepsPerEpoch int     `json:"steps_per_epoch"`
-	Epochs        int     `json:"epochs"`
-	ResumedAt     int64   `json:"resumed_at,omitempty"`
-	// The memory plan of a step, by category, and as printed.
-	Planned     map[string]int64 `json:"planned"`
-	PlannedPeak int64            `json:"planned_peak"`
-	PlanText    string           `json:"plan_text"`
-}
-
-// evalRecord is one evaluation of a set at the end of an epoch.
-type evalRecord struct {
-	Kind     string   `json:"kind"` // "eval"
-	Step     int64    `json:"step"`
-	Epoch    int      `json:"epoch"`
-	Set      string   `json:"set"` // val, test
-	Loss     float64  `json:"loss"`
-	LossName string   `json:"loss_name"`
-	Accuracy *float64 `json:"accuracy,omitempty"`
-	Samples  int      `json:"samples"`
-}
+// The --log file holds one JSON object per line, of the types
+// internal/runreport declares (and headroom report reads): a run line
+// (runreport.Header) opens each run (a resumed run adds another) and says
+// what ran and what was planned, a step line (runreport.Step) follows each
+// step, an eval line (runreport.Eval) each evaluation of a set.
 
 // openLogs opens --log and --tensorboard.
 func (r *runner) openLogs() error {
@@ -108,7 +72,7 @@ func (r *runner) logRun(stepsPerEpoch int) error {
 	p := r.plan
 	var text bytes.Buffer
 	p.Print(&text)
-	rec := runRecord{Kind: "run", Time: time.Now().UTC().Format(time.RFC3339), Model: r.f.model, Parameters: r.tr.Store.NumParams(),
+	rec := runreport.Header{Kind: runreport.KindRun, Time: time.Now().UTC().Format(time.RFC3339), Model: r.f.model, Parameters: r.tr.Store.NumParams(),
 		Optimizer: r.f.optimizer, LR: r.f.lr, Schedule: r.schedDesc, Batch: r.f.batch, MicroBatch: r.micro, Accumulation: r.accum,
 		Precision: fmt.Sprint(r.tr.Config().Precision), Device: fmt.Sprint(r.dev), Budget: r.f.budget, Threads: parallel.Threads(),
 		Samples: r.n, StepsPerEpoch: stepsPerEpoch, Epochs: r.f.epochs, ResumedAt: r.last.Step,
@@ -121,7 +85,7 @@ func (r *runner) logRun(stepsPerEpoch int) error {
 }
 
 // logStep writes a step's line and its TensorBoard scalars.
-func (r *runner) logStep(rec stepRecord, st device.Stats) error {
+func (r *runner) logStep(rec runreport.Step, st device.Stats) error {
 	rec.PlannedPeak = r.plan.Total()
 	rec.PeakByCategory = map[string]int64{}
 	for _, c := range device.Categories() {
@@ -152,7 +116,7 @@ func (r *runner) logStep(rec stepRecord, st device.Stats) error {
 
 // logEval writes an evaluation's line and scalars.
 func (r *runner) logEval(epoch int, set string, res evalResult) error {
-	rec := evalRecord{Kind: "eval", Step: r.last.Step, Epoch: epoch, Set: set, Loss: res.loss, LossName: res.lossName, Samples: res.n}
+	rec := runreport.Eval{Kind: runreport.KindEval, Step: r.last.Step, Epoch: epoch, Set: set, Loss: res.loss, LossName: res.lossName, Samples: res.n}
 	values := []tfevents.Value{{Tag: set + "/loss", Value: float32(res.loss)}}
 	if res.targets > 0 {
 		acc := float64(res.correct) / float64(res.targets)

@@ -18,6 +18,7 @@ import (
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/internal/runreport"
 	"github.com/headroom-ml/headroom/internal/tfevents"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
@@ -99,26 +100,6 @@ type evalSet struct {
 	name   string
 	src    source
 	lo, hi int
-}
-
-// stepRecord is one line of --log.
-type stepRecord struct {
-	Step           int64    `json:"step"`
-	Epoch          int      `json:"epoch"`
-	Loss           float64  `json:"loss"`
-	LR             float64  `json:"lr"`
-	Samples        int      `json:"samples"`
-	SamplesPerSec  float64  `json:"samples_per_s"`
-	StepSec        float64  `json:"step_s"`
-	DataWaitSec    float64  `json:"data_wait_s"`
-	PeakAllocated  int64    `json:"peak_allocated"`
-	PeakReserved   int64    `json:"peak_reserved"`
-	MicroBatches   int      `json:"micro_batches"`
-	ValidationLoss *float64 `json:"val_loss,omitempty"`
-	// The planned peak of a step and the measured peak's bytes by
-	// category (runlog.go).
-	PlannedPeak    int64            `json:"planned_peak"`
-	PeakByCategory map[string]int64 `json:"peak_by_category,omitempty"`
 }
 
 // openLog opens --log for writing one line per step. It is not written
@@ -636,7 +617,7 @@ func (r *runner) run(ctx context.Context) error {
 			el := time.Since(stepStart)
 			epochWait, epochSteps = epochWait+wait, epochSteps+wait+el
 			r.watch.stepDone(r.last.Step, epoch+1, loss, samples, el, wait, stats)
-			rec := stepRecord{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
+			rec := runreport.Step{Step: r.last.Step, Epoch: epoch + 1, Loss: loss, LR: tr.Opt.LR(), Samples: samples,
 				SamplesPerSec: float64(samples) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
 				PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak,
 				MicroBatches: len(parts) + tr.Splits - splits}

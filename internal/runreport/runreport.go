@@ -18,56 +18,71 @@ import (
 	"strings"
 )
 
-// Step is one step line of the log.
+// The log's lines. headroom train --log writes them (cmd/headroom,
+// runlog.go) and Parse reads them: one declaration for both, so that the
+// writer and the reader cannot drift apart. A line's "kind" says what it
+// is: none for a step, KindRun for a run's first line (a resumed run adds
+// another), KindEval for an evaluation of a set.
+const (
+	KindRun  = "run"
+	KindEval = "eval"
+)
+
+// Step is one step line of the log (it has no "kind").
 type Step struct {
-	Step           int64            `json:"step"`
-	Epoch          int              `json:"epoch"`
-	Loss           float64          `json:"loss"`
-	LR             float64          `json:"lr"`
-	Samples        int              `json:"samples"`
-	SamplesPerSec  float64          `json:"samples_per_s"`
-	StepSec        float64          `json:"step_s"`
-	DataWaitSec    float64          `json:"data_wait_s"`
-	PeakAllocated  int64            `json:"peak_allocated"`
-	PeakReserved   int64            `json:"peak_reserved"`
-	MicroBatches   int              `json:"micro_batches"`
+	Step          int64   `json:"step"`
+	Epoch         int     `json:"epoch"`
+	Loss          float64 `json:"loss"`
+	LR            float64 `json:"lr"`
+	Samples       int     `json:"samples"`
+	SamplesPerSec float64 `json:"samples_per_s"`
+	StepSec       float64 `json:"step_s"`
+	DataWaitSec   float64 `json:"data_wait_s"`
+	PeakAllocated int64   `json:"peak_allocated"`
+	PeakReserved  int64   `json:"peak_reserved"`
+	MicroBatches  int     `json:"micro_batches"`
+	// The planned peak of a step and the measured peak's bytes by
+	// category.
 	PlannedPeak    int64            `json:"planned_peak"`
-	PeakByCategory map[string]int64 `json:"peak_by_category"`
+	PeakByCategory map[string]int64 `json:"peak_by_category,omitempty"`
 }
 
-// Eval is one evaluation of a set.
+// Eval is one evaluation of a set at the end of an epoch.
 type Eval struct {
+	Kind     string   `json:"kind"` // KindEval
 	Step     int64    `json:"step"`
 	Epoch    int      `json:"epoch"`
-	Set      string   `json:"set"`
+	Set      string   `json:"set"` // val, test
 	Loss     float64  `json:"loss"`
 	LossName string   `json:"loss_name"`
-	Accuracy *float64 `json:"accuracy"`
+	Accuracy *float64 `json:"accuracy,omitempty"`
 	Samples  int      `json:"samples"`
 }
 
 // Header is a run line: what ran and what was planned.
 type Header struct {
-	Time          string           `json:"time"`
-	Model         string           `json:"model"`
-	Parameters    int64            `json:"parameters"`
-	Optimizer     string           `json:"optimizer"`
-	LR            float64          `json:"lr"`
-	Schedule      string           `json:"lr_schedule"`
-	Batch         int              `json:"batch"`
-	MicroBatch    int              `json:"micro_batch"`
-	Accumulation  int              `json:"accumulation"`
-	Precision     string           `json:"precision"`
-	Device        string           `json:"device"`
-	Budget        string           `json:"budget"`
-	Threads       int              `json:"threads"`
-	Samples       int              `json:"samples"`
-	StepsPerEpoch int              `json:"steps_per_epoch"`
-	Epochs        int              `json:"epochs"`
-	ResumedAt     int64            `json:"resumed_at"`
-	Planned       map[string]int64 `json:"planned"`
-	PlannedPeak   int64            `json:"planned_peak"`
-	PlanText      string           `json:"plan_text"`
+	Kind          string  `json:"kind"` // KindRun
+	Time          string  `json:"time"`
+	Model         string  `json:"model"`
+	Parameters    int64   `json:"parameters"`
+	Optimizer     string  `json:"optimizer"`
+	LR            float64 `json:"lr"`
+	Schedule      string  `json:"lr_schedule"`
+	Batch         int     `json:"batch"`
+	MicroBatch    int     `json:"micro_batch"`
+	Accumulation  int     `json:"accumulation"`
+	Precision     string  `json:"precision"`
+	Device        string  `json:"device"`
+	Budget        string  `json:"budget,omitempty"`
+	Threads       int     `json:"threads"`
+	Samples       int     `json:"samples"`
+	StepsPerEpoch int     `json:"steps_per_epoch"`
+	Epochs        int     `json:"epochs"`
+	ResumedAt     int64   `json:"resumed_at,omitempty"`
+	// The memory plan of a step, by category, and as printed.
+	Planned     map[string]int64 `json:"planned"`
+	PlannedPeak int64            `json:"planned_peak"`
+	PlanText    string           `json:"plan_text"`
 }
 
 // Run is a parsed log.
@@ -103,7 +118,7 @@ func Parse(name string, r io.Reader) (*Run, error) {
 			continue
 		}
 		switch kind.Kind {
-		case "run":
+		case KindRun:
 			var h Header
 			if err := json.Unmarshal(line, &h); err != nil {
 				run.Skipped++
@@ -114,7 +129,7 @@ func Parse(name string, r io.Reader) (*Run, error) {
 				run.Evals = slices.DeleteFunc(run.Evals, func(e Eval) bool { return e.Step > h.ResumedAt })
 			}
 			run.Headers = append(run.Headers, h)
-		case "eval":
+		case KindEval:
 			var e Eval
 			if err := json.Unmarshal(line, &e); err != nil {
 				run.Skipped++

@@ -2,7 +2,9 @@ package runreport
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -101,4 +103,31 @@ func fmtFloats(v []float64) string {
 		s = append(s, shortNum(x))
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// What the writer marshals (the same types) Parse reads back unchanged,
+// each line as its kind.
+func TestLinesRoundTrip(t *testing.T) {
+	acc := 0.75
+	h := Header{Kind: KindRun, Model: "cnn", Batch: 32, Planned: map[string]int64{"parameter": 512}, PlannedPeak: 4096, PlanText: "plan\n"}
+	s := Step{Step: 1, Epoch: 1, Loss: 2.25, Samples: 32, PeakAllocated: 4096, PlannedPeak: 4096, PeakByCategory: map[string]int64{"activation": 1024}}
+	e := Eval{Kind: KindEval, Step: 1, Epoch: 1, Set: "test", Loss: 2, LossName: "loss", Accuracy: &acc, Samples: 8}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, v := range []any{h, s, e} {
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(strings.SplitN(buf.String(), "\n", 3)[1], `"kind"`) {
+		t.Errorf("a step line has a kind: %s", buf.String())
+	}
+	r, err := Parse("rt", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Skipped != 0 || len(r.Headers) != 1 || len(r.Steps) != 1 || len(r.Evals) != 1 ||
+		!reflect.DeepEqual(r.Headers[0], h) || !reflect.DeepEqual(r.Steps[0], s) || !reflect.DeepEqual(r.Evals[0], e) {
+		t.Errorf("read back %+v", r)
+	}
 }
