@@ -34,6 +34,43 @@ type LiveStep struct {
 	PeakAllocated int64    `json:"peak_allocated"` // during the step
 	PeakReserved  int64    `json:"peak_reserved"`
 	TimeUS        int64    `json:"time_us"` // when it ended
+	// Process is the whole process's memory after the step, next to the
+	// allocator's (nil: not sampled).
+	Process *ProcessMemory `json:"process,omitempty"`
+}
+
+// ProcessMemory is a whole process's memory at one moment, beside the
+// device allocator's own numbers (the role Memray plays for Python): the
+// Go heap, the resident memory the OS counts, the device segments the
+// allocator mapped (outside the Go heap on the cpu device), and the data
+// loader's buffers. Resident memory holds the touched part of the
+// segments, the Go heap and everything else (code, stacks, the runtime).
+type ProcessMemory struct {
+	// Resident and ResidentPeak are VmRSS and VmHWM (/proc/self/status);
+	// -1 where the OS does not say (off Linux).
+	Resident     int64 `json:"resident"`
+	ResidentPeak int64 `json:"resident_peak"`
+	// GoHeap is the bytes of Go heap objects (live, and dead ones not yet
+	// swept: runtime/metrics /memory/classes/heap/objects:bytes),
+	// GoHeapObjects their count, GoRuntime all the memory the Go runtime
+	// has mapped (/memory/classes/total:bytes) and GCCycles the garbage
+	// collections completed.
+	GoHeap        int64 `json:"go_heap"`
+	GoHeapObjects int64 `json:"go_heap_objects"`
+	GoRuntime     int64 `json:"go_runtime"`
+	GCCycles      int64 `json:"gc_cycles"`
+	// Segments is the bytes of the device segments the allocator has
+	// mapped (its reserved bytes), SegmentCount how many; Allocated the
+	// bytes of its allocated blocks.
+	Segments     int64 `json:"segments"`
+	SegmentCount int64 `json:"segment_count"`
+	Allocated    int64 `json:"allocated"`
+	// LoaderStaging is the data loader's staging buffers on the device
+	// (the allocator's input category), LoaderHeap what it holds on the
+	// Go heap (shuffle state, decode scratch, a source kept in memory);
+	// both 0 without a loader.
+	LoaderStaging int64 `json:"loader_staging"`
+	LoaderHeap    int64 `json:"loader_heap"`
 }
 
 // FiniteLoss is a LiveStep's Loss: nil unless v is finite.

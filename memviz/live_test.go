@@ -3,6 +3,7 @@ package memviz_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -47,7 +48,8 @@ func liveStep(t *testing.T, a *device.Allocator, l *memviz.Live, n int64, leak i
 	end()
 	st := a.Stats()
 	l.Publish(memviz.LiveStep{Step: n, Epoch: 1, Loss: memviz.FiniteLoss(3 / float64(n)), Samples: 32, SamplesPerSec: 100,
-		Allocated: st.AllocatedBytes.Current, Reserved: st.ReservedBytes.Current, PeakAllocated: st.AllocatedBytes.Peak, PeakReserved: st.ReservedBytes.Peak})
+		Allocated: st.AllocatedBytes.Current, Reserved: st.ReservedBytes.Current, PeakAllocated: st.AllocatedBytes.Peak, PeakReserved: st.ReservedBytes.Peak,
+		Process: &memviz.ProcessMemory{Resident: 100<<20 + n, ResidentPeak: 200 << 20, Segments: st.ReservedBytes.Current, GoHeap: 7 << 20, GCCycles: n}})
 }
 
 // The poll API pages through the steps kept (the latest MaxLiveSteps) and
@@ -112,6 +114,11 @@ func TestBrowserLive(t *testing.T) {
 	}
 	p.wait(`[...document.querySelectorAll('#step-bars rect')].map(r => r.dataset.peak).join(' ')`, strconv.Quote("1048576 2097152 3145728"))
 	p.wait(`document.querySelectorAll('#live-loss').length`, "1")
+	// the whole process beside the allocator, as the last step sampled it
+	p.wait(`document.getElementById('live-process').dataset.resident`, strconv.Quote(strconv.FormatInt(100<<20+3, 10)))
+	if got := p.eval(`[...['segments', 'goHeap', 'gcCycles']].map(k => document.getElementById('live-process').dataset[k]).join(' ') + ' ' + document.getElementById('live-process').hidden`); got != strconv.Quote(fmt.Sprintf("%d %d 3 false", a.Stats().ReservedBytes.Current, 7<<20)) {
+		t.Errorf("process line: %s (%s)", got, p.eval(`document.getElementById('live-process').textContent`))
+	}
 	l.Finish("training finished")
 	p.wait(`document.getElementById('live-status').dataset.done || ''`, `"true"`)
 }

@@ -59,17 +59,18 @@ type trainWatch struct {
 	live *memviz.Live
 	stop func() error // stops the live server
 	prof *profiler
+	proc *procProbe // the whole-process view, sampled after each step
 }
 
 // newTrainWatch starts what f asks for on dev and tr: the live view's
 // server and the profiler. Close it when training ends.
-func newTrainWatch(ctx context.Context, f watchFlags, dev *device.Device, tr *train.Trainer, out io.Writer) (*trainWatch, error) {
+func newTrainWatch(ctx context.Context, f watchFlags, dev *device.Device, tr *train.Trainer, proc *procProbe, out io.Writer) (*trainWatch, error) {
 	if f.live == "" && f.profile == "" {
 		return nil, nil
 	}
-	w := &trainWatch{}
+	w := &trainWatch{proc: proc}
 	if f.profile != "" {
-		p, err := newProfiler(f.profile, dev)
+		p, err := newProfiler(f.profile, "headroom train", 1, dev, proc)
 		if err != nil {
 			return nil, fmt.Errorf("--profile: %w", err)
 		}
@@ -128,13 +129,14 @@ func (w *trainWatch) stepDone(step int64, epoch int, loss float64, samples int, 
 	}
 	rec := runreport.Step{Step: step, Epoch: epoch, Loss: loss, Samples: samples, SamplesPerSec: float64(samples) / el.Seconds(),
 		StepSec: el.Seconds(), DataWaitSec: wait.Seconds(), PeakAllocated: stats.AllocatedBytes.Peak, PeakReserved: stats.ReservedBytes.Peak}
+	pm := w.proc.sample()
 	if w.prof != nil {
-		w.prof.stepDone(rec)
+		w.prof.stepDone(rec, pm)
 	}
 	if w.live != nil {
 		w.live.Publish(memviz.LiveStep{Step: rec.Step, Epoch: rec.Epoch, Loss: memviz.FiniteLoss(rec.Loss), Samples: rec.Samples,
 			SamplesPerSec: rec.SamplesPerSec, StepSec: rec.StepSec, Allocated: stats.AllocatedBytes.Current, Reserved: stats.ReservedBytes.Current,
-			PeakAllocated: rec.PeakAllocated, PeakReserved: rec.PeakReserved, TimeUS: time.Now().UnixMicro()})
+			PeakAllocated: rec.PeakAllocated, PeakReserved: rec.PeakReserved, TimeUS: time.Now().UnixMicro(), Process: &pm})
 	}
 }
 

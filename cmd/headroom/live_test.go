@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,10 @@ func TestTrainLive(t *testing.T) {
 			Allocated     int64    `json:"allocated"`
 			Reserved      int64    `json:"reserved"`
 			PeakAllocated int64    `json:"peak_allocated"`
+			Process       *struct {
+				Segments int64 `json:"segments"`
+				GoHeap   int64 `json:"go_heap"`
+			} `json:"process"`
 		} `json:"steps"`
 	}
 	for deadline := time.Now().Add(60 * time.Second); !page.Done; time.Sleep(20 * time.Millisecond) {
@@ -101,6 +106,10 @@ func TestTrainLive(t *testing.T) {
 	for i, s := range page.Steps {
 		if s.Step != int64(i+1) || s.Loss == nil || *s.Loss <= 0 || s.SamplesPerSec <= 0 || s.Allocated <= 0 || s.Reserved < s.Allocated || s.PeakAllocated < s.Allocated {
 			t.Errorf("step %d: %+v", i, s)
+		}
+		// the process view, sampled with the allocator's numbers
+		if s.Process == nil || s.Process.Segments != s.Reserved || s.Process.GoHeap <= 0 {
+			t.Errorf("step %d: process %+v, reserved %d", i, s.Process, s.Reserved)
 		}
 	}
 	var sum struct {
@@ -193,8 +202,9 @@ func TestTrainProfile(t *testing.T) {
 	}
 
 	perStep := map[int64]int{}
-	stepSlices, dataSlices, counters, threads := 0, 0, 0, 0
+	stepSlices, dataSlices, counters, threads, procCounters := 0, 0, 0, 0, 0
 	var lastTs float64
+	var lastReserved int64
 	for i, e := range tr.TraceEvents {
 		if e.Pid == nil || *e.Pid != 1 {
 			t.Fatalf("event %d %+v: no pid", i, e)
@@ -235,10 +245,32 @@ func TestTrainProfile(t *testing.T) {
 			}
 		case "C":
 			var a map[string]int64
-			if err := json.Unmarshal(e.Args, &a); err != nil || a["allocated"] <= 0 || a["reserved"] < a["allocated"] || e.Ts == nil {
+			if err := json.Unmarshal(e.Args, &a); err != nil || e.Ts == nil {
 				t.Errorf("counter %d: %s (%v)", i, e.Args, err)
 			}
-			counters++
+			switch e.Name {
+			case "memory":
+				if a["allocated"] <= 0 || a["reserved"] < a["allocated"] {
+					t.Errorf("counter %d: %s", i, e.Args)
+				}
+				counters++
+				lastReserved = a["reserved"]
+			case "process memory":
+				// the segments are the allocator's reserved bytes (as the
+				// last node left them: nothing maps between steps here),
+				// and resident memory holds them and the Go heap
+				if (lastReserved != 0 && a["device_segments"] != lastReserved) || a["go_heap"] <= 0 || a["go_runtime"] < a["go_heap"] ||
+					runtime.GOOS == "linux" && a["resident"] < a["device_segments"]+a["go_heap"]/2 {
+					t.Errorf("process counter %d: %s (reserved %d)", i, e.Args, lastReserved)
+				}
+				procCounters++
+			case "data loader", "go gc":
+				if _, ok := a["staging"]; !ok && e.Name == "data loader" || e.Name == "go gc" && a["heap_objects"] <= 0 {
+					t.Errorf("counter %d %s: %s", i, e.Name, e.Args)
+				}
+			default:
+				t.Errorf("counter %d: %q", i, e.Name)
+			}
 		default:
 			t.Errorf("event %d: phase %q", i, e.Ph)
 		}
@@ -255,6 +287,9 @@ func TestTrainProfile(t *testing.T) {
 	}
 	if len(perStep) != steps || counters != nodes {
 		t.Errorf("node slices in steps %v; %d counters for %d nodes", perStep, counters, nodes)
+	}
+	if procCounters != steps+1 {
+		t.Errorf("%d process counters, want one at the start and one per step (%d)", procCounters, steps+1)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/runreport"
 	"github.com/headroom-ml/headroom/internal/safefile"
+	"github.com/headroom-ml/headroom/memviz"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -28,8 +29,15 @@ const (
 // are written as they happen, through a buffer, to a temporary file put
 // in place when training ends (safefile), so memory stays flat however
 // long the run.
+//
+// The same writer serves bench --profile (bench.go): each workload's child
+// process writes its own trace under a process id of its own, and the
+// parent merges them into one file (mergeProfiles), one Perfetto process
+// per child.
 type profiler struct {
 	mu    sync.Mutex
+	pid   int
+	proc  *procProbe // the whole-process counters (procview.go); nil: none
 	f     *safefile.File
 	w     *bufio.Writer
 	err   error
@@ -43,22 +51,47 @@ type profiler struct {
 	nodes int64     // node slices written
 }
 
-func newProfiler(path string, dev *device.Device) (*profiler, error) {
+// newProfiler starts a trace at path of the process named process (its
+// pid in the trace; train is 1) running on dev, with proc's counters.
+func newProfiler(path, process string, pid int, dev *device.Device, proc *procProbe) (*profiler, error) {
 	f, err := safefile.Create(path, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	p := &profiler{f: f, w: bufio.NewWriterSize(f, 1<<16), dev: dev, t0: time.Now(), last: -1}
-	p.w.WriteString(`{"displayTimeUnit":"ms","otherData":{"producer":"headroom train --profile"},"traceEvents":[` + "\n")
+	p := &profiler{f: f, w: bufio.NewWriterSize(f, 1<<16), dev: dev, t0: time.Now(), last: -1, pid: pid, proc: proc}
+	producer, _ := json.Marshal(process + " --profile")
+	p.w.WriteString(`{"displayTimeUnit":"ms","otherData":{"producer":` + string(producer) + `},"traceEvents":[` + "\n")
 	meta := func(tid int, name string, sort int) {
-		p.event(map[string]any{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": map[string]any{"name": name}})
-		p.event(map[string]any{"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": map[string]any{"sort_index": sort}})
+		p.event(map[string]any{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": map[string]any{"name": name}})
+		p.event(map[string]any{"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": map[string]any{"sort_index": sort}})
 	}
-	p.event(map[string]any{"name": "process_name", "ph": "M", "pid": 1, "args": map[string]any{"name": "headroom train"}})
+	p.event(map[string]any{"name": "process_name", "ph": "M", "pid": pid, "args": map[string]any{"name": process}})
+	p.event(map[string]any{"name": "process_sort_index", "ph": "M", "pid": pid, "args": map[string]any{"sort_index": pid}})
 	meta(tidSteps, "steps", 0)
 	meta(tidNodes, "nodes (ops)", 1)
 	meta(tidData, "data loader", 2)
+	if proc != nil {
+		p.processCounters(proc.sample()) // where the run starts from
+	}
 	return p, nil
+}
+
+// processCounters writes the whole-process view at this moment as
+// counters, one track each (Perfetto draws a counter event's arguments
+// as tracks of their own): resident memory beside the device segments
+// and the Go heap, in bytes; the data loader's bytes; the Go heap's
+// objects and collections.
+func (p *profiler) processCounters(m memviz.ProcessMemory) {
+	ts := p.us(time.Now())
+	mem := map[string]any{"device_segments": m.Segments, "go_heap": m.GoHeap, "go_runtime": m.GoRuntime}
+	if m.Resident >= 0 { // unknown off Linux: left out, not drawn as 0
+		mem["resident"] = m.Resident
+	}
+	p.event(map[string]any{"name": "process memory", "ph": "C", "pid": p.pid, "ts": ts, "args": mem})
+	p.event(map[string]any{"name": "data loader", "ph": "C", "pid": p.pid, "ts": ts,
+		"args": map[string]any{"staging": m.LoaderStaging, "heap": m.LoaderHeap}})
+	p.event(map[string]any{"name": "go gc", "ph": "C", "pid": p.pid, "ts": ts,
+		"args": map[string]any{"heap_objects": m.GoHeapObjects, "cycles": m.GCCycles}})
 }
 
 // us is t in microseconds since the profile began.
@@ -110,29 +143,44 @@ func (p *profiler) observe(i int, n *trace.Node, d time.Duration) {
 	if n.Module != "" {
 		label = n.Module + "/" + name
 	}
-	p.event(map[string]any{"name": label, "cat": cat, "ph": "X", "pid": 1, "tid": tidNodes, "ts": p.us(now.Add(-d)), "dur": float64(d.Nanoseconds()) / 1e3, "args": args})
-	p.event(map[string]any{"name": "memory", "ph": "C", "pid": 1, "ts": p.us(now),
+	p.event(map[string]any{"name": label, "cat": cat, "ph": "X", "pid": p.pid, "tid": tidNodes, "ts": p.us(now.Add(-d)), "dur": float64(d.Nanoseconds()) / 1e3, "args": args})
+	p.event(map[string]any{"name": "memory", "ph": "C", "pid": p.pid, "ts": p.us(now),
 		"args": map[string]any{"allocated": st.AllocatedBytes.Current, "reserved": st.ReservedBytes.Current}})
 	p.alloc = st.AllocatedBytes.Current
 	p.nodes++
 }
 
-// stepDone writes the step's slice and the wait for its data before it.
-func (p *profiler) stepDone(rec runreport.Step) {
+// stepDone writes the step's slice, the wait for its data before it, and
+// the process's memory after it (pm).
+func (p *profiler) stepDone(rec runreport.Step, pm memviz.ProcessMemory) {
+	p.stepDoneAs(rec, pm, "")
+}
+
+// stepDoneAs is stepDone with a note on the step's name (bench's warm-up
+// steps).
+func (p *profiler) stepDoneAs(rec runreport.Step, pm memviz.ProcessMemory, note string) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if rec.DataWaitSec > 0 {
 		wait := time.Duration(rec.DataWaitSec * float64(time.Second))
-		p.event(map[string]any{"name": "data wait", "cat": "data", "ph": "X", "pid": 1, "tid": tidData,
+		p.event(map[string]any{"name": "data wait", "cat": "data", "ph": "X", "pid": p.pid, "tid": tidData,
 			"ts": p.us(p.begin.Add(-wait)), "dur": float64(wait.Nanoseconds()) / 1e3, "args": map[string]any{"step": p.step}})
 	}
 	args := map[string]any{"step": rec.Step, "epoch": rec.Epoch, "samples": rec.Samples, "passes": p.pass, "peak_allocated": rec.PeakAllocated, "peak_reserved": rec.PeakReserved}
 	if l := rec.Loss; l == l && l-l == 0 { // finite: JSON has no NaN
 		args["loss"] = l
 	}
-	p.event(map[string]any{"name": fmt.Sprintf("step %d", rec.Step), "cat": "step", "ph": "X", "pid": 1, "tid": tidSteps,
+	name := fmt.Sprintf("step %d", rec.Step)
+	if note != "" {
+		name += " (" + note + ")"
+		args["note"] = note
+	}
+	p.event(map[string]any{"name": name, "cat": "step", "ph": "X", "pid": p.pid, "tid": tidSteps,
 		"ts": p.us(p.begin), "dur": float64(now.Sub(p.begin).Nanoseconds()) / 1e3, "args": args})
+	if p.proc != nil {
+		p.processCounters(pm)
+	}
 }
 
 // close ends the JSON and puts the file in place.
@@ -140,7 +188,7 @@ func (p *profiler) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A last metadata event, so the list ends without a trailing comma.
-	data, _ := json.Marshal(map[string]any{"name": "process_labels", "ph": "M", "pid": 1,
+	data, _ := json.Marshal(map[string]any{"name": "process_labels", "ph": "M", "pid": p.pid,
 		"args": map[string]any{"labels": fmt.Sprintf("%d nodes executed in %d steps", p.nodes, p.step)}})
 	p.w.Write(data)
 	p.w.WriteString("\n]}\n")

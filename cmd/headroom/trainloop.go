@@ -380,7 +380,8 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		fmt.Fprintf(out, "device %v: shapes only, nothing runs (this is the plan; no step, loss or accuracy)\n", dev)
 		return writeTrainSnapshot(f, dev, out)
 	}
-	watch, err := newTrainWatch(ctx, f.watch, dev, tr, out)
+	proc := newProcProbe(dev) // the whole-process view (procview.go)
+	watch, err := newTrainWatch(ctx, f.watch, dev, tr, proc, out)
 	if err != nil {
 		return err
 	}
@@ -396,6 +397,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			return nil, fmt.Errorf("--data: %w", err)
 		}
 		m := l.Memory()
+		proc.setLoader(m)
 		fmt.Fprintf(out, "data loader: %s staging (%d x %s) from the device as input, shuffle %s, scratch %d x %s; %s in all\n",
 			device.FormatBytes(m.Staging()), m.Depth, device.FormatBytes(m.StagingBuffer), device.FormatBytes(m.Shuffle),
 			m.Workers, device.FormatBytes(m.ScratchPerWorker), device.FormatBytes(m.Total()))
@@ -405,6 +407,9 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return md.batches(l, f.batch), nil
 	}
 	err = r.run(ctx)
+	if err == nil {
+		proc.printProcess(out)
+	}
 	if err == nil && f.budget != "" {
 		b, _ := device.ParseBytes(f.budget)
 		reportPeak(out, b)

@@ -115,6 +115,7 @@ function startLive() {
       `${st.samples_per_s.toFixed(0)} samples/s, allocated ${fmt(st.allocated)}, reserved ${fmt(st.reserved)}, ` +
       `step peak ${fmt(st.peak_allocated)} allocated, ${fmt(st.peak_reserved)} reserved`;
     for (const [k, v] of Object.entries({step: st.step, allocated: st.allocated, reserved: st.reserved})) p.setAttribute('data-' + k, v);
+    liveProcess(st.process);
     drawLive();
     // the whole run so far, from a fresh page of events
     if (!liveReload) liveReload = setTimeout(() => { liveReload = null; zoom = null; listFrom = -1; load().catch(fail); }, 2000);
@@ -124,6 +125,19 @@ function startLive() {
     $('live-status').setAttribute('data-done', 'true');
     liveSource.close();
   });
+}
+// liveProcess: the whole process beside the allocator (resident memory,
+// device segments, Go heap, data loader), when the run samples it.
+function liveProcess(m) {
+  const p = $('live-process');
+  if (!m) { p.hidden = true; return; }
+  p.hidden = false;
+  let t = `Process: ${m.resident >= 0 ? `resident ${fmt(m.resident)} (peak ${fmt(m.resident_peak)})` : 'resident memory unknown on this OS'}, ` +
+    `device segments ${fmt(m.segments)} mapped (${m.segment_count}), ${fmt(m.allocated)} allocated in them, ` +
+    `Go heap ${fmt(m.go_heap)} in ${m.go_heap_objects} objects (runtime ${fmt(m.go_runtime)}, ${m.gc_cycles} GCs)`;
+  if (m.loader_staging || m.loader_heap) t += `, data loader ${fmt(m.loader_staging)} staging and ${fmt(m.loader_heap)} on the heap`;
+  p.textContent = t;
+  for (const [k, v] of Object.entries({resident: m.resident, segments: m.segments, 'go-heap': m.go_heap, 'gc-cycles': m.gc_cycles, 'loader-staging': m.loader_staging})) p.setAttribute('data-' + k, v);
 }
 // drawLive: the loss (line) and the allocated and reserved peaks (bars,
 // scaled to the largest) of the steps so far.

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/headroom-ml/headroom/dataset"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/memviz"
+)
+
+// statmResident is the resident memory from /proc/self/statm, a source
+// other than the /proc/self/status the probe reads.
+func statmResident(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skipf("no /proc/self/statm: %v", err)
+	}
+	pages, err := strconv.ParseInt(strings.Fields(string(b))[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+// The whole-process view against independent sources: the segments are
+// the allocator's own statistics, touching a block's pages shows in the
+// resident memory (which holds every touched segment byte), the Go heap
+// is what runtime.ReadMemStats says, and the collections counted are the
+// ones forced.
+func TestProcessMemory(t *testing.T) {
+	dev := device.CPU()
+	probe := newProcProbe(dev)
+	before := probe.sample()
+	const size = 48 << 20
+	b, err := dev.Alloc.Allocate(size, device.Tag{Category: device.Activation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Alloc.Free(b)
+	for i := 0; i < len(b.Data); i += 4096 {
+		b.Data[i] = 1
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := probe.sample()
+	st := dev.Alloc.Stats()
+	if m.Segments != st.ReservedBytes.Current || m.SegmentCount != st.Segment.Current || m.Allocated != st.AllocatedBytes.Current || m.Segments < size {
+		t.Errorf("segments %d (%d), allocated %d; the allocator says reserved %d in %d segments, allocated %d",
+			m.Segments, m.SegmentCount, m.Allocated, st.ReservedBytes.Current, st.Segment.Current, st.AllocatedBytes.Current)
+	}
+	if m.GCCycles < int64(ms.NumGC) || m.GCCycles < before.GCCycles+1 {
+		t.Errorf("%d GC cycles, ReadMemStats says %d (before %d)", m.GCCycles, ms.NumGC, before.GCCycles)
+	}
+	// right after a collection the heap is what survived it, give or take
+	// what ReadMemStats and the probe allocated since
+	const slack = 4 << 20
+	if d := m.GoHeap - int64(ms.HeapAlloc); d < -slack || d > slack || m.GoHeapObjects <= 0 || m.GoRuntime < m.GoHeap {
+		t.Errorf("Go heap %d (%d objects, runtime %d), ReadMemStats HeapAlloc %d", m.GoHeap, m.GoHeapObjects, m.GoRuntime, ms.HeapAlloc)
+	}
+	if m.LoaderStaging != 0 || m.LoaderHeap != 0 {
+		t.Errorf("loader bytes without a loader: %+v", m)
+	}
+	if runtime.GOOS != "linux" {
+		if m.Resident != -1 {
+			t.Errorf("resident %d off Linux", m.Resident)
+		}
+		return
+	}
+	statm := statmResident(t)
+	if d := m.Resident - statm; d < -slack || d > slack {
+		t.Errorf("resident %d, statm says %d", m.Resident, statm)
+	}
+	if m.Resident < size || m.Resident-before.Resident < size-slack || m.ResidentPeak < m.Resident {
+		t.Errorf("resident %d (peak %d, %d before touching %d bytes of segments)", m.Resident, m.ResidentPeak, before.Resident, size)
+	}
+	// a loader's staging is the allocator's input category
+	in, err := dev.Alloc.Allocate(1<<20, device.Tag{Category: device.Input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Alloc.Free(in)
+	probe.setLoader(dataset.Memory{Shuffle: 800, ScratchPerWorker: 100, Workers: 2, Source: 5})
+	if m := probe.sample(); m.LoaderStaging != 1<<20 || m.LoaderHeap != 1005 {
+		t.Errorf("loader staging %d, heap %d", m.LoaderStaging, m.LoaderHeap)
+	}
+}
+
+func TestFormatProcess(t *testing.T) {
+	line := formatProcess(newProcProbe(nil).sample())
+	if !strings.Contains(line, "Go heap") || strings.Contains(line, "data loader") {
+		t.Errorf("%s", line)
+	}
+	if line := formatProcess(memviz.ProcessMemory{Resident: -1, ResidentPeak: -1}); !strings.Contains(line, "resident memory unknown") {
+		t.Errorf("off Linux: %s", line)
+	}
+}
+
+// train ends with the whole-process line, its segments those of the run.
+func TestTrainProcessLine(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	f := trainFlags{model: "mlp", epochs: 1, batch: 32, lr: 1e-3, optimizer: "adam", device: "cpu", seed: 1, limit: 64, steps: 2}
+	var out bytes.Buffer
+	if err := trainFashion(context.Background(), f, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^process memory: .*device segments (\S+ \S+) mapped \((\d+)\).*Go heap`).FindStringSubmatch(out.String())
+	if m == nil || m[2] == "0" {
+		t.Errorf("no process line:\n%s", out.String())
+	}
+}
