@@ -35,6 +35,11 @@ type benchFlags struct {
 	cpuprofile string
 	opProfile  bool
 	child      string
+	// profile is --profile (benchprofile.go); profilePid and profileName
+	// name a child's process in it.
+	profile     string
+	profilePid  int
+	profileName string
 }
 
 // benchFlagSet defines bench's flags on a new flag set.
@@ -56,7 +61,10 @@ func benchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.BoolVar(&f.noPeak, "no-peak", false, "do not measure the FMA peak (nor print the fraction of it each workload reached)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of headroom's timed steps to `file` (one workload only)")
 	fs.BoolVar(&f.opProfile, "op-profile", false, "print headroom's kernel time per op for each workload")
+	fs.StringVar(&f.profile, "profile", "", "write a profiler trace of headroom's measurements to `file`, as train --profile does (Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing: a slice per executed node and per step, warm-up steps included, memory and whole-process counters); each workload and round is a process of its own in it. Profiling every node slows the timed steps a little")
 	fs.StringVar(&f.child, "child", "", "(internal) measure this workload in this process and print the result line")
+	fs.IntVar(&f.profilePid, "profile-pid", 0, "(internal) with --child: the process id of this child's trace")
+	fs.StringVar(&f.profileName, "profile-name", "", "(internal) with --child: the process name of this child's trace")
 	return fs
 }
 
@@ -184,6 +192,11 @@ func benchMain(ctx context.Context, f benchFlags, fs *flag.FlagSet) error {
 			return fmt.Errorf("bench: --cpuprofile: %w", err)
 		}
 	}
+	if f.profile != "" {
+		if err := checkOutputPath(f.profile); err != nil {
+			return fmt.Errorf("bench: --profile: %w", err)
+		}
+	}
 	return benchRun(ctx, f, ws, os.Stdout, os.Stderr)
 }
 
@@ -215,6 +228,13 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 		return err
 	}
 	prec, _ := benchPrecision(f.precision)
+	var prof *benchProfile
+	if f.profile != "" {
+		if prof, err = newBenchProfile(f.profile); err != nil {
+			return err
+		}
+		defer os.RemoveAll(prof.dir)
+	}
 	d := &bench.Driver{
 		Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Rounds: f.rounds, Seed: f.seed, Log: log,
 		Precision: prec.String(),
@@ -225,6 +245,9 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 			}
 			if f.opProfile {
 				argv = append(argv, "--op-profile")
+			}
+			if prof != nil {
+				argv = append(argv, prof.childArgs(name)...)
 			}
 			return argv
 		},
@@ -269,6 +292,15 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 		fmt.Fprintf(out, "PyTorch %s (%s): %s\n", ptVersion, d.Python, peer)
 	}
 	rows, err := d.Run(ctx, ws)
+	if prof != nil {
+		// What was measured is kept, even when a measurement failed.
+		n, perr := prof.finish()
+		if perr == nil {
+			fmt.Fprintf(log, "wrote the profiler trace of %d headroom process(es) to %s (open it in ui.perfetto.dev)\n", n, f.profile)
+		} else if err == nil {
+			err = perr
+		}
+	}
 	if len(rows) > 0 {
 		fmt.Fprintln(out)
 		if werr := (bench.Table{Markdown: f.markdown, Peak: peak.FLOPS}).Write(out, rows); werr != nil && err == nil {
@@ -301,7 +333,19 @@ func benchChild(ctx context.Context, f benchFlags, out, log io.Writer) error {
 	if f.opProfile {
 		o.OpProfile = log
 	}
+	var watch *benchWatch
+	if f.profile != "" {
+		if watch, err = newBenchWatch(f); err != nil {
+			return err
+		}
+		o.Watch = watch
+	}
 	res, err := bench.RunHeadroom(ctx, w, o)
+	if watch != nil {
+		if werr := watch.close(); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	res.Version = version
 	if err != nil {
 		res.Error = err.Error()

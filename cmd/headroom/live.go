@@ -75,17 +75,7 @@ func newTrainWatch(ctx context.Context, f watchFlags, dev *device.Device, tr *tr
 			return nil, fmt.Errorf("--profile: %w", err)
 		}
 		w.prof = p
-		opts := exec.Options{}
-		if tr.RunOptions != nil {
-			opts = *tr.RunOptions
-		}
-		prev := opts.Observe
-		opts.Observe = func(i int, n *trace.Node, d time.Duration) {
-			p.observe(i, n, d)
-			if prev != nil {
-				prev(i, n, d)
-			}
-		}
+		opts := trainerObserving(tr, p.observe)
 		tr.RunOptions = &opts
 	}
 	if f.live != "" {
@@ -111,6 +101,23 @@ func newTrainWatch(ctx context.Context, f watchFlags, dev *device.Device, tr *tr
 		fmt.Fprintf(out, "live view at http://%s/ (while training runs)\n", bound)
 	}
 	return w, nil
+}
+
+// trainerObserving is tr's run options with observe called for every
+// executed node, before the Observe they had.
+func trainerObserving(tr *train.Trainer, observe func(int, *trace.Node, time.Duration)) exec.Options {
+	opts := exec.Options{}
+	if tr.RunOptions != nil {
+		opts = *tr.RunOptions
+	}
+	prev := opts.Observe
+	opts.Observe = func(i int, n *trace.Node, d time.Duration) {
+		observe(i, n, d)
+		if prev != nil {
+			prev(i, n, d)
+		}
+	}
+	return opts
 }
 
 // stepStart is called before each step.

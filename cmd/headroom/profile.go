@@ -48,6 +48,7 @@ type profiler struct {
 	pass  int       // forward/backward passes in the step
 	last  int       // the last node index observed (-1: none in this pass)
 	alloc int64     // allocated bytes at the last event
+	max   int64     // the most allocated after a node of this step
 	nodes int64     // node slices written
 }
 
@@ -116,7 +117,15 @@ func (p *profiler) stepStart() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.step++
-	p.begin, p.pass, p.last = time.Now(), 0, -1
+	p.begin, p.pass, p.last, p.max = time.Now(), 0, -1, 0
+}
+
+// stepMax is the most bytes allocated after a node of the step (a peak
+// seen at node ends, for runs that do not reset the allocator's).
+func (p *profiler) stepMax() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.max
 }
 
 // observe is exec.Options.Observe: node n (index i of its program) took d.
@@ -147,6 +156,7 @@ func (p *profiler) observe(i int, n *trace.Node, d time.Duration) {
 	p.event(map[string]any{"name": "memory", "ph": "C", "pid": p.pid, "ts": p.us(now),
 		"args": map[string]any{"allocated": st.AllocatedBytes.Current, "reserved": st.ReservedBytes.Current}})
 	p.alloc = st.AllocatedBytes.Current
+	p.max = max(p.max, p.alloc)
 	p.nodes++
 }
 

@@ -47,6 +47,21 @@ type Options struct {
 	Progress io.Writer
 	// Precision of the training step (zero value: fp32).
 	Precision transform.Precision
+	// Watch, if set, is told of every step, warm-up ones included
+	// (headroom bench --profile); not for sgemm, which has no trainer.
+	Watch Watcher
+}
+
+// Watcher follows a measurement's training steps.
+type Watcher interface {
+	// Begin is called once the trainer exists, before the first step: a
+	// watcher may set tr.RunOptions (its Observe is kept when the op
+	// profile adds its own).
+	Begin(dev *device.Device, tr *train.Trainer)
+	StepStart()
+	// StepDone follows step i (from 1; the first warmup ones untimed)
+	// that took d on samples samples.
+	StepDone(i, warmup, samples int, loss float64, d time.Duration)
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -142,6 +157,9 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations))
 
 	prof := newOpProfile()
+	if o.Watch != nil {
+		o.Watch.Begin(dev, tr)
+	}
 	for i := 0; i < o.Warmup+o.Steps; i++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -149,7 +167,18 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 		timed := i >= o.Warmup
 		if timed && i == o.Warmup {
 			if o.OpProfile != nil {
-				tr.RunOptions = &exec.Options{Observe: prof.observe}
+				opts := exec.Options{Observe: prof.observe}
+				if tr.RunOptions != nil {
+					opts = *tr.RunOptions
+					watch := opts.Observe
+					opts.Observe = func(i int, n *trace.Node, d time.Duration) {
+						prof.observe(i, n, d)
+						if watch != nil {
+							watch(i, n, d)
+						}
+					}
+				}
+				tr.RunOptions = &opts
 			}
 			if o.CPUProfile != "" {
 				// Through safefile, as every file headroom writes: a
@@ -171,11 +200,18 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 				}()
 			}
 		}
+		if o.Watch != nil {
+			o.Watch.StepStart()
+		}
 		start, cpu0 := time.Now(), cpuTime()
 		loss, err := tr.Step(ctx, batches[i][0], batches[i][1])
-		d, cpu := time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
+		el := time.Since(start)
+		d, cpu := el.Seconds(), (cpuTime() - cpu0).Seconds()
 		if err != nil {
 			return res, err
+		}
+		if o.Watch != nil {
+			o.Watch.StepDone(i+1, o.Warmup, batches[i][0].Shape[0], loss, el)
 		}
 		res.Loss = loss
 		if timed {
