@@ -84,12 +84,18 @@ func FiniteLoss(v float64) *float64 {
 // Live is a training run as the viewer shows it while it runs: its steps
 // as they complete, and its allocator's snapshot, taken when the page asks
 // (at most once a second). headroom train --live serves it.
+//
+// A Live made by NewLiveFollow has no allocator to ask: its snapshots are
+// given to it (SetSnapshot) as another process writes them to a file
+// (headroom viz --follow), and each new one is announced to the pages.
 type Live struct {
-	snapshot func() *device.Snapshot
+	snapshot func() *device.Snapshot // nil: snapshots are set
 
 	mu      sync.Mutex
 	steps   []LiveStep // the latest MaxLiveSteps
 	total   int64      // steps published; steps[0] is number total-len(steps)
+	snap    *Snapshot  // the latest set (NewLiveFollow)
+	snaps   int64      // snapshots set
 	changed chan struct{}
 	done    bool
 	doneMsg string
@@ -98,6 +104,41 @@ type Live struct {
 // NewLive returns the live view of a run whose allocator snapshot takes.
 func NewLive(snapshot func() *device.Snapshot) *Live {
 	return &Live{snapshot: snapshot, changed: make(chan struct{})}
+}
+
+// NewLiveFollow returns a live view whose snapshots are set as they
+// come (SetSnapshot), first is the first of them.
+func NewLiveFollow(first *Snapshot) *Live {
+	return &Live{snap: first, snaps: 1, changed: make(chan struct{})}
+}
+
+// SetSnapshot replaces the snapshot of a view made by NewLiveFollow and
+// tells the pages (a "snapshot" event in their streams).
+func (l *Live) SetSnapshot(s *Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.snap = s
+	l.snaps++
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// current is the snapshot to show now.
+func (l *Live) current() *Snapshot {
+	if l.snapshot != nil {
+		return FromDevice(l.snapshot())
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snap
+}
+
+// version changes whenever there is something new to show: a step or a
+// snapshot.
+func (l *Live) version() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total + l.snaps
 }
 
 // Publish adds a completed step and wakes the pages that wait for one.
@@ -132,6 +173,8 @@ type LivePage struct {
 	Steps []LiveStep `json:"steps"` // the steps from From on that are kept
 	Done  bool       `json:"done"`
 	Msg   string     `json:"msg,omitempty"`
+	// Snapshots counts the snapshots set (NewLiveFollow; 0 otherwise).
+	Snapshots int64 `json:"snapshots"`
 }
 
 // since returns the steps from number n on that are kept, and the channel
@@ -141,15 +184,10 @@ func (l *Live) since(n int64) (LivePage, <-chan struct{}) {
 	defer l.mu.Unlock()
 	first := l.total - int64(len(l.steps))
 	n = max(n, first)
-	p := LivePage{From: n, Next: l.total, Steps: append([]LiveStep{}, l.steps[min(n-first, int64(len(l.steps))):]...), Done: l.done, Msg: l.doneMsg}
+	p := LivePage{From: n, Next: l.total, Steps: append([]LiveStep{}, l.steps[min(n-first, int64(len(l.steps))):]...), Done: l.done, Msg: l.doneMsg, Snapshots: l.snaps}
 	return p, l.changed
 }
 
-func (l *Live) published() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total
-}
 
 // ServeHTTP serves the steps: as server-sent events (one "step" message
 // per step, then a "done" message when the run ends), or with poll=1 as
@@ -180,12 +218,17 @@ func (l *Live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
+	snaps := int64(-1) // the snapshots the page has seen: all at first
 	for {
 		p, changed := l.since(from)
 		for i, s := range p.Steps {
 			data, _ := json.Marshal(s)
 			fmt.Fprintf(w, "id: %d\ndata: %s\n\n", p.From+int64(i), data)
 		}
+		if snaps >= 0 && p.Snapshots != snaps {
+			fmt.Fprintf(w, "event: snapshot\ndata: %d\n\n", p.Snapshots)
+		}
+		snaps = p.Snapshots
 		from = p.Next
 		if p.Done {
 			data, _ := json.Marshal(p.Msg)
@@ -212,14 +255,14 @@ func NewLiveServer(name string, l *Live) *Server {
 	return s
 }
 
-// refresh takes a new snapshot when steps completed since the last one
-// (s.mu held).
+// refresh takes a new snapshot when steps completed or a snapshot was
+// set since the last one (s.mu held).
 func (s *Server) refresh() {
-	n := s.live.published()
+	n := s.live.version()
 	if s.snap != nil && (n == s.seen || time.Since(s.taken) < liveRefresh) {
 		return
 	}
-	s.snap = FromDevice(s.live.snapshot())
+	s.snap = s.live.current()
 	s.views = map[int]*Analysis{}
 	s.seen, s.taken = n, time.Now()
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +122,40 @@ func TestBrowserLive(t *testing.T) {
 	}
 	l.Finish("training finished")
 	p.wait(`document.getElementById('live-status').dataset.done || ''`, `"true"`)
+}
+
+// A followed file (viz --follow): each snapshot set is announced to the
+// page, which says so and shows the new snapshot's peak.
+func TestBrowserFollow(t *testing.T) {
+	chromium(t)
+	a := device.Meta().Alloc
+	a.RecordHistory(1000)
+	grow := func(mib int64) *memviz.Snapshot {
+		t.Helper()
+		if _, err := a.Allocate(mib<<20, device.Tag{Category: device.Activation, Module: "m", Op: "op"}); err != nil {
+			t.Fatal(err)
+		}
+		return memviz.FromDevice(a.Snapshot())
+	}
+	l := memviz.NewLiveFollow(grow(1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- memviz.Serve(ctx, ln, memviz.NewLiveServer("run.json (following)", l)) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	p := openPage(t, "http://"+ln.Addr().String()+"/")
+	p.wait(`(document.getElementById('peak-total') || {dataset: {}}).dataset.bytes || ''`, strconv.Quote(strconv.Itoa(1<<20)))
+	p.wait(`document.getElementById('live').hidden`, "false")
+	l.SetSnapshot(grow(2))
+	p.wait(`document.getElementById('live-status').dataset.snapshots || ''`, `"2"`)
+	p.wait(`(document.getElementById('peak-total') || {dataset: {}}).dataset.bytes || ''`, strconv.Quote(strconv.Itoa(3<<20)))
+	if got := p.eval(`document.getElementById('live-status').textContent`); !strings.Contains(got, "Following the file: snapshot 2") {
+		t.Errorf("status %s", got)
+	}
 }

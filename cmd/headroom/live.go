@@ -21,15 +21,31 @@ import (
 type watchFlags struct {
 	live    string
 	profile string
+	// keep is --live-keep: serve on after training, until Ctrl-C.
+	keep bool
+	// snapEvery is --memory-snapshot-every: rewrite --memory-snapshot
+	// (snapshot, set by check) while training, for viz --follow.
+	snapEvery time.Duration
+	snapshot  string
 }
 
 func (w *watchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.live, "live", "", "serve the memory viewer at this address (e.g. 127.0.0.1:8080, :0 for any port) while training runs, updated as steps complete with the loss, throughput and allocated and reserved memory (records the allocator's history)")
+	fs.BoolVar(&w.keep, "live-keep", false, "with --live: keep serving the live view after training ends, until Ctrl-C")
+	fs.DurationVar(&w.snapEvery, "memory-snapshot-every", 0, "with --memory-snapshot: also write the snapshot while training, at the end of the first step and then of a step at least this long after the last write (e.g. 10s), so that headroom viz --follow FILE shows the run as it goes (0: only at the end)")
 	fs.StringVar(&w.profile, "profile", "", "write a profiler trace to this file: Chrome trace-event JSON (open it in ui.perfetto.dev or chrome://tracing) with a slice per executed node (op, module path, output bytes, allocated bytes, recompute), a slice per step and per data wait, and allocated and reserved memory counters")
 }
 
-// check validates the flags before any work.
-func (w *watchFlags) check() error {
+// check validates the flags before any work; snapshot is
+// --memory-snapshot.
+func (w *watchFlags) check(snapshot string) error {
+	w.snapshot = snapshot
+	if w.keep && w.live == "" {
+		return fmt.Errorf("--live-keep applies with --live (it keeps the live view serving)")
+	}
+	if w.snapEvery < 0 || w.snapEvery > 0 && snapshot == "" {
+		return fmt.Errorf("--memory-snapshot-every %v: a positive interval, with --memory-snapshot (the file to write)", w.snapEvery)
+	}
 	if w.live != "" {
 		if _, _, _, err := vizAddr(w.live); err != nil {
 			return fmt.Errorf("--live: %w", err)
@@ -56,19 +72,29 @@ func (w *watchFlags) history() bool { return w.live != "" }
 // trainWatch is what watches a run (nil: nothing does): the live view and
 // the profiler. Its methods are the training loop's hooks.
 type trainWatch struct {
+	ctx  context.Context
+	out  io.Writer
+	dev  *device.Device
+	f    watchFlags
 	live *memviz.Live
+	url  string       // the live view's
 	stop func() error // stops the live server
 	prof *profiler
 	proc *procProbe // the whole-process view, sampled after each step
+	// wrote is when --memory-snapshot-every last wrote the snapshot.
+	wrote time.Time
 }
 
 // newTrainWatch starts what f asks for on dev and tr: the live view's
 // server and the profiler. Close it when training ends.
 func newTrainWatch(ctx context.Context, f watchFlags, dev *device.Device, tr *train.Trainer, proc *procProbe, out io.Writer) (*trainWatch, error) {
-	if f.live == "" && f.profile == "" {
+	if f.live == "" && f.profile == "" && f.snapEvery == 0 {
 		return nil, nil
 	}
-	w := &trainWatch{proc: proc}
+	w := &trainWatch{ctx: ctx, out: out, dev: dev, f: f, proc: proc}
+	if f.snapEvery > 0 {
+		fmt.Fprintf(out, "memory snapshot: written to %s every %v while training (follow it with: headroom viz --follow %s)\n", f.snapshot, f.snapEvery, f.snapshot)
+	}
 	if f.profile != "" {
 		p, err := newProfiler(f.profile, "headroom train", 1, dev, proc)
 		if err != nil {
@@ -98,7 +124,12 @@ func newTrainWatch(ctx context.Context, f watchFlags, dev *device.Device, tr *tr
 		if !bound.IP.IsLoopback() {
 			fmt.Fprintf(out, "warning: --live listens on %s, beyond this machine's loopback: anyone who can reach it can read the run's memory\n", bound)
 		}
-		fmt.Fprintf(out, "live view at http://%s/ (while training runs)\n", bound)
+		w.url = fmt.Sprintf("http://%s/", bound)
+		until := "while training runs"
+		if f.keep {
+			until = "while training runs, and after it until Ctrl-C"
+		}
+		fmt.Fprintf(out, "live view at %s (%s)\n", w.url, until)
 	}
 	return w, nil
 }
@@ -140,6 +171,14 @@ func (w *trainWatch) stepDone(step int64, epoch int, loss float64, samples int, 
 	if w.prof != nil {
 		w.prof.stepDone(rec, pm)
 	}
+	if w.f.snapEvery > 0 && time.Since(w.wrote) >= w.f.snapEvery {
+		// A failure is said and training goes on: the snapshot at the end
+		// is the one that must not be lost, and it is tried again then.
+		if err := writeSnapshot(w.f.snapshot, w.dev.Alloc.Snapshot()); err != nil {
+			fmt.Fprintf(w.out, "--memory-snapshot-every: %v\n", err)
+		}
+		w.wrote = time.Now()
+	}
 	if w.live != nil {
 		w.live.Publish(memviz.LiveStep{Step: rec.Step, Epoch: rec.Epoch, Loss: memviz.FiniteLoss(rec.Loss), Samples: rec.Samples,
 			SamplesPerSec: rec.SamplesPerSec, StepSec: rec.StepSec, Allocated: stats.AllocatedBytes.Current, Reserved: stats.ReservedBytes.Current,
@@ -165,6 +204,10 @@ func (w *trainWatch) close(how string) error {
 	var errs []error
 	if w.live != nil {
 		w.live.Finish(how)
+		if w.f.keep && w.ctx.Err() == nil {
+			fmt.Fprintf(w.out, "%s; the live view stays at %s until Ctrl-C\n", how, w.url)
+			<-w.ctx.Done()
+		}
 		if liveHold != nil {
 			<-liveHold
 		}

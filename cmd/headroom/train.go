@@ -264,7 +264,7 @@ func (f *trainFlags) check(log io.Writer) error {
 	if err := f.checkProduct(); err != nil {
 		return err
 	}
-	if err := f.watch.check(); err != nil {
+	if err := f.watch.check(f.snapshot); err != nil {
 		return err
 	}
 	if err := f.checkData(); err != nil {

@@ -24,6 +24,7 @@ func viz(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 		fmt.Fprint(fs.Output(), `Usage: headroom viz FILE [--addr 127.0.0.1:0]
        headroom viz --svg OUT.svg [--device D] [--detail K] FILE
        headroom viz --compare [--text] A B
+       headroom viz --follow FILE [--log RUN.jsonl] [--addr 127.0.0.1:0]
 
 Serves a page that shows a memory snapshot: the active memory over the
 recorded history (stacked by category for headroom's snapshots, by
@@ -43,6 +44,13 @@ and after a change): the differences at each one's peak, by category and
 by tensor, are printed, and a page showing the two timelines overlaid and
 the same tables is served (with --text, only printed).
 
+With --follow (or --live), FILE is a snapshot another process is writing
+(train --memory-snapshot FILE --memory-snapshot-every 10s): the page is
+served as train --live serves it, and updates whenever the file is written
+again (it is looked at twice a second; it need not exist yet). With --log,
+the steps that run appends to its --log file (loss, throughput, each
+step's peaks) are shown as they come, as train --live shows them.
+
 Flags:
 `)
 		printFlags(fs.Output(), fs)
@@ -52,6 +60,9 @@ Flags:
 	dev := fs.Int("device", -1, "with --svg: the device to draw (-1: the first with memory)")
 	compare := fs.Bool("compare", false, "compare two snapshot files, A (before, or the plan) and B (after, or the run)")
 	textOnly := fs.Bool("text", false, "with --compare: print the differences and exit, serving nothing")
+	follow := fs.Bool("follow", false, "serve FILE live: read it again whenever another process writes it (train --memory-snapshot-every)")
+	fs.BoolVar(follow, "live", false, "the same as --follow")
+	logPath := fs.String("log", "", "with --follow: also show the steps a run appends to this --log file")
 	detail := fs.Int("detail", 0, fmt.Sprintf("with --svg: allocations with bands of their own, for a timeline stacked by allocation (1 to %d; default %d)", memviz.MaxDetail, memviz.MaxAllocationSeries))
 	// The file may come before or after the flags.
 	var files []string
@@ -75,6 +86,15 @@ Flags:
 	name := files[0]
 	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
 		name = name[i+1:]
+	}
+	if *logPath != "" && !*follow {
+		return fmt.Errorf("viz: --log applies with --follow (the steps of the run writing the snapshot)")
+	}
+	if *follow {
+		if *svgOut != "" {
+			return fmt.Errorf("viz: --follow serves a page; --svg writes a file: give one")
+		}
+		return vizFollow(ctx, files[0], *logPath, name, *addr, out, ready)
 	}
 	if *svgOut != "" {
 		return vizSVG(files[0], name, *svgOut, *dev, *detail, out)

@@ -102,6 +102,11 @@ async function load() {
 // fetched again at most every two seconds.
 let liveSource = null, liveSteps = [], liveReload = null;
 const MAX_LIVE_POINTS = 1000;
+// liveReloadSoon fetches the whole run so far again, from a fresh page of
+// events, at most every two seconds.
+function liveReloadSoon() {
+  if (!liveReload) liveReload = setTimeout(() => { liveReload = null; zoom = null; listFrom = -1; load().catch(fail); }, 2000);
+}
 function startLive() {
   if (liveSource) return;
   $('live').hidden = false;
@@ -112,14 +117,20 @@ function startLive() {
     if (liveSteps.length > MAX_LIVE_POINTS) liveSteps.shift();
     const p = $('live-status');
     p.textContent = `Live: step ${st.step} (epoch ${st.epoch}): loss ${st.loss === null ? 'not computed' : st.loss.toFixed(4)}, ` +
-      `${st.samples_per_s.toFixed(0)} samples/s, allocated ${fmt(st.allocated)}, reserved ${fmt(st.reserved)}, ` +
+      `${st.samples_per_s.toFixed(0)} samples/s, ` + (st.allocated || st.reserved ? `allocated ${fmt(st.allocated)}, reserved ${fmt(st.reserved)}, ` : '') +
       `step peak ${fmt(st.peak_allocated)} allocated, ${fmt(st.peak_reserved)} reserved`;
     for (const [k, v] of Object.entries({step: st.step, allocated: st.allocated, reserved: st.reserved})) p.setAttribute('data-' + k, v);
     liveProcess(st.process);
     drawLive();
-    // the whole run so far, from a fresh page of events
-    if (!liveReload) liveReload = setTimeout(() => { liveReload = null; zoom = null; listFrom = -1; load().catch(fail); }, 2000);
+    liveReloadSoon();
   };
+  // viz --follow: another process wrote the snapshot file again
+  liveSource.addEventListener('snapshot', ev => {
+    const p = $('live-status');
+    p.setAttribute('data-snapshots', ev.data);
+    if (!liveSteps.length) p.textContent = `Following the file: snapshot ${ev.data} read ${new Date().toLocaleTimeString()}`;
+    liveReloadSoon();
+  });
   liveSource.addEventListener('done', ev => {
     $('live-status').textContent = JSON.parse(ev.data) + '. ' + $('live-status').textContent.replace(/^Live: /, 'Last: ');
     $('live-status').setAttribute('data-done', 'true');
