@@ -188,7 +188,6 @@ func (l *Live) since(n int64) (LivePage, <-chan struct{}) {
 	return p, l.changed
 }
 
-
 // ServeHTTP serves the steps: as server-sent events (one "step" message
 // per step, then a "done" message when the run ends), or with poll=1 as
 // one JSON LivePage of the steps from number from on.
