@@ -217,14 +217,16 @@ func (l *Live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
-	snaps := int64(-1) // the snapshots the page has seen: all at first
+	// The snapshots the page has been told of: none, so that a followed
+	// file's count comes first (the page may have loaded the one before).
+	var snaps int64
 	for {
 		p, changed := l.since(from)
 		for i, s := range p.Steps {
 			data, _ := json.Marshal(s)
 			fmt.Fprintf(w, "id: %d\ndata: %s\n\n", p.From+int64(i), data)
 		}
-		if snaps >= 0 && p.Snapshots != snaps {
+		if p.Snapshots != snaps {
 			fmt.Fprintf(w, "event: snapshot\ndata: %d\n\n", p.Snapshots)
 		}
 		snaps = p.Snapshots

@@ -104,11 +104,13 @@ func TestVizFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	// the stream says which snapshot is current first, then each new one
+	newSnap := regexp.MustCompile(`event: snapshot\ndata: [3-9]\n`)
 	got := make(chan string, 1)
 	go func() {
 		var b bytes.Buffer
 		buf := make([]byte, 4096)
-		for !strings.Contains(b.String(), "event: snapshot") {
+		for !newSnap.MatchString(b.String()) {
 			n, err := resp.Body.Read(buf)
 			b.Write(buf[:n])
 			if err != nil {
@@ -121,7 +123,7 @@ func TestVizFollow(t *testing.T) {
 	write(1)
 	select {
 	case s := <-got:
-		if !regexp.MustCompile(`event: snapshot\ndata: [3-9]\n`).MatchString(s) {
+		if !regexp.MustCompile(`(?s)^id: 0\n.*event: snapshot\ndata: 2\n\n.*event: snapshot\ndata: [3-9]\n`).MatchString(s) {
 			t.Errorf("stream:\n%s", s)
 		}
 	case <-time.After(60 * time.Second):
