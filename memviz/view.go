@@ -466,9 +466,18 @@ func keepFrame(f Frame) bool {
 }
 
 // topFrame is the frame that says who asked: the innermost Python frame
-// (PyTorch's C++ frames, when recorded, are the allocator's and the
-// dispatcher's), else the innermost frame memory_viz would show.
+// outside the framework (the user's line that called into torch.nn, not
+// conv.py's _conv_forward, which every convolution shares; see
+// libraryFile), else the innermost Python frame (PyTorch's C++ frames,
+// when recorded, are the allocator's and the dispatcher's), else the
+// innermost frame memory_viz would show. The side pane shows the whole
+// stack.
 func topFrame(fs []Frame) (Frame, bool) {
+	for _, f := range fs {
+		if strings.HasSuffix(f.Filename, ".py") && !libraryFile(f.Filename) {
+			return f, true
+		}
+	}
 	for _, f := range fs {
 		if strings.HasSuffix(f.Filename, ".py") {
 			return f, true
@@ -480,6 +489,33 @@ func topFrame(fs []Frame) (Frame, bool) {
 		}
 	}
 	return Frame{}, false
+}
+
+// libraryParts mark a Python file as a library's: installed packages,
+// and PyTorch's own files wherever they are (a source checkout).
+var libraryParts = []string{"/site-packages/", "/dist-packages/", "/torch/"}
+
+// libraryFile reports whether a Python file is the framework's or another
+// library's rather than the user's: an installed package, PyTorch, the
+// standard library (.../lib/python3.11/, Debian's /usr/lib/python3/) or a
+// frozen module (<frozen runpy>). scripts/reference/snapshot_ref.py's
+// library_file is the same rule.
+func libraryFile(name string) bool {
+	if strings.HasPrefix(name, "<") {
+		return true
+	}
+	for _, p := range libraryParts {
+		if strings.Contains(name, p) {
+			return true
+		}
+	}
+	parts := strings.Split(name, "/")
+	for i := 0; i+2 < len(parts); i++ {
+		if parts[i] == "lib" && strings.HasPrefix(parts[i+1], "python") {
+			return true
+		}
+	}
+	return false
 }
 
 func formatStack(fs []Frame) string {

@@ -64,7 +64,9 @@ Files written to memviz/testdata:
   torch_expandable.facts.json  the mapped ranges after each of its events
 
 The "where" of an allocation in the facts is its innermost frame in a .py
-file (else its innermost frame), which is what the viewer shows.
+file outside the framework (not PyTorch's, not an installed package's, not
+the standard library's: the user's code that asked), else its innermost
+.py frame, else its innermost frame, which is what the viewer shows.
 
 --check reads memviz/testdata/headroom_export*.pickle (headroom's exports of
 the Go tests' snapshots, written by go test ./memviz -run TestExportGolden
@@ -115,7 +117,25 @@ STACKS = {
 EMPTY = []  # PyTorch's one empty frames list
 
 
+LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/torch/")
+
+
+def library_file(filename):
+    """Whether a Python file is the framework's or another library's rather
+    than the user's: anything installed as a package, PyTorch's own files
+    wherever they are, the standard library, frozen modules."""
+    if filename.startswith("<") or any(p in filename for p in LIBRARY_PARTS):
+        return True
+    parts = filename.split("/")
+    # .../lib/python3.11/x.py (or /usr/lib/python3/x.py): the standard library
+    return any(parts[i] == "lib" and parts[i + 1].startswith("python")
+               for i in range(len(parts) - 2))
+
+
 def where(frames):
+    for f in frames:
+        if f["filename"].endswith(".py") and not library_file(f["filename"]):
+            return f"{f['filename']}:{f['line']} {f['name']}"
     for f in frames:
         if f["filename"].endswith(".py"):
             return f"{f['filename']}:{f['line']} {f['name']}"
