@@ -33,7 +33,7 @@ func (w *watchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.live, "live", "", "serve the memory viewer at this address (e.g. 127.0.0.1:8080, :0 for any port) while training runs, updated as steps complete with the loss, throughput and allocated and reserved memory (records the allocator's history)")
 	fs.BoolVar(&w.keep, "live-keep", false, "with --live: keep serving the live view after training ends, until Ctrl-C")
 	fs.DurationVar(&w.snapEvery, "memory-snapshot-every", 0, "with --memory-snapshot: also write the snapshot while training, at the end of the first step and then of a step at least this long after the last write (e.g. 10s), so that headroom viz --follow FILE shows the run as it goes (0: only at the end)")
-	fs.StringVar(&w.profile, "profile", "", "write a profiler trace to this file: Chrome trace-event JSON (open it in ui.perfetto.dev or chrome://tracing) with a slice per executed node (op, module path, output bytes, allocated bytes, recompute), a slice per step and per data wait, and allocated and reserved memory counters")
+	fs.StringVar(&w.profile, "profile", "", "write a profiler trace to this file: Chrome trace-event JSON (open it in ui.perfetto.dev or chrome://tracing) with a slice per executed node (op, module path, output bytes, allocated bytes, recompute), a slice per step and per data wait, allocated and reserved memory counters, and the whole process's (resident memory, device segments, Go heap, data loader)")
 }
 
 // check validates the flags before any work; snapshot is
