@@ -139,6 +139,7 @@ Examples:
   headroom bench --model resnet50 --batch 4 --compare-pytorch
   headroom bench --workloads gpt,rrdbnet --precision bf16-mixed --compare-pytorch
   headroom bench --workloads resnet18 --op-profile --cpuprofile cpu.pprof
+  headroom bench --workloads mlp,gpt --profile bench.json   # open in ui.perfetto.dev
 
 Flags:
 `, list.String(), bench.ScriptPath)

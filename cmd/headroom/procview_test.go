@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -115,5 +117,33 @@ func TestTrainProcessLine(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^process memory: .*device segments (\S+ \S+) mapped \((\d+)\).*Go heap`).FindStringSubmatch(out.String())
 	if m == nil || m[2] == "0" {
 		t.Errorf("no process line:\n%s", out.String())
+	}
+}
+
+// Through the data loader, the process line has the loader's bytes: its
+// staging is what the allocator counts as input (the line before the
+// steps says so), its heap what the loader holds outside the device.
+func TestTrainProcessLineLoader(t *testing.T) {
+	var csv strings.Builder
+	for r := range 16 {
+		fmt.Fprint(&csv, r%3)
+		for j := range 784 {
+			fmt.Fprintf(&csv, ",%d", (r*31+j)%17)
+		}
+		csv.WriteString("\n")
+	}
+	table := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(table, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := trainArgs(t, "--model", "mlp", "--data", table, "--batch-size", "4", "--steps", "2", "--threads", "1")
+	in := regexp.MustCompile(`data loader input bytes: planned \d+, allocator (\d+)`).FindStringSubmatch(out)
+	line := regexp.MustCompile(`(?m)^process memory: .*; data loader (\S+ \S+) staging on the device, (\S+ \S+) on the heap$`).FindStringSubmatch(out)
+	if in == nil || line == nil {
+		t.Fatalf("no loader figures:\n%s", out)
+	}
+	n, _ := strconv.ParseInt(in[1], 10, 64)
+	if line[1] != device.FormatBytes(n) || n == 0 || line[2] == "0 B" {
+		t.Errorf("process line says staging %s and heap %s; the allocator's input is %d bytes", line[1], line[2], n)
 	}
 }
