@@ -3,10 +3,8 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -193,7 +191,7 @@ func (b *benchWatch) StepDone(i, warmup, samples int, loss float64, d time.Durat
 
 // close writes the trace.
 func (b *benchWatch) close() error {
-	if err := b.prof.close(); err != nil && !errors.Is(err, fs.ErrClosed) {
+	if err := b.prof.close(); err != nil {
 		return fmt.Errorf("bench: --profile: %w", err)
 	}
 	return nil
