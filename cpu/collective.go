@@ -23,7 +23,7 @@ var collectives = map[reflect.Type]backend.CollectiveKernel{}
 // chunkValues bounds the staging workspace of the flat (ZeRO) gathers and
 // scatters: they move a shard in pieces of at most this many values per
 // rank, so the workspace is Ranks*min(shard, chunkValues) values.
-const chunkValues = 1 << 16
+const chunkValues = 1 << 12
 
 func init() {
 	registerCollective[*prim.AllReduce](allReduce)
@@ -31,14 +31,15 @@ func init() {
 	registerCollective[*prim.ReduceScatter](reduceScatter)
 	RegisterWorkspace[*prim.AllGather](func(n *trace.Node) int64 {
 		o := n.Op.(*prim.AllGather)
-		if o.Shape == nil {
+		if o.Shape == nil || exact(o.Shape.NumElements(), n.Inputs[0].Shape().NumElements(), o.Ranks, n.Inputs[0].Meta.DType) {
 			return 0
 		}
 		return flatWorkspace(n.Inputs[0].Shape().NumElements(), o.Ranks, n.Inputs[0].Meta.DType)
 	})
 	RegisterWorkspace[*prim.ReduceScatter](func(n *trace.Node) int64 {
 		o := n.Op.(*prim.ReduceScatter)
-		if !o.Flat && n.Inputs[0].Meta.DType != tensor.Float64 {
+		if !o.Flat && n.Inputs[0].Meta.DType != tensor.Float64 ||
+			o.Flat && exact(n.Inputs[0].Shape().NumElements(), n.Outputs[0].Shape().NumElements(), o.Ranks, n.Inputs[0].Meta.DType) {
 			return 0
 		}
 		return flatWorkspace(n.Outputs[0].Shape().NumElements(), o.Ranks, n.Inputs[0].Meta.DType)
@@ -54,6 +55,11 @@ func flatWorkspace(c, ranks int, dt tensor.DType) int64 {
 	}
 	return int64(min(c, chunkValues)*ranks) * 4
 }
+
+// exact reports whether a float32 tensor of n values is its shards of c
+// values without padding: then it is gathered into, or scattered from,
+// directly.
+func exact(n, c, ranks int, dt tensor.DType) bool { return dt == tensor.Float32 && n == c*ranks }
 
 func registerCollective[O trace.Op](k backend.CollectiveKernel) {
 	var o O
@@ -92,7 +98,7 @@ func allGather(ctx context.Context, c comm.Comm, n *trace.Node, in, out []*tenso
 	switch in[0].DType {
 	case tensor.Float32:
 		send, recv := in[0].F32(), out[0].F32()
-		if o.Shape == nil {
+		if o.Shape == nil || len(recv) == size*len(send) {
 			return c.AllGather(ctx, send, recv)
 		}
 		// A flat shard: gather in pieces through the workspace, dropping
@@ -134,7 +140,7 @@ func reduceScatter(ctx context.Context, c comm.Comm, n *trace.Node, in, out []*t
 	switch in[0].DType {
 	case tensor.Float32:
 		send, recv := in[0].F32(), out[0].F32()
-		if !o.Flat {
+		if !o.Flat || len(send) == size*len(recv) {
 			return c.ReduceScatter(ctx, send, recv, comm.Sum)
 		}
 		cl := len(recv)
