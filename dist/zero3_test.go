@@ -21,15 +21,15 @@ import (
 )
 
 type zero3Result struct {
-	params            map[string][]float32
-	losses            []float64
-	planned, peak     int64
-	metaPlanned       int64
-	paramBytes        int64 // the allocator's parameter bytes
-	gradBytes         int64
-	optBytes          int64
-	shardBytes        int64 // what 1/N shards take, rounded as allocated
-	maxGatheredLive   int   // most gathered weight matrices live at once
+	params                       map[string][]float32
+	losses                       []float64
+	planned, peak                int64
+	metaPlanned                  int64
+	paramBytes                   int64 // the allocator's parameter bytes
+	gradBytes                    int64
+	optBytes                     int64
+	shardBytes                   int64 // what 1/N shards take, rounded as allocated
+	maxGatheredLive              int   // most gathered weight matrices live at once
 	gathers, regathers, scatters int
 }
 
