@@ -15,6 +15,7 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
@@ -218,6 +219,75 @@ func TestZero3Refusals(t *testing.T) {
 		_, _, err = dist.NewZero3Trainer(ctx, c, dev, s2, m2, zoo.CrossEntropyLoss, nil, train.Config{OptimizerInBackward: true}, dist.Zero3Options{})
 		if !errors.Is(err, dist.ErrConfig) {
 			return fmt.Errorf("optimizer in backward: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestZero3GPT: the GPT (whose token embedding is read twice, by the
+// embedding and by the tied LM head) under ZeRO-3 on 2 ranks, started from
+// the full model's weights (Zero3Options.Weights), ends 3 SGD steps with
+// one process's weights, and each rank's plan is its measured peak.
+func TestZero3GPT(t *testing.T) {
+	newSGD := func() optim.Optimizer {
+		o, err := optim.NewSGD(optim.SGDConfig{LR: 0.1, Momentum: 0.9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	var batches [][2]*tensor.Tensor
+	for i := range 3 {
+		batches = append(batches, [2]*tensor.Tensor{tpTokens(4, 8, tpConfig.VocabSize, 2*i+1), tpTokens(4, 8, tpConfig.VocabSize, 2*i+2)})
+	}
+	sd, losses, _, want := tpFull(t, tpConfig, newSGD, batches)
+	const n = 2
+	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+		dev := device.CPU()
+		full := nn.NewStore()
+		m := zoo.NewGPT(full.Root(), tpConfig)
+		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, zoo.GPTLoss, newSGD(), train.Config{}, dist.Zero3Options{Weights: sd})
+		if err != nil {
+			return err
+		}
+		defer z.Close()
+		defer tr.Close()
+		for i, b := range batches {
+			part, err := dist.ShardBatch(train.Batch{X: b[0], Y: b[1]}, c.Rank(), n)
+			if err != nil {
+				return err
+			}
+			var planned int64
+			if i == len(batches)-1 {
+				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
+				if err != nil {
+					return err
+				}
+				planned = mp.Total()
+				dev.Alloc.ResetPeak()
+			}
+			l, err := tr.Step(ctx, part.X, part.Y)
+			if err != nil {
+				return err
+			}
+			if d := l - losses[i]; d > 1e-5 || d < -1e-5 {
+				return fmt.Errorf("rank %d, step %d: loss %v, one process %v", c.Rank(), i, l, losses[i])
+			}
+			if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
+				return fmt.Errorf("rank %d: planned peak %d, measured %d", c.Rank(), planned, peak)
+			}
+		}
+		for _, p := range full.Trainable() {
+			v, err := z.Gather(ctx, p.Name)
+			if err != nil {
+				return err
+			}
+			if d := maxRel(v, want[p.Name]); d > 1e-5 {
+				return fmt.Errorf("rank %d: %s differs from one process's by %.3g", c.Rank(), p.Name, d)
+			}
 		}
 		return nil
 	})
