@@ -17,6 +17,7 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -33,7 +34,7 @@ func tpTokens(b, t, vocab, seed int) *tensor.Tensor {
 
 // tpFull is the single-device GPT's state_dict, loss and gradients after
 // steps steps of opt (nil: one step, no update).
-func tpFull(t *testing.T, cfg zoo.GPTConfig, newOpt func() optim.Optimizer, batches [][2]*tensor.Tensor) (sd map[string]*tensor.Tensor, losses []float64, grads, params map[string]*tensor.Tensor) {
+func tpFull(t *testing.T, cfg zoo.GPTConfig, newOpt func() optim.Optimizer, batches [][2]*tensor.Tensor, tc ...train.Config) (sd map[string]*tensor.Tensor, losses []float64, grads, params map[string]*tensor.Tensor) {
 	t.Helper()
 	dev := device.CPU()
 	s := nn.NewStore()
@@ -47,7 +48,7 @@ func tpFull(t *testing.T, cfg zoo.GPTConfig, newOpt func() optim.Optimizer, batc
 	if newOpt != nil {
 		opt = newOpt()
 	}
-	tr, err := train.New(dev, s, m, zoo.GPTLoss, opt)
+	tr, err := train.NewConfig(dev, s, m, zoo.GPTLoss, opt, append(tc, train.Config{})[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,8 @@ type tpRank struct {
 // tpRanks trains the TP GPT on n Local ranks from the full model's
 // weights sd, each rank on every batch, and returns what each saw; the
 // last step's peak is checked against the plan by the caller.
-func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tensor, newOpt func() optim.Optimizer, batches [][2]*tensor.Tensor) []tpRank {
+func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tensor, newOpt func() optim.Optimizer, batches [][2]*tensor.Tensor, tc ...train.Config) []tpRank {
+	tcfg := append(tc, train.Config{})[0]
 	t.Helper()
 	res := make([]tpRank, n)
 	var mu sync.Mutex
@@ -99,7 +101,7 @@ func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tenso
 		if newOpt != nil {
 			opt = newOpt()
 		}
-		tr, err := dist.NewTensorTrainer(ctx, c, dev, s, m, zoo.GPTLoss, opt, train.Config{})
+		tr, err := dist.NewTensorTrainer(ctx, c, dev, s, m, zoo.GPTLoss, opt, tcfg)
 		if err != nil {
 			return err
 		}
@@ -121,7 +123,7 @@ func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tenso
 			r.losses = append(r.losses, l)
 		}
 		r.peak = dev.Alloc.MaxMemoryAllocated()
-		mp, err := dist.PlanTensorGPT(dist.TensorGPT{Config: cfg, Rank: c.Rank(), Size: n, Batch: batches[0][0].Shape[0], Seq: batches[0][0].Shape[1],
+		mp, err := dist.PlanTensorGPT(dist.TensorGPT{Config: cfg, Rank: c.Rank(), Size: n, Train: tcfg, Batch: batches[0][0].Shape[0], Seq: batches[0][0].Shape[1],
 			NewOptimizer: func() (optim.Optimizer, error) {
 				if newOpt == nil {
 					return nil, nil
@@ -286,6 +288,24 @@ func TestTensorParallelTrains(t *testing.T) {
 			}
 			t.Logf("%s: worst parameter difference %.3g after 3 steps", tc.name, worst)
 		})
+	}
+}
+
+// TestTensorParallelMixedPrecision: under bf16-mixed autocast (the
+// collectives sum in float32) the 2-rank loss is the single device's
+// within bfloat16 rounding, and each rank's plan is its measured peak.
+func TestTensorParallelMixedPrecision(t *testing.T) {
+	x, y := tpTokens(2, 8, tpConfig.VocabSize, 1), tpTokens(2, 8, tpConfig.VocabSize, 2)
+	batches := [][2]*tensor.Tensor{{x, y}}
+	cfg := train.Config{Precision: transform.BF16Mixed}
+	sd, losses, _, _ := tpFull(t, tpConfig, nil, batches, cfg)
+	for r, res := range tpRanks(t, tpConfig, 2, sd, nil, batches, cfg) {
+		if d := math.Abs(res.losses[0] - losses[0]); d > 1e-2*math.Abs(losses[0]) {
+			t.Errorf("rank %d: bf16-mixed loss %v, one device %v", r, res.losses[0], losses[0])
+		}
+		if res.planned != res.peak || res.metaPlan != res.peak {
+			t.Errorf("rank %d: planned %d, meta plan %d, measured peak %d", r, res.planned, res.metaPlan, res.peak)
+		}
 	}
 }
 

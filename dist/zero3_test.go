@@ -36,7 +36,7 @@ type zero3Result struct {
 
 // zero3Ranks trains the test MLP under ZeRO-3 on n Local ranks, each on
 // its share of every global batch, and reports what each rank saw.
-func zero3Ranks(t *testing.T, n int, opt string, batches []train.Batch) []zero3Result {
+func zero3Ranks(t *testing.T, n int, opt string, cfg train.Config, batches []train.Batch) []zero3Result {
 	t.Helper()
 	res := make([]zero3Result, n)
 	var mu sync.Mutex
@@ -47,7 +47,7 @@ func zero3Ranks(t *testing.T, n int, opt string, batches []train.Batch) []zero3R
 		dev := device.CPU()
 		full := nn.NewStore()
 		m, loss, _ := build(full)
-		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, newOpt(t, opt), train.Config{}, dist.Zero3Options{Seed: 1})
+		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, newOpt(t, opt), cfg, dist.Zero3Options{Seed: 1})
 		if err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func zero3Ranks(t *testing.T, n int, opt string, batches []train.Batch) []zero3R
 					return err
 				}
 				r.planned = mp.Total()
-				meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: build, X: train.MetaOf(part.X), Y: train.MetaOf(part.Y),
+				meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: build, X: train.MetaOf(part.X), Y: train.MetaOf(part.Y), Train: cfg,
 					NewOptimizer: func() (optim.Optimizer, error) { return newOpt(t, opt), nil }})
 				if err != nil {
 					return err
@@ -159,9 +159,13 @@ func TestZero3MatchesOneProcess(t *testing.T) {
 	}
 	for _, opt := range []string{"sgd", "adam"} {
 		want, wantLosses := single(t, opt, batches)
-		for _, n := range []int{2, 3} {
-			t.Run(fmt.Sprintf("%s/%d", opt, n), func(t *testing.T) {
-				rs := zero3Ranks(t, n, opt, batches)
+		for _, tc := range []struct {
+			n   int
+			cfg train.Config
+		}{{2, train.Config{}}, {3, train.Config{}}, {2, train.Config{Recompute: train.Selective}}} {
+			n := tc.n
+			t.Run(fmt.Sprintf("%s/%d/%v", opt, n, tc.cfg.Recompute.Kind), func(t *testing.T) {
+				rs := zero3Ranks(t, n, opt, tc.cfg, batches)
 				for r, res := range rs {
 					if d := relDiff(res.params, want); d > 1e-5 {
 						t.Errorf("rank %d: weights differ from one process's by %.3g relative", r, d)
