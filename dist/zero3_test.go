@@ -299,3 +299,43 @@ func TestZero3GPT(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTensorAndZero3Mismatch: a rank set up with another model stops
+// every rank with a message naming it, under tensor parallelism and under
+// ZeRO-3, instead of meeting the others in different collectives.
+func TestTensorAndZero3Mismatch(t *testing.T) {
+	err := comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
+		full := nn.NewStore()
+		w := widths
+		if c.Rank() == 1 {
+			w = []int{48, 300, 131, 10}
+		}
+		m := zoo.NewMLP(full.Root(), w...)
+		_, _, err := dist.NewZero3Trainer(ctx, c, device.CPU(), full, m, zoo.CrossEntropyLoss, nil, train.Config{}, dist.Zero3Options{})
+		return err
+	})
+	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 1 differ") {
+		t.Errorf("ZeRO-3 with another model on rank 1: %v", err)
+	}
+	err = comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
+		cfg := tpConfig
+		if c.Rank() == 1 {
+			cfg.NLayer = 1
+		}
+		dev := device.CPU()
+		s := nn.NewStore()
+		m, err := zoo.NewTPGPT(s.Root(), cfg, c.Rank(), 2)
+		if err != nil {
+			return err
+		}
+		if err := s.Materialize(dev, 0); err != nil {
+			return err
+		}
+		defer s.Release()
+		_, err = dist.NewTensorTrainer(ctx, c, dev, s, m, zoo.GPTLoss, nil, train.Config{})
+		return err
+	})
+	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 1 differ") {
+		t.Errorf("tensor parallel with another model on rank 1: %v", err)
+	}
+}
