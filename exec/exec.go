@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/backend"
+	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/prim"
@@ -43,6 +44,9 @@ type Program struct {
 	Backend backend.Backend
 
 	kernels []backend.Kernel // by step; nil where exec runs the node itself
+	// colls are the kernels of collectives (prim.Collective), by step,
+	// which get the run's communicator (Options.Comm).
+	colls []backend.CollectiveKernel
 }
 
 // ErrNoBackend is returned by Compile for a device that carries no backend.
@@ -75,8 +79,20 @@ func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Progr
 	}
 	order := schedule.Order(g)
 	kernels := make([]backend.Kernel, len(order))
+	var colls []backend.CollectiveKernel
 	for i, n := range order {
 		if n.Kind != trace.KindOp || runsItself(n.Op) {
+			continue
+		}
+		if _, ok := n.Op.(prim.Collective); ok {
+			k, err := collectiveKernel(be, n.Op)
+			if err != nil {
+				return nil, &NodeError{n, err}
+			}
+			if colls == nil {
+				colls = make([]backend.CollectiveKernel, len(order))
+			}
+			colls[i] = k
 			continue
 		}
 		k, err := be.Kernel(n.Op)
@@ -89,7 +105,27 @@ func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Progr
 	if err != nil {
 		return nil, err
 	}
-	return &Program{Graph: g, Plan: p, Device: dev, Backend: be, kernels: kernels}, nil
+	return &Program{Graph: g, Plan: p, Device: dev, Backend: be, kernels: kernels, colls: colls}, nil
+}
+
+// collectiveKernel is be's kernel for collective o.
+func collectiveKernel(be backend.Backend, o trace.Op) (backend.CollectiveKernel, error) {
+	cb, ok := be.(backend.Collectives)
+	if !ok {
+		return nil, backend.Unsupported(be.Name(), o, "the backend runs no collectives")
+	}
+	return cb.CollectiveKernel(o)
+}
+
+// runCollective runs collective node n with the run's communicator.
+func runCollective(ctx context.Context, k backend.CollectiveKernel, o prim.Collective, n *trace.Node, ins, outs []*tensor.Tensor, ws []byte, opts *Options) error {
+	if opts == nil || opts.Comm == nil {
+		return fmt.Errorf("no communicator bound to run %s (exec.Options.Comm)", o.Name())
+	}
+	if got, want := opts.Comm.Size(), o.GroupSize(); got != want {
+		return fmt.Errorf("%s was traced for %d ranks, the communicator has %d", o.Name(), want, got)
+	}
+	return k(ctx, opts.Comm, n, ins, outs, ws)
 }
 
 // Arena is the reusable memory a program's buffers live in. Programs for
@@ -214,6 +250,11 @@ type Options struct {
 	// here, at run time, so that a compiled program holds no memory of
 	// its own.
 	Host prim.HostStore
+	// Comm is the communicator the step's collectives (prim.Collective:
+	// all-reduce, all-gather, reduce-scatter inside the graph) run on: this
+	// rank's view of the group. Bound here, at run time, like Host; a step
+	// with collectives and no communicator stops at the first one.
+	Comm comm.Comm
 }
 
 // host is the store this run offloads to.
@@ -386,6 +427,8 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 				err = opts.host().Put(o, ins[0].Data)
 			case *prim.Reload:
 				err = opts.host().Take(o.From, outs[0].Data)
+			case prim.Collective:
+				err = runCollective(ctx, p.colls[i], o, n, ins, outs, ws, opts)
 			case *prim.Fused:
 				if opts != nil && opts.CheckFinite && checks {
 					// A diagnosis runs fused ops one by one, to name the op

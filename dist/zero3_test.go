@@ -1,0 +1,341 @@
+package dist_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/plan"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+type zero3Result struct {
+	params                       map[string][]float32
+	losses                       []float64
+	planned, peak                int64
+	metaPlanned                  int64
+	paramBytes                   int64 // the allocator's parameter bytes
+	gradBytes                    int64
+	optBytes                     int64
+	shardBytes                   int64 // what 1/N shards take, rounded as allocated
+	maxGatheredLive              int   // most gathered weight matrices live at once
+	gathers, regathers, scatters int
+}
+
+// zero3Ranks trains the test MLP under ZeRO-3 on n Local ranks, each on
+// its share of every global batch, and reports what each rank saw.
+func zero3Ranks(t *testing.T, n int, opt string, cfg train.Config, batches []train.Batch) []zero3Result {
+	t.Helper()
+	res := make([]zero3Result, n)
+	var mu sync.Mutex
+	build := func(s *nn.Store) (train.Model, train.LossFunc, error) {
+		return zoo.NewMLP(s.Root(), widths...), zoo.CrossEntropyLoss, nil
+	}
+	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+		dev := device.CPU()
+		full := nn.NewStore()
+		m, loss, _ := build(full)
+		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, newOpt(t, opt), cfg, dist.Zero3Options{Seed: 1})
+		if err != nil {
+			return err
+		}
+		defer z.Close()
+		defer tr.Close()
+		var r zero3Result
+		for i, b := range batches {
+			part, err := dist.ShardBatch(b, c.Rank(), n)
+			if err != nil {
+				return err
+			}
+			if i == len(batches)-1 {
+				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
+				if err != nil {
+					return err
+				}
+				r.planned = mp.Total()
+				meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: build, X: train.MetaOf(part.X), Y: train.MetaOf(part.Y), Train: cfg,
+					NewOptimizer: func() (optim.Optimizer, error) { return newOpt(t, opt), nil }})
+				if err != nil {
+					return err
+				}
+				r.metaPlanned = meta.Total()
+				p, err := tr.TrainProgram(train.MetaOf(part.X), train.MetaOf(part.Y))
+				if err != nil {
+					return err
+				}
+				r.maxGatheredLive, r.gathers, r.regathers, r.scatters = gatheredLive(p.Plan.Order, p.Plan.Buffers)
+				dev.Alloc.ResetPeak()
+			}
+			l, err := tr.Step(ctx, part.X, part.Y)
+			if err != nil {
+				return err
+			}
+			r.losses = append(r.losses, l)
+		}
+		r.peak = dev.Alloc.MaxMemoryAllocated()
+		st := dev.Alloc.Stats()
+		r.paramBytes, r.gradBytes, r.optBytes = st.ByCategory[device.Parameter], st.ByCategory[device.Gradient], st.ByCategory[device.OptimizerState]
+		r.params = map[string][]float32{}
+		for _, p := range full.Trainable() {
+			v, err := z.Gather(ctx, p.Name)
+			if err != nil {
+				return err
+			}
+			r.params[p.Name] = v.F32()
+			r.shardBytes += device.RoundSize(int64(prim.ShardLen(int(p.Numel()), n)) * 4)
+		}
+		mu.Lock()
+		res[c.Rank()] = r
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// gatheredLive is the most ZeRO-3 gathers of weight matrices (2-D) whose
+// buffers are live at one step, and the numbers of gathers and
+// reduce-scatters in the step (gathers in the forward pass and again for
+// the backward pass apart).
+func gatheredLive(order []*trace.Node, buffers []*plan.Buffer) (most, gathers, regathers, scatters int) {
+	live := make([]int, len(order))
+	for _, b := range buffers {
+		if b.Node == nil || b.Value == nil {
+			continue
+		}
+		if o, ok := b.Node.Op.(*prim.AllGather); ok && o.Shape != nil && len(o.Shape) == 2 {
+			for i := b.Start; i <= b.End; i++ {
+				live[i]++
+			}
+		}
+	}
+	for _, n := range order {
+		switch o := n.Op.(type) {
+		case *prim.AllGather:
+			switch {
+			case o.Shape != nil && n.Recompute:
+				regathers++
+			case o.Shape != nil:
+				gathers++
+			}
+		case *prim.ReduceScatter:
+			if o.Flat {
+				scatters++
+			}
+		}
+	}
+	for _, v := range live {
+		most = max(most, v)
+	}
+	return most, gathers, regathers, scatters
+}
+
+// TestZero3MatchesOneProcess: ZeRO-3 on 2 and 3 ranks, SGD (momentum,
+// weight decay) and Adam, ends 4 steps with the weights of one process on
+// the global batches (within 1e-5 relative); every rank's parameters,
+// gradients and optimizer state are its 1/N shards as its allocator
+// counts them; each rank's plan (and the meta device's, PlanZero3Rank)
+// equals its measured peak; the step gathers one weight matrix at a time
+// (again in the backward pass) and reduce-scatters every gradient.
+func TestZero3MatchesOneProcess(t *testing.T) {
+	batches := data(4)
+	var fullBytes int64
+	for _, w := range [][2]int{{widths[0], widths[1]}, {widths[1], widths[2]}, {widths[2], widths[3]}} {
+		fullBytes += device.RoundSize(int64(w[0]*w[1])*4) + device.RoundSize(int64(w[1])*4)
+	}
+	for _, opt := range []string{"sgd", "adam"} {
+		want, wantLosses := single(t, opt, batches)
+		for _, tc := range []struct {
+			n   int
+			cfg train.Config
+		}{{2, train.Config{}}, {3, train.Config{}}, {2, train.Config{Recompute: train.Selective}}} {
+			n := tc.n
+			t.Run(fmt.Sprintf("%s/%d/%v", opt, n, tc.cfg.Recompute.Kind), func(t *testing.T) {
+				rs := zero3Ranks(t, n, opt, tc.cfg, batches)
+				for r, res := range rs {
+					if d := relDiff(res.params, want); d > 1e-5 {
+						t.Errorf("rank %d: weights differ from one process's by %.3g relative", r, d)
+					} else if r == 0 {
+						t.Logf("weights within %.3g of one process's; parameter bytes %d of %d unsharded; peak %d", d, res.paramBytes, fullBytes, res.peak)
+					}
+					for i, l := range res.losses {
+						if d := l - wantLosses[i]; d > 1e-5 || d < -1e-5 {
+							t.Errorf("rank %d, step %d: loss %v, one process %v", r, i, l, wantLosses[i])
+						}
+					}
+					if res.planned != res.peak || res.metaPlanned != res.peak {
+						t.Errorf("rank %d: planned %d, meta plan %d, measured peak %d", r, res.planned, res.metaPlanned, res.peak)
+					}
+					if res.paramBytes != res.shardBytes || res.gradBytes != res.shardBytes {
+						t.Errorf("rank %d: parameter bytes %d, gradient bytes %d, want the shards' %d", r, res.paramBytes, res.gradBytes, res.shardBytes)
+					}
+					if res.paramBytes*int64(n) > fullBytes+int64(n)*6*512 {
+						t.Errorf("rank %d: %d parameter bytes is more than 1/%d of %d (up to padding and rounding)", r, res.paramBytes, n, fullBytes)
+					}
+					if opt == "adam" && res.optBytes != 2*res.shardBytes {
+						t.Errorf("rank %d: Adam state %d bytes, want two shards' %d", r, res.optBytes, 2*res.shardBytes)
+					}
+					if res.maxGatheredLive != 1 {
+						t.Errorf("rank %d: %d gathered weight matrices live at once, want 1", r, res.maxGatheredLive)
+					}
+					// The backward pass reads the second and third weights (for
+					// the input gradients of their layers), nothing else.
+					if res.gathers != 6 || res.regathers != 2 || res.scatters != 6 {
+						t.Errorf("rank %d: %d gathers, %d again for the backward pass, %d reduce-scatters; want 6, 2, 6", r, res.gathers, res.regathers, res.scatters)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestZero3Refusals: a materialized model store, a configuration already
+// parallel, and the optimizer in the backward pass are refused.
+func TestZero3Refusals(t *testing.T) {
+	err := comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
+		dev := device.CPU()
+		s := nn.NewStore()
+		m := zoo.NewMLP(s.Root(), widths...)
+		if err := s.Materialize(dev, 1); err != nil {
+			return err
+		}
+		defer s.Release()
+		_, _, err := dist.NewZero3Trainer(ctx, c, dev, s, m, zoo.CrossEntropyLoss, nil, train.Config{}, dist.Zero3Options{})
+		if !errors.Is(err, dist.ErrConfig) || !strings.Contains(err.Error(), "unmaterialized") {
+			return fmt.Errorf("materialized store: %v", err)
+		}
+		s2 := nn.NewStore()
+		m2 := zoo.NewMLP(s2.Root(), widths...)
+		_, _, err = dist.NewZero3Trainer(ctx, c, dev, s2, m2, zoo.CrossEntropyLoss, nil, train.Config{OptimizerInBackward: true}, dist.Zero3Options{})
+		if !errors.Is(err, dist.ErrConfig) {
+			return fmt.Errorf("optimizer in backward: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestZero3GPT: the GPT (whose token embedding is read twice, by the
+// embedding and by the tied LM head) under ZeRO-3 on 2 ranks, started from
+// the full model's weights (Zero3Options.Weights), ends 3 SGD steps with
+// one process's weights, and each rank's plan is its measured peak.
+func TestZero3GPT(t *testing.T) {
+	newSGD := func() optim.Optimizer {
+		o, err := optim.NewSGD(optim.SGDConfig{LR: 0.1, Momentum: 0.9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	var batches [][2]*tensor.Tensor
+	for i := range 3 {
+		batches = append(batches, [2]*tensor.Tensor{tpTokens(4, 8, tpConfig.VocabSize, 2*i+1), tpTokens(4, 8, tpConfig.VocabSize, 2*i+2)})
+	}
+	sd, losses, _, want := tpFull(t, tpConfig, newSGD, batches)
+	const n = 2
+	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+		dev := device.CPU()
+		full := nn.NewStore()
+		m := zoo.NewGPT(full.Root(), tpConfig)
+		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, zoo.GPTLoss, newSGD(), train.Config{}, dist.Zero3Options{Weights: sd})
+		if err != nil {
+			return err
+		}
+		defer z.Close()
+		defer tr.Close()
+		for i, b := range batches {
+			part, err := dist.ShardBatch(train.Batch{X: b[0], Y: b[1]}, c.Rank(), n)
+			if err != nil {
+				return err
+			}
+			var planned int64
+			if i == len(batches)-1 {
+				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
+				if err != nil {
+					return err
+				}
+				planned = mp.Total()
+				dev.Alloc.ResetPeak()
+			}
+			l, err := tr.Step(ctx, part.X, part.Y)
+			if err != nil {
+				return err
+			}
+			if d := l - losses[i]; d > 1e-5 || d < -1e-5 {
+				return fmt.Errorf("rank %d, step %d: loss %v, one process %v", c.Rank(), i, l, losses[i])
+			}
+			if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
+				return fmt.Errorf("rank %d: planned peak %d, measured %d", c.Rank(), planned, peak)
+			}
+		}
+		for _, p := range full.Trainable() {
+			v, err := z.Gather(ctx, p.Name)
+			if err != nil {
+				return err
+			}
+			if d := maxRel(v, want[p.Name]); d > 1e-5 {
+				return fmt.Errorf("rank %d: %s differs from one process's by %.3g", c.Rank(), p.Name, d)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTensorAndZero3Mismatch: a rank set up with another model stops
+// every rank with a message naming it, under tensor parallelism and under
+// ZeRO-3, instead of meeting the others in different collectives.
+func TestTensorAndZero3Mismatch(t *testing.T) {
+	err := comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
+		full := nn.NewStore()
+		w := widths
+		if c.Rank() == 1 {
+			w = []int{48, 300, 131, 10}
+		}
+		m := zoo.NewMLP(full.Root(), w...)
+		_, _, err := dist.NewZero3Trainer(ctx, c, device.CPU(), full, m, zoo.CrossEntropyLoss, nil, train.Config{}, dist.Zero3Options{})
+		return err
+	})
+	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 1 differ") {
+		t.Errorf("ZeRO-3 with another model on rank 1: %v", err)
+	}
+	err = comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
+		cfg := tpConfig
+		if c.Rank() == 1 {
+			cfg.NLayer = 1
+		}
+		dev := device.CPU()
+		s := nn.NewStore()
+		m, err := zoo.NewTPGPT(s.Root(), cfg, c.Rank(), 2)
+		if err != nil {
+			return err
+		}
+		if err := s.Materialize(dev, 0); err != nil {
+			return err
+		}
+		defer s.Release()
+		_, err = dist.NewTensorTrainer(ctx, c, dev, s, m, zoo.GPTLoss, nil, train.Config{})
+		return err
+	})
+	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 1 differ") {
+		t.Errorf("tensor parallel with another model on rank 1: %v", err)
+	}
+}
