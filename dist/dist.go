@@ -103,9 +103,6 @@ func NewTrainer(ctx context.Context, c comm.Comm, dev *device.Device, store *nn.
 	if store.Device() != dev {
 		return nil, nil, fmt.Errorf("%w: the model's parameters are not on %v (materialize the store first)", ErrConfig, dev)
 	}
-	if o.Stage > 0 && !dev.HasData() {
-		return nil, nil, fmt.Errorf("%w: ZeRO on the %s device: not planned there yet (plan on a device with data)", ErrConfig, dev.Kind)
-	}
 	switch {
 	case o.Stage == 2:
 		_, stepper := opt.(optim.ParamStepper)
@@ -135,7 +132,17 @@ func NewTrainer(ctx context.Context, c comm.Comm, dev *device.Device, store *nn.
 		return nil, nil, err
 	}
 	if o.Stage > 0 {
-		opt = &zeroOpt{inner: opt, d: d}
+		z := &zeroOpt{inner: opt, d: d, meta: !dev.HasData()}
+		if z.meta {
+			// Where the state of each rank's shards is planned: allocated
+			// here, next in the order a real rank allocates (train's
+			// meta path sizes the state of whole parameters only).
+			if err := z.allocateMeta(store); err != nil {
+				d.Close()
+				return nil, nil, err
+			}
+		}
+		opt = z
 	}
 	cfg.Parallel = d
 	t, err := train.NewConfig(dev, store, model, loss, opt, cfg)

@@ -2,8 +2,11 @@ package dist
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 )
 
@@ -15,6 +18,10 @@ import (
 type zeroOpt struct {
 	inner optim.Optimizer
 	d     *DataParallel
+	// meta: planned on the meta device, where allocateMeta made the
+	// state of the rank's shards (and StateBytesFor answers 0, so that
+	// train allocates none for whole parameters).
+	meta bool
 }
 
 var (
@@ -168,10 +175,38 @@ func (z *zeroOpt) SetAlloc(f optim.AllocFunc) { z.inner.SetAlloc(f) }
 func (z *zeroOpt) LR() float64                { return z.inner.LR() }
 func (z *zeroOpt) SetLR(lr float64)           { z.inner.SetLR(lr) }
 
-// StateBytesFor is the state of rank 0's shard, the largest.
+// StateBytesFor is the state of rank 0's shard, the largest; 0 on the meta
+// device, where allocateMeta has allocated the rank's own.
 func (z *zeroOpt) StateBytesFor(numel int64) int64 {
+	if z.meta {
+		return 0
+	}
 	size := int64(z.d.c.Size())
 	return z.inner.StateBytesFor((numel + size - 1) / size)
+}
+
+// allocateMeta allocates on the meta device the state Prepare allocates
+// on a device with data: for each trainable parameter of which this rank
+// owns values, the inner optimizer's buffers of the shard's length (as
+// many as StateBytesFor says, the rule train's meta path follows for whole
+// parameters), in parameter order. The blocks are the DataParallel's.
+func (z *zeroOpt) allocateMeta(store *nn.Store) error {
+	for _, p := range store.Trainable() {
+		lo, hi, _ := z.span(int(p.Numel()))
+		if hi <= lo {
+			continue
+		}
+		per := int64(hi-lo) * 4
+		module := p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))]
+		for range z.inner.StateBytesFor(int64(hi-lo)) / per {
+			b, err := z.d.dev.Alloc.Allocate(per, device.Tag{Category: device.OptimizerState, Module: module, Op: p.Name + " (shard)"})
+			if err != nil {
+				return fmt.Errorf("dist: rank %d: %w", z.d.c.Rank(), err)
+			}
+			z.d.blks = append(z.d.blks, b)
+		}
+	}
+	return nil
 }
 
 // State is this rank's shards' state (checkpoints of ZeRO runs would
