@@ -75,6 +75,11 @@ type RankPlan struct {
 	// forward and backward pass.
 	Batch, MicroBatch int
 	Memory            train.MemoryPlan
+	// Reserved is the device memory the rank maps at its peak: its
+	// persistent state's segments and the step's arena, reserved as a
+	// real rank's first step reserves it. A device of this capacity
+	// holds the rank.
+	Reserved int64
 	// Moved is the bytes each rank sends per step in its collectives,
 	// counted as ring algorithms move them (an all-reduce of B bytes
 	// over N ranks sends 2(N-1)/N·B, a reduce-scatter or all-gather of
@@ -185,7 +190,7 @@ func merge(groups []RankPlan) []RankPlan {
 	var out []RankPlan
 	for _, g := range groups {
 		i := slices.IndexFunc(out, func(o RankPlan) bool {
-			return o.Memory == g.Memory && o.Batch == g.Batch && o.MicroBatch == g.MicroBatch && o.Moved == g.Moved
+			return o.Memory == g.Memory && o.Reserved == g.Reserved && o.Batch == g.Batch && o.MicroBatch == g.MicroBatch && o.Moved == g.Moved
 		})
 		if i < 0 {
 			out = append(out, g)
@@ -228,6 +233,17 @@ func Peak(groups []RankPlan) (peak int64, rank int) {
 		}
 	}
 	return peak, rank
+}
+
+// MaxReserved is the largest reservation of the groups, and a rank that
+// has it: the smallest device every rank fits.
+func MaxReserved(groups []RankPlan) (reserved int64, rank int) {
+	for _, g := range groups {
+		if g.Reserved > reserved {
+			reserved, rank = g.Reserved, g.Rank
+		}
+	}
+	return reserved, rank
 }
 
 // dataPlanner plans the ranks of data parallelism with ZeRO 0–2
@@ -330,7 +346,14 @@ func (p *dataPlanner) plan(ctx context.Context, rank int) (RankPlan, error) {
 	if err != nil {
 		return RankPlan{}, err
 	}
-	return RankPlan{Batch: share, MicroBatch: micro, Memory: mp, Moved: p.moved()}, nil
+	// The first step reserves the arena next to the persistent state.
+	arena, err := dev.Alloc.Reserve(mp.ArenaBytes, device.Tag{Category: device.Activation, Op: "arena"})
+	if err != nil {
+		return RankPlan{}, err
+	}
+	reserved := dev.Alloc.Stats().ReservedBytes.Peak
+	dev.Alloc.Release(arena)
+	return RankPlan{Batch: share, MicroBatch: micro, Memory: mp, Reserved: reserved, Moved: p.moved()}, nil
 }
 
 // Stages lists the ZeRO stages a job may choose from, cheapest first by
@@ -350,16 +373,19 @@ func Stages(opt optim.Optimizer, clip bool) []int {
 }
 
 // Choice is a layout tried against a budget: its groups of ranks, the
-// largest planned peak, and the bytes moved per step per rank.
+// largest planned peak and reservation, and the bytes moved per step per
+// rank.
 type Choice struct {
 	Layout Layout
 	Groups []RankPlan
 	Peak   int64
-	// PeakRank has the largest peak.
-	PeakRank int
-	Moved    int64
-	Fits     bool
-	Err      error // the layout could not be planned
+	// Reserved is the largest reservation, rank ReservedRank's: the
+	// layout fits when it is at most the budget.
+	Reserved     int64
+	ReservedRank int
+	Moved        int64
+	Fits         bool
+	Err          error // the layout could not be planned
 }
 
 // ErrBudget is matched by errors.Is when no layout fits every rank in
@@ -367,7 +393,7 @@ type Choice struct {
 var ErrBudget = errors.New("dist: no layout fits the budget on every rank")
 
 // BudgetError says that no layout fits, and the smallest budget that one
-// would (the least of the layouts' largest peaks) and its rank.
+// would (the least of the layouts' largest reservations) and its rank.
 type BudgetError struct {
 	Budget, Smallest int64
 	Rank             int
@@ -381,7 +407,8 @@ func (e *BudgetError) Error() string {
 func (e *BudgetError) Unwrap() error { return ErrBudget }
 
 // Fit plans every layout of ls (in order of preference: the cheapest
-// first) and returns the first whose every rank's peak is at most budget,
+// first) and returns the first whose every rank's reservation (peak and
+// the arena's packing, in whole segments) is at most budget,
 // with all the choices tried. When none fits the error is a *BudgetError
 // naming the smallest budget.
 func Fit(ctx context.Context, j Job, budget int64, ls []Layout) (Choice, []Choice, error) {
@@ -397,14 +424,15 @@ func Fit(ctx context.Context, j Job, budget int64, ls []Layout) (Choice, []Choic
 			tried = append(tried, c)
 			continue
 		}
-		c.Peak, c.PeakRank = Peak(c.Groups)
+		c.Peak, _ = Peak(c.Groups)
+		c.Reserved, c.ReservedRank = MaxReserved(c.Groups)
 		c.Moved = slices.MaxFunc(c.Groups, func(a, b RankPlan) int { return int(a.Moved - b.Moved) }).Moved
-		c.Fits = c.Peak <= budget
+		c.Fits = c.Reserved <= budget
 		tried = append(tried, c)
 		if c.Fits {
 			return c, tried, nil
 		}
-		if best < 0 || c.Peak < tried[best].Peak {
+		if best < 0 || c.Reserved < tried[best].Reserved {
 			best = len(tried) - 1
 		}
 	}
@@ -416,5 +444,5 @@ func Fit(ctx context.Context, j Job, budget int64, ls []Layout) (Choice, []Choic
 		return Choice{}, tried, errors.Join(errs...)
 	}
 	b := tried[best]
-	return Choice{}, tried, &BudgetError{Budget: budget, Smallest: b.Peak, Rank: b.PeakRank, Layout: b.Layout}
+	return Choice{}, tried, &BudgetError{Budget: budget, Smallest: b.Reserved, Rank: b.ReservedRank, Layout: b.Layout}
 }
