@@ -5,6 +5,7 @@ package dist_test
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/train"
@@ -159,5 +161,66 @@ func TestMPITrainCommand(t *testing.T) {
 	out, err := mpirun(t, 2, nil, "sh", "-c", fmt.Sprintf(`if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec %s %s --optimizer sgd; else exec %s %s; fi`, bin, strings.Join(args, " "), bin, strings.Join(args, " ")))
 	if err == nil || !strings.Contains(out, "rank(s) 1 differ from rank 0 in the model") {
 		t.Errorf("ranks with different optimizers: %v\n%s", err, out)
+	}
+}
+
+// Over MPI, every rank's measured peak equals the plan dist.PlanRank makes
+// for it on the meta device (what `headroom plan --ranks` prints), for
+// ZeRO 0–2, the mlp and a small GPT, with uneven shares of the batch.
+func TestMPIPlanRanks(t *testing.T) {
+	if os.Getenv(workerEnv) == "" {
+		if out, err := mpirun(t, 2, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIPlanRanks$", "-test.v"); err != nil {
+			t.Fatalf("mpirun -np 2: %v\n%s", err, out)
+		} else {
+			t.Logf("%s", out)
+		}
+		return
+	}
+	c, err := comm.Open()
+	if err != nil || c == nil {
+		t.Fatalf("Open under mpirun: %v, %v", c, err)
+	}
+	defer comm.Close(c)
+	ctx := context.Background()
+	for _, name := range []string{"mlp", "gpt"} {
+		j := planJobs(t, 5)[name]
+		xm, ym := j.Example(j.Batch)
+		x, y := testkit.Batch(rand.New(rand.NewSource(3)), xm, ym, 10)
+		for zero := range 3 {
+			l := dist.Layout{Ranks: c.Size(), Zero: zero, BucketBytes: 4096}
+			p, err := dist.PlanRank(ctx, j, l, c.Rank())
+			if err != nil {
+				comm.Abort(c, err)
+			}
+			dev := device.CPU()
+			s := nn.NewStore()
+			m, loss := j.Build(s)
+			if err := s.Materialize(dev, 1); err != nil {
+				comm.Abort(c, err)
+			}
+			opt, _ := j.NewOptimizer()
+			tr, dp, err := dist.NewTrainer(ctx, c, dev, s, m, loss, opt, j.Config, dist.Options{Stage: zero, BucketBytes: 4096})
+			if err != nil {
+				comm.Abort(c, err)
+			}
+			part, err := dist.ShardBatch(train.Batch{X: x, Y: y}, c.Rank(), c.Size())
+			if err != nil {
+				comm.Abort(c, err)
+			}
+			for range 2 {
+				dev.Alloc.ResetPeak()
+				if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
+					comm.Abort(c, err)
+				}
+			}
+			if peak := dev.Alloc.MaxMemoryAllocated(); peak != p.Memory.Total() {
+				t.Errorf("%s rank %d, ZeRO-%d: planned %d, measured %d", name, c.Rank(), zero, p.Memory.Total(), peak)
+			} else {
+				t.Logf("%s rank %d, ZeRO-%d: planned = measured = %d", name, c.Rank(), zero, peak)
+			}
+			tr.Close()
+			dp.Close()
+			s.Release()
+		}
 	}
 }
