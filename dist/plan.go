@@ -401,7 +401,7 @@ type BudgetError struct {
 }
 
 func (e *BudgetError) Error() string {
-	return fmt.Sprintf("dist: no layout fits %s on every rank: the smallest budget that does is %s (%v; rank %d has the largest peak)", device.FormatBytes(e.Budget), device.FormatBytes(e.Smallest), e.Layout, e.Rank)
+	return fmt.Sprintf("dist: no layout fits %s on every rank: the smallest budget that does is %s (%v; rank %d has the largest reservation)", device.FormatBytes(e.Budget), device.FormatBytes(e.Smallest), e.Layout, e.Rank)
 }
 
 func (e *BudgetError) Unwrap() error { return ErrBudget }
