@@ -224,3 +224,31 @@ func TestMPIPlanRanks(t *testing.T) {
 		}
 	}
 }
+
+// `mpirun -np 2 headroom train --budget B`: the ranks plan themselves
+// under B and train within it; a budget the ranks cannot meet stops the
+// job with a message naming the rank and the smallest budget.
+func TestMPITrainBudget(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	if testing.Short() {
+		t.Skip("builds headroom with -tags mpi")
+	}
+	bin := filepath.Join(t.TempDir(), "headroom")
+	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
+	}
+	args := []string{bin, "train", "--model", "mlp", "--limit", "1024", "--batch-size", "1024", "--steps", "1", "--threads", "1"}
+	out, err := mpirun(t, 2, nil, append(args, "--budget", "27262975")...) // just under one pass's 26 MiB
+	if err != nil || !strings.Contains(out, "every rank runs its share in 16 pass(es) per step") {
+		t.Fatalf("--budget 26MiB-1: %v\n%s", err, out)
+	}
+	out, err = mpirun(t, 2, nil, append(args, "--budget", "1MiB")...)
+	if err == nil || !strings.Contains(out, "rank 0 needs") || !strings.Contains(out, "the smallest budget every rank meets is") {
+		t.Fatalf("--budget 1MiB: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
@@ -13,6 +14,8 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 // distFlags are train's flags of data-parallel training, which runs when
@@ -43,9 +46,12 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 			return out, log, fmt.Errorf("--bucket-size: %w", err)
 		}
 	}
-	c, err := comm.Open()
-	if err != nil {
-		return out, log, err
+	c := d.c // given by the caller: in-process ranks (tests)
+	if c == nil {
+		var err error
+		if c, err = comm.Open(); err != nil {
+			return out, log, err
+		}
 	}
 	if c == nil {
 		if d.zero != 0 {
@@ -59,8 +65,10 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	d.agree = fmt.Sprintf("model=%s data=%s limit=%d batch=%d seed=%d epochs=%d steps=%d lr=%g wd=%g clip=%g accumulate=%d val=%g load=%s resume=%s schedule=%+v val=%s prefetch=%d",
 		f.model, f.data, f.limit, f.batch, f.seed, f.epochs, f.steps, f.lr, f.weightDecay, f.clipGrad, f.accum, f.valSplit, f.load, f.resume, f.sched, f.val, f.prefetch)
 	switch {
-	case f.budget != "":
-		return out, log, fmt.Errorf("--budget with %d ranks: fitting a budget per rank is not done yet", c.Size())
+	case f.budget != "" && f.data != "":
+		return out, log, fmt.Errorf("--budget with --data on %d ranks: the data loader's buffers are not planned per rank yet (use --device cpu:mem=SIZE)", c.Size())
+	case f.budget != "" && (strings.Contains(f.precision, ",") || f.precision == "auto" || strings.Contains(f.compress, ",") || f.compress == "auto" || f.recompute == "auto"):
+		return out, log, fmt.Errorf("--budget with %d ranks chooses the passes per step only: name one --precision, --compress and --recompute (not auto or a list)", c.Size())
 	case isMeta(f.device):
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
 	case d.zero > 0 && (f.ckptDir != "" || f.resume != ""):
@@ -132,4 +140,42 @@ func (d *distFlags) finish(err error) error {
 		return err
 	}
 	return comm.Close(d.c)
+}
+
+// fitRanks is --budget with several ranks: each rank plans itself under
+// the budget (dist.FitRank: on the meta device, by the code it runs) in
+// the fewest passes per step, the ranks agree on the most any needs, and
+// the device is capped at the budget. A rank that cannot meet it stops
+// every rank, naming itself and the smallest budget.
+func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform.Precision, compress transform.CompressPolicy, remat transform.Policy, accum int, out io.Writer) (int, error) {
+	b, err := device.ParseBytes(f.budget)
+	if err != nil {
+		return 0, fmt.Errorf("train: --budget: %w", err)
+	}
+	st, err := train.StorageOf(compress)
+	if err != nil {
+		return 0, err
+	}
+	var bucket int64
+	if f.dist.bucket != "" {
+		bucket, _ = device.ParseBytes(f.dist.bucket)
+	}
+	c := f.dist.c
+	job := dist.Job{
+		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Example:      spec.Example,
+		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
+		Batch:        f.batch,
+		Config:       train.Config{Accumulation: accum, Precision: prec, Recompute: train.MustRecompute(remat), Storage: st},
+	}
+	k, p, err := dist.FitRank(ctx, c, job, dist.Layout{Ranks: c.Size(), Zero: f.dist.zero, BucketBytes: bucket}, b)
+	if err != nil {
+		return 0, fmt.Errorf("train: --budget %s: %w", f.budget, err)
+	}
+	fmt.Fprintf(out, "budget %s per rank: every rank runs its share in %d pass(es) per step; rank %d plans %s allocated, %s reserved\n",
+		device.FormatBytes(b), k, c.Rank(), device.FormatBytes(p.Memory.Total()), device.FormatBytes(p.Reserved))
+	if !strings.Contains(f.device, "mem=") {
+		f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
+	}
+	return k, nil
 }

@@ -272,7 +272,12 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			return fmt.Errorf("train: %w", err)
 		}
 	}
-	if f.budget != "" {
+	if f.budget != "" && f.dist.c != nil {
+		// Several ranks: each plans itself under the budget (dist.go).
+		if accum, err = f.fitRanks(ctx, spec, prec, compress, remat, accum, out); err != nil {
+			return err
+		}
+	} else if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
 			return fmt.Errorf("train: --budget: %w", err)
