@@ -25,6 +25,7 @@ type distFlags struct {
 	bucket string
 	c      comm.Comm // the job's communicator; nil when training alone
 	agree  string    // the flags every rank must share (dist.Options.Agree)
+	dp     *dist.DataParallel
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
@@ -71,8 +72,8 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		return out, log, fmt.Errorf("--budget with %d ranks chooses the passes per step only: name one --precision, --compress and --recompute (not auto or a list)", c.Size())
 	case isMeta(f.device):
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
-	case d.zero > 0 && (f.ckptDir != "" || f.resume != ""):
-		return out, log, fmt.Errorf("--zero %d with checkpoints: each rank holds a shard of the optimizer state, which checkpoints do not gather yet (use --save for the weights)", d.zero)
+	case d.zero > 0 && f.everyTime > 0:
+		return out, log, fmt.Errorf("--save-every %v with --zero %d: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, d.zero)
 	case f.batch < c.Size():
 		return out, log, fmt.Errorf("--batch-size %d: fewer samples than the %d ranks", f.batch, c.Size())
 	}
@@ -111,6 +112,7 @@ func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *devi
 		return nil, nil, err
 	}
 	fmt.Fprintf(out, "data parallel: %d ranks (MPI), each on its share of every batch, ZeRO stage %d; rank 0 prints, saves and logs\n", d.c.Size(), d.zero)
+	d.dp = dp
 	return tr, func() { tr.Close(); dp.Close() }, nil
 }
 
@@ -178,4 +180,26 @@ func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform
 		f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
 	}
 	return k, nil
+}
+
+// checkpoint is this rank's part in a checkpoint: under ZeRO every rank
+// gathers the optimizer state's shards (a collective; the same steps on
+// every rank), and rank 0 alone writes (write false on the others), the
+// file one process writes. A checkpoint on interruption is not taken
+// under ZeRO: the ranks may stop at different points.
+func (d *distFlags) checkpoint(why string) (write bool, err error) {
+	if d.c == nil {
+		return true, nil
+	}
+	if d.zero > 0 {
+		if why == "interrupted" {
+			return false, fmt.Errorf("--zero %d: no checkpoint on interruption: the ranks gather the optimizer's shards only between the same steps (the newest checkpoint on disk is complete)", d.zero)
+		}
+		// The collectives abort with the group (comm.Local) or the job
+		// (MPI_Abort) when a rank fails, so this does not wait forever.
+		if err := d.dp.GatherState(context.Background()); err != nil {
+			return false, err
+		}
+	}
+	return d.c.Rank() == 0, nil
 }

@@ -485,6 +485,13 @@ func (r *runner) checkpoint(why string) error {
 	r.prog.clear()
 	c := r.last
 	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n), "lr_schedule": r.schedDesc}
+	// Several ranks: ZeRO's shards gathered, rank 0 writes (dist.go).
+	if write, err := r.f.dist.checkpoint(why); err != nil || !write {
+		if err == nil {
+			r.savedSteps = r.last.Step
+		}
+		return err
+	}
 	dir, err := r.tr.SaveCheckpoint(r.f.ckptDir, c, r.f.keep)
 	if err != nil {
 		return fmt.Errorf("--checkpoint-dir %s (%s): %w", r.f.ckptDir, why, err)
