@@ -235,12 +235,7 @@ func TestMPITrainBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds headroom with -tags mpi")
 	}
-	bin := filepath.Join(t.TempDir(), "headroom")
-	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
-	}
+	bin := buildMPI(t)
 	args := []string{bin, "train", "--model", "mlp", "--limit", "1024", "--batch-size", "1024", "--steps", "1", "--threads", "1"}
 	out, err := mpirun(t, 2, nil, append(args, "--budget", "27262975")...) // just under one pass's 26 MiB
 	if err != nil || !strings.Contains(out, "every rank runs its share in 16 pass(es) per step") {
@@ -251,4 +246,59 @@ func TestMPITrainBudget(t *testing.T) {
 		t.Fatalf("--budget 1MiB: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// buildMPI builds headroom with -tags mpi into a temporary directory.
+func buildMPI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "headroom")
+	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// `mpirun -np 2 headroom train --zero 2 --checkpoint-dir`: the checkpoint
+// (the optimizer's shards gathered to rank 0) resumes in one process with
+// the weights of the uninterrupted ZeRO-2 run within 1e-6.
+func TestMPIZeroCheckpoint(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	if testing.Short() {
+		t.Skip("builds headroom with -tags mpi")
+	}
+	bin := buildMPI(t)
+	dir := t.TempDir()
+	args := []string{"train", "--model", "mlp", "--limit", "256", "--batch-size", "64", "--threads", "1"}
+	straight, resumed, ckpt := filepath.Join(dir, "straight.safetensors"), filepath.Join(dir, "resumed.safetensors"), filepath.Join(dir, "ckpt")
+	if out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", "2", "--steps", "4", "--save", straight)...)...); err != nil {
+		t.Fatalf("uninterrupted: %v\n%s", err, out)
+	}
+	if out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", "2", "--steps", "2", "--checkpoint-dir", ckpt)...)...); err != nil || strings.Count(out, "saved checkpoint") != 1 {
+		t.Fatalf("checkpointed: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, append(args, "--steps", "4", "--resume", ckpt, "--save", resumed)...).CombinedOutput(); err != nil {
+		t.Fatalf("resumed in one process: %v\n%s", err, out)
+	}
+	a, b := map[string][]float32{}, map[string][]float32{}
+	for _, x := range []struct {
+		m    map[string][]float32
+		file string
+	}{{a, resumed}, {b, straight}} {
+		w, err := safetensors.Load(x.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range w {
+			x.m[k] = v.F32()
+		}
+	}
+	if d := relDiff(a, b); d > 1e-6 {
+		t.Errorf("resumed in one process: weights %.3g from the uninterrupted ZeRO-2 run", d)
+	} else {
+		t.Logf("ZeRO-2 checkpoint of mpirun -np 2 resumed in one process: within %.3g", d)
+	}
 }
