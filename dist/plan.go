@@ -25,8 +25,9 @@ type Layout struct {
 	// Pipeline is the number of pipeline stages (0 or 1: none); Tensor
 	// the number of ranks a layer is split across (0 or 1: none).
 	Pipeline, Tensor int
-	// BucketBytes is Options.BucketBytes.
+	// BucketBytes is Options.BucketBytes; Overlap Options.Overlap.
 	BucketBytes int64
+	Overlap     bool
 }
 
 func (l Layout) String() string {
@@ -36,6 +37,9 @@ func (l Layout) String() string {
 	}
 	if l.Tensor > 1 {
 		s += fmt.Sprintf(", tensor parallel %d", l.Tensor)
+	}
+	if l.Overlap {
+		s += ", all-reduce overlapped"
 	}
 	return s
 }
@@ -335,7 +339,7 @@ func (p *dataPlanner) plan(ctx context.Context, rank int) (RankPlan, error) {
 	if err != nil {
 		return RankPlan{}, err
 	}
-	tr, dp, err := NewTrainer(ctx, c, dev, s, m, loss, opt, p.j.Config, Options{Stage: p.l.Zero, BucketBytes: p.l.BucketBytes})
+	tr, dp, err := NewTrainer(ctx, c, dev, s, m, loss, opt, p.j.Config, Options{Stage: p.l.Zero, BucketBytes: p.l.BucketBytes, Overlap: p.l.Overlap})
 	if err != nil {
 		return RankPlan{}, err
 	}
