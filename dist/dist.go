@@ -90,7 +90,7 @@ type DataParallel struct {
 	ov           *overlapOpt
 	bucketFloats int
 	share        float64
-	ctx   context.Context // the current step's, for the optimizer's collectives
+	ctx          context.Context // the current step's, for the optimizer's collectives
 }
 
 // NewTrainer makes rank c.Rank()'s trainer of data-parallel training:
