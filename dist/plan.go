@@ -266,6 +266,12 @@ func newDataPlanner(j Job, l Layout) (*dataPlanner, error) {
 	if j.Batch < l.Ranks {
 		return nil, fmt.Errorf("%w: a batch of %d samples cannot give each of %d ranks one", ErrConfig, j.Batch, l.Ranks)
 	}
+	if acc := j.Config.Accumulation; acc > 1 && (l.Zero == 2 || l.Overlap) {
+		// Their steps run the optimizer in the backward pass, which a
+		// step of several passes cannot: it would hold gradient buffers
+		// the plan of one pass does not count.
+		return nil, fmt.Errorf("%w: %v with %d passes per step: ZeRO-2 and overlap take each gradient in the backward pass, which needs one", ErrConfig, l, acc)
+	}
 	p := &dataPlanner{j: j, l: l, acc: max(j.Config.Accumulation, 1)}
 	s := nn.NewStore()
 	j.Build(s)

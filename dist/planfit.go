@@ -61,15 +61,16 @@ func FitRank(ctx context.Context, c comm.Comm, j Job, l Layout, budget int64) (i
 		jm.Config.Accumulation = (share + micro - 1) / micro
 		return PlanRank(ctx, jm, l, rank)
 	}
-	if l.Zero == 2 && least > 1 {
-		return 0, RankPlan{}, fmt.Errorf("%w: ZeRO-2 with %d passes per step: its optimizer runs in the backward pass, which needs one (use ZeRO-1)", ErrConfig, least)
+	oneCall := l.Zero == 2 || l.Overlap // the optimizer in the backward pass
+	if oneCall && least > 1 {
+		return 0, RankPlan{}, fmt.Errorf("%w: %v with %d passes per step: the optimizer runs in the backward pass, which needs one", ErrConfig, l, least)
 	}
 	// The fewest passes that fit, trying 1, 2, 4, ... (at least the
 	// accumulation asked for) up to one sample per pass: the reservation
 	// is not monotonic in the micro-batch (the allocator maps segments of
 	// a few sizes), so the first that fits is taken, not a bisection's.
 	var ks []int
-	if l.Zero == 2 {
+	if oneCall {
 		ks = []int{1}
 	} else {
 		for k := least; k < share; k *= 2 {

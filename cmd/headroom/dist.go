@@ -21,16 +21,18 @@ import (
 // distFlags are train's flags of data-parallel training, which runs when
 // headroom is started by mpirun (built with -tags mpi).
 type distFlags struct {
-	zero   int
-	bucket string
-	c      comm.Comm // the job's communicator; nil when training alone
-	agree  string    // the flags every rank must share (dist.Options.Agree)
-	dp     *dist.DataParallel
+	zero    int
+	bucket  string
+	overlap bool
+	c       comm.Comm // the job's communicator; nil when training alone
+	agree   string    // the flags every rank must share (dist.Options.Agree)
+	dp      *dist.DataParallel
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
 	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) or 2 (gradients sharded too; the optimizer runs in the backward pass)")
 	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
+	fs.BoolVar(&d.overlap, "overlap", false, "under mpirun, ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it, while the backward pass goes on (one pass per step, fp32, no clipping; same results)")
 }
 
 // setupDist joins the job mpirun started, if any, after the flags are
@@ -58,6 +60,9 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		if d.zero != 0 {
 			return out, log, fmt.Errorf("--zero %d: only under mpirun (with several ranks)", d.zero)
 		}
+		if d.overlap {
+			return out, log, fmt.Errorf("--overlap: only under mpirun (with several ranks)")
+		}
 		return out, log, nil
 	}
 	d.c = c
@@ -72,6 +77,8 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		return out, log, fmt.Errorf("--budget with %d ranks chooses the passes per step only: name one --precision, --compress and --recompute (not auto or a list)", c.Size())
 	case isMeta(f.device):
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
+	case d.overlap && d.zero > 0:
+		return out, log, fmt.Errorf("--overlap with --zero %d: overlapping the all-reduce with the backward pass is for ZeRO 0", d.zero)
 	case d.zero > 0 && f.everyTime > 0:
 		return out, log, fmt.Errorf("--save-every %v with --zero %d: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, d.zero)
 	case f.batch < c.Size():
@@ -107,7 +114,7 @@ func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *devi
 	if d.bucket != "" {
 		bucket, _ = device.ParseBytes(d.bucket)
 	}
-	tr, dp, err := dist.NewTrainer(ctx, d.c, dev, store, model, loss, opt, cfg, dist.Options{Stage: d.zero, BucketBytes: bucket, Agree: d.agree})
+	tr, dp, err := dist.NewTrainer(ctx, d.c, dev, store, model, loss, opt, cfg, dist.Options{Stage: d.zero, BucketBytes: bucket, Agree: d.agree, Overlap: d.overlap})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -170,7 +177,7 @@ func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform
 		Batch:        f.batch,
 		Config:       train.Config{Accumulation: accum, Precision: prec, Recompute: train.MustRecompute(remat), Storage: st},
 	}
-	k, p, err := dist.FitRank(ctx, c, job, dist.Layout{Ranks: c.Size(), Zero: f.dist.zero, BucketBytes: bucket}, b)
+	k, p, err := dist.FitRank(ctx, c, job, dist.Layout{Ranks: c.Size(), Zero: f.dist.zero, BucketBytes: bucket, Overlap: f.dist.overlap}, b)
 	if err != nil {
 		return 0, fmt.Errorf("train: --budget %s: %w", f.budget, err)
 	}

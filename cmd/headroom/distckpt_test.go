@@ -128,3 +128,32 @@ func TestTrainZeroCheckpointByTime(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// `headroom train --overlap` on 2 ranks saves the weights of the run
+// without it, bit for bit; refused under ZeRO and without ranks.
+func TestTrainOverlap(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	dir := t.TempDir()
+	f := trainFlags{model: "mlp", epochs: 1, batch: 64, lr: 1e-3, optimizer: "adam", device: "cpu", seed: 1, limit: 256, recompute: "none", steps: 3, threads: 1}
+	f.dist.bucket = "64KiB"
+	f.save = filepath.Join(dir, "plain.safetensors")
+	if out, err := trainRanks(t, 2, f); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	f.dist.overlap, f.save = true, filepath.Join(dir, "overlap.safetensors")
+	if out, err := trainRanks(t, 2, f); err != nil {
+		t.Fatalf("--overlap: %v\n%s", err, out)
+	}
+	if d := weightsDiff(t, f.save, filepath.Join(dir, "plain.safetensors")); d != 0 {
+		t.Errorf("--overlap: weights %.3g from the run without it", d)
+	}
+	f.dist.zero = 1
+	if _, err := trainRanks(t, 2, f); err == nil || !strings.Contains(err.Error(), "--overlap with --zero 1") {
+		t.Errorf("--overlap --zero 1: %v", err)
+	}
+	f.dist.zero = 0
+	var out, log bytes.Buffer
+	if err := trainFashion(context.Background(), f, &out, &log); err == nil || !strings.Contains(err.Error(), "--overlap: only under mpirun") {
+		t.Errorf("--overlap alone: %v", err)
+	}
+}

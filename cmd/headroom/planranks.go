@@ -52,6 +52,7 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	bucket := fs.String("bucket-size", "25MiB", "the gradient bucket all-reduced at once (ZeRO 0 and 1), and the pieces ZeRO scatters and gathers")
 	accum := fs.Int("accumulate", 1, "micro-batches each rank splits its share into (gradient accumulation)")
 	precision := fs.String("precision", "fp32", "numeric precision of every rank: "+strings.Join(budget.Names(budget.AutoPrecisions), ", ")+", ...")
+	overlap := fs.Bool("overlap", false, "ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it (train --overlap)")
 	exact := fs.Bool("bytes", false, "print exact byte counts instead of KiB, MiB, GiB")
 	clip := fs.Float64("clip-grad", 0, "gradient clipping as train will use it (ZeRO-2 cannot clip: not chosen then)")
 	fs.Usage = func() {
@@ -149,7 +150,7 @@ Flags:
 	}
 	var layouts []dist.Layout
 	for _, z := range stages {
-		layouts = append(layouts, dist.Layout{Ranks: *ranks, Zero: z, Pipeline: *pipeline, Tensor: *tensor, BucketBytes: bucketBytes})
+		layouts = append(layouts, dist.Layout{Ranks: *ranks, Zero: z, Pipeline: *pipeline, Tensor: *tensor, BucketBytes: bucketBytes, Overlap: *overlap && z == 0})
 	}
 	s := nn.NewStore()
 	spec.New(s.Root())
