@@ -49,6 +49,16 @@ type Options struct {
 	// data and schedule flags, say): NewTrainer checks it with the
 	// model, the configuration and the options.
 	Agree string
+	// Overlap (stage 0) all-reduces each bucket of gradients as soon as
+	// the backward pass has finished them, while it goes on: the step
+	// runs with the optimizer in the backward pass, which copies each
+	// final gradient into the buckets (one communication buffer of all
+	// gradients, which replaces the gradient buffers), and the update
+	// runs once every bucket is summed. Same results as stage 0. It needs
+	// an optimizer that updates one parameter at a time and a step the
+	// backward pass can update in (one micro-batch, fp32, no clipping or
+	// loss scaling); other steps all-reduce after the backward pass.
+	Overlap bool
 }
 
 var (
@@ -75,8 +85,12 @@ type DataParallel struct {
 	blks []*device.Block
 	// grads are the gradient shards of stage 2, by parameter.
 	grads map[string][]float32
-	share float64
-	ctx   context.Context // the current step's, for the optimizer's collectives
+	// ov is the optimizer of Options.Overlap; bucketFloats the size of
+	// its buckets.
+	ov           *overlapOpt
+	bucketFloats int
+	share        float64
+	ctx          context.Context // the current step's, for the optimizer's collectives
 }
 
 // NewTrainer makes rank c.Rank()'s trainer of data-parallel training:
@@ -103,15 +117,17 @@ func NewTrainer(ctx context.Context, c comm.Comm, dev *device.Device, store *nn.
 	if store.Device() != dev {
 		return nil, nil, fmt.Errorf("%w: the model's parameters are not on %v (materialize the store first)", ErrConfig, dev)
 	}
-	if o.Stage > 0 && !dev.HasData() {
-		return nil, nil, fmt.Errorf("%w: ZeRO on the %s device: not planned there yet (plan on a device with data)", ErrConfig, dev.Kind)
-	}
 	switch {
-	case o.Stage == 2:
+	case o.Overlap && o.Stage != 0:
+		return nil, nil, fmt.Errorf("%w: overlapping the all-reduce with the backward pass is for ZeRO stage 0 (stage %d)", ErrConfig, o.Stage)
+	case o.Overlap || o.Stage == 2:
 		_, stepper := opt.(optim.ParamStepper)
 		_, preparer := opt.(optim.Preparer)
 		if !stepper || !preparer {
-			return nil, nil, fmt.Errorf("%w: ZeRO-2 updates each parameter's shard as its gradient arrives: %T cannot update one parameter at a time", ErrConfig, opt)
+			return nil, nil, fmt.Errorf("%w: ZeRO-2 and overlap take each gradient as it arrives: %T cannot update one parameter at a time", ErrConfig, opt)
+		}
+		if cfg.OptimizerInBackward && o.Overlap {
+			return nil, nil, fmt.Errorf("%w: the optimizer in the backward pass with overlap: gradients must be summed across ranks first (overlap does that)", ErrConfig)
 		}
 		cfg.OptimizerInBackward = true
 	case cfg.OptimizerInBackward:
@@ -134,8 +150,22 @@ func NewTrainer(ctx context.Context, c comm.Comm, dev *device.Device, store *nn.
 		d.Close()
 		return nil, nil, err
 	}
+	if o.Overlap {
+		d.ov = &overlapOpt{inner: opt, d: d}
+		opt = d.ov
+	}
 	if o.Stage > 0 {
-		opt = &zeroOpt{inner: opt, d: d}
+		z := &zeroOpt{inner: opt, d: d, meta: !dev.HasData()}
+		if z.meta {
+			// Where the state of each rank's shards is planned: allocated
+			// here, next in the order a real rank allocates (train's
+			// meta path sizes the state of whole parameters only).
+			if err := z.allocateMeta(store); err != nil {
+				d.Close()
+				return nil, nil, err
+			}
+		}
+		opt = z
 	}
 	cfg.Parallel = d
 	t, err := train.NewConfig(dev, store, model, loss, opt, cfg)
@@ -155,6 +185,9 @@ func (d *DataParallel) Stage() int { return d.stage }
 
 // Close frees the communication buffer and gradient shards.
 func (d *DataParallel) Close() {
+	if d.ov != nil {
+		d.ov.stop()
+	}
 	for _, b := range d.blks {
 		d.dev.Alloc.Free(b)
 	}
@@ -185,9 +218,13 @@ func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 		bucket = DefaultBucketBytes
 	}
 	bucketFloats := max(int(min(bucket/4, 1<<40)), 1)
+	d.bucketFloats = bucketFloats
 	floats := 0
 	if d.stage < 2 {
 		floats = min(bucketFloats, total)
+	}
+	if o.Overlap {
+		floats = total // every gradient has its place in the buckets
 	}
 	if d.stage > 0 {
 		// Shards are reduce-scattered and gathered through the buffer in
@@ -211,6 +248,9 @@ func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 	}
 	var err error
 	what := "gradient bucket"
+	if o.Overlap {
+		what = "gradient buckets (overlapped)"
+	}
 	if d.stage > 0 {
 		what = "ZeRO shards"
 	}
@@ -234,7 +274,7 @@ func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 // options; a rank that differs is named on every rank.
 func (d *DataParallel) agree(ctx context.Context, store *nn.Store, opt optim.Optimizer, cfg train.Config, o Options) error {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%T %v stage=%d bucket=%d %q\n", opt, cfg, o.Stage, o.BucketBytes, o.Agree)
+	fmt.Fprintf(h, "%T %v stage=%d bucket=%d overlap=%v %q\n", opt, cfg, o.Stage, o.BucketBytes, o.Overlap, o.Agree)
 	for _, p := range store.Params() {
 		fmt.Fprintf(h, "%s %v %v %v\n", p.Name, p.DType, p.Shape, p.Trainable)
 	}
@@ -279,6 +319,9 @@ func (d *DataParallel) Share(ctx context.Context, weight float64) (float64, erro
 	if err := d.c.AllReduce64(ctx, w, comm.Sum); err != nil {
 		return 0, err
 	}
+	if d.ov != nil {
+		d.ov.start(ctx)
+	}
 	if w[0] == 0 {
 		d.share = 1 / float64(d.c.Size())
 	} else {
@@ -291,7 +334,17 @@ func (d *DataParallel) Share(ctx context.Context, weight float64) (float64, erro
 // ranks (each was seeded with its share) in buckets, except under ZeRO-2,
 // whose optimizer reduce-scatters them; the loss is the global batch's.
 func (d *DataParallel) Reduce(ctx context.Context, params []optim.Param, loss float64) (float64, error) {
-	if d.stage < 2 {
+	overlapped := false
+	if d.ov != nil {
+		// Gradients came in the backward pass: the buckets are summed and
+		// the update made; else the usual path's gradient buffers are
+		// all-reduced below and the trainer's optimizer step updates.
+		overlapped = d.ov.fill > 0
+		if err := d.ov.end(params, overlapped); err != nil {
+			return 0, err
+		}
+	}
+	if d.stage < 2 && !overlapped {
 		if err := d.allReduce(ctx, params); err != nil {
 			return 0, err
 		}

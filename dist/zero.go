@@ -1,9 +1,14 @@
 package dist
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 )
 
@@ -15,7 +20,24 @@ import (
 type zeroOpt struct {
 	inner optim.Optimizer
 	d     *DataParallel
+	// meta: planned on the meta device, where allocateMeta made the
+	// state of the rank's shards (and StateBytesFor answers 0, so that
+	// train allocates none for whole parameters).
+	meta bool
+	// params are the parameters' names and lengths, in the trainer's
+	// order: what every rank gathers, in the same order.
+	params []paramLen
+	// saved is the whole state GatherState gathered, which the next
+	// SaveState returns (and a step makes stale).
+	saved *optim.SavedState
 }
+
+type paramLen struct {
+	name string
+	n    int
+}
+
+var _ optim.Stateful = (*zeroOpt)(nil)
 
 var (
 	_ optim.ParamStepper = (*zeroOpt)(nil)
@@ -102,6 +124,7 @@ func (z *zeroOpt) gather(v []float32) error {
 
 // Step updates this rank's shards, then gathers every parameter.
 func (z *zeroOpt) Step(params []optim.Param) error {
+	z.remember(params)
 	shards := make([]optim.Param, 0, len(params))
 	for _, p := range params {
 		if p.Grad == nil {
@@ -136,6 +159,7 @@ func (z *zeroOpt) Step(params []optim.Param) error {
 // shares of different sizes still agree (Local checks every collective's
 // length; TestUnevenShares runs such shares).
 func (z *zeroOpt) StepParam(p optim.Param) error {
+	z.saved = nil
 	s, ok, err := z.shardOf(p)
 	if err != nil {
 		return err
@@ -150,6 +174,7 @@ func (z *zeroOpt) StepParam(p optim.Param) error {
 
 // Prepare allocates the state of this rank's shards only.
 func (z *zeroOpt) Prepare(params []optim.Param) error {
+	z.remember(params)
 	prep, ok := z.inner.(optim.Preparer)
 	if !ok {
 		return nil
@@ -168,12 +193,168 @@ func (z *zeroOpt) SetAlloc(f optim.AllocFunc) { z.inner.SetAlloc(f) }
 func (z *zeroOpt) LR() float64                { return z.inner.LR() }
 func (z *zeroOpt) SetLR(lr float64)           { z.inner.SetLR(lr) }
 
-// StateBytesFor is the state of rank 0's shard, the largest.
+// StateBytesFor is the state of rank 0's shard, the largest; 0 on the meta
+// device, where allocateMeta has allocated the rank's own.
 func (z *zeroOpt) StateBytesFor(numel int64) int64 {
+	if z.meta {
+		return 0
+	}
 	size := int64(z.d.c.Size())
 	return z.inner.StateBytesFor((numel + size - 1) / size)
 }
 
-// State is this rank's shards' state (checkpoints of ZeRO runs would
-// need every rank's: not done).
+// allocateMeta allocates on the meta device the state Prepare allocates
+// on a device with data: for each trainable parameter of which this rank
+// owns values, the inner optimizer's buffers of the shard's length (as
+// many as StateBytesFor says, the rule train's meta path follows for whole
+// parameters), in parameter order. The blocks are the DataParallel's.
+func (z *zeroOpt) allocateMeta(store *nn.Store) error {
+	for _, p := range store.Trainable() {
+		lo, hi, _ := z.span(int(p.Numel()))
+		if hi <= lo {
+			continue
+		}
+		per := int64(hi-lo) * 4
+		module := p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))]
+		for range z.inner.StateBytesFor(int64(hi-lo)) / per {
+			b, err := z.d.dev.Alloc.Allocate(per, device.Tag{Category: device.OptimizerState, Module: module, Op: p.Name + " (shard)"})
+			if err != nil {
+				return fmt.Errorf("dist: rank %d: %w", z.d.c.Rank(), err)
+			}
+			z.d.blks = append(z.d.blks, b)
+		}
+	}
+	return nil
+}
+
+// State is this rank's shards' state (checkpoints gather every rank's:
+// DataParallel.GatherState).
 func (z *zeroOpt) State() map[string]map[string][]float32 { return z.inner.State() }
+
+// remember records the parameters, once; any gathered state is stale.
+func (z *zeroOpt) remember(params []optim.Param) {
+	z.saved = nil
+	if z.params != nil {
+		return
+	}
+	for _, p := range params {
+		z.params = append(z.params, paramLen{p.Name, len(p.Value)})
+	}
+}
+
+// GatherState gathers every rank's shards of the optimizer state, so
+// that the next SaveState (train.Trainer.SaveCheckpoint) returns the whole
+// state as one process holds it: a ZeRO run's checkpoint is the file one
+// process writes, and resumes in one process or on any number of ranks.
+// It is a collective: every rank calls it at the same point between
+// steps. Under stage 0 every rank holds the whole state already.
+func (d *DataParallel) GatherState(ctx context.Context) error {
+	if d.t == nil {
+		return fmt.Errorf("%w: no trainer", ErrConfig)
+	}
+	z, ok := d.t.Opt.(*zeroOpt)
+	if !ok {
+		return nil
+	}
+	so, ok := z.inner.(optim.Stateful)
+	if !ok {
+		return fmt.Errorf("%w: optimizer %T cannot save its state", ErrConfig, z.inner)
+	}
+	own := so.SaveState()
+	var bufs []string // every parameter's buffers are named alike
+	for _, p := range z.params {
+		if b := own.Buffers[p.name]; b != nil {
+			for k := range b {
+				bufs = append(bufs, k)
+			}
+			break
+		}
+	}
+	slices.Sort(bufs)
+	whole := optim.SavedState{Kind: own.Kind, LR: own.LR, Buffers: map[string]map[string][]float32{}, Counts: map[string]map[string]int64{}}
+	prev := d.ctx
+	d.ctx = ctx
+	defer func() { d.ctx = prev }()
+	for _, p := range z.params {
+		lo, hi, _ := z.span(p.n)
+		m := map[string][]float32{}
+		for _, b := range bufs {
+			v := make([]float32, p.n)
+			if hi > lo {
+				copy(v[lo:hi], own.Buffers[p.name][b])
+			}
+			if err := z.gather(v); err != nil {
+				return err
+			}
+			m[b] = v
+		}
+		if len(m) > 0 {
+			whole.Buffers[p.name] = m
+		}
+		// Rank 0 holds a shard of every parameter, so its counts are
+		// whole; they are the same on every rank that holds one.
+		if c, ok := own.Counts[p.name]; ok {
+			whole.Counts[p.name] = c
+		}
+	}
+	z.saved = &whole
+	return nil
+}
+
+// SaveState implements optim.Stateful: the state GatherState gathered.
+// Without it, this rank's shards under a kind no optimizer loads, so that
+// a checkpoint of one rank's shards cannot pass for a whole one.
+func (z *zeroOpt) SaveState() optim.SavedState {
+	if s := z.saved; s != nil {
+		z.saved = nil
+		return *s
+	}
+	so, ok := z.inner.(optim.Stateful)
+	if !ok {
+		return optim.SavedState{Kind: fmt.Sprintf("%T (not stateful)", z.inner)}
+	}
+	s := so.SaveState()
+	s.Kind = fmt.Sprintf("%s (rank %d's ZeRO shards, not gathered: DataParallel.GatherState on every rank first)", s.Kind, z.d.c.Rank())
+	return s
+}
+
+// LoadState implements optim.Stateful: the whole state (as one process
+// saves it, or a ZeRO run after GatherState) is cut into this rank's
+// shards.
+func (z *zeroOpt) LoadState(s optim.SavedState) error {
+	so, ok := z.inner.(optim.Stateful)
+	if !ok {
+		return fmt.Errorf("%w: optimizer %T cannot load a state", ErrConfig, z.inner)
+	}
+	lens := map[string]int{}
+	for _, p := range z.params {
+		lens[p.name] = p.n
+	}
+	shard := optim.SavedState{Kind: s.Kind, LR: s.LR, Buffers: map[string]map[string][]float32{}, Counts: map[string]map[string]int64{}}
+	for name, bufs := range s.Buffers {
+		n, ok := lens[name]
+		if !ok {
+			return fmt.Errorf("%w: state of %q, which is not a parameter of the model", optim.ErrState, name)
+		}
+		lo, hi, _ := z.span(n)
+		m := map[string][]float32{}
+		for b, v := range bufs {
+			if len(v) != n {
+				return fmt.Errorf("%w: %s of %q has %d values, the parameter %d", optim.ErrState, b, name, len(v), n)
+			}
+			m[b] = v[lo:hi]
+		}
+		if hi > lo {
+			shard.Buffers[name] = m
+		}
+	}
+	for name, c := range s.Counts {
+		if n, ok := lens[name]; ok {
+			if lo, hi, _ := z.span(n); hi > lo {
+				shard.Counts[name] = c
+			}
+		}
+	}
+	z.saved = nil
+	return so.LoadState(shard)
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
@@ -13,20 +14,25 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 // distFlags are train's flags of data-parallel training, which runs when
 // headroom is started by mpirun (built with -tags mpi).
 type distFlags struct {
-	zero   int
-	bucket string
-	c      comm.Comm // the job's communicator; nil when training alone
-	agree  string    // the flags every rank must share (dist.Options.Agree)
+	zero    int
+	bucket  string
+	overlap bool
+	c       comm.Comm // the job's communicator; nil when training alone
+	agree   string    // the flags every rank must share (dist.Options.Agree)
+	dp      *dist.DataParallel
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
 	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) or 2 (gradients sharded too; the optimizer runs in the backward pass)")
 	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
+	fs.BoolVar(&d.overlap, "overlap", false, "under mpirun, ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it, while the backward pass goes on (one pass per step, fp32, no clipping; same results)")
 }
 
 // setupDist joins the job mpirun started, if any, after the flags are
@@ -43,13 +49,19 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 			return out, log, fmt.Errorf("--bucket-size: %w", err)
 		}
 	}
-	c, err := comm.Open()
-	if err != nil {
-		return out, log, err
+	c := d.c // given by the caller: in-process ranks (tests)
+	if c == nil {
+		var err error
+		if c, err = comm.Open(); err != nil {
+			return out, log, err
+		}
 	}
 	if c == nil {
 		if d.zero != 0 {
 			return out, log, fmt.Errorf("--zero %d: only under mpirun (with several ranks)", d.zero)
+		}
+		if d.overlap {
+			return out, log, fmt.Errorf("--overlap: only under mpirun (with several ranks)")
 		}
 		return out, log, nil
 	}
@@ -59,12 +71,16 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	d.agree = fmt.Sprintf("model=%s data=%s limit=%d batch=%d seed=%d epochs=%d steps=%d lr=%g wd=%g clip=%g accumulate=%d val=%g load=%s resume=%s schedule=%+v val=%s prefetch=%d",
 		f.model, f.data, f.limit, f.batch, f.seed, f.epochs, f.steps, f.lr, f.weightDecay, f.clipGrad, f.accum, f.valSplit, f.load, f.resume, f.sched, f.val, f.prefetch)
 	switch {
-	case f.budget != "":
-		return out, log, fmt.Errorf("--budget with %d ranks: fitting a budget per rank is not done yet", c.Size())
+	case f.budget != "" && f.data != "":
+		return out, log, fmt.Errorf("--budget with --data on %d ranks: the data loader's buffers are not planned per rank yet (use --device cpu:mem=SIZE)", c.Size())
+	case f.budget != "" && (strings.Contains(f.precision, ",") || f.precision == "auto" || strings.Contains(f.compress, ",") || f.compress == "auto" || f.recompute == "auto"):
+		return out, log, fmt.Errorf("--budget with %d ranks chooses the passes per step only: name one --precision, --compress and --recompute (not auto or a list)", c.Size())
 	case isMeta(f.device):
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
-	case d.zero > 0 && (f.ckptDir != "" || f.resume != ""):
-		return out, log, fmt.Errorf("--zero %d with checkpoints: each rank holds a shard of the optimizer state, which checkpoints do not gather yet (use --save for the weights)", d.zero)
+	case d.overlap && d.zero > 0:
+		return out, log, fmt.Errorf("--overlap with --zero %d: overlapping the all-reduce with the backward pass is for ZeRO 0", d.zero)
+	case d.zero > 0 && f.everyTime > 0:
+		return out, log, fmt.Errorf("--save-every %v with --zero %d: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, d.zero)
 	case f.batch < c.Size():
 		return out, log, fmt.Errorf("--batch-size %d: fewer samples than the %d ranks", f.batch, c.Size())
 	}
@@ -98,11 +114,12 @@ func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *devi
 	if d.bucket != "" {
 		bucket, _ = device.ParseBytes(d.bucket)
 	}
-	tr, dp, err := dist.NewTrainer(ctx, d.c, dev, store, model, loss, opt, cfg, dist.Options{Stage: d.zero, BucketBytes: bucket, Agree: d.agree})
+	tr, dp, err := dist.NewTrainer(ctx, d.c, dev, store, model, loss, opt, cfg, dist.Options{Stage: d.zero, BucketBytes: bucket, Agree: d.agree, Overlap: d.overlap})
 	if err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintf(out, "data parallel: %d ranks (MPI), each on its share of every batch, ZeRO stage %d; rank 0 prints, saves and logs\n", d.c.Size(), d.zero)
+	d.dp = dp
 	return tr, func() { tr.Close(); dp.Close() }, nil
 }
 
@@ -132,4 +149,64 @@ func (d *distFlags) finish(err error) error {
 		return err
 	}
 	return comm.Close(d.c)
+}
+
+// fitRanks is --budget with several ranks: each rank plans itself under
+// the budget (dist.FitRank: on the meta device, by the code it runs) in
+// the fewest passes per step, the ranks agree on the most any needs, and
+// the device is capped at the budget. A rank that cannot meet it stops
+// every rank, naming itself and the smallest budget.
+func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform.Precision, compress transform.CompressPolicy, remat transform.Policy, accum int, out io.Writer) (int, error) {
+	b, err := device.ParseBytes(f.budget)
+	if err != nil {
+		return 0, fmt.Errorf("train: --budget: %w", err)
+	}
+	st, err := train.StorageOf(compress)
+	if err != nil {
+		return 0, err
+	}
+	var bucket int64
+	if f.dist.bucket != "" {
+		bucket, _ = device.ParseBytes(f.dist.bucket)
+	}
+	c := f.dist.c
+	job := dist.Job{
+		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Example:      spec.Example,
+		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
+		Batch:        f.batch,
+		Config:       train.Config{Accumulation: accum, Precision: prec, Recompute: train.MustRecompute(remat), Storage: st},
+	}
+	k, p, err := dist.FitRank(ctx, c, job, dist.Layout{Ranks: c.Size(), Zero: f.dist.zero, BucketBytes: bucket, Overlap: f.dist.overlap}, b)
+	if err != nil {
+		return 0, fmt.Errorf("train: --budget %s: %w", f.budget, err)
+	}
+	fmt.Fprintf(out, "budget %s per rank: every rank runs its share in %d pass(es) per step; rank %d plans %s allocated, %s reserved\n",
+		device.FormatBytes(b), k, c.Rank(), device.FormatBytes(p.Memory.Total()), device.FormatBytes(p.Reserved))
+	if !strings.Contains(f.device, "mem=") {
+		f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
+	}
+	return k, nil
+}
+
+// checkpoint is this rank's part in a checkpoint: under ZeRO every rank
+// gathers the optimizer state's shards (a collective; the same steps on
+// every rank), and rank 0 alone writes (write false on the others), the
+// file one process writes. A checkpoint on interruption is not taken
+// under ZeRO: the ranks may stop at different points.
+func (d *distFlags) checkpoint(why string) (write bool, err error) {
+	if d.c == nil {
+		return true, nil
+	}
+	if d.zero > 0 {
+		if why == "interrupted" {
+			return false, fmt.Errorf("--zero %d: no checkpoint on interruption: the ranks gather the optimizer's shards only between the same steps (the newest checkpoint on disk is complete)", d.zero)
+		}
+		// The collectives abort with the group (comm.Local) or the job
+		// (MPI_Abort) when a rank fails, so this does not wait forever.
+		if err := d.dp.GatherState(context.Background()); err != nil {
+			return false, err
+		}
+	}
+	return d.c.Rank() == 0, nil
 }

@@ -36,6 +36,9 @@ var (
 )
 
 func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsRanks(args) {
+		return planRanksMain(ctx, args, stdout, stderr) // planranks.go
+	}
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	model := fs.String("model", "cnn", "model: "+strings.Join(zoo.Names(), ", "))
@@ -64,6 +67,9 @@ precision and how saved activations are stored, and with --optimizer-in-backward
 whether to update parameters in the backward pass; it prints the byte breakdown
 at the peak and the estimated slowdown. When nothing fits it says the smallest
 budget that would.
+
+With --ranks N: each rank's memory of data-parallel training on N ranks
+(headroom plan --ranks N -h for its flags).
 
 Flags:
 `)

@@ -253,7 +253,12 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			return fmt.Errorf("train: %w", err)
 		}
 	}
-	if f.budget != "" {
+	if f.budget != "" && f.dist.c != nil {
+		// Several ranks: each plans itself under the budget (dist.go).
+		if accum, err = f.fitRanks(ctx, spec, prec, compress, remat, accum, out); err != nil {
+			return err
+		}
+	} else if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
 			return fmt.Errorf("train: --budget: %w", err)
@@ -466,6 +471,13 @@ func (r *runner) checkpoint(why string) error {
 	r.prog.clear()
 	c := r.last
 	c.Meta = map[string]string{"model": r.f.model, "optimizer": r.f.optimizer, "seed": fmt.Sprint(r.f.seed), "batch": fmt.Sprint(r.f.batch), "samples": fmt.Sprint(r.n), "lr_schedule": r.schedDesc}
+	// Several ranks: ZeRO's shards gathered, rank 0 writes (dist.go).
+	if write, err := r.f.dist.checkpoint(why); err != nil || !write {
+		if err == nil {
+			r.savedSteps = r.last.Step
+		}
+		return err
+	}
 	dir, err := r.tr.SaveCheckpoint(r.f.ckptDir, c, r.f.keep)
 	if err != nil {
 		return fmt.Errorf("--checkpoint-dir %s (%s): %w", r.f.ckptDir, why, err)
