@@ -155,62 +155,85 @@ func reluBackwardMaskKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out
 	return nil
 }
 
-// rounder returns the float32 -> 16-bit -> float32 rounding of dtype to.
-func rounder(n *trace.Node, to tensor.DType) (func(float32) float32, error) {
-	switch to {
-	case tensor.BFloat16:
-		return func(v float32) float32 { return tensor.BFloat16ToFloat32(tensor.Float32ToBFloat16(v)) }, nil
-	case tensor.Float16:
-		return func(v float32) float32 { return tensor.Float16ToFloat32(tensor.Float32ToFloat16(v)) }, nil
+// checkRoundTo refuses a rounding target other than the two 16-bit types.
+func checkRoundTo(n *trace.Node, to tensor.DType) error {
+	if to != tensor.BFloat16 && to != tensor.Float16 {
+		return fmt.Errorf("cpu: %s: cannot round to %v", n.Label(), to)
 	}
-	return nil, fmt.Errorf("cpu: %s: cannot round to %v", n.Label(), to)
+	return nil
+}
+
+// roundBF16 is float32 -> bfloat16 -> float32 (tensor.Float32ToBFloat16:
+// round to nearest even, NaN to the canonical 0x7fc0) in one inlinable
+// step, so that the loops below call nothing per element.
+func roundBF16(v float32) float32 {
+	b := math.Float32bits(v)
+	if b&0x7fffffff > 0x7f800000 {
+		return math.Float32frombits(0x7fc00000)
+	}
+	b += 0x7fff + (b>>16)&1
+	return math.Float32frombits(b &^ 0xffff)
+}
+
+func roundF16(v float32) float32 { return tensor.Float16ToFloat32(tensor.Float32ToFloat16(v)) }
+
+// roundInto sets dst[i] = round(src[i]), or adds it when add, rounding to
+// the 16-bit type to. The type is switched on once, outside the loops (a
+// closure per element kept the compiler from inlining the rounding).
+func roundInto(to tensor.DType, dst, src []float32, add bool) {
+	dst = dst[:len(src)]
+	switch {
+	case to == tensor.BFloat16 && add:
+		for i, v := range src {
+			dst[i] += roundBF16(v)
+		}
+	case to == tensor.BFloat16:
+		for i, v := range src {
+			dst[i] = roundBF16(v)
+		}
+	case add:
+		for i, v := range src {
+			dst[i] += roundF16(v)
+		}
+	default:
+		for i, v := range src {
+			dst[i] = roundF16(v)
+		}
+	}
 }
 
 func roundStateKernel(pool *parallel.Pool, n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
-	round, err := rounder(n, n.Op.(*prim.RoundState).To)
-	if err != nil {
+	to := n.Op.(*prim.RoundState).To
+	if err := checkRoundTo(n, to); err != nil {
 		return err
 	}
 	s := in[0].F32()
 	pool.For(len(s), quantGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			s[i] = round(s[i])
-		}
+		roundInto(to, s[lo:hi], s[lo:hi], false)
 	})
 	return nil
 }
 
 func roundKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
-	round, err := rounder(n, n.Op.(*prim.Round).To)
-	if err != nil {
+	to := n.Op.(*prim.Round).To
+	if err := checkRoundTo(n, to); err != nil {
 		return err
 	}
 	x, y := in[0].F32(), out[0].F32()
 	pool.For(len(x), quantGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			y[i] = round(x[i])
-		}
+		roundInto(to, y[lo:hi], x[lo:hi], false)
 	})
 	return nil
 }
 
 func accumulateRoundedKernel(pool *parallel.Pool, n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
 	o := n.Op.(*prim.AccumulateRounded)
-	round, err := rounder(n, o.To)
-	if err != nil {
+	if err := checkRoundTo(n, o.To); err != nil {
 		return err
 	}
 	dst, src := in[0].F32(), in[1].F32()
 	pool.For(len(dst), quantGrain, func(lo, hi int) {
-		if o.Add {
-			for i := lo; i < hi; i++ {
-				dst[i] += round(src[i])
-			}
-			return
-		}
-		for i := lo; i < hi; i++ {
-			dst[i] = round(src[i])
-		}
+		roundInto(o.To, dst[lo:hi], src[lo:hi], o.Add)
 	})
 	return nil
 }

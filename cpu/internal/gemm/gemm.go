@@ -5,7 +5,9 @@
 // into column panels NR wide; op(A) is packed, MC×KC at a time, into row
 // panels MR tall; a register-blocked MR×NR micro-kernel multiplies one A panel
 // by one B panel. Blocks of C are split across the worker pool of package
-// parallel. On amd64 the single-precision micro-kernel is assembly, 24×16
+// parallel; with more than one thread, B is packed for several K blocks at
+// once (up to 4 MiB) so that each M block runs through all of them between
+// two waits for the pool. On amd64 the single-precision micro-kernel is assembly, 24×16
 // with AVX-512 or 6×16 with AVX2 and FMA, chosen from the CPU's features at
 // start-up; elsewhere, and for float64, it is portable Go.
 //
@@ -135,6 +137,10 @@ type kernel[T float] struct {
 	name   string
 	mr, nr int
 	fn     func(k int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
+	// fnTiles, if not nil, is fn for tiles full tiles one above the
+	// other (A panels consecutive in a, C tiles mr rows apart), with fn's
+	// arithmetic: one call per column of tiles.
+	fnTiles func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
 
 	// packBT, if not nil, packs nr full columns of a transposed B:
 	// dst[nr*p+r] = x[off+r*ld+p] for p < kc.
@@ -153,6 +159,11 @@ const (
 	blockKC = 256
 	blockNC = 4080
 )
+
+// maxPackedB is the most packed B that a product keeps at once (elements):
+// 4 MiB of float32, what one KC×NC block took before K blocks were
+// grouped, so that grouping adds no memory.
+const maxPackedB = 1 << 20
 
 // Products with fewer flops than this run on the calling goroutine only.
 const parallelMinFlops = 1 << 21
@@ -259,9 +270,22 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 	mc := min(roundUp(ceilDiv(m, mBlocks), mr), roundUp(m, mr))
 	mBlocks = ceilDiv(m, mc)
 
-	bbuf := getBuf[T](&pools.b, kc*nc)
+	// Packed B is kept for a group of K blocks at once (as many as fit in
+	// maxPackedB), so that a group needs one parallel packing loop and one
+	// parallel compute loop, each M block running through all the group's
+	// K blocks: two waits for the slowest thread per group instead of two
+	// per K block, and work units long enough to balance dynamically. For
+	// 1024³ the whole of B is one group.
+	kBlocks := ceilDiv(k, kc)
+	kGroup := max(1, min(kBlocks, maxPackedB/(kc*nc)))
+	if threads == 1 {
+		// Nothing to wait for: one K block at a time keeps the packed B
+		// (1 MiB for KC×1024) likelier to stay in cache than a group.
+		kGroup = 1
+	}
+	bbuf := getBuf[T](&pools.b, min(kGroup*kc, k)*nc)
 	defer pools.b.Put(bbuf)
-	bp := *bbuf
+	bAll := *bbuf
 
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
@@ -271,22 +295,29 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 		if mBlocks < threads {
 			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
 		}
-		for pc := 0; pc < k; pc += kc {
-			kcur := min(kc, k-pc)
-			betaCur := beta
-			if pc > 0 {
-				betaCur = 1
+		// Pack B by panels when transposed (a panel then reads nr
+		// contiguous rows of B), else by rows of B (reading whole rows
+		// keeps the hardware prefetcher busy; a panel would read kc short
+		// pieces one row stride apart).
+		byRows := packB.Pack == nil && !transB || packB.Pack != nil && packB.ByRows
+		for g0 := 0; g0 < kBlocks; g0 += kGroup {
+			g1 := min(kBlocks, g0+kGroup)
+			// Packing units: block g's units are [(g-g0)*unitsPer, +packN),
+			// packN = its rows or panels; the rest of its range is empty.
+			unitsPer := nPanels
+			if byRows {
+				unitsPer = kc
 			}
-
-			// Pack B by panels when transposed (a panel then reads nr
-			// contiguous rows of B), else by rows of B (reading whole rows
-			// keeps the hardware prefetcher busy; a panel would read kc
-			// short pieces one row stride apart).
-			packN := nPanels
-			if packB.Pack == nil && !transB || packB.Pack != nil && packB.ByRows {
-				packN = kcur
-			}
-			pack := func(lo, hi int) {
+			packBlock := func(g, lo, hi int) {
+				pc := g * kc
+				kcur := min(kc, k-pc)
+				if byRows {
+					hi = min(hi, kcur)
+				}
+				if lo >= hi {
+					return
+				}
+				bp := bAll[(g-g0)*kc*nc:]
 				if h != nil && h.b.Type != Float32 {
 					h.packB(any(kern).(*kernel[float32]), transB, ldb, pc, kcur, jc, ncur, lo, hi, any(bp).([]float32))
 					return
@@ -308,41 +339,58 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 					packBT(b, ldb, pc, kcur, jc+j0, min(nr, ncur-j0), nr, bp[jp*nr*kcur:(jp+1)*nr*kcur], kern.packBT)
 				}
 			}
+			pack := func(lo, hi int) {
+				for u := lo; u < hi; {
+					g := g0 + u/unitsPer
+					end := min(hi, (u/unitsPer+1)*unitsPer)
+					packBlock(g, u%unitsPer, u%unitsPer+end-u)
+					u = end
+				}
+			}
 			compute := func(lo, hi int) {
 				extra := 0
 				if h != nil {
-					extra = max(mr*kcur, mc) // rows of a 16-bit A converted
+					extra = max(mr*kc, mc) // rows of a 16-bit A converted
 				}
-				abuf := getBuf[T](&pools.a, mc*kcur+mr*nr+extra)
+				abuf := getBuf[T](&pools.a, mc*kc+mr*nr+extra)
 				ap := *abuf
-				tmp := ap[mc*kcur : mc*kcur+mr*nr]
+				tmp := ap[mc*kc : mc*kc+mr*nr]
 				for t := lo; t < hi; t++ {
 					ib, jb := t/nSplit, t%nSplit
 					ic := ib * mc
 					mcur := min(mc, m-ic)
 					mPanels := ceilDiv(mcur, mr)
-					if h != nil && h.a.Type != Float32 {
-						h.packA(any(kern).(*kernel[float32]), transA, lda, pc, kcur, ic, mcur, any(ap).([]float32), any(ap[mc*kcur+mr*nr:]).([]float32))
-					} else if transA {
-						// Stored A rows are contiguous in i: read them whole.
-						packATRows(a, lda, pc, kcur, ic, mcur, mr, ap)
-					} else {
-						for ip := 0; ip < mPanels; ip++ {
-							i0 := ip * mr
-							packA(a, lda, ic+i0, min(mr, mcur-i0), pc, kcur, mr, ap[ip*mr*kcur:(ip+1)*mr*kcur])
-						}
-					}
 					jpLo := jb * nPanels / nSplit
 					jpHi := (jb + 1) * nPanels / nSplit
-					macroKernel(kern, mcur, ncur, kcur, ap, bp, jpLo, jpHi, alpha, betaCur, c, (ic)*ldc+jc, ldc, tmp)
+					for g := g0; g < g1; g++ {
+						pc := g * kc
+						kcur := min(kc, k-pc)
+						betaCur := beta
+						if pc > 0 {
+							betaCur = 1
+						}
+						if h != nil && h.a.Type != Float32 {
+							h.packA(any(kern).(*kernel[float32]), transA, lda, pc, kcur, ic, mcur, any(ap).([]float32), any(ap[mc*kc+mr*nr:]).([]float32))
+						} else if transA {
+							// Stored A rows are contiguous in i: read them whole.
+							packATRows(a, lda, pc, kcur, ic, mcur, mr, ap)
+						} else {
+							for ip := 0; ip < mPanels; ip++ {
+								i0 := ip * mr
+								packA(a, lda, ic+i0, min(mr, mcur-i0), pc, kcur, mr, ap[ip*mr*kcur:(ip+1)*mr*kcur])
+							}
+						}
+						macroKernel(kern, mcur, ncur, kcur, ap, bAll[(g-g0)*kc*nc:], jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, tmp)
+					}
 				}
 				pools.a.Put(abuf)
 			}
+			packUnits := (g1 - g0) * unitsPer
 			if threads > 1 {
-				pool.For(packN, max(1, 4096/(ncur+kcur)), pack)
+				pool.For(packUnits, max(1, 4096/(ncur+kc)), pack)
 				pool.For(mBlocks*nSplit, 1, compute)
 			} else {
-				pack(0, packN)
+				pack(0, packUnits)
 				compute(0, mBlocks*nSplit)
 			}
 		}
@@ -359,7 +407,12 @@ func macroKernel[T float](kern *kernel[T], mcur, ncur, kcur int, ap, bp []T, jpL
 		j0 := jp * nr
 		nn := min(nr, ncur-j0)
 		bpan := bp[jp*nr*kcur : (jp+1)*nr*kcur]
-		for i0 := 0; i0 < mcur; i0 += mr {
+		i0 := 0
+		if full := mcur / mr; nn == nr && full > 0 && kern.fnTiles != nil {
+			kern.fnTiles(kcur, full, ap, bpan, c[coff+j0:], ldc, alpha, beta, beta0)
+			i0 = full * mr
+		}
+		for ; i0 < mcur; i0 += mr {
 			mm := min(mr, mcur-i0)
 			apan := ap[i0*kcur : (i0+mr)*kcur]
 			off := coff + i0*ldc + j0
@@ -390,6 +443,10 @@ func packA[T float](a []T, lda, i0, mm, p0, kc, mr int, dst []T) {
 	dst = dst[:kc*mr]
 	// op(A)(i, p) = a[i*lda+p]: row i is contiguous in p.
 	if mm == 6 && mr == 6 {
+		if a32, ok := any(a).([]float32); ok && packRows6F32 != nil {
+			packRows6F32(a32, lda, i0*lda+p0, kc, any(dst).([]float32))
+			return
+		}
 		packRows6(a, lda, i0*lda+p0, kc, dst)
 		return
 	}
@@ -530,6 +587,10 @@ func packBRows16F32(b []float32, ldb, p0, np, pOff, kc, j0, ncur int, dst []floa
 		}
 	}
 }
+
+// packRows6F32, if not nil, is packRows6 for float32 in assembly (set at
+// start-up where the CPU runs it).
+var packRows6F32 func(x []float32, ld, off, kc int, dst []float32)
 
 // packRows6 interleaves 6 rows of length kc, starting at x[off] with stride
 // ld, into dst: dst[6*p+i] = row i [p].

@@ -14,6 +14,13 @@ import (
 //go:noescape
 func sgemmKernel6x16(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int)
 
+// sgemmKernel6x16Tiles is sgemmKernel6x16 for a column of tiles: tile t
+// multiplies the panel at a + 6*k*t by b into the tile at c + 6*ldc*t,
+// with the same arithmetic (bitwise the same results).
+//
+//go:noescape
+func sgemmKernel6x16Tiles(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int)
+
 // hasAVX2FMA reports whether the CPU and OS support AVX2 and FMA3.
 func hasAVX2FMA() bool { return cpuid.X86.AVX2FMA() }
 
@@ -51,9 +58,26 @@ func asmKernel(name string, mr int, f func(k int, a, b, c *float32, ldc int, alp
 }
 
 var (
-	kernAVX2   = asmKernel("avx2", 6, sgemmKernel6x16)
+	kernAVX2   = withTiles(asmKernel("avx2", 6, sgemmKernel6x16), sgemmKernel6x16Tiles)
 	kernAVX512 = asmKernel("avx512", 24, sgemmKernel24x16)
 )
+
+// withTiles gives an mr-row assembly kernel its tile-column form.
+func withTiles(k *kernel[float32], f func(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int)) *kernel[float32] {
+	mr := k.mr
+	k.fnTiles = func(kk, tiles int, a, b, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+		// Bounds the assembly relies on.
+		_ = a[tiles*mr*kk-1]
+		_ = b[16*kk-1]
+		_ = c[(tiles*mr-1)*ldc+15]
+		z := 0
+		if beta0 {
+			z = 1
+		}
+		f(kk, &a[0], &b[0], &c[0], ldc, alpha, beta, z, tiles)
+	}
+	return k
+}
 
 // hasAVX512 reports whether the CPU and OS support AVX-512F (ZMM and opmask
 // state saved) as well as AVX2 and FMA, which the packing routines use.
@@ -72,6 +96,9 @@ func asmKernels() []*kernel[float32] {
 }
 
 func init() {
+	if hasAVX2FMA() {
+		packRows6F32 = packA6AVX
+	}
 	ks := append(asmKernels(), kernGo32)
 	sgemmKern = ks[0]
 	if name, ok := env.Lookup(kernelEnv); ok {
@@ -88,6 +115,29 @@ func init() {
 //
 //go:noescape
 func packT16(src *float32, ld int, blocks int, dst *float32)
+
+// packA6 is in pack_amd64.s: for 6 rows of src (stride ld) and 8*blocks
+// columns, dst[6*p+r] = src[r*ld+p]; it also writes the 2 floats after.
+//
+//go:noescape
+func packA6(src *float32, ld int, blocks int, dst *float32)
+
+// packA6AVX interleaves 6 rows of length kc starting at x[off] (stride ld)
+// into dst (packRows6 for float32): dst[6*p+r] = x[off+r*ld+p].
+func packA6AVX(x []float32, ld, off, kc int, dst []float32) {
+	_ = x[off+5*ld+kc-1]
+	_ = dst[6*kc-1]
+	// The assembly's last group spills 2 floats into the next one: leave
+	// it at least one group to write after it.
+	blocks := (kc - 1) / 8
+	if blocks > 0 {
+		packA6(&x[off], ld, blocks, &dst[0])
+	}
+	for p := blocks * 8; p < kc; p++ {
+		d := dst[6*p : 6*p+6 : 6*p+6]
+		d[0], d[1], d[2], d[3], d[4], d[5] = x[off+p], x[off+ld+p], x[off+2*ld+p], x[off+3*ld+p], x[off+4*ld+p], x[off+5*ld+p]
+	}
+}
 
 // packT16AVX packs 16 full rows of a transposed B: dst[16*p+r] =
 // x[off+r*ld+p] for p < kc.

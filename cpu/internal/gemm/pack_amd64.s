@@ -233,3 +233,53 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func packA6(src *float32, ld int, blocks int, dst *float32)
+//
+// Interleaves 6 rows of src (stride ld floats), 8*blocks columns of them:
+// dst[6*p + r] = src[r*ld + p]. Each group of 6 is stored as 8 floats, the
+// last 2 overwritten by the next group, so it writes dst[6*8*blocks] and
+// dst[6*8*blocks+1] too (the caller leaves at least one group after).
+TEXT ·packA6(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ ld+8(FP), R8
+	MOVQ blocks+16(FP), CX
+	MOVQ dst+24(FP), DI
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), R11
+	ADDQ R8, R11
+	TESTQ CX, CX
+	JZ done
+loop:
+	PREFETCHT0 256(SI)
+	PREFETCHT0 256(SI)(R8*1)
+	PREFETCHT0 256(SI)(R8*2)
+	PREFETCHT0 256(SI)(R9*1)
+	PREFETCHT0 256(SI)(R8*4)
+	PREFETCHT0 256(R11)
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R9*1), Y3
+	VMOVUPS (SI)(R8*4), Y4
+	VMOVUPS (R11), Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	TRANSPOSE8
+	VMOVUPS Y8, 0(DI)
+	VMOVUPS Y9, 24(DI)
+	VMOVUPS Y10, 48(DI)
+	VMOVUPS Y11, 72(DI)
+	VMOVUPS Y12, 96(DI)
+	VMOVUPS Y13, 120(DI)
+	VMOVUPS Y14, 144(DI)
+	VMOVUPS Y15, 168(DI)
+	ADDQ $32, SI
+	ADDQ $32, R11
+	ADDQ $192, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET
