@@ -88,8 +88,19 @@ type Options struct {
 	// appended to. A replaced dict no longer lives in the memo (nor do
 	// the dicts and lists it directly holds): a later GET of one fails
 	// with ErrMemo, and the caller may decode again without Replace.
+	//
+	// With Refs, nothing is released: what the pickle reads back stays in
+	// the memo, and the rest was never kept.
 	Replace    func(d *Dict) (any, bool)
 	ReplaceKey string
+
+	// Refs, when set, is the result of ScanMemo on the same pickle: the
+	// Decoder keeps only the memo slots the pickle reads back, so that
+	// values stored in the memo and never read again (every container
+	// Python's pickler writes) are not held until the end. Decoding a
+	// different pickle with it fails with ErrMemo where a slot that was
+	// not kept is read.
+	Refs *MemoRefs
 }
 
 // Limits of Unmarshal, whose input length is known, where Options leaves
@@ -115,12 +126,18 @@ const (
 // proportional to len(data) (ElementsPerByte, BytesPerByte, MemoryPerByte),
 // capped by the Default ones.
 func Unmarshal(data []byte, opts *Options) (any, error) {
+	return UnmarshalReader(bytes.NewReader(data), int64(len(data)), opts)
+}
+
+// UnmarshalReader is Unmarshal of the size bytes r holds, read as a
+// stream: a large file need not be in memory whole while it is decoded.
+func UnmarshalReader(r io.Reader, size int64, opts *Options) (any, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	capBytes := cmp.Or(max(o.MaxBytes, 0), DefaultMaxBytes)
-	n := int64(len(data))
+	n := size
 	if o.MaxElements <= 0 {
 		o.MaxElements = min(DefaultMaxElements, ElementsPerByte*n+MinElements)
 	}
@@ -130,7 +147,7 @@ func Unmarshal(data []byte, opts *Options) (any, error) {
 	if o.MaxMemory <= 0 {
 		o.MaxMemory = min(DefaultMaxMemory, MemoryPerByte*n+MinMemory)
 	}
-	d := NewDecoder(bytes.NewReader(data), &o)
+	d := NewDecoder(io.LimitReader(r, size), &o)
 	d.size, d.capBytes = n, capBytes
 	v, err := d.Decode()
 	if err == io.EOF {
@@ -166,7 +183,18 @@ type Decoder struct {
 	keys     keyer
 	nextBuf  int
 	classes  map[string]*Class
+	// small receives short payloads; strs interns short strings, which
+	// a snapshot repeats by the million (keys, actions, file names)
+	small [maxInterned]byte
+	strs  map[string]string
 }
+
+// maxInterned is the longest string interned, and maxStrs the most
+// strings the table holds (a pickle of distinct strings stops adding).
+const (
+	maxInterned = 64
+	maxStrs     = 1 << 16
+)
 
 // hole marks an empty dense memo slot.
 type hole struct{}
@@ -223,7 +251,7 @@ func (d *Decoder) Decode() (v any, err error) {
 		return nil, io.EOF
 	}
 	v, err = d.run()
-	d.stack, d.marks, d.memo, d.sparse, d.keys.cache = nil, nil, nil, nil, nil
+	d.stack, d.marks, d.memo, d.sparse, d.keys.cache, d.strs = nil, nil, nil, nil, nil, nil
 	return v, err
 }
 
@@ -241,6 +269,7 @@ func (d *Decoder) reset() {
 	d.keys = keyer{maxDepth: d.opts.MaxDepth, budget: &d.bytes}
 	d.nextBuf = 0
 	d.classes = nil
+	d.strs = nil
 }
 
 // ---------------------------------------------------------------------------
@@ -341,6 +370,17 @@ func (d *Decoder) readPayload(n uint64) ([]byte, error) {
 		return nil, err
 	}
 	d.bytes -= int64(n)
+	if n <= uint64(len(d.small)) {
+		// read into the Decoder's buffer: pushUnicode interns short
+		// strings from it, and other callers copy what they keep
+		buf := d.small[:n]
+		k, err := io.ReadFull(d.r, buf)
+		d.pos += int64(k)
+		if err != nil {
+			return nil, d.truncated(int64(n)-int64(k), err)
+		}
+		return buf, nil
+	}
 	if n <= 64<<10 {
 		buf := make([]byte, n)
 		k, err := io.ReadFull(d.r, buf)
@@ -483,6 +523,12 @@ func (d *Decoder) popView(n int) []any {
 // memo
 
 func (d *Decoder) memoGet(i uint64) error {
+	if refs := d.opts.Refs; refs != nil {
+		if !refs.Has(i) {
+			return d.fail(ErrMemo, "memo slot %d was not kept: the pickle is not the one Options.Refs was made from", i)
+		}
+		i = refs.index(i)
+	}
 	var v any
 	ok := false
 	if i < uint64(len(d.memo)) {
@@ -506,6 +552,15 @@ func (d *Decoder) memoPut(i uint64) error {
 		return d.fail(ErrMemo, "nothing on the stack to store in memo slot %d", i)
 	}
 	v := d.stack[len(d.stack)-1]
+	if refs := d.opts.Refs; refs != nil {
+		if !refs.Has(i) {
+			// never read back: counted (MEMOIZE's index), not kept. The
+			// scan found no slot stored twice, so this one is new.
+			d.memoLen++
+			return d.charge(1)
+		}
+		i = refs.index(i)
+	}
 	switch x := v.(type) {
 	case *Dict:
 		if x.memoAt == 0 {
