@@ -192,7 +192,7 @@ type Decoder struct {
 // maxInterned is the longest string interned, and maxStrs the most
 // strings the table holds (a pickle of distinct strings stops adding).
 const (
-	maxInterned = 64
+	maxInterned = 256
 	maxStrs     = 1 << 16
 )
 
@@ -522,10 +522,11 @@ func (d *Decoder) popView(n int) []any {
 // ---------------------------------------------------------------------------
 // memo
 
-func (d *Decoder) memoGet(i uint64) error {
+func (d *Decoder) memoGet(slot uint64) error {
+	i := slot // where it is kept
 	if refs := d.opts.Refs; refs != nil {
 		if !refs.Has(i) {
-			return d.fail(ErrMemo, "memo slot %d was not kept: the pickle is not the one Options.Refs was made from", i)
+			return d.fail(ErrMemo, "memo slot %d was not kept: the pickle is not the one Options.Refs was made from", slot)
 		}
 		i = refs.index(i)
 	}
@@ -539,10 +540,10 @@ func (d *Decoder) memoGet(i uint64) error {
 		v, ok = d.sparse[i]
 	}
 	if !ok {
-		return d.fail(ErrMemo, "memo slot %d was never set", i)
+		return d.fail(ErrMemo, "memo slot %d was never set", slot)
 	}
 	if _, gone := v.(released); gone {
-		return d.fail(ErrMemo, "memo slot %d holds a value replaced as it was read (Options.Replace)", i)
+		return d.fail(ErrMemo, "memo slot %d holds a value replaced as it was read (Options.Replace)", slot)
 	}
 	return d.pushShared(v)
 }

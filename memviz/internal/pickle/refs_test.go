@@ -112,6 +112,17 @@ func TestScanMemoRefuses(t *testing.T) {
 	if !errors.Is(err, ErrMemo) {
 		t.Errorf("got %v, want ErrMemo", err)
 	}
+	// a slot read but never stored is named by its number in the pickle
+	unset := []byte("\x80\x04N\x94h\x00N\x94h\x05.")
+	refs, ok := ScanMemo(bytes.NewReader(unset))
+	if !ok {
+		t.Fatal("refused")
+	}
+	_, plain := Unmarshal(unset, nil)
+	_, err = Unmarshal(unset, &Options{Refs: refs})
+	if !errors.Is(err, ErrMemo) || plain == nil || err.Error() != plain.Error() {
+		t.Errorf("with Refs %v; without %v", err, plain)
+	}
 }
 
 // With Refs, Replace releases nothing: an entry read back (shared between
