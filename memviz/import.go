@@ -714,8 +714,11 @@ func (r *reader) traces(v any) ([][]Event, []int, error) {
 		}
 		evs := make([]Event, 0, len(l))
 		for i, ev := range l {
-			e, err := r.event(ev, fmt.Sprintf("%s[%d]", p, i))
-			if err != nil {
+			var e Event
+			if re, ok := ev.(*readEvent); ok {
+				// read as the pickle was decoded: no path to name
+				e = r.finishEvent(re.e)
+			} else if e, err = r.event(ev, fmt.Sprintf("%s[%d]", p, i)); err != nil {
 				return nil, nil, err
 			}
 			// memory_viz's merge: a free_requested immediately followed

@@ -188,3 +188,19 @@ func largeHistory(steps, perStep int) *Snapshot {
 	return &Snapshot{Source: SourceHeadroom, Traces: [][]Event{ev}, Headroom: &device.SnapshotInfo{Version: 1, Device: "cpu"},
 		Segments: []Segment{{Address: base, TotalSize: 1 << 30, Type: "large", Blocks: []Block{{Address: base, Size: 1 << 30, State: device.StateInactive}}}}}
 }
+
+// BenchmarkDecodeHistory reads a headroom history of about 100000 entries
+// (11 MB) from memory: the cost per entry of the streaming read.
+func BenchmarkDecodeHistory(b *testing.B) {
+	data, err := largeHistory(250, 100).MarshalPickle()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode("history", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -90,7 +90,9 @@ type Options struct {
 	// with ErrMemo, and the caller may decode again without Replace.
 	//
 	// With Refs, nothing is released: what the pickle reads back stays in
-	// the memo, and the rest was never kept.
+	// the memo, and the rest was never kept; a replaced dict that nothing
+	// else holds is reused for a later dict, so Replace must not keep the
+	// *Dict it is given (nor its Items) when it replaces it.
 	Replace    func(d *Dict) (any, bool)
 	ReplaceKey string
 
@@ -187,7 +189,17 @@ type Decoder struct {
 	// a snapshot repeats by the million (keys, actions, file names)
 	small [maxInterned]byte
 	strs  map[string]string
+	// spares are dicts Replace replaced that nothing else holds, reused
+	// by later EMPTY_DICTs (with their items' arrays): the entries of a
+	// history, appended a batch at a time, then cost no allocation for
+	// their dicts after the first batch. dup: DUP was seen, so a value
+	// may be held twice outside the memo, and none is reused.
+	spares []*Dict
+	dup    bool
 }
+
+// maxSpares is more than the batch of Python's pickler (1000 appends).
+const maxSpares = 2048
 
 // maxInterned is the longest string interned, and maxStrs the most
 // strings the table holds (a pickle of distinct strings stops adding).
@@ -270,6 +282,7 @@ func (d *Decoder) reset() {
 	d.nextBuf = 0
 	d.classes = nil
 	d.strs = nil
+	d.spares, d.dup = nil, false
 }
 
 // ---------------------------------------------------------------------------

@@ -85,6 +85,7 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		d.dup = true // a value may now be held twice outside the memo
 		return d.pushShared(v)
 
 	// constants and numbers
@@ -319,6 +320,11 @@ func (d *Decoder) step(op byte) error {
 		}
 		return d.appendTo(items)
 	case opEMPTY_DICT:
+		if n := len(d.spares); n > 0 {
+			m := d.spares[n-1]
+			d.spares = d.spares[:n-1]
+			return d.push(m)
+		}
 		return d.push(NewDict())
 	case opDICT:
 		items, err := d.popMarkView()
@@ -779,6 +785,14 @@ func (d *Decoder) appendTo(items []any) error {
 					d.release(m, false)
 					for _, k := range kids {
 						d.release(k, true)
+					}
+				} else if m.memoAt == 0 && !d.dup && m.index == nil {
+					// nothing else holds it (not in the memo, never
+					// duplicated): the next dict reuses it and its items
+					clear(m.items)
+					m.items = m.items[:0]
+					if len(d.spares) < maxSpares {
+						d.spares = append(d.spares, m)
 					}
 				}
 				it = r

@@ -155,3 +155,36 @@ func TestReplaceWithRefs(t *testing.T) {
 		t.Errorf("without Refs: %v, want ErrMemo", err)
 	}
 }
+
+// A dict replaced with Refs is reused for the next one only when nothing
+// else holds it: a dict DUP put twice in one batch is replaced twice, and
+// the dict after it is its own.
+func TestReplaceReuse(t *testing.T) {
+	entry := func(a string) string { return "}(\x8c\x06action\x8c\x01" + a + "u" }
+	for _, tc := range []struct {
+		name string
+		data string
+		want []any
+	}{
+		{"distinct", "\x80\x04](" + entry("x") + entry("y") + entry("z") + "e.", []any{"x", "y", "z"}},
+		{"duplicated", "\x80\x04](" + entry("x") + "2" + entry("y") + "e.", []any{"x", "x", "y"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := []byte(tc.data)
+			refs, ok := ScanMemo(bytes.NewReader(data))
+			if !ok {
+				t.Fatal("refused")
+			}
+			got, err := Unmarshal(data, &Options{Refs: refs, ReplaceKey: "action", Replace: func(d *Dict) (any, bool) {
+				s, err := d.GetString("action")
+				return s, err == nil
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diff(got, tc.want); d != "" {
+				t.Error(d)
+			}
+		})
+	}
+}
