@@ -45,9 +45,10 @@ func (e *FormatError) Unwrap() []error {
 	return []error{ErrFormat}
 }
 
-// MaxFileBytes is the largest snapshot file ReadFile reads: decoding takes
-// up to 16 times the file's size (memoryPerByte), and PyTorch's snapshots
-// of long runs measure hundreds of megabytes.
+// MaxFileBytes is the largest snapshot file ReadFile reads: decoding may
+// take up to 16 times the file's size (memoryPerByte; a history read as a
+// stream takes about 6), and PyTorch's snapshots of long runs measure
+// hundreds of megabytes.
 const MaxFileBytes = 2 << 30
 
 // ReadFile reads a snapshot file (see Decode). Only a regular file is

@@ -75,12 +75,13 @@ const envLargeMB = "HEADROOM_LARGE_SNAPSHOT_MB"
 //
 //	go test -run '^$' -bench LargeSnapshot -benchtime 1x ./memviz
 //
-// It measures; it does not fail on a slow result. Memory: generating the
-// file takes about 30 times its size at its peak (reading it, with the
-// history read into Events as the pickle is decoded, about 10: 491 MB for
-// 51 MB, was 1193), so on a machine with less than ~16 GB free ask for a
-// smaller file (HEADROOM_LARGE_SNAPSHOT_MB=50); the server's heap once it
-// serves is about 3 times the file.
+// It measures; it does not fail on a slow result. Memory: the file is
+// written as a stream (a few megabytes whatever its size); reading it
+// peaks at about 5.6 times its size in heap (2.8 GB for 500 MB: the
+// Events, about 1.6 times the file, held twice while the history is
+// copied out, plus the collector's headroom), and the server's heap once
+// it serves is about 3.4 times the file. README's "Large snapshots" has
+// the numbers.
 func BenchmarkLargeSnapshot(b *testing.B) {
 	mb := 500
 	if v := os.Getenv(envLargeMB); v != "" {

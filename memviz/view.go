@@ -80,6 +80,9 @@ type Analysis struct {
 	steps     []StepPeak
 
 	byStart, byEnd []int32 // allocations by start and by end (orderAllocs)
+	// the events that change segments, in order: a state request undoes
+	// those after its event, not every event of a long history
+	segChanges []int
 }
 
 // allocation is one block's life: live after event i when start <= i < end.
@@ -141,6 +144,12 @@ func Analyze(s *Snapshot, dev int) (*Analysis, error) {
 		if t := a.events[i].TimeUS; t <= 0 || i > 0 && t < a.events[i-1].TimeUS {
 			a.timed = false
 			break
+		}
+	}
+	for i := range a.events {
+		switch a.events[i].Action {
+		case device.ActionSegmentAlloc, device.ActionSegmentFree, actionSegmentMap, actionSegmentUnmap:
+			a.segChanges = append(a.segChanges, i)
 		}
 	}
 	return a, nil
@@ -1050,8 +1059,8 @@ func (a *Analysis) segmentsAt(i int) []segRange {
 	find := func(addr int64) int {
 		return sort.Search(len(segs), func(k int) bool { return segs[k].addr+segs[k].size > addr })
 	}
-	for j := len(a.events) - 1; j > i; j-- {
-		e := &a.events[j]
+	for c := len(a.segChanges) - 1; c >= 0 && a.segChanges[c] > i; c-- {
+		e := &a.events[a.segChanges[c]]
 		switch e.Action {
 		case device.ActionSegmentFree: // undo: the segment comes back
 			k := find(e.Addr)
