@@ -191,6 +191,9 @@ func replayable(err error) bool {
 // the reader knew whether the file is headroom's.
 type readEvent struct{ e Event }
 
+// readBlock is a segment's block read while the pickle was decoded.
+type readBlock struct{ b Block }
+
 // decodeStreaming reads a pickle with Options.Replace turning each
 // history entry (a dict with "action") into a *readEvent as it is read.
 func decodeStreaming(name string, src io.Reader, size int64, refs *pickle.MemoRefs) (*Snapshot, error) {
@@ -202,7 +205,20 @@ func decodeStreaming(name string, src io.Reader, size int64, refs *pickle.MemoRe
 		MaxMemory:   memoryPerByte*size + memoryFloor,
 		Refs:        refs,
 		ReplaceKey:  "action",
+		ReplaceKeys: []string{"state"},
 		Replace: func(d *pickle.Dict) (any, bool) {
+			if !d.Has("action") {
+				// a segment's block: read now when it says where it is
+				// (its address otherwise follows from the blocks before)
+				if a, ok := d.Get("address"); !ok || a == nil {
+					return nil, false
+				}
+				b, err := r.block(d, "", 0)
+				if err != nil {
+					return nil, false
+				}
+				return &readBlock{b}, true
+			}
 			e, err := r.entry(d)
 			if err != nil {
 				return nil, false
@@ -598,20 +614,23 @@ func (r *reader) segment(v any, p string) (Segment, error) {
 	seg.Blocks = make([]Block, 0, len(blocks))
 	addr, end := seg.Address, seg.Address+seg.TotalSize
 	for i, bv := range blocks {
-		bp := fmt.Sprintf("%s.blocks[%d]", p, i)
-		b, err := r.block(bv, bp, addr)
-		if err != nil {
+		bp := func() string { return fmt.Sprintf("%s.blocks[%d]", p, i) }
+		var b Block
+		if rb, ok := bv.(*readBlock); ok {
+			// read as the pickle was decoded
+			b = r.finishBlock(rb.b)
+		} else if b, err = r.block(bv, bp(), addr); err != nil {
 			return seg, err
 		}
 		if b.Address < seg.Address || b.Address > end || b.Size > end-b.Address {
-			return seg, r.fail(bp, "block at %#x of %d bytes lies outside its segment %#x..%#x (%d bytes)",
+			return seg, r.fail(bp(), "block at %#x of %d bytes lies outside its segment %#x..%#x (%d bytes)",
 				b.Address, b.Size, seg.Address, end, seg.TotalSize)
 		}
 		// The blocks of a segment tile it in address order (as the
 		// allocator lists them): one that starts before the previous one
 		// ends, or at the same address, is not a snapshot's.
 		if i > 0 && (b.Address < addr || b.Address == seg.Blocks[i-1].Address) {
-			return seg, r.fail(bp, "block at %#x of %d bytes overlaps the block before it, at %#x of %d bytes",
+			return seg, r.fail(bp(), "block at %#x of %d bytes overlaps the block before it, at %#x of %d bytes",
 				b.Address, b.Size, seg.Blocks[i-1].Address, seg.Blocks[i-1].Size)
 		}
 		addr = b.Address + b.Size
@@ -757,6 +776,21 @@ func (r *reader) event(v any, p string) (Event, error) {
 		return e, err
 	}
 	return r.finishEvent(e), nil
+}
+
+// finishBlock is finishEvent for a block: block reads "unknown" as no
+// category, and makes headroom's frames, only once the file is known to be
+// headroom's.
+func (r *reader) finishBlock(b Block) Block {
+	if r.headroom {
+		if b.Category == categoryUnknown {
+			b.Category = ""
+		}
+		if b.Frames == nil {
+			b.Frames = r.synthFrames(b.Category, b.Module, b.Op)
+		}
+	}
+	return b
 }
 
 // finishEvent applies what depends on the file being headroom's, which is

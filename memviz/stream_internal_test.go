@@ -82,6 +82,13 @@ func TestStreamingEqualsPlain(t *testing.T) {
 		}
 		files = append(files, file{"shared-" + strconv.Itoa(n), data})
 	}
+	for _, src := range []string{SourcePyTorch, SourceHeadroom} {
+		data, err := manySegments(src).MarshalPickle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, file{"blocks-" + src, data})
+	}
 	large, err := largeHistory(3, 400).MarshalPickle()
 	if err != nil {
 		t.Fatal(err)
@@ -203,4 +210,32 @@ func BenchmarkDecodeHistory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// manySegments is a state of 3 segments of 1500 blocks each, their stacks
+// shared, some with headroom's tags (and "unknown", which headroom's
+// files read as none).
+func manySegments(source string) *Snapshot {
+	s := &Snapshot{Source: source, Traces: [][]Event{}}
+	if source == SourceHeadroom {
+		s.Headroom = &device.SnapshotInfo{Version: 1, Device: "cpu"}
+	}
+	for g := range 3 {
+		base := int64(g+1) << 32
+		seg := Segment{Address: base, TotalSize: 1500 << 12, Type: "large", Frames: []Frame{{"alloc.py", int64(g), "segment"}}}
+		for b := range 1500 {
+			blk := Block{Address: base + int64(b)<<12, Size: 1 << 12, Requested: 1000, State: device.StateActiveAllocated}
+			switch b % 3 {
+			case 0:
+				blk.Frames = []Frame{{"model.py", int64(b % 7), "forward"}, {"train.py", 1, "step"}}
+			case 1:
+				blk.Category, blk.Module, blk.Op = "activation", "layers."+strconv.Itoa(b%5), "conv2d"
+			default:
+				blk.State, blk.Requested, blk.Category = device.StateInactive, 0, "unknown"
+			}
+			seg.Blocks = append(seg.Blocks, blk)
+		}
+		s.Segments = append(s.Segments, seg)
+	}
+	return s
 }

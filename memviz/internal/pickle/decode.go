@@ -80,7 +80,8 @@ type Options struct {
 	MaxMemory int64
 
 	// Replace, when set, is offered each dict that holds the str key
-	// ReplaceKey as it is appended to a list (APPEND, APPENDS), finished
+	// ReplaceKey (or one of ReplaceKeys) as it is appended to a list
+	// (APPEND, APPENDS), finished
 	// (its lists are []any), and may return a replacement for it, which
 	// the list holds instead. It lets a caller turn the many small dicts
 	// of a long list into its own compact values as they are read, so
@@ -93,8 +94,9 @@ type Options struct {
 	// the memo, and the rest was never kept; a replaced dict that nothing
 	// else holds is reused for a later dict, so Replace must not keep the
 	// *Dict it is given (nor its Items) when it replaces it.
-	Replace    func(d *Dict) (any, bool)
-	ReplaceKey string
+	Replace     func(d *Dict) (any, bool)
+	ReplaceKey  string
+	ReplaceKeys []string
 
 	// Refs, when set, is the result of ScanMemo on the same pickle: the
 	// Decoder keeps only the memo slots the pickle reads back, so that

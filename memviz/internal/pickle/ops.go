@@ -760,7 +760,7 @@ func (d *Decoder) appendTo(items []any) error {
 		return nil
 	}
 	for _, it := range items {
-		if m, ok := it.(*Dict); ok && m.Has(d.opts.ReplaceKey) {
+		if m, ok := it.(*Dict); ok && d.offered(m) {
 			// its containers, taken before finishing turns lists into
 			// []any, to free their memo slots if it is replaced (with
 			// Refs, what is read back stays and the rest was not kept)
@@ -801,6 +801,19 @@ func (d *Decoder) appendTo(items []any) error {
 		l.items = append(l.items, it)
 	}
 	return nil
+}
+
+// offered reports whether m holds a key Options.Replace is offered.
+func (d *Decoder) offered(m *Dict) bool {
+	if m.hasStr(d.opts.ReplaceKey) {
+		return true
+	}
+	for _, k := range d.opts.ReplaceKeys {
+		if m.hasStr(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // finishFlat finishes, without the finisher's map, a dict of the shape of
