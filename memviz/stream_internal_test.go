@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
@@ -238,4 +239,40 @@ func manySegments(source string) *Snapshot {
 		s.Segments = append(s.Segments, seg)
 	}
 	return s
+}
+
+// ReadFile reads a pickle from the file as a stream, and a bad one fails
+// exactly as Decode of its bytes does: the file named, the offset given.
+func TestReadFileErrorsAsDecode(t *testing.T) {
+	good, err := sharedStacks(1500).MarshalPickle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"truncated", good[:len(good)/2]},
+		{"unknown opcode", bad(func(b []byte) []byte { b[len(b)/3] = 0xff; return b })},
+		{"no STOP", good[:len(good)-1]},
+		{"a class", append([]byte("\x80\x04\x95\x1a\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x94\x8c\x06system\x94\x93\x94."), good...)},
+		{"not a snapshot", []byte("\x80\x04K\x01.")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".pickle")
+			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, want := Decode(path, tc.data)
+			_, got := ReadFile(path)
+			if want == nil || got == nil || got.Error() != want.Error() {
+				t.Fatalf("ReadFile: %v\nDecode: %v", got, want)
+			}
+			if !strings.Contains(got.Error(), path) {
+				t.Errorf("%v: the file is not named", got)
+			}
+		})
+	}
 }
