@@ -195,7 +195,10 @@ type readEvent struct{ e Event }
 type readBlock struct{ b Block }
 
 // decodeStreaming reads a pickle with Options.Replace turning each
-// history entry (a dict with "action") into a *readEvent as it is read.
+// history entry (a dict with "action") into a *readEvent, and each block
+// (a dict with "state") that gives its address into a *readBlock, as it is
+// read. Without refs (the memo scan refused the file), the generic values
+// of what was replaced are released from the memo as they go.
 func decodeStreaming(name string, src io.Reader, size int64, refs *pickle.MemoRefs) (*Snapshot, error) {
 	r := newReader(name, size)
 	r.streaming = true
@@ -216,6 +219,9 @@ func decodeStreaming(name string, src io.Reader, size int64, refs *pickle.MemoRe
 				b, err := r.block(d, "", 0)
 				if err != nil {
 					return nil, false
+				}
+				if refs == nil {
+					forgetFrames(r, d)
 				}
 				return &readBlock{b}, true
 			}
@@ -242,6 +248,8 @@ func decodeStreaming(name string, src io.Reader, size int64, refs *pickle.MemoRe
 	return r.snapshot(v)
 }
 
+// forgetFrames drops the caches' hold on the frames of a replaced dict,
+// whose memo slots were released (without Refs).
 func forgetFrames(r *reader, d *pickle.Dict) {
 	if fv, ok := d.Get("frames"); ok {
 		if l, ok := fv.([]any); ok && len(l) > 0 {

@@ -110,6 +110,15 @@ func TestStreamingEqualsPlain(t *testing.T) {
 			if !reflect.DeepEqual(s, want) {
 				t.Errorf("streaming read differs from the plain read")
 			}
+			// without the scan (a file it refuses): the same, or an error
+			// that sends the file to the plain read
+			if s, err := decodeStreaming(f.name, bytes.NewReader(f.data), int64(len(f.data)), nil); err != nil {
+				if !replayable(err) {
+					t.Errorf("streaming without the scan: %v, not read again", err)
+				}
+			} else if !reflect.DeepEqual(s, want) {
+				t.Errorf("streaming read without the scan differs from the plain read")
+			}
 			path := filepath.Join(dir, f.name)
 			if err := os.WriteFile(path, f.data, 0o644); err != nil {
 				t.Fatal(err)
