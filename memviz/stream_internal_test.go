@@ -285,3 +285,40 @@ func TestReadFileErrorsAsDecode(t *testing.T) {
 		})
 	}
 }
+
+// A zoomed range of a long history starts its sweep from the last mark
+// before it, and gets the bands a sweep from the first event gives, by
+// category and by allocation, at the default detail and another.
+func TestZoomFromMarks(t *testing.T) {
+	byCategory := largeHistory(500, 100)
+	byAlloc := largeHistory(500, 100)
+	byAlloc.Source, byAlloc.Headroom = SourcePyTorch, nil
+	for i := range byAlloc.Traces[0] {
+		byAlloc.Traces[0][i].Category = ""
+	}
+	for _, s := range []*Snapshot{byCategory, byAlloc} {
+		a, err := Analyze(s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.marks) < 2 {
+			t.Fatalf("%d marks for %d events", len(a.marks), len(a.events))
+		}
+		n := len(a.events)
+		ranges := [][2]int{{0, 100}, {markEvery - 5, markEvery + 5}, {markEvery - 2, markEvery + 3}, {markEvery - 1, markEvery}, {markEvery, markEvery}, {n/2 - 300, n/2 + 4000}, {n - 50, n + 10}, {0, n}}
+		for _, detail := range []int{0, 7} {
+			var with []*Timeline
+			for _, r := range ranges {
+				with = append(with, a.TimelineRange(r[0], r[1], detail))
+			}
+			marks := a.marks
+			a.marks = nil
+			for k, r := range ranges {
+				if want := a.TimelineRange(r[0], r[1], detail); !reflect.DeepEqual(with[k], want) {
+					t.Errorf("%s, detail %d, events %d to %d: the range differs from a sweep from the start", a.mode, detail, r[0], r[1])
+				}
+			}
+			a.marks = marks
+		}
+	}
+}
