@@ -77,7 +77,7 @@ const envLargeMB = "HEADROOM_LARGE_SNAPSHOT_MB"
 //
 // It measures; it does not fail on a slow result. Memory: the file is
 // written as a stream (a few megabytes whatever its size); reading it
-// peaks at about 5.8 times its size in heap (2.9 GB for 500 MB: the
+// peaks at about 5.3 times its size in heap (2.7 GB for 500 MB: the
 // Events, about 1.6 times the file, held twice while the history is
 // copied out, plus the collector's headroom), and the server's heap once
 // it serves is about 3.4 times the file. README's "Large snapshots" has
