@@ -45,9 +45,10 @@ func (e *FormatError) Unwrap() []error {
 	return []error{ErrFormat}
 }
 
-// MaxFileBytes is the largest snapshot file ReadFile reads: decoding takes
-// up to 16 times the file's size (memoryPerByte), and PyTorch's snapshots
-// of long runs measure hundreds of megabytes.
+// MaxFileBytes is the largest snapshot file ReadFile reads: decoding may
+// take up to 16 times the file's size (memoryPerByte; a history read as a
+// stream takes about 6), and PyTorch's snapshots of long runs measure
+// hundreds of megabytes.
 const MaxFileBytes = 2 << 30
 
 // ReadFile reads a snapshot file (see Decode). Only a regular file is
@@ -77,6 +78,21 @@ func ReadFile(path string) (*Snapshot, error) {
 		return nil, &FormatError{File: path, Msg: fmt.Sprintf("%s, more than the %s a snapshot may be: decoded it would take several times that in memory", device.FormatBytes(st.Size()), device.FormatBytes(MaxFileBytes))}
 	}
 	// A file that grows while it is read is read to its size at the open.
+	// A pickle is read as a stream (twice: the memo scan, then the
+	// values), so that the file is never in memory whole.
+	var first [1]byte
+	for off := int64(0); off < st.Size(); off++ {
+		if _, err := f.ReadAt(first[:], off); err != nil {
+			return nil, err
+		}
+		if c := first[0]; c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			continue
+		}
+		if c := first[0]; c != '{' && c != '[' && c != '"' {
+			return decodePickle(path, func() io.Reader { return io.NewSectionReader(f, 0, st.Size()) }, st.Size())
+		}
+		break
+	}
 	data, err := io.ReadAll(io.LimitReader(f, st.Size()))
 	if err != nil {
 		return nil, err
@@ -99,8 +115,7 @@ func ReadFile(path string) (*Snapshot, error) {
 // *FormatError naming the file and, for content of the wrong type or
 // shape, where in the snapshot it is.
 func Decode(name string, data []byte) (*Snapshot, error) {
-	r := &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{},
-		budget: walkPerByte*int64(len(data)) + walkFloor, fileSize: len(data)}
+	r := newReader(name, int64(len(data)))
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
 		return nil, r.fail("", "the file is empty")
@@ -117,29 +132,45 @@ func Decode(name string, data []byte) (*Snapshot, error) {
 			return nil, r.jsonError(data, err)
 		}
 	} else {
-		// First with the history's entries read into Events as the
-		// stream is read, so that the generic tree of a long history
-		// never exists whole; anything that attempt cannot handle (an
-		// entry shared through the memo, a walk error) is read again
-		// the plain way, which names the problem exactly as before.
-		s, err := decodeStreaming(name, data)
-		if err == nil {
-			return s, nil
-		}
-		if !replayable(err) {
-			// what the plain read would fail with too, at the same place:
-			// reading again would only double the cost of a bad file
-			return nil, r.pickleError(err)
-		}
-		v, err = pickle.Unmarshal(data, &pickle.Options{
-			MaxElements: int64(len(data))/valuesPerByte + 1<<16,
-			MaxMemory:   memoryPerByte*int64(len(data)) + memoryFloor,
-		})
-		if err != nil {
-			return nil, r.pickleError(err)
-		}
+		return decodePickle(name, func() io.Reader { return bytes.NewReader(data) }, int64(len(data)))
 	}
 	return r.snapshot(v)
+}
+
+// decodePickle reads a pickle of size bytes, which each call of src
+// reads from the start. First the memo is scanned for the slots the
+// pickle reads back (pickle.ScanMemo), so that no other value is kept
+// past its use; then the history's entries are read into Events as the
+// stream is read, so that the generic tree of a long history never exists
+// whole. Anything that attempt cannot handle (an entry shared through the
+// memo when the scan could not tell, a walk error) is read again the plain
+// way, which names the problem exactly as before.
+func decodePickle(name string, src func() io.Reader, size int64) (*Snapshot, error) {
+	r := newReader(name, size)
+	refs, _ := pickle.ScanMemo(src())
+	s, err := decodeStreaming(name, src(), size, refs)
+	if err == nil {
+		return s, nil
+	}
+	if !replayable(err) {
+		// what the plain read would fail with too, at the same place:
+		// reading again would only double the cost of a bad file
+		return nil, r.pickleError(err)
+	}
+	v, err := pickle.UnmarshalReader(src(), size, &pickle.Options{
+		MaxElements: size/valuesPerByte + 1<<16,
+		MaxMemory:   memoryPerByte*size + memoryFloor,
+		Refs:        refs,
+	})
+	if err != nil {
+		return nil, r.pickleError(err)
+	}
+	return r.snapshot(v)
+}
+
+func newReader(name string, size int64) *reader {
+	return &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{},
+		budget: walkPerByte*size + walkFloor, fileSize: int(size)}
 }
 
 // replayable reports whether a streaming read's error may be the
@@ -160,38 +191,76 @@ func replayable(err error) bool {
 // the reader knew whether the file is headroom's.
 type readEvent struct{ e Event }
 
+// readBlock is a segment's block read while the pickle was decoded.
+type readBlock struct{ b Block }
+
 // decodeStreaming reads a pickle with Options.Replace turning each
-// history entry (a dict with "action") into a *readEvent as it is read.
-func decodeStreaming(name string, data []byte) (*Snapshot, error) {
-	r := &reader{file: name, frames: map[*pickle.Dict]Frame{}, lists: map[*any][]Frame{},
-		budget: walkPerByte*int64(len(data)) + walkFloor, fileSize: len(data)}
-	v, err := pickle.Unmarshal(data, &pickle.Options{
-		MaxElements: int64(len(data))/valuesPerByte + 1<<16,
-		MaxMemory:   memoryPerByte*int64(len(data)) + memoryFloor,
+// history entry (a dict with "action") into a *readEvent, and each block
+// (a dict with "state") that gives its address into a *readBlock, as it is
+// read. Without refs (the memo scan refused the file), the generic values
+// of what was replaced are released from the memo as they go.
+func decodeStreaming(name string, src io.Reader, size int64, refs *pickle.MemoRefs) (*Snapshot, error) {
+	r := newReader(name, size)
+	r.streaming = true
+	var slab []readEvent
+	v, err := pickle.UnmarshalReader(src, size, &pickle.Options{
+		MaxElements: size/valuesPerByte + 1<<16,
+		MaxMemory:   memoryPerByte*size + memoryFloor,
+		Refs:        refs,
 		ReplaceKey:  "action",
+		ReplaceKeys: []string{"state"},
 		Replace: func(d *pickle.Dict) (any, bool) {
-			e, err := r.eventFields(d, "")
+			if !d.Has("action") {
+				// a segment's block: read now when it says where it is
+				// (its address otherwise follows from the blocks before)
+				if a, ok := d.Get("address"); !ok || a == nil {
+					return nil, false
+				}
+				b, err := r.block(d, "", 0)
+				if err != nil {
+					return nil, false
+				}
+				if refs == nil {
+					forgetFrames(r, d)
+				}
+				return &readBlock{b}, true
+			}
+			e, err := r.entry(d)
 			if err != nil {
 				return nil, false
 			}
-			// the frames' generic dicts are freed with the entry
-			if fv, ok := d.Get("frames"); ok {
-				if l, ok := fv.([]any); ok && len(l) > 0 {
-					delete(r.lists, &l[0])
-					for _, f := range l {
-						if fd, ok := f.(*pickle.Dict); ok {
-							delete(r.frames, fd)
-						}
-					}
-				}
+			if refs == nil {
+				// the entry's memo slots are released with it: the frames'
+				// generic dicts must not stay reachable from the caches
+				forgetFrames(r, d)
 			}
-			return &readEvent{e}, true
+			// entries are allocated in slabs: one allocation per 1024
+			if len(slab) == cap(slab) {
+				slab = make([]readEvent, 0, 1024)
+			}
+			slab = append(slab, readEvent{e})
+			return &slab[len(slab)-1], true
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	return r.snapshot(v)
+}
+
+// forgetFrames drops the caches' hold on the frames of a replaced dict,
+// whose memo slots were released (without Refs).
+func forgetFrames(r *reader, d *pickle.Dict) {
+	if fv, ok := d.Get("frames"); ok {
+		if l, ok := fv.([]any); ok && len(l) > 0 {
+			delete(r.lists, &l[0])
+			for _, f := range l {
+				if fd, ok := f.(*pickle.Dict); ok {
+					delete(r.frames, fd)
+				}
+			}
+		}
+	}
 }
 
 func (r *reader) pickleError(err error) error {
@@ -333,6 +402,14 @@ type reader struct {
 	lists    map[*any][]Frame // shared frames lists, by their first element
 	budget   int64            // what the walk may still visit
 	fileSize int              // for the budget's error
+
+	// streaming: entries are read as the pickle is decoded, so the
+	// caches by pointer above are bounded (they would keep every entry's
+	// frames alive), and frames are shared by content instead (stacks
+	// repeat by the million).
+	streaming bool
+	stacks    map[uint64][]Frame
+	synth     map[[3]string][]Frame // headroomFrames, shared
 }
 
 // charge pays for visiting n values at p.
@@ -545,20 +622,23 @@ func (r *reader) segment(v any, p string) (Segment, error) {
 	seg.Blocks = make([]Block, 0, len(blocks))
 	addr, end := seg.Address, seg.Address+seg.TotalSize
 	for i, bv := range blocks {
-		bp := fmt.Sprintf("%s.blocks[%d]", p, i)
-		b, err := r.block(bv, bp, addr)
-		if err != nil {
+		bp := func() string { return fmt.Sprintf("%s.blocks[%d]", p, i) }
+		var b Block
+		if rb, ok := bv.(*readBlock); ok {
+			// read as the pickle was decoded
+			b = r.finishBlock(rb.b)
+		} else if b, err = r.block(bv, bp(), addr); err != nil {
 			return seg, err
 		}
 		if b.Address < seg.Address || b.Address > end || b.Size > end-b.Address {
-			return seg, r.fail(bp, "block at %#x of %d bytes lies outside its segment %#x..%#x (%d bytes)",
+			return seg, r.fail(bp(), "block at %#x of %d bytes lies outside its segment %#x..%#x (%d bytes)",
 				b.Address, b.Size, seg.Address, end, seg.TotalSize)
 		}
 		// The blocks of a segment tile it in address order (as the
 		// allocator lists them): one that starts before the previous one
 		// ends, or at the same address, is not a snapshot's.
 		if i > 0 && (b.Address < addr || b.Address == seg.Blocks[i-1].Address) {
-			return seg, r.fail(bp, "block at %#x of %d bytes overlaps the block before it, at %#x of %d bytes",
+			return seg, r.fail(bp(), "block at %#x of %d bytes overlaps the block before it, at %#x of %d bytes",
 				b.Address, b.Size, seg.Blocks[i-1].Address, seg.Blocks[i-1].Size)
 		}
 		addr = b.Address + b.Size
@@ -638,7 +718,7 @@ func (r *reader) block(v any, p string, at int64) (Block, error) {
 		return b, err
 	}
 	if r.headroom && b.Frames == nil {
-		b.Frames = headroomFrames(b.Category, b.Module, b.Op)
+		b.Frames = r.synthFrames(b.Category, b.Module, b.Op)
 	}
 	return b, nil
 }
@@ -662,8 +742,11 @@ func (r *reader) traces(v any) ([][]Event, []int, error) {
 		}
 		evs := make([]Event, 0, len(l))
 		for i, ev := range l {
-			e, err := r.event(ev, fmt.Sprintf("%s[%d]", p, i))
-			if err != nil {
+			var e Event
+			if re, ok := ev.(*readEvent); ok {
+				// read as the pickle was decoded: no path to name
+				e = r.finishEvent(re.e)
+			} else if e, err = r.event(ev, fmt.Sprintf("%s[%d]", p, i)); err != nil {
 				return nil, nil, err
 			}
 			// memory_viz's merge: a free_requested immediately followed
@@ -703,6 +786,21 @@ func (r *reader) event(v any, p string) (Event, error) {
 	return r.finishEvent(e), nil
 }
 
+// finishBlock is finishEvent for a block: block reads "unknown" as no
+// category, and makes headroom's frames, only once the file is known to be
+// headroom's.
+func (r *reader) finishBlock(b Block) Block {
+	if r.headroom {
+		if b.Category == categoryUnknown {
+			b.Category = ""
+		}
+		if b.Frames == nil {
+			b.Frames = r.synthFrames(b.Category, b.Module, b.Op)
+		}
+	}
+	return b
+}
+
 // finishEvent applies what depends on the file being headroom's, which is
 // known only once the whole file is read.
 func (r *reader) finishEvent(e Event) Event {
@@ -711,7 +809,7 @@ func (r *reader) finishEvent(e Event) Event {
 			e.Category = ""
 		}
 		if e.Frames == nil {
-			e.Frames = headroomFrames(e.Category, e.Module, e.Op)
+			e.Frames = r.synthFrames(e.Category, e.Module, e.Op)
 		}
 	}
 	return e
@@ -836,12 +934,30 @@ func (r *reader) frameField(d *pickle.Dict, p string) ([]Frame, error) {
 		if f.Name, _, err = r.str(fd, fp, "name", false); err != nil {
 			return nil, err
 		}
+		if r.streaming && len(r.frames) >= maxCachedFrames {
+			clear(r.frames)
+		}
 		r.frames[fd] = f
 		fs[i] = f
+	}
+	if r.streaming {
+		fs = r.shareFrames(fs)
+		if len(r.lists) >= maxCachedLists {
+			clear(r.lists)
+		}
 	}
 	r.lists[&l[0]] = fs
 	return fs, nil
 }
+
+// While streaming, the caches by pointer hold at most this many frames and
+// lists: each keeps a generic value alive, and PyTorch's entries each have
+// their own. A stack the pickle shares through its memo is read again
+// (and charged again) only once more than this many others came between.
+const (
+	maxCachedFrames = 1 << 15
+	maxCachedLists  = 1 << 12
+)
 
 // dict returns v as a dict, charging the walk for its entries.
 func (r *reader) dict(v any, p string) (*pickle.Dict, error) {

@@ -80,6 +80,11 @@ type Analysis struct {
 	steps     []StepPeak
 
 	byStart, byEnd []int32 // allocations by start and by end (orderAllocs)
+	// the events that change segments, in order: a state request undoes
+	// those after its event, not every event of a long history
+	segChanges []int
+	of         []int       // each allocation's band at the default detail
+	marks      []sweepMark // the default bands' sweep every markEvery events
 }
 
 // allocation is one block's life: live after event i when start <= i < end.
@@ -134,6 +139,7 @@ func Analyze(s *Snapshot, dev int) (*Analysis, error) {
 	a.sweepTotals() // the peak first: the band of smaller allocations counts those live there
 	a.assignSeries()
 	a.orderAllocs()
+	a.markSweeps()
 	a.sweepReserved()
 	a.steps = a.stepPeaks()
 	a.timed = len(a.events) > 0
@@ -141,6 +147,12 @@ func Analyze(s *Snapshot, dev int) (*Analysis, error) {
 		if t := a.events[i].TimeUS; t <= 0 || i > 0 && t < a.events[i-1].TimeUS {
 			a.timed = false
 			break
+		}
+	}
+	for i := range a.events {
+		switch a.events[i].Action {
+		case device.ActionSegmentAlloc, device.ActionSegmentFree, actionSegmentMap, actionSegmentUnmap:
+			a.segChanges = append(a.segChanges, i)
 		}
 	}
 	return a, nil
@@ -599,18 +611,53 @@ func (a *Analysis) samplesIn(lo, hi int) []int {
 // and in the order they end (orders made once, in Analyze), so a zoomed
 // range of a long history costs no memory per event.
 func (a *Analysis) seriesAt(idx []int, of []int, nseries int) [][]int64 {
-	cur := make([]int64, nseries)
-	for i := range a.allocs {
-		if al := &a.allocs[i]; al.start < 0 && al.start < al.end {
-			cur[of[i]] += al.amount
-		}
-	}
 	out := make([][]int64, nseries)
 	for s := range out {
 		out[s] = make([]int64, 0, len(idx))
 	}
+	var from *sweepMark
+	if len(idx) > 0 && len(of) > 0 && len(a.of) > 0 && &of[0] == &a.of[0] {
+		// the default bands: start from the last mark before the range
+		if k := sort.Search(len(a.marks), func(k int) bool { return a.marks[k].at > idx[0] }) - 1; k >= 0 {
+			from = &a.marks[k]
+		}
+	}
+	a.sweep(idx, of, nseries, from, func(_ int, cur []int64, _, _ int) {
+		for s := range out {
+			out[s] = append(out[s], cur[s])
+		}
+	})
+	return out
+}
+
+// sweepMark is the state of a sweep (see sweep) at event at, for the
+// default bands: a zoomed range of a long history starts from the last
+// mark before it instead of from the first event.
+type sweepMark struct {
+	at, ps, pe int
+	cur        []int64
+}
+
+// markEvery is the events between sweep marks: a mark costs a value per
+// band, and a range's sweep at most this many events before it.
+const markEvery = 1 << 16
+
+// sweep visits the given events (in order) with the bytes of each band
+// live after each, from the start of the history or from a mark.
+func (a *Analysis) sweep(idx []int, of []int, nseries int, from *sweepMark, visit func(k int, cur []int64, ps, pe int)) {
+	cur := make([]int64, nseries)
 	ps, pe := 0, 0
-	for _, i := range idx {
+	if from != nil {
+		copy(cur, from.cur)
+		ps, pe = from.ps, from.pe
+	} else {
+		for i := range a.allocs {
+			if al := &a.allocs[i]; al.start < 0 && al.start < al.end {
+				cur[of[i]] += al.amount
+			}
+		}
+	}
+	for k, i := range idx {
 		for ; ps < len(a.byStart) && a.allocs[a.byStart[ps]].start <= i; ps++ {
 			j := a.byStart[ps]
 			cur[of[j]] += a.allocs[j].amount
@@ -619,11 +666,25 @@ func (a *Analysis) seriesAt(idx []int, of []int, nseries int) [][]int64 {
 			j := a.byEnd[pe]
 			cur[of[j]] -= a.allocs[j].amount
 		}
-		for s := range out {
-			out[s] = append(out[s], cur[s])
-		}
+		visit(k, cur, ps, pe)
 	}
-	return out
+}
+
+// markSweeps keeps each allocation's default band and the sweep's state
+// every markEvery events, once: a zoom request then neither copies the
+// bands of every allocation nor sweeps the history before its range.
+func (a *Analysis) markSweeps() {
+	a.of = make([]int, len(a.allocs))
+	for i := range a.allocs {
+		a.of[i] = a.allocs[i].series
+	}
+	var at []int
+	for i := markEvery; i < a.points(); i += markEvery {
+		at = append(at, i)
+	}
+	a.sweep(at, a.of, len(a.series), nil, func(k int, cur []int64, ps, pe int) {
+		a.marks = append(a.marks, sweepMark{at: at[k], ps: ps, pe: pe, cur: slices.Clone(cur)})
+	})
 }
 
 // orderAllocs makes the orders seriesAt sweeps: the allocations that
@@ -837,10 +898,7 @@ func (a *Analysis) SummaryDetail(file string, detail int) *Summary {
 // assignment is the bands at the given detail (see SummaryDetail) and
 // each allocation's band; the detail used (0 when stacked by category).
 func (a *Analysis) assignment(detail int) ([]seriesInfo, []int, int) {
-	series, of := a.series, make([]int, len(a.allocs))
-	for i := range a.allocs {
-		of[i] = a.allocs[i].series
-	}
+	series, of := a.series, a.of // shared: read only
 	if a.mode != ByAllocation {
 		return series, of, 0
 	}
@@ -1086,8 +1144,8 @@ func (a *Analysis) segmentsAt(i int) []segRange {
 	find := func(addr int64) int {
 		return sort.Search(len(segs), func(k int) bool { return segs[k].addr+segs[k].size > addr })
 	}
-	for j := len(a.events) - 1; j > i; j-- {
-		e := &a.events[j]
+	for c := len(a.segChanges) - 1; c >= 0 && a.segChanges[c] > i; c-- {
+		e := &a.events[a.segChanges[c]]
 		switch e.Action {
 		case device.ActionSegmentFree: // undo: the segment comes back
 			k := find(e.Addr)

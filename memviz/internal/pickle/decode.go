@@ -80,7 +80,8 @@ type Options struct {
 	MaxMemory int64
 
 	// Replace, when set, is offered each dict that holds the str key
-	// ReplaceKey as it is appended to a list (APPEND, APPENDS), finished
+	// ReplaceKey (or one of ReplaceKeys) as it is appended to a list
+	// (APPEND, APPENDS), finished
 	// (its lists are []any), and may return a replacement for it, which
 	// the list holds instead. It lets a caller turn the many small dicts
 	// of a long list into its own compact values as they are read, so
@@ -88,8 +89,22 @@ type Options struct {
 	// appended to. A replaced dict no longer lives in the memo (nor do
 	// the dicts and lists it directly holds): a later GET of one fails
 	// with ErrMemo, and the caller may decode again without Replace.
-	Replace    func(d *Dict) (any, bool)
-	ReplaceKey string
+	//
+	// With Refs, nothing is released: what the pickle reads back stays in
+	// the memo, and the rest was never kept; a replaced dict that nothing
+	// else holds is reused for a later dict, so Replace must not keep the
+	// *Dict it is given (nor its Items) when it replaces it.
+	Replace     func(d *Dict) (any, bool)
+	ReplaceKey  string
+	ReplaceKeys []string
+
+	// Refs, when set, is the result of ScanMemo on the same pickle: the
+	// Decoder keeps only the memo slots the pickle reads back, so that
+	// values stored in the memo and never read again (every container
+	// Python's pickler writes) are not held until the end. Decoding a
+	// different pickle with it fails with ErrMemo where a slot that was
+	// not kept is read.
+	Refs *MemoRefs
 }
 
 // Limits of Unmarshal, whose input length is known, where Options leaves
@@ -115,12 +130,18 @@ const (
 // proportional to len(data) (ElementsPerByte, BytesPerByte, MemoryPerByte),
 // capped by the Default ones.
 func Unmarshal(data []byte, opts *Options) (any, error) {
+	return UnmarshalReader(bytes.NewReader(data), int64(len(data)), opts)
+}
+
+// UnmarshalReader is Unmarshal of the size bytes r holds, read as a
+// stream: a large file need not be in memory whole while it is decoded.
+func UnmarshalReader(r io.Reader, size int64, opts *Options) (any, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	capBytes := cmp.Or(max(o.MaxBytes, 0), DefaultMaxBytes)
-	n := int64(len(data))
+	n := size
 	if o.MaxElements <= 0 {
 		o.MaxElements = min(DefaultMaxElements, ElementsPerByte*n+MinElements)
 	}
@@ -130,7 +151,7 @@ func Unmarshal(data []byte, opts *Options) (any, error) {
 	if o.MaxMemory <= 0 {
 		o.MaxMemory = min(DefaultMaxMemory, MemoryPerByte*n+MinMemory)
 	}
-	d := NewDecoder(bytes.NewReader(data), &o)
+	d := NewDecoder(io.LimitReader(r, size), &o)
 	d.size, d.capBytes = n, capBytes
 	v, err := d.Decode()
 	if err == io.EOF {
@@ -166,7 +187,28 @@ type Decoder struct {
 	keys     keyer
 	nextBuf  int
 	classes  map[string]*Class
+	// small receives short payloads; strs interns short strings, which
+	// a snapshot repeats by the million (keys, actions, file names)
+	small [maxInterned]byte
+	strs  map[string]string
+	// spares are dicts Replace replaced that nothing else holds, reused
+	// by later EMPTY_DICTs (with their items' arrays): the entries of a
+	// history, appended a batch at a time, then cost no allocation for
+	// their dicts after the first batch. dup: DUP was seen, so a value
+	// may be held twice outside the memo, and none is reused.
+	spares []*Dict
+	dup    bool
 }
+
+// maxSpares is more than the batch of Python's pickler (1000 appends).
+const maxSpares = 2048
+
+// maxInterned is the longest string interned, and maxStrs the most
+// strings the table holds (a pickle of distinct strings stops adding).
+const (
+	maxInterned = 256
+	maxStrs     = 1 << 16
+)
 
 // hole marks an empty dense memo slot.
 type hole struct{}
@@ -223,7 +265,7 @@ func (d *Decoder) Decode() (v any, err error) {
 		return nil, io.EOF
 	}
 	v, err = d.run()
-	d.stack, d.marks, d.memo, d.sparse, d.keys.cache = nil, nil, nil, nil, nil
+	d.stack, d.marks, d.memo, d.sparse, d.keys.cache, d.strs = nil, nil, nil, nil, nil, nil
 	return v, err
 }
 
@@ -241,6 +283,8 @@ func (d *Decoder) reset() {
 	d.keys = keyer{maxDepth: d.opts.MaxDepth, budget: &d.bytes}
 	d.nextBuf = 0
 	d.classes = nil
+	d.strs = nil
+	d.spares, d.dup = nil, false
 }
 
 // ---------------------------------------------------------------------------
@@ -341,6 +385,17 @@ func (d *Decoder) readPayload(n uint64) ([]byte, error) {
 		return nil, err
 	}
 	d.bytes -= int64(n)
+	if n <= uint64(len(d.small)) {
+		// read into the Decoder's buffer: pushUnicode interns short
+		// strings from it, and other callers copy what they keep
+		buf := d.small[:n]
+		k, err := io.ReadFull(d.r, buf)
+		d.pos += int64(k)
+		if err != nil {
+			return nil, d.truncated(int64(n)-int64(k), err)
+		}
+		return buf, nil
+	}
 	if n <= 64<<10 {
 		buf := make([]byte, n)
 		k, err := io.ReadFull(d.r, buf)
@@ -482,7 +537,14 @@ func (d *Decoder) popView(n int) []any {
 // ---------------------------------------------------------------------------
 // memo
 
-func (d *Decoder) memoGet(i uint64) error {
+func (d *Decoder) memoGet(slot uint64) error {
+	i := slot // where it is kept
+	if refs := d.opts.Refs; refs != nil {
+		if !refs.Has(i) {
+			return d.fail(ErrMemo, "memo slot %d was not kept: the pickle is not the one Options.Refs was made from", slot)
+		}
+		i = refs.index(i)
+	}
 	var v any
 	ok := false
 	if i < uint64(len(d.memo)) {
@@ -493,10 +555,10 @@ func (d *Decoder) memoGet(i uint64) error {
 		v, ok = d.sparse[i]
 	}
 	if !ok {
-		return d.fail(ErrMemo, "memo slot %d was never set", i)
+		return d.fail(ErrMemo, "memo slot %d was never set", slot)
 	}
 	if _, gone := v.(released); gone {
-		return d.fail(ErrMemo, "memo slot %d holds a value replaced as it was read (Options.Replace)", i)
+		return d.fail(ErrMemo, "memo slot %d holds a value replaced as it was read (Options.Replace)", slot)
 	}
 	return d.pushShared(v)
 }
@@ -506,6 +568,15 @@ func (d *Decoder) memoPut(i uint64) error {
 		return d.fail(ErrMemo, "nothing on the stack to store in memo slot %d", i)
 	}
 	v := d.stack[len(d.stack)-1]
+	if refs := d.opts.Refs; refs != nil {
+		if !refs.Has(i) {
+			// never read back: counted (MEMOIZE's index), not kept. The
+			// scan found no slot stored twice, so this one is new.
+			d.memoLen++
+			return d.charge(1)
+		}
+		i = refs.index(i)
+	}
 	switch x := v.(type) {
 	case *Dict:
 		if x.memoAt == 0 {

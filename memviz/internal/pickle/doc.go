@@ -25,6 +25,14 @@
 // is one Go value, so a snapshot whose frames lists are shared decodes to
 // shared slices, and encodes back to the same bytes.
 //
+// Large pickles: UnmarshalReader decodes a stream of known length;
+// ScanMemo finds, in a first pass that builds nothing, which memo slots
+// the pickle reads back, and with it (Options.Refs) the decoder keeps only
+// those, where Python's pickler memoizes every container; Options.Replace
+// turns the dicts of a long list into the caller's values as they are
+// appended. Together they read a history of millions of entries in memory
+// proportional to the caller's values, not to the generic tree.
+//
 // The reader never executes anything. A pickle names code with GLOBAL,
 // STACK_GLOBAL and INST and runs it with REDUCE, NEWOBJ, NEWOBJ_EX, OBJ, INST
 // and BUILD; here a name is accepted only if the caller lists it in

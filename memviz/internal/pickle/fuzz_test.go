@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,18 @@ func FuzzUnpickle(f *testing.F) {
 				t.Fatalf("error %v wraps no sentinel", err)
 			}
 			return
+		}
+		// keeping only the memo slots read back changes nothing
+		if refs, ok := ScanMemo(bytes.NewReader(data)); ok {
+			opts := fuzzOptions()
+			opts.Refs = refs
+			w, err := Unmarshal(data, opts)
+			if err != nil {
+				t.Fatalf("with Refs: %v\ninput %q", err, data)
+			}
+			if d := diff(v, w); d != "" {
+				t.Fatalf("with Refs: %s\ninput %q", d, data)
+			}
 		}
 		out, err := Marshal(v, 4)
 		if err != nil {

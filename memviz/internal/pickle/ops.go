@@ -85,6 +85,7 @@ func (d *Decoder) step(op byte) error {
 		if err != nil {
 			return err
 		}
+		d.dup = true // a value may now be held twice outside the memo
 		return d.pushShared(v)
 
 	// constants and numbers
@@ -319,6 +320,11 @@ func (d *Decoder) step(op byte) error {
 		}
 		return d.appendTo(items)
 	case opEMPTY_DICT:
+		if n := len(d.spares); n > 0 {
+			m := d.spares[n-1]
+			d.spares = d.spares[:n-1]
+			return d.push(m)
+		}
 		return d.push(NewDict())
 	case opDICT:
 		items, err := d.popMarkView()
@@ -613,13 +619,34 @@ func (d *Decoder) pushUnicode(n uint64) error {
 	if i := invalidUTF8(b); i >= 0 {
 		return d.fail(ErrSyntax, "the string is not valid UTF-8 (byte %d of %d)", i, len(b))
 	}
-	return d.push(string(b))
+	return d.push(d.intern(b))
+}
+
+// intern returns b as a string, the same string for equal short ones.
+func (d *Decoder) intern(b []byte) string {
+	if len(b) > maxInterned {
+		return string(b)
+	}
+	if s, ok := d.strs[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if d.strs == nil {
+		d.strs = map[string]string{}
+	}
+	if len(d.strs) < maxStrs {
+		d.strs[s] = s
+	}
+	return s
 }
 
 func (d *Decoder) pushBytes(n uint64) error {
 	b, err := d.readPayload(n)
 	if err != nil {
 		return err
+	}
+	if n <= maxInterned {
+		b = bytes.Clone(b) // it is the Decoder's buffer
 	}
 	return d.push(b)
 }
@@ -733,26 +760,40 @@ func (d *Decoder) appendTo(items []any) error {
 		return nil
 	}
 	for _, it := range items {
-		if m, ok := it.(*Dict); ok && m.Has(d.opts.ReplaceKey) {
+		if m, ok := it.(*Dict); ok && d.offered(m) {
 			// its containers, taken before finishing turns lists into
-			// []any, to free their memo slots if it is replaced
+			// []any, to free their memo slots if it is replaced (with
+			// Refs, what is read back stays and the rest was not kept)
 			var kids []any
-			for _, kv := range m.items {
-				switch kv.Value.(type) {
-				case *list, *Dict:
-					kids = append(kids, kv.Value)
+			if d.opts.Refs == nil {
+				for _, kv := range m.items {
+					switch kv.Value.(type) {
+					case *list, *Dict:
+						kids = append(kids, kv.Value)
+					}
 				}
 			}
 			// finished without charging: each value is walked once here
-			f := finisher{d: d, state: map[any]int{}}
-			fv, err := f.finish(m)
-			if err != nil {
-				return err
+			if !d.finishFlat(m) {
+				f := finisher{d: d, state: map[any]int{}}
+				if _, err := f.finish(m); err != nil {
+					return err
+				}
 			}
-			if r, ok := d.opts.Replace(fv.(*Dict)); ok {
-				d.release(m, false)
-				for _, k := range kids {
-					d.release(k, true)
+			if r, ok := d.opts.Replace(m); ok {
+				if d.opts.Refs == nil {
+					d.release(m, false)
+					for _, k := range kids {
+						d.release(k, true)
+					}
+				} else if m.memoAt == 0 && !d.dup && m.index == nil {
+					// nothing else holds it (not in the memo, never
+					// duplicated): the next dict reuses it and its items
+					clear(m.items)
+					m.items = m.items[:0]
+					if len(d.spares) < maxSpares {
+						d.spares = append(d.spares, m)
+					}
 				}
 				it = r
 			}
@@ -760,6 +801,84 @@ func (d *Decoder) appendTo(items []any) error {
 		l.items = append(l.items, it)
 	}
 	return nil
+}
+
+// offered reports whether m holds a key Options.Replace is offered.
+func (d *Decoder) offered(m *Dict) bool {
+	if m.hasStr(d.opts.ReplaceKey) {
+		return true
+	}
+	for _, k := range d.opts.ReplaceKeys {
+		if m.hasStr(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// finishFlat finishes, without the finisher's map, a dict of the shape of
+// a snapshot's entries: str keys, and values that are scalars or lists
+// (or tuples) of scalars and of dicts of str keys and scalar values. Such
+// a dict cannot contain itself and is 3 deep at most. It reports false,
+// having changed nothing, for any other dict.
+func (d *Decoder) finishFlat(m *Dict) bool {
+	if d.opts.MaxDepth < 4 {
+		return false
+	}
+	flat := func(m *Dict) bool {
+		for i := range m.items {
+			if _, ok := m.items[i].Key.(string); !ok || !scalar(m.items[i].Value) {
+				return false
+			}
+		}
+		return true
+	}
+	seq := func(items []any) bool {
+		for _, e := range items {
+			if x, ok := e.(*Dict); ok {
+				if !flat(x) {
+					return false
+				}
+			} else if !scalar(e) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range m.items {
+		if _, ok := m.items[i].Key.(string); !ok {
+			return false
+		}
+		switch x := m.items[i].Value.(type) {
+		case *list:
+			if !seq(x.items) {
+				return false
+			}
+		case Tuple:
+			if !seq(x) {
+				return false
+			}
+		default:
+			if !scalar(x) {
+				return false
+			}
+		}
+	}
+	for i := range m.items {
+		if x, ok := m.items[i].Value.(*list); ok {
+			m.items[i].Value = finishedList(x)
+		}
+	}
+	return true
+}
+
+// scalar reports whether v holds no other value.
+func scalar(v any) bool {
+	switch v.(type) {
+	case nil, bool, int64, float64, string, []byte, *big.Int:
+		return true
+	}
+	return false
 }
 
 // setItemsOn stores key/value pairs in the dict on top of the stack.

@@ -61,3 +61,21 @@ func TestReplace(t *testing.T) {
 		})
 	}
 }
+
+// Replace is offered the dicts holding ReplaceKey or any of ReplaceKeys,
+// and no other.
+func TestReplaceKeys(t *testing.T) {
+	v := []any{DictOf("action", "a"), DictOf("state", "s"), DictOf("size", int64(1))}
+	data, err := Marshal(v, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Unmarshal(data, &Options{ReplaceKey: "action", ReplaceKeys: []string{"state"},
+		Replace: func(d *Dict) (any, bool) { return fmt.Sprint(d.Keys()...), true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diff(got, []any{"action", "state", DictOf("size", int64(1))}); d != "" {
+		t.Error(d)
+	}
+}

@@ -92,6 +92,22 @@ func (d *Dict) Get(key any) (any, bool) {
 // Has reports whether key is present.
 func (d *Dict) Has(key any) bool { return d.find(key) >= 0 }
 
+// hasStr is Has of a str key, without boxing it (Replace asks it of every
+// dict appended to a list).
+func (d *Dict) hasStr(s string) bool {
+	if d.index != nil {
+		return d.lookup(s, nil) >= 0
+	}
+	for i := range d.items {
+		if d.items[i].hash == nil {
+			if k, ok := d.items[i].Key.(string); ok && k == s {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Set stores value under key, keeping the position (and the key object) of
 // an existing equal key, as Python does. A key of a named string type is
 // stored as a plain string. Set panics if the key is unhashable (a list,
