@@ -1,13 +1,16 @@
 package dataset
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // ImageFolder is a map-style source over a directory with one subdirectory
@@ -28,6 +31,9 @@ type ImageFolder struct {
 	Paths    []string // sample i's file
 	Labels   []int    // sample i's class
 	Channels int      // 1 or 3
+
+	boundOnce sync.Once
+	bound     SampleBound
 }
 
 // imageExts are the file extensions ImageFolder takes as images.
@@ -136,4 +142,46 @@ func readInto(path string, buf []byte) ([]byte, error) {
 		return buf, fmt.Errorf("dataset: %s: %w", path, err)
 	}
 	return buf, nil
+}
+
+// SampleBound reads every image's header (its first bytes, not the pixels)
+// for the largest image and the largest file (Bounder): a folder of mixed
+// sizes is planned for its largest image, not for the first. Done once;
+// a file whose header does not decode is left to Get to report.
+func (f *ImageFolder) SampleBound() (SampleBound, error) {
+	f.boundOnce.Do(func() {
+		most := int64(0)
+		for _, p := range f.Paths {
+			// Get reads the whole file before decoding it, bad or not.
+			h, w, size, err := imageHeader(p)
+			f.bound.Bytes = max(f.bound.Bytes, size)
+			if err != nil {
+				continue
+			}
+			if px := int64(h) * int64(w); px > most && px <= MaxImagePixels {
+				most = px
+				f.bound.Shape = []int{f.Channels, h, w}
+			}
+		}
+	})
+	return f.bound, nil
+}
+
+// imageHeader reads an image file's dimensions from its header, and its
+// size.
+func imageHeader(path string) (h, w int, size int64, err error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	cfg, _, err := image.DecodeConfig(bufio.NewReaderSize(file, 4096))
+	if err != nil {
+		return 0, 0, st.Size(), err
+	}
+	return cfg.Height, cfg.Width, st.Size(), nil
 }

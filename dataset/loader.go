@@ -58,6 +58,10 @@ type Config struct {
 	// counting them (Stats.Skipped) instead of stopping. The batch holding
 	// one is delivered shorter.
 	SkipBad bool
+	// OnSkip, if set, is told each sample skipped under SkipBad, with its
+	// error (naming the file and the member, row or offset). The workers
+	// call it concurrently.
+	OnSkip func(error)
 	// Start is where to resume: the first batch delivered is batch
 	// Start.Step of epoch Start.Epoch.
 	Start State
@@ -155,6 +159,8 @@ type Loader struct {
 	ylen  int   // targets per example
 	tok   bool  // token inputs
 	most  int   // largest sample (elements) any transform step holds
+	// mostOut is the largest transform output (elements).
+	mostOut int
 
 	slots   []*slot
 	records []*Record // stream record pool
@@ -300,18 +306,31 @@ func (l *Loader) configure() error {
 	for _, d := range l.shape {
 		l.elems *= d
 	}
-	// The largest sample any step of the transform chain holds.
-	most := len(ex.X)
-	s := l.in
+	// The largest sample any step of the transform chain holds: of the
+	// source's largest sample when it says (images of mixed sizes), else
+	// of the one read.
+	most, s, raw := len(ex.X), l.in, int64(cap(ex.raw))
+	var bound SampleBound
+	if b, ok := l.src().(Bounder); ok {
+		if bound, err = b.SampleBound(); err != nil {
+			return err
+		}
+	}
+	if !l.tok && len(bound.Shape) == len(l.in) && numElems(bound.Shape) > numElems(l.in) {
+		s = bound.Shape
+		most = numElems(s)
+	}
+	raw = max(raw, bound.Bytes)
+	// mostOut is the largest transform output: the worker's second
+	// buffer holds only outputs (sample keeps the larger buffer for the
+	// decoder), the first the input and outputs.
+	in0, mostOut := s, 0
 	for _, t := range c.Transforms {
 		s, _ = t.OutShape(s)
-		n := 1
-		for _, d := range s {
-			n *= d
-		}
-		most = max(most, n)
+		n := numElems(s)
+		most, mostOut = max(most, n), max(mostOut, n)
 	}
-	l.most = most
+	l.most, l.mostOut = most, mostOut
 	in := 4
 	if l.tok {
 		in = 8
@@ -320,9 +339,9 @@ func (l *Loader) configure() error {
 	m.StagingInputs = int64(c.BatchSize) * int64(l.elems) * int64(in)
 	m.StagingTargets = int64(c.BatchSize) * int64(l.ylen) * 8
 	m.StagingBuffer = m.StagingInputs + m.StagingTargets
-	m.ScratchPerWorker = int64(2*most*4+8*len(ex.Tokens)+8*l.ylen) + int64(cap(ex.raw))
-	if len(l.in) == 3 && !l.tok {
-		m.ScratchPerWorker += int64(l.in[1]) * int64(l.in[2]) * 4
+	m.ScratchPerWorker = int64((most+mostOut)*4+8*len(ex.Tokens)+8*l.ylen) + raw
+	if len(in0) == 3 && !l.tok {
+		m.ScratchPerWorker += int64(in0[1]) * int64(in0[2]) * 4
 	}
 	if r, ok := l.msrc.(Resident); ok {
 		m.Source = r.ResidentBytes()
@@ -409,10 +428,12 @@ func (l *Loader) init() error {
 	}
 	l.ws = make([]worker, c.Workers)
 	for i := range l.ws {
-		// Transforms swap the two buffers, so both must hold the largest
-		// step, or the next Get would find a short one and grow it.
+		// Transforms swap the two buffers; sample swaps them back so that
+		// the decoder always gets the larger, and the other holds only
+		// transform outputs (a 2048x1536 photo resized to 64x64 needs one
+		// buffer of the photo's size, not two).
 		l.ws[i].ex.X = make([]float32, 0, l.most)
-		l.ws[i].scratch = make([]float32, 0, l.most)
+		l.ws[i].scratch = make([]float32, 0, l.mostOut)
 	}
 	if l.ssrc != nil {
 		l.records = make([]*Record, l.poolSize())
@@ -836,6 +857,9 @@ func (l *Loader) work(ep *epoch, w *worker) {
 				continue
 			}
 			t.s.bad[t.pos] = true
+			if l.cfg.OnSkip != nil {
+				l.cfg.OnSkip(err)
+			}
 		}
 		if t.s.pending.Add(-1) == 0 {
 			t.s.ready <- struct{}{}
@@ -888,6 +912,9 @@ func (l *Loader) sample(ep *epoch, w *worker, t task) error {
 		copy(t.s.x[t.pos*l.elems:(t.pos+1)*l.elems], ex.X)
 	}
 	copy(t.s.y[t.pos*l.ylen:(t.pos+1)*l.ylen], ex.Y)
+	if cap(w.scratch) > cap(ex.X) {
+		ex.X, w.scratch = w.scratch[:0], ex.X[:0]
+	}
 	return nil
 }
 
@@ -918,4 +945,20 @@ func (l *Loader) Close() error {
 	l.closed = true
 	l.freeStaging()
 	return nil
+}
+
+// src is the loader's source, map or stream.
+func (l *Loader) src() any {
+	if l.msrc != nil {
+		return l.msrc
+	}
+	return l.ssrc
+}
+
+func numElems(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }

@@ -364,7 +364,9 @@ func TestLoaderStagingAllocatedOnce(t *testing.T) {
 	if m.StagingInputs != 4*3*5*7*4 || m.StagingTargets != 4*8 {
 		t.Errorf("staging allocations %d + %d, the loader asked %v", m.StagingInputs, m.StagingTargets, calls)
 	}
-	if m.Shuffle != 8*50 || m.Workers != 2 || m.ScratchPerWorker < 2*3*8*8*4 {
+	// One buffer of the input and one of the largest transform output
+	// (the 3x6x6 crop).
+	if m.Shuffle != 8*50 || m.Workers != 2 || m.ScratchPerWorker < (3*8*8+3*6*6)*4 {
 		t.Errorf("memory %+v", m)
 	}
 	if m.Total() != m.Staging()+m.Shuffle+2*m.ScratchPerWorker {
@@ -484,5 +486,47 @@ func TestLoaderPrefetchesNextEpoch(t *testing.T) {
 	b, err := l.Next(t.Context())
 	if err != nil || b.Epoch != 1 || b.Step != 0 || !slices.Equal(b.X, []float32{0, 1, 2, 3}) {
 		t.Fatalf("first batch of epoch 1: %+v, %v", b, err)
+	}
+}
+
+// boundedSynth is a synth that says its largest sample (Bounder).
+type boundedSynth struct {
+	*synth
+	shape []int
+}
+
+func (b boundedSynth) SampleBound() (SampleBound, error) { return SampleBound{Shape: b.shape}, nil }
+
+// Images of mixed sizes: the workers' scratch is planned for the largest
+// sample the source reports, not for the first one read, and the workers'
+// buffers stay within that plan: one buffer of the largest input and one of
+// the largest transform output (sample hands the larger back to the
+// decoder), not two of the input's size.
+func TestLoaderScratchPlannedForLargest(t *testing.T) {
+	sizes := map[int][2]int{5: {30, 20}, 9: {12, 40}}
+	src := &synth{n: 12, c: 3, h: 8, w: 8, sizes: sizes}
+	cfg := Config{BatchSize: 4, Workers: 2, Transforms: []Transform{Resize{Height: 4, Width: 4}, HorizontalFlip{}}}
+	small, err := PlanMemory(src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := boundedSynth{src, []int{3, 30, 20}}
+	m, err := PlanMemory(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The input buffer, the resized output, and the decoder's image at 4
+	// bytes a pixel.
+	if want := int64((3*30*20+3*4*4)*4 + 8 + 30*20*4); m.ScratchPerWorker != want || small.ScratchPerWorker >= want {
+		t.Errorf("scratch per worker planned %d for the largest sample (want %d), %d for the first", m.ScratchPerWorker, want, small.ScratchPerWorker)
+	}
+	l := newLoader(t, b, cfg)
+	for range 3 {
+		drain(t, l, context.Background())
+	}
+	for i, w := range l.ws {
+		if got := 4 * int64(cap(w.ex.X)+cap(w.scratch)); got > 4*int64(3*30*20+3*4*4) {
+			t.Errorf("worker %d holds %d bytes of buffers (%d + %d floats), more than planned", i, got, cap(w.ex.X), cap(w.scratch))
+		}
 	}
 }

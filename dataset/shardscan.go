@@ -2,9 +2,11 @@ package dataset
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 	"os"
 )
@@ -22,6 +24,13 @@ type ShardStats struct {
 	// largest member at that position (a Record keeps each position's
 	// buffer for reuse, so this, not the largest record, is the bound).
 	MaxRecordBytes int
+	// Largest is the decoded shape ([C H W], C the shards' channels) of
+	// the image with the most pixels, read from the image members'
+	// headers; nil when none decodes.
+	Largest []int
+	// Cut counts shards cut inside a header, ended there under
+	// Shards.SkipBad (Samples counts their records before the cut).
+	Cut int
 }
 
 // Scan reads the shards' tar headers, front to back, to count the samples
@@ -32,6 +41,7 @@ type ShardStats struct {
 func (s *Shards) Scan(ctx context.Context) (ShardStats, error) {
 	var st ShardStats
 	var most []int // largest member per position in a record
+	var pixels int64
 	for _, p := range s.Paths {
 		// Regular files only: opening a FIFO would wait for its writer
 		// before any training starts, and Scan's reads cannot be
@@ -57,10 +67,16 @@ func (s *Shards) Scan(ctx context.Context) (ShardStats, error) {
 				break
 			}
 			if err != nil {
-				f.Close()
-				if errors.Is(err, io.ErrUnexpectedEOF) {
+				cut := errors.Is(err, io.ErrUnexpectedEOF)
+				if cut {
 					err = fmt.Errorf("%w: shard ends inside a header", ErrTruncated)
 				}
+				if cut && s.SkipBad {
+					// The stream ends this shard there too.
+					st.Cut++
+					break
+				}
+				f.Close()
 				return ShardStats{}, &SampleError{File: p, Member: key, Offset: -1, Index: -1, Err: err}
 			}
 			if h.Typeflag != tar.TypeReg {
@@ -76,6 +92,16 @@ func (s *Shards) Scan(ctx context.Context) (ShardStats, error) {
 			}
 			most[pos] = max(most[pos], int(h.Size))
 			pos++
+			if _, ext := splitKey(h.Name); ext == "png" || ext == "jpg" || ext == "jpeg" {
+				// The image's header only: the reader seeks past the
+				// rest. A header that does not decode is Decode's error.
+				if cfg, _, err := image.DecodeConfig(bufio.NewReaderSize(io.LimitReader(tr, 64<<10), 4096)); err == nil {
+					if px := int64(cfg.Width) * int64(cfg.Height); px > pixels && px <= MaxImagePixels {
+						pixels = px
+						st.Largest = []int{s.channels(), cfg.Height, cfg.Width}
+					}
+				}
+			}
 		}
 		f.Close()
 	}

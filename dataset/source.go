@@ -222,6 +222,24 @@ type Resident interface {
 	ResidentBytes() int64
 }
 
+// SampleBound is the largest sample a source holds, for the memory plan.
+type SampleBound struct {
+	// Shape is the decoded shape ([C H W]) of the sample with the most
+	// elements; nil when unknown.
+	Shape []int
+	// Bytes is the largest encoded sample a worker reads into memory (an
+	// image file's size); 0 when unknown.
+	Bytes int64
+}
+
+// Bounder is implemented by sources whose samples differ in size (images
+// of mixed sizes): the loader plans its workers' decode scratch for the
+// largest sample rather than for the first one it reads, which would leave
+// a larger image's buffers outside the plan.
+type Bounder interface {
+	SampleBound() (SampleBound, error)
+}
+
 // ResidentBytes is the table's features and labels.
 func (t *Table) ResidentBytes() int64 { return 4*int64(len(t.Features)) + 8*int64(len(t.Labels)) }
 

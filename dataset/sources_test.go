@@ -107,9 +107,21 @@ func TestDecodeImage(t *testing.T) {
 	if err != nil || !slices.Equal(xg, []float32{0, 1}) {
 		t.Errorf("gray: %v %v", xg, err)
 	}
-	// Bad input names the file.
+	// Bad input names the file: nothing, not an image, a truncated PNG, a
+	// PNG with a corrupt byte in its pixel data (its checksum fails), a
+	// truncated JPEG and a JPEG whose frame header is corrupt.
 	data := encodePNG(t, img)
-	for _, bad := range [][]byte{nil, []byte("not an image"), data[:len(data)/2]} {
+	corruptPNG := slices.Clone(data)
+	corruptPNG[len(corruptPNG)-20] ^= 0xff // inside the last IDAT chunk, before IEND
+	jpg := encodeJPEG(t, img)
+	corruptJPG := slices.Clone(jpg)
+	if i := bytes.Index(corruptJPG, []byte{0xff, 0xc0}); i < 0 {
+		t.Fatal("no SOF0 marker in the JPEG")
+	} else {
+		corruptJPG[i+4] = 0xff // the frame header's length and precision
+		corruptJPG[i+5] = 0xff
+	}
+	for _, bad := range [][]byte{nil, []byte("not an image"), data[:len(data)/2], corruptPNG, jpg[:len(jpg)/2], corruptJPG} {
 		_, _, _, err := DecodeImage(bad, "bad.png", 3, nil)
 		var se *SampleError
 		if !errors.As(err, &se) || se.File != "bad.png" || !strings.Contains(err.Error(), "bad.png") {

@@ -34,6 +34,13 @@ type Shards struct {
 	// SkipBad makes a shard cut in the middle end that shard (counted in
 	// the loader's skipped samples) instead of the stream.
 	SkipBad bool
+	// OnSkip, if set, is told each shard ended early under SkipBad, with
+	// the error naming the shard and the member.
+	OnSkip func(error)
+	// Bound is the largest sample, for the loader's plan of its workers'
+	// scratch (Bounder): set Bound.Shape to Scan's Largest. Zero: the
+	// loader plans for the first sample it reads.
+	Bound SampleBound
 	// ShuffleShards reads the shards in a new order each epoch, a
 	// permutation seeded by Seed and the epoch (the loader's shuffle
 	// buffer then mixes samples within that order).
@@ -75,6 +82,9 @@ func (s *Shards) Open(ctx context.Context, epoch int) (Stream, error) {
 	}
 	return &tarStream{src: s, paths: paths, open: openCtx}, nil
 }
+
+// SampleBound is s.Bound (Bounder).
+func (s *Shards) SampleBound() (SampleBound, error) { return s.Bound, nil }
 
 // Decode decodes a record's image and class.
 func (s *Shards) Decode(r *Record, ex *Example) error {
@@ -184,6 +194,9 @@ func (t *tarStream) Next(ctx context.Context, r *Record) error {
 		var se *SampleError
 		if t.src.SkipBad && errors.As(err, &se) && se.File == name {
 			t.skipped++
+			if t.src.OnSkip != nil {
+				t.src.OnSkip(err)
+			}
 			continue
 		}
 		return err

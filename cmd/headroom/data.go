@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/dataset"
@@ -62,6 +63,53 @@ type loaderBatches struct {
 	l     *dataset.Loader
 	shape []int // one example's shape as the model takes it (nil: as loaded)
 	steps int   // batches per epoch when the loader cannot say (a stream); -1: ask it
+	skips *skips
+	// noted is the loader's skipped count at the last skipNote.
+	noted int64
+}
+
+// skipNote is the epoch line's count of the samples skipped under
+// --skip-bad since the last call, with the first one's error; "" when none.
+func (b *loaderBatches) skipNote() string {
+	if b.skips == nil {
+		return ""
+	}
+	n := b.l.Stats().Skipped
+	if n == b.noted {
+		return ""
+	}
+	k := n - b.noted
+	b.noted = n
+	return fmt.Sprintf(" skipped %d bad sample(s) (--skip-bad; %d in all, the first: %v),", k, n, b.skips.firstErr())
+}
+
+// skips records the errors of the samples skipped under --skip-bad.
+type skips struct {
+	mu    sync.Mutex
+	first error
+}
+
+func newSkips(on bool) *skips {
+	if !on {
+		return nil
+	}
+	return new(skips)
+}
+
+// add records a skipped sample's error (called by the loader's workers,
+// concurrently).
+func (s *skips) add(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first == nil {
+		s.first = err
+	}
+}
+
+func (s *skips) firstErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
 }
 
 func (b *loaderBatches) NumBatches() int {
@@ -120,8 +168,9 @@ type mapData struct {
 	stream             *dataset.Shards
 	samples, maxRecord int
 	transforms         []dataset.Transform
-	shape              []int // the model's example shape when the source's differs (a CSV row)
-	classes            int   // classes in the data (0: unknown)
+	shape              []int  // the model's example shape when the source's differs (a CSV row)
+	skips              *skips // under --skip-bad, what the loader skipped (nil: nothing is skipped)
+	classes            int    // classes in the data (0: unknown)
 	what               string
 }
 
@@ -129,20 +178,30 @@ type mapData struct {
 // language models, else IDX files (a directory holding a pair, or the
 // images file), an image folder (a directory) or a CSV/TSV table.
 func openData(path string, spec zoo.Spec) (*mapData, error) {
-	return openSplit(path, spec, "train")
+	return openSplit(path, spec, "train", false)
+}
+
+// openTrainData is openData for train: with skipBad (--skip-bad) a bad
+// sample (an image that does not decode, a table row with a bad cell, a
+// shard cut short) is skipped and counted instead of stopping training.
+func openTrainData(path string, spec zoo.Spec, skipBad bool) (*mapData, error) {
+	return openSplit(path, spec, "train", skipBad)
 }
 
 // openSplit is openData for a split: in a directory of IDX files the pair
 // of that split ("train", or "test" for a validation set) is preferred.
-func openSplit(path string, spec zoo.Spec, split string) (*mapData, error) {
+func openSplit(path string, spec zoo.Spec, split string, skipBad bool) (*mapData, error) {
 	x, _ := spec.Example(1)
 	if paths, ok, err := shardPaths(path); err != nil {
 		return nil, err
 	} else if ok {
-		return openShards(paths, spec)
+		return openShards(paths, spec, skipBad)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
+		return nil, err
+	}
+	if err := regularFile(path, fi); err != nil {
 		return nil, err
 	}
 	if x.DType == tensor.Int64 {
@@ -167,7 +226,7 @@ func openSplit(path string, spec zoo.Spec, split string) (*mapData, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &mapData{src: f, transforms: []dataset.Transform{dataset.Resize{Height: h, Width: w}}, classes: len(f.Classes),
+		return &mapData{src: f, transforms: []dataset.Transform{dataset.Resize{Height: h, Width: w}}, classes: len(f.Classes), skips: newSkips(skipBad),
 			what: fmt.Sprintf("image folder %s (%d images, %d classes, resized to %dx%d)", path, f.Len(), len(f.Classes), h, w)}, nil
 	}
 	ext := strings.ToLower(filepath.Ext(path))
@@ -179,15 +238,28 @@ func openSplit(path string, spec zoo.Spec, split string) (*mapData, error) {
 		opt.Comma = '\t'
 	}
 	t, err := dataset.ReadCSV(path, opt)
-	if errors.Is(err, dataset.ErrNotNumber) {
+	var se *dataset.SampleError
+	if errors.Is(err, dataset.ErrNotNumber) && errors.As(err, &se) && se.Row == 1 {
 		// The first line may name the columns.
 		opt.Header = true
 		if t2, err2 := dataset.ReadCSV(path, opt); err2 == nil {
 			t, err = t2, nil
+		} else if skipBad {
+			t, err = nil, err2
 		}
+	}
+	if err != nil && skipBad && errors.As(err, &se) {
+		// Bad rows are dropped when the table is read (the rows after a
+		// header, if the first line is not numbers).
+		opt.SkipBad = true
+		t, err = dataset.ReadCSV(path, opt)
 	}
 	if err != nil {
 		return nil, err
+	}
+	skipNote := ""
+	if t.Skipped > 0 {
+		skipNote = fmt.Sprintf("; %d bad row(s) skipped (--skip-bad)", t.Skipped)
 	}
 	if t.NumFeatures() != c*h*w {
 		return nil, fmt.Errorf("%s: %d feature columns; %s takes %d (%dx%dx%d)", path, t.NumFeatures(), spec.Name, c*h*w, c, h, w)
@@ -197,7 +269,18 @@ func openSplit(path string, spec zoo.Spec, split string) (*mapData, error) {
 		maxLabel = max(maxLabel, l)
 	}
 	return &mapData{src: t, shape: []int{c, h, w}, classes: int(maxLabel + 1),
-		what: fmt.Sprintf("table %s (%d rows, %d features, label column 0)", path, t.Len(), t.NumFeatures())}, nil
+		what: fmt.Sprintf("table %s (%d rows, %d features, label column 0%s)", path, t.Len(), t.NumFeatures(), skipNote)}, nil
+}
+
+// regularFile refuses a data file that is not a regular file (a FIFO, a
+// device): opening a FIFO waits for its writer, and the open cannot be
+// interrupted, so the run would not hear Ctrl-C. A directory passes (an
+// image folder, IDX files or shards, whose files are checked in turn).
+func regularFile(path string, fi os.FileInfo) error {
+	if fi.IsDir() || fi.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("%s: %w (%v): data must be a regular file or a directory", path, dataset.ErrNotRegular, fi.Mode().Type())
 }
 
 // subset is samples [lo, hi) of a map source.
@@ -216,6 +299,15 @@ func (s subset) ResidentBytes() int64 {
 		return r.ResidentBytes()
 	}
 	return 0
+}
+
+// SampleBound is the whole source's largest sample (dataset.Bounder), an
+// upper bound for the subset's.
+func (s subset) SampleBound() (dataset.SampleBound, error) {
+	if b, ok := s.src.(dataset.Bounder); ok {
+		return b.SampleBound()
+	}
+	return dataset.SampleBound{}, nil
 }
 
 // Batch reads samples idx of the map data for evaluation, on the Go heap
@@ -261,6 +353,7 @@ func hasFashionFiles(dir string) bool {
 // dataFlags defines train's flags of the data loader and validation set.
 func dataFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.StringVar(&f.val, "val", "", "a separate validation set, evaluated each epoch (validation loss and accuracy): an image folder, IDX files (a directory with a t10k/test/val pair, or the images file) or a .csv/.tsv table, shaped for the model as --data is")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "skip and count bad samples of --data (an image that does not decode, a table row with a cell that is not a number, a tar shard cut short) instead of stopping with an error naming them")
 	fs.IntVar(&f.prefetch, "prefetch", defaultPrefetch, "staging buffers of the --data loader (its prefetch depth: one held by the step, the others filled ahead); with --budget the most, lowered to fit (at least 1)")
 }
 
@@ -360,6 +453,15 @@ func findIDX(path string, dir bool, split string) (images, labels string, ok boo
 func openIDX(images, labels string, spec zoo.Spec) (*mapData, error) {
 	x, _ := spec.Example(1)
 	want := []int{x.Shape[1], x.Shape[2], x.Shape[3]}
+	for _, p := range []string{images, labels} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if err := regularFile(p, fi); err != nil {
+			return nil, err
+		}
+	}
 	si, err := idx.ReadFile(images)
 	if err != nil {
 		return nil, err
@@ -430,7 +532,7 @@ func mustSpec(name string) zoo.Spec {
 // Fashion-MNIST's normalization when the training set is Fashion-MNIST
 // (read outside the loader, normalized).
 func openVal(path string, spec zoo.Spec, fashion bool, trainClasses int) (evalSet, string, error) {
-	v, err := openSplit(path, spec, "test")
+	v, err := openSplit(path, spec, "test", false)
 	if err != nil {
 		return evalSet{}, "", fmt.Errorf("--val: %w", err)
 	}

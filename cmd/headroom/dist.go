@@ -68,8 +68,8 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	d.c = c
 	// What every rank must agree on besides the model and configuration
 	// (dist.NewTrainer checks those): the data and the schedule.
-	d.agree = fmt.Sprintf("model=%s data=%s limit=%d batch=%d seed=%d epochs=%d steps=%d lr=%g wd=%g clip=%g accumulate=%d val=%g load=%s resume=%s schedule=%+v val=%s prefetch=%d",
-		f.model, f.data, f.limit, f.batch, f.seed, f.epochs, f.steps, f.lr, f.weightDecay, f.clipGrad, f.accum, f.valSplit, f.load, f.resume, f.sched, f.val, f.prefetch)
+	d.agree = fmt.Sprintf("model=%s data=%s limit=%d batch=%d seed=%d epochs=%d steps=%d lr=%g wd=%g clip=%g accumulate=%d val=%g load=%s resume=%s schedule=%+v val=%s prefetch=%d skip-bad=%t",
+		f.model, f.data, f.limit, f.batch, f.seed, f.epochs, f.steps, f.lr, f.weightDecay, f.clipGrad, f.accum, f.valSplit, f.load, f.resume, f.sched, f.val, f.prefetch, f.skipBad)
 	switch {
 	case f.budget != "" && f.data != "":
 		return out, log, fmt.Errorf("--budget with --data on %d ranks: the data loader's buffers are not planned per rank yet (use --device cpu:mem=SIZE)", c.Size())

@@ -46,18 +46,23 @@ func shardPaths(path string) (paths []string, ok bool, err error) {
 // channels and resized to H x W, as an image folder is. The headers are
 // read first (Shards.Scan): the sample count gives the epoch's batches,
 // the largest record bounds the shuffle buffer's bytes in the plan.
-func openShards(paths []string, spec zoo.Spec) (*mapData, error) {
+func openShards(paths []string, spec zoo.Spec, skipBad bool) (*mapData, error) {
 	x, _ := spec.Example(1)
 	if x.DType != tensor.Float32 || len(x.Shape) != 4 {
 		return nil, fmt.Errorf("%s: WebDataset shards of images; %s does not take images (%v)", paths[0], spec.Name, x.Shape)
 	}
 	c, h, w := x.Shape[1], x.Shape[2], x.Shape[3]
-	src := &dataset.Shards{Paths: paths, Channels: c, ShuffleShards: true}
+	// Under --skip-bad a shard cut short ends there (counted), in the
+	// scan as in the stream, and a member that does not decode is skipped.
+	src := &dataset.Shards{Paths: paths, Channels: c, ShuffleShards: true, SkipBad: skipBad}
 	st, err := src.Scan(context.Background())
 	if err != nil {
 		return nil, err
 	}
 	src.MaxRecordBytes = st.MaxRecordBytes
+	// The workers' scratch is planned for the largest image, not the
+	// first the loader reads.
+	src.Bound.Shape = st.Largest
 	classes := 0
 	// headroom prepare writes the class names beside the shards.
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(paths[0]), "classes.txt")); err == nil {
@@ -75,7 +80,10 @@ func openShards(paths []string, spec zoo.Spec) (*mapData, error) {
 		what += fmt.Sprintf(", %d classes", classes)
 	}
 	what += fmt.Sprintf(", resized to %dx%d; a stream through a shuffle buffer)", h, w)
-	return &mapData{stream: src, samples: st.Samples, maxRecord: st.MaxRecordBytes, classes: classes,
+	if st.Cut > 0 {
+		what += fmt.Sprintf("; %d shard(s) cut short, read up to the cut (--skip-bad)", st.Cut)
+	}
+	return &mapData{stream: src, samples: st.Samples, maxRecord: st.MaxRecordBytes, classes: classes, skips: newSkips(skipBad),
 		transforms: []dataset.Transform{dataset.Resize{Height: h, Width: w}}, what: what}, nil
 }
 
@@ -120,6 +128,12 @@ func (d *mapData) config(cfg dataset.Config) dataset.Config {
 		cfg.MaxRecordBytes = d.maxRecord
 		d.stream.Seed = cfg.Seed
 	}
+	if d.skips != nil {
+		cfg.SkipBad, cfg.OnSkip = true, d.skips.add
+		if d.stream != nil {
+			d.stream.OnSkip = d.skips.add
+		}
+	}
 	return cfg
 }
 
@@ -142,7 +156,7 @@ func (d *mapData) newLoader(n int, cfg dataset.Config) (*dataset.Loader, error) 
 // batches is the training batches of loader l: a stream's loader does
 // not know its epoch's length, the scan does.
 func (d *mapData) batches(l *dataset.Loader, batch int) *loaderBatches {
-	b := &loaderBatches{l: l, shape: d.shape, steps: -1}
+	b := &loaderBatches{l: l, shape: d.shape, steps: -1, skips: d.skips}
 	if d.stream != nil {
 		b.steps = (d.samples + batch - 1) / batch
 	}

@@ -69,6 +69,7 @@ type trainFlags struct {
 	// maxBatch is --max-batch (maxbatch.go).
 	maxBatch bool
 	prefetch int    // the data loader's staging buffers (data.go)
+	skipBad  bool   // --skip-bad: skip and count bad samples of --data (data.go)
 	val      string // a validation set (data.go)
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).

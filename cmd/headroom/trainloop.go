@@ -162,7 +162,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			evals = []evalSet{{"test", fashionSource{testSet}, 0, testSet.Len()}}
 			fmt.Fprintf(out, "data: %s (%d training, %d test images)\n", where, n, testSet.Len())
 		case f.data != "":
-			if md, err = openData(f.data, spec); err != nil {
+			if md, err = openTrainData(f.data, spec, f.skipBad); err != nil {
 				return fmt.Errorf("train: --data: %w", err)
 			}
 			if err := md.checkTrain(f.limit, f.valSplit); err != nil {
@@ -297,6 +297,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			fmt.Fprintf(out, "data loader staging %s of the budget (%s of device segments at prefetch depth %d), shuffle and scratch %s: %s in all; the step is planned in the remaining %s\n",
 				device.FormatBytes(lp.mem.Staging()), device.FormatBytes(lp.reserved), depth, device.FormatBytes(lp.heap()), device.FormatBytes(lp.cost()), device.FormatBytes(b-lp.cost()))
 			b -= lp.cost()
+			defer limitHeap(lp.heap())()
 		} else if res, err = budget.Fit(ctx, prob); err != nil {
 			return err
 		}
@@ -579,6 +580,9 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			x, y, err := data.Next(ctx)
 			if err == io.EOF {
+				// The epoch is over (a stream may end short of its scan's
+				// count: a shard cut short, skipped under --skip-bad).
+				r.last.Epoch, r.last.Batch = epoch+1, 0
 				break
 			}
 			if err != nil && ctx.Err() != nil {
@@ -685,6 +689,9 @@ func (r *runner) run(ctx context.Context) error {
 			if err := r.logEval(epoch+1, e.name, res); err != nil {
 				return err
 			}
+		}
+		if s, ok := data.(interface{ skipNote() string }); ok {
+			line += s.skipNote()
 		}
 		if epochSteps > 0 {
 			line += fmt.Sprintf(" data wait %.2fs (%.1f%% of the steps' time),", epochWait.Seconds(), 100*epochWait.Seconds()/epochSteps.Seconds())

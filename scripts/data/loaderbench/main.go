@@ -1,8 +1,10 @@
 // Command loaderbench makes one pass of headroom's data loader over an
 // image folder with the transforms of torch_loader.py (Resize to 256x256,
 // bilinear; RandomCrop 224; HorizontalFlip; Normalize) and prints one JSON
-// line: images, seconds, images/s. bench.py runs it next to PyTorch's
-// DataLoader.
+// line: images, seconds, images/s, and the staging bytes. bench.py runs
+// it next to PyTorch's DataLoader. The staging buffers come from the cpu
+// device's allocator (category input), as headroom train's do: mapped
+// outside the Go heap, allocated once.
 //
 //	go run ./scripts/data/loaderbench -data DIR [-workers 2] [-batch 32] [-epochs 1]
 package main
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/dataset"
+	"github.com/headroom-ml/headroom/device"
 )
 
 func main() {
@@ -38,7 +41,18 @@ func run(data string, workers, batch, epochs, depth int) error {
 	if err != nil {
 		return err
 	}
-	l, err := dataset.NewLoader(src, dataset.Config{BatchSize: batch, Shuffle: true, Seed: 1, Workers: workers, Depth: depth,
+	dev, err := device.New("cpu")
+	if err != nil {
+		return err
+	}
+	alloc := func(what string, n int64) ([]byte, func(), error) {
+		b, err := dev.Alloc.Allocate(n, device.Tag{Category: device.Input, Module: "data", Op: what})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b.Data[:n:n], func() { dev.Alloc.Free(b) }, nil
+	}
+	l, err := dataset.NewLoader(src, dataset.Config{BatchSize: batch, Shuffle: true, Seed: 1, Workers: workers, Depth: depth, Alloc: alloc,
 		Transforms: []dataset.Transform{
 			dataset.Resize{Height: 256, Width: 256},
 			dataset.RandomCrop{Height: 224, Width: 224},
@@ -63,5 +77,7 @@ func run(data string, workers, batch, epochs, depth int) error {
 		n += b.N
 	}
 	s := time.Since(start).Seconds()
-	return json.NewEncoder(os.Stdout).Encode(map[string]any{"loader": "headroom", "images": n, "seconds": s, "images_per_s": float64(n) / s})
+	staging := dev.Alloc.Stats().ByCategory[device.Input]
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"loader": "headroom", "images": n, "seconds": s, "images_per_s": float64(n) / s,
+		"staging_bytes": staging, "memory": l.Memory()})
 }
