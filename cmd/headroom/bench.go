@@ -22,6 +22,7 @@ type benchFlags struct {
 	models     string
 	batch      int
 	precision  string
+	inBack     bool
 	steps      int
 	warmup     int
 	threads    int
@@ -49,6 +50,7 @@ func benchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.StringVar(&f.models, "model", "", "comma-separated `list` of zoo models to train instead of the standard workloads (the names train and plan take): "+strings.Join(zoo.Names(), ", "))
 	fs.IntVar(&f.batch, "batch", 0, "batch size for --model (default: the standard workload's batch for that model, else 8)")
 	fs.StringVar(&f.precision, "precision", "fp32", "precision of both engines' training steps: fp32 or bf16-mixed (PyTorch: torch.autocast to bfloat16 on the cpu; the sgemm workload stays float32)")
+	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "headroom only: update each parameter in the backward pass as soon as its gradient is final and free the gradient (train's --optimizer-in-backward: the same weights, no gradient buffers); PyTorch 1.13 has no such mode and keeps its gradients, so say so when quoting the memory ratio")
 	fs.IntVar(&f.steps, "steps", 7, "timed steps per workload and round (the issue's comparison asks for at least 5)")
 	fs.IntVar(&f.warmup, "warmup", 2, "untimed steps before the timed ones")
 	fs.IntVar(&f.threads, "threads", 0, "worker threads, for both engines (default $HEADROOM_NUM_THREADS or all cores)")
@@ -247,6 +249,9 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 			if f.opProfile {
 				argv = append(argv, "--op-profile")
 			}
+			if f.inBack {
+				argv = append(argv, "--optimizer-in-backward")
+			}
 			if prof != nil {
 				argv = append(argv, prof.childArgs(name)...)
 			}
@@ -330,7 +335,7 @@ func benchChild(ctx context.Context, f benchFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log, Precision: prec}
+	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log, Precision: prec, InBackward: f.inBack}
 	if f.opProfile {
 		o.OpProfile = log
 	}

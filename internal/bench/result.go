@@ -37,6 +37,9 @@ type Result struct {
 	Flops float64 `json:"flops,omitempty"`
 	// Precision is the step's precision ("" or "fp32", "bf16-mixed").
 	Precision string `json:"precision,omitempty"`
+	// InBackward: headroom updated parameters in the backward pass (no
+	// gradient buffers; bench --optimizer-in-backward).
+	InBackward bool `json:"optimizer_in_backward,omitempty"`
 	// Warmup steps ran untimed before Steps, the timed step times (s).
 	Warmup int       `json:"warmup"`
 	Steps  []float64 `json:"step_seconds"`

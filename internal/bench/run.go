@@ -47,6 +47,10 @@ type Options struct {
 	Progress io.Writer
 	// Precision of the training step (zero value: fp32).
 	Precision transform.Precision
+	// InBackward updates each parameter in the backward pass and frees
+	// its gradient (train.Config.OptimizerInBackward) where the step
+	// allows it; the result says whether it did.
+	InBackward bool
 	// Watch, if set, is told of every step, warm-up ones included
 	// (headroom bench --profile); not for sgemm, which has no trainer.
 	Watch Watcher
@@ -139,12 +143,21 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 		return res, err
 	}
 	defer tr.Close()
-	if o.Precision != transform.FP32 {
-		if err := tr.SetConfig(train.Config{Precision: o.Precision}); err != nil {
+	cfg := train.Config{Precision: o.Precision}
+	if o.InBackward {
+		if err := tr.CheckOptimizerInBackward(1); err != nil {
+			o.progress("  %s: --optimizer-in-backward does not apply, keeping gradient buffers: %v\n", w.Name, err)
+		} else {
+			cfg.OptimizerInBackward = true
+		}
+	}
+	if cfg != (train.Config{}) {
+		if err := tr.SetConfig(cfg); err != nil {
 			return res, err
 		}
 	}
 	res.Precision = o.Precision.String()
+	res.InBackward = cfg.OptimizerInBackward
 	xm, ym := trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}
 	mp, comp, err := tr.PlanConfig(tr.Config(), xm, ym)
 	if err != nil {
