@@ -215,6 +215,11 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 	if err != nil {
 		return err
 	}
+	for _, p := range photos {
+		if p.h < f.crop || p.w < f.crop {
+			return fmt.Errorf("gan: a --data photo of %d×%d is smaller than --crop %d", p.w, p.h, f.crop)
+		}
+	}
 	var val *valSet
 	if f.val != "" {
 		vp, err := loadPhotos(f.val)

@@ -51,8 +51,14 @@ func upscaleMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&cfg.NB, "nb", 0, "with --plan and no --weights: its RRDB blocks (ESRGAN: 23)")
 	fs.IntVar(&cfg.GC, "gc", 0, "with --plan and no --weights: its growth channels (ESRGAN: 32)")
 	floatOut := fs.String("float", "", "also write the output as float32 safetensors to `file` (key \"image\", [1, 3, 4H, 4W]) to compare runs exactly")
+	threads := fs.Int("threads", 0, "worker threads for kernels, at least 1 (default $HEADROOM_NUM_THREADS or all cores)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	given := false
+	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "threads" })
+	if _, err := setThreads(given, *threads, out); err != nil {
+		return fmt.Errorf("upscale: %w", err)
 	}
 	byConfig := *planOnly && *weights == "" && cfg.NF > 0 && cfg.NB > 0 && cfg.GC > 0
 	nargs := 2
