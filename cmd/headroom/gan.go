@@ -69,6 +69,9 @@ type ganFlags struct {
 	valCrop, valGrid int
 	save             string
 	duration, wall   time.Duration
+	init             string
+	cosine           bool
+	from             int
 }
 
 // enlarged repeats a source k times (BasicSR's dataset_enlarge_ratio):
@@ -124,6 +127,9 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&f.valGrid, "val-grid", 2, "with --pixel-only: an n×n grid of validation crops of each held-out photo")
 	fs.StringVar(&f.save, "save", "", "with --pixel-only: write the trained generator's weights to this safetensors `file` (RRDBNet_arch.py's names; headroom upscale reads it)")
 	fs.DurationVar(&f.duration, "time", 0, "with --pixel-only: stop after this much process cpu time (user+sys), or at --steps, whichever is first")
+	fs.StringVar(&f.init, "init", "", "with --pixel-only: start from these generator weights (a --save file) instead of random ones")
+	fs.IntVar(&f.from, "from-step", 0, "with --init: the step the weights were saved at; steps are numbered on from it and --log is appended to (a second leg of one run)")
+	fs.BoolVar(&f.cosine, "cosine", false, "with --pixel-only: anneal the learning rate from --lr to 0 over --steps on a cosine (BasicSR's CosineAnnealingRestartLR, one period)")
 	fs.DurationVar(&f.wall, "wall", 0, "with --pixel-only: stop after this much wall-clock time too (on a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return err

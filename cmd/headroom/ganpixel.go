@@ -242,6 +242,15 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 	if err := gs.Materialize(dev, f.seed); err != nil {
 		return err
 	}
+	if f.init != "" {
+		sd, err := safetensors.Load(f.init)
+		if err != nil {
+			return fmt.Errorf("gan: --init: %w", err)
+		}
+		if err := gs.LoadStateDict(sd, true); err != nil {
+			return fmt.Errorf("gan: --init: %w", err)
+		}
+	}
 	opt, err := optim.NewAdam(optim.AdamConfig{LR: f.lr, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8})
 	if err != nil {
 		return err
@@ -262,17 +271,21 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 	fmt.Fprintf(out, "%s: %d parameters, batch %d, %d×%d crops from %d×%d inputs, %d training photos, Adam lr %g betas (0.9, 0.99)\n",
 		model, gs.NumParams(), f.batch, f.crop, f.crop, l, l, len(photos), f.lr)
 	p.Print(out)
+	schedule := "constant"
+	if f.cosine {
+		schedule = fmt.Sprintf("cosine to 0 over %d steps", f.steps)
+	}
 	var logw *runner
 	if f.logPath != "" {
-		lf, err := openLog(f.logPath, false)
+		lf, err := openLog(f.logPath, f.from > 0)
 		if err != nil {
 			return fmt.Errorf("gan: --log: %w", err)
 		}
 		defer lf.Close()
 		logw = &runner{logFile: lf}
 		if err := logw.writeLine(runRecord{Kind: "run", Time: time.Now().UTC().Format(time.RFC3339), Model: model, Parameters: gs.NumParams(),
-			Optimizer: "adam", LR: f.lr, Schedule: "constant", Batch: f.batch, MicroBatch: f.batch, Accumulation: 1, Precision: "fp32",
-			Device: fmt.Sprint(dev), Threads: f.threads, Samples: f.batch * f.steps, StepsPerEpoch: f.steps, Epochs: 1, PlannedPeak: p.Total()}); err != nil {
+			Optimizer: "adam", LR: f.lr, Schedule: schedule, Batch: f.batch, MicroBatch: f.batch, Accumulation: 1, Precision: "fp32",
+			Device: fmt.Sprint(dev), Threads: f.threads, Samples: f.batch * f.steps, StepsPerEpoch: f.steps, Epochs: 1, ResumedAt: int64(f.from), PlannedPeak: p.Total()}); err != nil {
 			return err
 		}
 	}
@@ -292,8 +305,10 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		}
 		return nil
 	}
-	if err := validate(0); err != nil {
-		return err
+	if f.from == 0 { // a second leg's start is the first's end, validated there
+		if err := validate(0); err != nil {
+			return err
+		}
 	}
 	r := rand.New(rand.NewSource(f.seed))
 	start, cpu0 := time.Now(), cpuSeconds()
@@ -303,6 +318,11 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		(f.wall == 0 || time.Since(start) < f.wall) {
 		if err := ctx.Err(); err != nil {
 			break
+		}
+		lr := f.lr
+		if f.cosine {
+			lr = f.lr * (1 + math.Cos(math.Pi*float64(stepN)/float64(f.steps))) / 2
+			opt.SetLR(lr)
 		}
 		t0 := time.Now()
 		lq, gt := pixelBatch(r, photos, f.batch, f.crop, f.scale)
@@ -315,24 +335,24 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		el := time.Since(t0)
 		if logw != nil {
 			st := dev.Alloc.Stats()
-			if err := logw.writeLine(stepRecord{Step: stepN, Epoch: 1, Loss: loss, LR: f.lr, Samples: f.batch,
+			if err := logw.writeLine(stepRecord{Step: int64(f.from) + stepN, Epoch: 1, Loss: loss, LR: lr, Samples: f.batch,
 				SamplesPerSec: float64(f.batch) / el.Seconds(), StepSec: el.Seconds(), DataWaitSec: wait.Seconds(),
 				PeakAllocated: st.AllocatedBytes.Peak, PeakReserved: st.ReservedBytes.Peak, MicroBatches: 1, PlannedPeak: p.Total()}); err != nil {
 				return err
 			}
 		}
 		if stepN%10 == 0 {
-			fmt.Fprintf(out, "step %d: L1 %.5f, %.2fs\n", stepN, loss, el.Seconds())
+			fmt.Fprintf(out, "step %d: L1 %.5f, lr %.3g, %.2fs\n", int64(f.from)+stepN, loss, lr, el.Seconds())
 		}
 		if f.valEvery > 0 && stepN%int64(f.valEvery) == 0 {
-			if err := validate(stepN); err != nil {
+			if err := validate(int64(f.from) + stepN); err != nil {
 				return err
 			}
 			lastVal = stepN
 		}
 	}
 	if lastVal != stepN {
-		if err := validate(stepN); err != nil {
+		if err := validate(int64(f.from) + stepN); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -89,11 +90,45 @@ func TestGANPixelOnly(t *testing.T) {
 	if c, err := gan.RRDBNetConfigOf(sd); err != nil || c.NF != 4 || c.NB != 1 || c.GC != 4 {
 		t.Errorf("saved weights: %+v, %v", c, err)
 	}
+	// A second leg from the saved weights: steps numbered on from 3, the
+	// log appended to, the learning rate annealed on a cosine.
+	leg2 := append(append([]string(nil), args...), "--init", weights, "--from-step", "3", "--cosine", "--lr", "1e-3")
+	for i, a := range leg2 {
+		if a == "--steps" {
+			leg2[i+1] = "4"
+		}
+	}
+	if err := ganMain(context.Background(), leg2, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	f2, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	if run, err = runreport.Parse("run", f2); err != nil {
+		t.Fatal(err)
+	}
+	var lrs []float64
+	for i, s := range run.Steps {
+		if s.Step != int64(i+1) {
+			t.Errorf("step %d numbered %d", i+1, s.Step)
+		}
+		lrs = append(lrs, s.LR)
+	}
+	// Leg 2's rates: 1e-3·(1+cos(πk/4))/2 for k = 0..3.
+	if len(lrs) != 7 || lrs[3] != 1e-3 || math.Abs(lrs[5]-5e-4) > 1e-12 || lrs[6] >= lrs[5] {
+		t.Errorf("learning rates %v", lrs)
+	}
+	if len(run.Evals) != 5 || run.Evals[3].Step != 5 || run.Evals[4].Step != 7 {
+		t.Errorf("%d evals", len(run.Evals))
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--pixel-only"}, "needs --data"},
+		{[]string{"--pixel-only", "--data", train, "--crop", "16", "--init", "/nonexistent"}, "--init"},
 		{[]string{"--pixel-only", "--data", train, "--crop", "18"}, "multiples of --scale"},
 		{[]string{"--pixel-only", "--data", train, "--crop", "40"}, "smaller than --crop"},
 		{[]string{"--pixel-only", "--data", train, "--crop", "16", "--val", val, "--val-crop", "64"}, "smaller than --val-crop"},
