@@ -16,6 +16,7 @@ import (
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/gan"
+	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/zoo"
@@ -155,9 +156,14 @@ func upscaleMain(ctx context.Context, args []string, out io.Writer) error {
 	}
 	st := dev.Alloc.Stats()
 	fmt.Fprintf(out, "wrote %s (%d×%d) in %.1fs wall, %.1fs cpu; measured peak %s reserved, %s allocated, %d OOMs\n", fs.Arg(1), 4*w, 4*h, wall.Seconds(), cpu, device.FormatBytes(st.ReservedBytes.Peak), device.FormatBytes(st.AllocatedBytes.Peak), st.NumOOMs)
-	// The images themselves (input, output: 4²·4 bytes per input pixel
-	// and channel) are the process's, outside the device's budget.
-	reportPeak(out, b)
+	// The images are the process's, outside the device's budget: the
+	// input and the output as float32, the output again as 8-bit RGBA
+	// while it is encoded.
+	images := int64(4*3*h*w) + int64(4*3*16*h*w) + int64(4*16*h*w)
+	if m, err := bench.ReadMemory(); err == nil {
+		fmt.Fprintf(out, "process peak resident memory %s (VmHWM): the device's %s budget, the images' %s (input and output as float32, output as 8-bit RGBA) and the runtime\n",
+			device.FormatBytes(m.Peak), device.FormatBytes(b), device.FormatBytes(images))
+	}
 	return nil
 }
 
