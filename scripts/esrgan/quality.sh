@@ -33,7 +33,7 @@ last=$(sed -n 's/^trained \([0-9]*\) steps.*/\1/p' train.out)
 	--data "$photos/train" --val "$photos/test" \
 	--nf 16 --nb 3 --gc 8 --batch 16 --crop 64 --lr 2e-4 --cosine \
 	--init rrdb-leg1.safetensors --from-step "$last" \
-	--steps 600 --wall 12m --val-every 100 --threads 1 --seed 2 \
+	--steps 500 --wall 10m --val-every 100 --threads 1 --seed 2 \
 	--log pixel.jsonl --save rrdb.safetensors >train2.out 2>&1
 ./headroom report --svg charts --out report.html pixel.jsonl
 
