@@ -45,6 +45,10 @@ the step time of the baseline (fp32, nothing recomputed), checkpointing of
 generator and discriminator, plus bf16-mixed, and the planner's choice under
 half the baseline's peak.
 
+--pixel-only trains the generator alone with the L1 loss (ESRGAN's
+PSNR-oriented pre-training), validating PSNR against bicubic upsampling on
+the held-out photos of --val, logged to --log for headroom report.
+
 Flags:
 `
 
