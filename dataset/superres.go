@@ -133,7 +133,12 @@ func bicubicWeights(in, out int) (first []int, weights [][]float64) {
 // Down resizes one [c, h, w] image into dst ([c, h/f, w/f]): rows first,
 // then columns, in float64 sums.
 func (t BicubicDown) Down(src []float32, c, h, w int, dst []float32) {
-	oh, ow := h/t.Factor, w/t.Factor
+	resize(src, c, h, w, h/t.Factor, w/t.Factor, dst)
+}
+
+// resize is PIL's separable bicubic resampling of [c, h, w] to
+// [c, oh, ow] (antialiased when shrinking): rows first, then columns.
+func resize(src []float32, c, h, w, oh, ow int, dst []float32) {
 	fx, wx := bicubicWeights(w, ow)
 	fy, wy := bicubicWeights(h, oh)
 	tmp := make([]float64, h*ow)
@@ -160,6 +165,17 @@ func (t BicubicDown) Down(src []float32, c, h, w int, dst []float32) {
 			}
 		}
 	}
+}
+
+// BicubicUp multiplies height and width by Factor with the same bicubic
+// kernel (a = -0.5; PIL's Image.resize(BICUBIC) when enlarging, which is
+// MATLAB's imresize kernel): the baseline a super-resolution network has
+// to beat.
+type BicubicUp struct{ Factor int }
+
+// Up resizes one [c, h, w] image into dst ([c, h*f, w*f]).
+func (t BicubicUp) Up(src []float32, c, h, w int, dst []float32) {
+	resize(src, c, h, w, h*t.Factor, w*t.Factor, dst)
 }
 
 func (t BicubicDown) Apply(_ *Rand, ex *Example, scratch *[]float32) {

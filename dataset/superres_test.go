@@ -123,3 +123,38 @@ func TestSuperResTransforms(t *testing.T) {
 		}
 	}
 }
+
+// TestBicubicUp checks the enlarging resize: constants stay constant (the
+// weights are normalized, the borders included) and, away from the
+// borders, a linear ramp is reproduced at each output pixel's centre,
+// (o+0.5)/f - 0.5 in input pixels (the cubic kernel reproduces linear
+// functions; a shifted or wrongly scaled grid would not).
+func TestBicubicUp(t *testing.T) {
+	for _, f := range []int{2, 4} {
+		const h, w = 6, 9
+		src := make([]float32, 2*h*w)
+		for y := range h {
+			for x := range w {
+				src[y*w+x] = 0.25           // channel 0: constant
+				src[h*w+y*w+x] = float32(x) // channel 1: ramp along x
+			}
+		}
+		dst := make([]float32, 2*h*f*w*f)
+		BicubicUp{Factor: f}.Up(src, 2, h, w, dst)
+		W := w * f
+		for y := range h * f {
+			for x := range W {
+				if d := math.Abs(float64(dst[y*W+x]) - 0.25); d > 1e-6 {
+					t.Fatalf("f=%d: constant at (%d,%d) = %v", f, y, x, dst[y*W+x])
+				}
+				if x < 2*f || x >= W-2*f {
+					continue // the kernel reaches past the border
+				}
+				want := (float64(x)+0.5)/float64(f) - 0.5
+				if d := math.Abs(float64(dst[h*f*W+y*W+x]) - want); d > 1e-5 {
+					t.Fatalf("f=%d: ramp at x=%d = %v, want %v", f, x, dst[h*f*W+y*W+x], want)
+				}
+			}
+		}
+	}
+}

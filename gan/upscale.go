@@ -63,6 +63,15 @@ func NewUpscaler(dev *device.Device, sd map[string]*tensor.Tensor) (*Upscaler, e
 	if err != nil {
 		return nil, err
 	}
+	return NewUpscalerConfig(dev, c, sd)
+}
+
+// NewUpscalerConfig is NewUpscaler of an RRDBNet of config c; sd may be
+// nil on the meta device (planning a size no weights are at hand for).
+func NewUpscalerConfig(dev *device.Device, c zoo.RRDBNetConfig, sd map[string]*tensor.Tensor) (*Upscaler, error) {
+	if sd == nil && dev.HasData() {
+		return nil, fmt.Errorf("gan: an upscaler on %v needs weights", dev)
+	}
 	s := nn.NewStore()
 	m := zoo.NewRRDBNet(s.Root(), c)
 	if err := s.Materialize(dev, 0); err != nil {
@@ -143,6 +152,16 @@ func (u *Upscaler) PlanTile(h, w, o int, budget int64) (int, error) {
 // span is one tile along an axis: the input window [ws, ws+size) and its
 // core [cs, ce), which the tile's output contributes.
 type span struct{ ws, size, cs, ce int }
+
+// Tiles is how many windows cover an axis of n pixels with tiles of core
+// pixels and overlap o, as (window start, core start, core end) triples.
+func Tiles(n, core, o int) [][3]int {
+	var out [][3]int
+	for _, s := range spans(n, core, o) {
+		out = append(out, [3]int{s.ws, s.cs, s.ce})
+	}
+	return out
+}
 
 func spans(n, core, o int) []span {
 	size := window(n, core, o)

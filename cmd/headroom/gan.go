@@ -45,6 +45,10 @@ the step time of the baseline (fp32, nothing recomputed), checkpointing of
 generator and discriminator, plus bf16-mixed, and the planner's choice under
 half the baseline's peak.
 
+--pixel-only trains the generator alone with the L1 loss (ESRGAN's
+PSNR-oriented pre-training), validating PSNR against bicubic upsampling on
+the held-out photos of --val, logged to --log for headroom report.
+
 Flags:
 `
 
@@ -60,6 +64,18 @@ type ganFlags struct {
 	planOnly, table, quiet bool
 	seed                   int64
 	workers, repeat        int
+	// --pixel-only (ganpixel.go)
+	pixelOnly        bool
+	lr               float64
+	threads          int
+	logPath, val     string
+	valEvery         int
+	valCrop, valGrid int
+	save             string
+	duration, wall   time.Duration
+	init             string
+	cosine           bool
+	from             int
 }
 
 // enlarged repeats a source k times (BasicSR's dataset_enlarge_ratio):
@@ -105,11 +121,36 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&f.seed, "seed", 1, "seed for weights, crops and augmentations")
 	fs.IntVar(&f.workers, "workers", 2, "data loader workers")
 	fs.IntVar(&f.repeat, "repeat", 100, "times each photo is repeated per epoch, each with its own crop (BasicSR's dataset_enlarge_ratio)")
+	fs.BoolVar(&f.pixelOnly, "pixel-only", false, "train the generator alone with the L1 pixel loss (ESRGAN's PSNR-oriented pre-training), validating PSNR against bicubic on --val")
+	fs.Float64Var(&f.lr, "lr", 2e-4, "with --pixel-only: Adam's learning rate (BasicSR's RRDBNet PSNR pre-training: 2e-4; the GAN steps use ESRGAN's 1e-4)")
+	fs.IntVar(&f.threads, "threads", 0, "worker threads for kernels, at least 1 (default $HEADROOM_NUM_THREADS or all cores)")
+	fs.StringVar(&f.logPath, "log", "", "with --pixel-only: write a JSON line per step and per validation to `file` (headroom report reads it)")
+	fs.StringVar(&f.val, "val", "", "with --pixel-only: image folder `DIR` of held-out photos to validate on")
+	fs.IntVar(&f.valEvery, "val-every", 100, "with --pixel-only: validate every this many steps (and at the start and the end)")
+	fs.IntVar(&f.valCrop, "val-crop", 256, "with --pixel-only: size of the validation crops (high resolution)")
+	fs.IntVar(&f.valGrid, "val-grid", 2, "with --pixel-only: an n×n grid of validation crops of each held-out photo")
+	fs.StringVar(&f.save, "save", "", "with --pixel-only: write the trained generator's weights to this safetensors `file` (RRDBNet_arch.py's names; headroom upscale reads it)")
+	fs.DurationVar(&f.duration, "time", 0, "with --pixel-only: stop after this much process cpu time (user+sys), or at --steps, whichever is first")
+	fs.StringVar(&f.init, "init", "", "with --pixel-only: start from these generator weights (a --save file) instead of random ones")
+	fs.IntVar(&f.from, "from-step", 0, "with --init: the step the weights were saved at; steps are numbered on from it and --log is appended to (a second leg of one run)")
+	fs.BoolVar(&f.cosine, "cosine", false, "with --pixel-only: anneal the learning rate from --lr to 0 over --steps on a cosine (BasicSR's CosineAnnealingRestartLR, one period)")
+	fs.DurationVar(&f.wall, "wall", 0, "with --pixel-only: stop after this much wall-clock time too (on a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("gan: unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if _, err := setThreads(given["threads"], f.threads, out); err != nil {
+		return fmt.Errorf("gan: %w", err)
+	}
+	if f.pixelOnly {
+		if f.batch < 1 || f.steps < 0 || f.scale != 4 {
+			return fmt.Errorf("gan: --batch must be at least 1, --steps at least 0 and --scale 4")
+		}
+		return ganPixel(ctx, out, f)
 	}
 	if f.repeat < 1 {
 		return fmt.Errorf("gan: --repeat %d: at least 1", f.repeat)

@@ -24,7 +24,8 @@ func cmdReport(_ context.Context, args []string) error {
 Renders the per-step log of a run (headroom train --log RUN.jsonl), or two
 runs compared, as one self-contained HTML page: what ran, final and best
 losses and accuracies, throughput, the memory plan, and SVG charts of the
-loss with validation and test points, accuracy, learning rate, throughput,
+loss with validation and test points, accuracy, evaluation metrics (a
+super-resolution run's PSNR), learning rate, throughput,
 and each step's measured peak memory by category against the planned peak.
 The page loads nothing (no scripts, no styles from elsewhere).
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -11,14 +12,18 @@ import (
 	"image/png"
 	"io"
 	"os"
+	"time"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/gan"
+	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 const upscaleUsage = `usage: headroom upscale --weights FILE --budget B [flags] in.png out.png
+       headroom upscale --plan (--weights FILE | --nf N --nb N --gc N) --budget B in.png
 
 Upscales a whole image 4× with an RRDBNet (ESRGAN's generator; weights as
 safetensors with RRDBNet_arch.py's names, nf/nb/gc read from them), eval
@@ -37,31 +42,61 @@ func upscaleMain(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprint(fs.Output(), upscaleUsage)
 		fs.PrintDefaults()
 	}
-	weights := fs.String("weights", "", "RRDBNet weights as a safetensors `file` (required)")
+	weights := fs.String("weights", "", "RRDBNet weights as a safetensors `file` (required, except with --plan and --nf/--nb/--gc)")
 	budgetS := fs.String("budget", "", "device memory for the run (weights and one tile's pass), e.g. 2GiB (required)")
 	overlap := fs.Int("overlap", -1, "input pixels each tile reaches beyond its core (default: the receptive radius, exact)")
 	tile := fs.Int("tile", 0, "tile core in input pixels (default: the largest that fits the budget)")
+	planOnly := fs.Bool("plan", false, "print the plan (untiled pass, chosen tile) for in.png's size and stop: nothing runs, no output image")
+	var cfg zoo.RRDBNetConfig
+	fs.IntVar(&cfg.NF, "nf", 0, "with --plan and no --weights: the RRDBNet's features (ESRGAN: 64)")
+	fs.IntVar(&cfg.NB, "nb", 0, "with --plan and no --weights: its RRDB blocks (ESRGAN: 23)")
+	fs.IntVar(&cfg.GC, "gc", 0, "with --plan and no --weights: its growth channels (ESRGAN: 32)")
+	floatOut := fs.String("float", "", "also write the output as float32 safetensors to `file` (key \"image\", [1, 3, 4H, 4W]) to compare runs exactly")
+	threads := fs.Int("threads", 0, "worker threads for kernels, at least 1 (default $HEADROOM_NUM_THREADS or all cores)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *weights == "" || *budgetS == "" || fs.NArg() != 2 {
+	given := false
+	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "threads" })
+	if _, err := setThreads(given, *threads, out); err != nil {
+		return fmt.Errorf("upscale: %w", err)
+	}
+	byConfig := *planOnly && *weights == "" && cfg.NF > 0 && cfg.NB > 0 && cfg.GC > 0
+	nargs := 2
+	if *planOnly {
+		nargs = 1
+	}
+	if (*weights == "" && !byConfig) || *budgetS == "" || fs.NArg() != nargs {
 		fs.Usage()
-		return fmt.Errorf("upscale: --weights, --budget, an input and an output image are needed")
+		return fmt.Errorf("upscale: --weights (or --plan with --nf, --nb, --gc), --budget, an input and an output image are needed")
 	}
 	b, err := device.ParseBytes(*budgetS)
 	if err != nil {
 		return fmt.Errorf("upscale: --budget: %w", err)
 	}
-	sd, err := safetensors.Load(*weights)
-	if err != nil {
-		return fmt.Errorf("upscale: --weights: %w", err)
+	var sd map[string]*tensor.Tensor
+	if !byConfig {
+		if sd, err = safetensors.Load(*weights); err != nil {
+			return fmt.Errorf("upscale: --weights: %w", err)
+		}
+		if cfg, err = gan.RRDBNetConfigOf(sd); err != nil {
+			return fmt.Errorf("upscale: %w", err)
+		}
 	}
-	img, err := readImage(fs.Arg(0))
-	if err != nil {
-		return err
+	cfg.InNC, cfg.OutNC = cmp.Or(cfg.InNC, 3), cmp.Or(cfg.OutNC, 3)
+	var img *tensor.Tensor
+	var h, w int
+	if *planOnly {
+		if h, w, err = imageSize(fs.Arg(0)); err != nil {
+			return err
+		}
+	} else {
+		if img, err = readImage(fs.Arg(0)); err != nil {
+			return err
+		}
+		h, w = img.Shape[2], img.Shape[3]
 	}
-	h, w := img.Shape[2], img.Shape[3]
-	meta, err := gan.NewUpscaler(device.Meta(), sd)
+	meta, err := gan.NewUpscalerConfig(device.Meta(), cfg, nil)
 	if err != nil {
 		return fmt.Errorf("upscale: %w", err)
 	}
@@ -87,8 +122,12 @@ func upscaleMain(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	nt := len(gan.Tiles(h, core, o)) * len(gan.Tiles(w, core, o))
 	fmt.Fprintf(out, "%s: %d×%d, RRDBNet nf %d nb %d gc %d; untiled pass plans %s, budget %s\n", fs.Arg(0), w, h, meta.Config.NF, meta.Config.NB, meta.Config.GC, device.FormatBytes(whole), device.FormatBytes(b))
-	fmt.Fprintf(out, "tile %d px + overlap %d (%d×%d windows), planned %s\n", core, o, min(w, core+2*o), min(h, core+2*o), device.FormatBytes(planned))
+	fmt.Fprintf(out, "tile %d px + overlap %d (%d×%d windows, %d of them), planned %s\n", core, o, min(w, core+2*o), min(h, core+2*o), nt, device.FormatBytes(planned))
+	if *planOnly {
+		return nil
+	}
 	dev, err := device.New(fmt.Sprintf("cpu:mem=%d", b))
 	if err != nil {
 		return err
@@ -98,6 +137,7 @@ func upscaleMain(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("upscale: %w", err)
 	}
 	defer u.Close()
+	start, cpu0 := time.Now(), cpuSeconds()
 	res, err := u.Upscale(ctx, img, core, o)
 	if errors.Is(err, device.ErrOutOfMemory) {
 		return fmt.Errorf("upscale: tile %d does not fit %s: %w", core, device.FormatBytes(b), err)
@@ -105,12 +145,40 @@ func upscaleMain(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("upscale: %w", err)
 	}
+	wall, cpu := time.Since(start), cpuSeconds()-cpu0
 	if err := writeImage(fs.Arg(1), res); err != nil {
 		return err
 	}
+	if *floatOut != "" {
+		if err := safetensors.WriteFile(*floatOut, map[string]*tensor.Tensor{"image": res}, nil); err != nil {
+			return fmt.Errorf("upscale: --float: %w", err)
+		}
+	}
 	st := dev.Alloc.Stats()
-	fmt.Fprintf(out, "wrote %s (%d×%d); measured peak %s reserved, %s allocated, %d OOMs\n", fs.Arg(1), 4*w, 4*h, device.FormatBytes(st.ReservedBytes.Peak), device.FormatBytes(st.AllocatedBytes.Peak), st.NumOOMs)
+	fmt.Fprintf(out, "wrote %s (%d×%d) in %.1fs wall, %.1fs cpu; measured peak %s reserved, %s allocated, %d OOMs\n", fs.Arg(1), 4*w, 4*h, wall.Seconds(), cpu, device.FormatBytes(st.ReservedBytes.Peak), device.FormatBytes(st.AllocatedBytes.Peak), st.NumOOMs)
+	// The images are the process's, outside the device's budget: the
+	// input and the output as float32, the output again as 8-bit RGBA
+	// while it is encoded.
+	images := int64(4*3*h*w) + int64(4*3*16*h*w) + int64(4*16*h*w)
+	if m, err := bench.ReadMemory(); err == nil {
+		fmt.Fprintf(out, "process peak resident memory %s (VmHWM): the device's %s budget, the images' %s (input and output as float32, output as 8-bit RGBA) and the runtime\n",
+			device.FormatBytes(m.Peak), device.FormatBytes(b), device.FormatBytes(images))
+	}
 	return nil
+}
+
+// imageSize reads an image's size from its header.
+func imageSize(path string) (h, w int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("upscale: %w", err)
+	}
+	defer f.Close()
+	c, _, err := image.DecodeConfig(f)
+	if err != nil {
+		return 0, 0, fmt.Errorf("upscale: %s: %w", path, err)
+	}
+	return c.Height, c.Width, nil
 }
 
 // readImage reads a PNG or JPEG as [1, 3, H, W] RGB in [0, 1] (ESRGAN's

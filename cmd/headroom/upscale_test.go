@@ -72,6 +72,18 @@ func TestUpscaleCommand(t *testing.T) {
 	if strings.Contains(got, "tile 150 px") || !strings.Contains(got, " 0 OOMs") {
 		t.Fatalf("under the untiled pass's memory:\n%s", got)
 	}
+	// --plan prints the same plan, by weights or by their shape, and
+	// runs nothing.
+	budget := device.FormatBytes(whole - 1<<20)
+	for _, args := range [][]string{{"--weights", weights}, {"--nf", "8", "--nb", "1", "--gc", "4"}} {
+		var buf bytes.Buffer
+		if err := upscaleMain(context.Background(), append(append([]string{"--plan", "--budget", budget}, args...), in), &buf); err != nil {
+			t.Fatalf("--plan %v: %v", args, err)
+		}
+		if lines := strings.SplitAfterN(got, "\n", 3); buf.String() != lines[0]+lines[1] {
+			t.Errorf("--plan %v printed\n%s\nthe run planned\n%s", args, buf.String(), lines[0]+lines[1])
+		}
+	}
 	a, b := readPNG(t, ref), readPNG(t, tiled)
 	if a.Bounds() != image.Rect(0, 0, 4*w, 4*h) || b.Bounds() != a.Bounds() {
 		t.Fatalf("sizes %v and %v", a.Bounds(), b.Bounds())

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -57,6 +58,10 @@ type Eval struct {
 	LossName string   `json:"loss_name"`
 	Accuracy *float64 `json:"accuracy,omitempty"`
 	Samples  int      `json:"samples"`
+	// Metrics are further numbers of the evaluation, by name (a
+	// super-resolution run's PSNR, its baseline's): each gets a curve in
+	// the metrics chart.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 }
 
 // Header is a run line: what ran and what was planned.
@@ -179,6 +184,7 @@ func Charts(runs []*Run) []Chart {
 	acc := Chart{Title: "Accuracy (evaluation)", XLabel: "step", YLabel: "accuracy", YFormat: percent}
 	lr := Chart{Title: "Learning rate", XLabel: "step", YLabel: "lr", YZero: true}
 	tput := Chart{Title: "Throughput", XLabel: "step", YLabel: "samples/s", YZero: true}
+	metrics := Chart{Title: "Metrics (evaluation)", XLabel: "step", YLabel: "value"}
 	var mem []Chart
 	for i, r := range runs {
 		color := runColors[i%len(runColors)]
@@ -227,6 +233,7 @@ func Charts(runs []*Run) []Chart {
 			if hasAcc {
 				acc.Series = append(acc.Series, Series{Name: label(set), Color: color, Dash: dash, Markers: true, X: ex, Y: ay})
 			}
+			metrics.Series = append(metrics.Series, metricSeries(sets[set], label, set, color)...)
 		}
 		mem = append(mem, memoryChart(r, label))
 	}
@@ -234,7 +241,39 @@ func Charts(runs []*Run) []Chart {
 	if len(acc.Series) > 0 {
 		charts = append(charts, acc)
 	}
+	if len(metrics.Series) > 0 {
+		charts = append(charts, metrics)
+	}
 	return append(append(charts, lr, tput), mem...)
+}
+
+// metricSeries is a curve per metric name of one set's evaluations (in
+// name order; an evaluation without the metric leaves a gap), each with
+// its own dash so that a baseline's line differs from the model's.
+func metricSeries(evals []Eval, label func(string) string, set, color string) []Series {
+	var names []string
+	for _, e := range evals {
+		for n := range e.Metrics {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	var out []Series
+	for k, n := range names {
+		var xs, ys []float64
+		for _, e := range evals {
+			v, ok := e.Metrics[n]
+			if !ok {
+				v = math.NaN()
+			}
+			xs, ys = append(xs, float64(e.Step)), append(ys, v)
+		}
+		dash := []string{"", "6 3", "2 3", "8 3 2 3"}[k%4]
+		out = append(out, Series{Name: label(set + " " + n), Color: color, Dash: dash, Markers: true, X: xs, Y: ys})
+	}
+	return out
 }
 
 // memoryChart is one run's measured peak of each step by category, with
@@ -367,6 +406,10 @@ func summarize(r *Run) summary {
 		desc := fmt.Sprintf("%s %.4f", e.LossName, e.Loss)
 		if e.Accuracy != nil {
 			desc += fmt.Sprintf(", accuracy %.2f%%", 100**e.Accuracy)
+		}
+		names := slices.Sorted(maps.Keys(e.Metrics))
+		for _, n := range names {
+			desc += fmt.Sprintf(", %s %.4g", n, e.Metrics[n])
 		}
 		desc += fmt.Sprintf(" (step %d)", e.Step)
 		if e.Set == "val" && e.Loss < best {

@@ -131,3 +131,43 @@ func TestLinesRoundTrip(t *testing.T) {
 		t.Errorf("read back %+v", r)
 	}
 }
+
+// An evaluation's metrics (a super-resolution run's PSNR and its
+// bicubic baseline's) get a chart with a curve per set and metric, and
+// the summary names them.
+func TestMetricsChart(t *testing.T) {
+	log := `{"step":1,"epoch":1,"loss":0.3,"lr":0.001,"samples":8,"samples_per_s":100,"step_s":0.08,"micro_batches":1}
+{"kind":"eval","step":0,"epoch":1,"set":"val","loss":0.4,"loss_name":"l1","samples":8,"metrics":{"psnr_y":10.5,"bicubic_psnr_y":30}}
+{"kind":"eval","step":1,"epoch":1,"set":"val","loss":0.02,"loss_name":"l1","samples":8,"metrics":{"psnr_y":31.25,"bicubic_psnr_y":30}}
+`
+	r, err := Parse("sr", strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart *Chart
+	charts := Charts([]*Run{r})
+	for i := range charts {
+		if charts[i].Title == "Metrics (evaluation)" {
+			chart = &charts[i]
+		}
+	}
+	if chart == nil {
+		t.Fatalf("no metrics chart among %d", len(charts))
+	}
+	got := map[string][]float64{}
+	for _, s := range chart.Series {
+		got[s.Name] = s.Y
+	}
+	if len(got) != 2 || len(got["val psnr_y"]) != 2 || got["val psnr_y"][1] != 31.25 || got["val bicubic_psnr_y"][0] != 30 {
+		t.Errorf("metric series %v", got)
+	}
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, []*Run{r}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "psnr_y 31.25") {
+		t.Errorf("the summary does not name the metric")
+	}
+	// A log without metrics has no such chart (TestWriteHTMLSelfContained
+	// counts its charts).
+}

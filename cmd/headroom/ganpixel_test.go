@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/headroom-ml/headroom/gan"
+	"github.com/headroom-ml/headroom/internal/runreport"
+	"github.com/headroom-ml/headroom/safetensors"
+)
+
+// writePhotos makes an image folder (one class) of n random w×h PNGs.
+func writePhotos(t *testing.T, dir string, n, w, h int, seed int64) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, "photos"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(seed))
+	for i := range n {
+		m := image.NewNRGBA(image.Rect(0, 0, w, h))
+		for y := range h {
+			for x := range w {
+				m.SetNRGBA(x, y, color.NRGBA{uint8(x * 4), uint8(y * 4), uint8(r.Intn(64)), 255})
+			}
+		}
+		f, err := os.Create(filepath.Join(dir, "photos", string(rune('a'+i))+".png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := png.Encode(f, m); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+}
+
+// headroom gan --pixel-only trains the generator alone with the L1 loss,
+// validating at the start, every --val-every steps and at the end: the
+// log holds a run line, a line per step and eval lines with the model's
+// and bicubic's PSNR (headroom report charts them), and --save writes
+// weights headroom upscale reads (RRDBNet's names and sizes).
+func TestGANPixelOnly(t *testing.T) {
+	dir := t.TempDir()
+	train, val := filepath.Join(dir, "train"), filepath.Join(dir, "val")
+	writePhotos(t, train, 2, 40, 36, 1)
+	writePhotos(t, val, 1, 40, 40, 2)
+	logPath, weights := filepath.Join(dir, "run.jsonl"), filepath.Join(dir, "g.safetensors")
+	var out bytes.Buffer
+	args := []string{"--pixel-only", "--data", train, "--val", val, "--nf", "4", "--nb", "1", "--gc", "4",
+		"--batch", "2", "--crop", "16", "--val-crop", "16", "--val-grid", "2", "--steps", "3", "--val-every", "2",
+		"--threads", "1", "--log", logPath, "--save", weights}
+	if err := ganMain(context.Background(), args, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	run, err := runreport.Parse("run", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Headers) != 1 || len(run.Steps) != 3 {
+		t.Fatalf("%d run lines, %d steps; want 1, 3\n%s", len(run.Headers), len(run.Steps), out.String())
+	}
+	var at []int64
+	for _, e := range run.Evals {
+		at = append(at, e.Step)
+		if e.Set != "val" || e.Samples != 4 || e.Metrics["psnr_y"] <= 0 || e.Metrics["bicubic_psnr_y"] <= 0 || e.Metrics["psnr_rgb"] <= 0 {
+			t.Errorf("eval %+v", e)
+		}
+	}
+	if len(at) != 3 || at[0] != 0 || at[1] != 2 || at[2] != 3 {
+		t.Errorf("validated at steps %v, want [0 2 3]", at)
+	}
+	sd, err := safetensors.Load(weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := gan.RRDBNetConfigOf(sd); err != nil || c.NF != 4 || c.NB != 1 || c.GC != 4 {
+		t.Errorf("saved weights: %+v, %v", c, err)
+	}
+	// A second leg from the saved weights: steps numbered on from 3, the
+	// log appended to, the learning rate annealed on a cosine.
+	leg2 := append(append([]string(nil), args...), "--init", weights, "--from-step", "3", "--cosine", "--lr", "1e-3")
+	for i, a := range leg2 {
+		if a == "--steps" {
+			leg2[i+1] = "4"
+		}
+	}
+	if err := ganMain(context.Background(), leg2, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	f2, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	if run, err = runreport.Parse("run", f2); err != nil {
+		t.Fatal(err)
+	}
+	var lrs []float64
+	for i, s := range run.Steps {
+		if s.Step != int64(i+1) {
+			t.Errorf("step %d numbered %d", i+1, s.Step)
+		}
+		lrs = append(lrs, s.LR)
+	}
+	// Leg 2's rates: 1e-3·(1+cos(πk/4))/2 for k = 0..3.
+	if len(lrs) != 7 || lrs[3] != 1e-3 || math.Abs(lrs[5]-5e-4) > 1e-12 || lrs[6] >= lrs[5] {
+		t.Errorf("learning rates %v", lrs)
+	}
+	if len(run.Evals) != 5 || run.Evals[3].Step != 5 || run.Evals[4].Step != 7 {
+		t.Errorf("%d evals", len(run.Evals))
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pixel-only"}, "needs --data"},
+		{[]string{"--pixel-only", "--data", train, "--crop", "16", "--init", "/nonexistent"}, "--init"},
+		{[]string{"--pixel-only", "--data", train, "--crop", "18"}, "multiples of --scale"},
+		{[]string{"--pixel-only", "--data", train, "--crop", "40"}, "smaller than --crop"},
+		{[]string{"--pixel-only", "--data", train, "--crop", "16", "--val", val, "--val-crop", "64"}, "smaller than --val-crop"},
+	} {
+		err := ganMain(context.Background(), c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+#!/bin/sh
+# ESRGAN's PSNR-oriented pre-training of a small RRDBNet on the wallpaper
+# photos, and its quality against bicubic upsampling on the held-out ones
+# (docs/esrgan.md, "Quality"). Long: run it alone, niced.
+#
+#   scripts/esrgan/quality.sh [WORK]        (default /tmp/esrgan-quality)
+#
+# Writes into WORK: pixel.jsonl (the --log), train.out, rrdb.safetensors
+# (the trained generator, 2.3 MB: not committed), the held-out photos' LR
+# inputs and 4× outputs, the report's SVG charts, and side-by-side crops.
+set -eu
+work=${1:-/tmp/esrgan-quality}
+photos=/tmp/esrgan-photos
+here=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$work"
+"$here/scripts/esrgan/photos.sh" "$photos"
+cd "$here"
+go build -o "$work/headroom" ./cmd/headroom
+go build -o "$work/srtool" ./scripts/esrgan/srtool
+cd "$work"
+
+# 1. L1 pre-training, one run in two legs: 5e-4 constant for at most 45
+# minutes of cpu or 55 of wall clock, then, from where it stopped (the
+# last step is read from train.out), BasicSR's 2e-4 annealed on a cosine
+# down to 0.
+/usr/bin/time -v nice -n 10 ./headroom gan --pixel-only \
+	--data "$photos/train" --val "$photos/test" \
+	--nf 16 --nb 3 --gc 8 --batch 16 --crop 64 --lr 5e-4 \
+	--steps 100000 --time 45m --wall 55m --val-every 100 --threads 1 --seed 1 \
+	--log pixel.jsonl --save rrdb-leg1.safetensors >train.out 2>&1
+last=$(sed -n 's/^trained \([0-9]*\) steps.*/\1/p' train.out)
+/usr/bin/time -v nice -n 10 ./headroom gan --pixel-only \
+	--data "$photos/train" --val "$photos/test" \
+	--nf 16 --nb 3 --gc 8 --batch 16 --crop 64 --lr 2e-4 --cosine \
+	--init rrdb-leg1.safetensors --from-step "$last" \
+	--steps 500 --wall 10m --val-every 100 --threads 1 --seed 2 \
+	--log pixel.jsonl --save rrdb.safetensors >train2.out 2>&1
+./headroom report --svg charts --out report.html pixel.jsonl
+
+# 2. Whole held-out photos: 640×400 inputs, 2560×1600 outputs.
+for p in EveningGlow Kite; do
+	./srtool lr "$photos/test/photos/$p.jpg" "$p-lr.png"
+	# untiled (754 MiB planned: it fits 1 GiB) ...
+	nice -n 10 ./headroom upscale --threads 1 --weights rrdb.safetensors --budget 1GiB \
+		--float "$p-untiled.safetensors" "$p-lr.png" "$p-sr.png" | tee "$p-untiled.out"
+	./srtool psnr "$photos/test/photos/$p.jpg" "$p-lr.png" "$p-sr.png" | tee "$p-psnr.out"
+done
+# ... and tiled, at a budget the untiled pass does not fit.
+nice -n 10 ./headroom upscale --threads 1 --weights rrdb.safetensors --budget 512MiB \
+	--float EveningGlow-tiled.safetensors EveningGlow-lr.png EveningGlow-tiled.png | tee EveningGlow-tiled.out
+./srtool diff EveningGlow-untiled.safetensors EveningGlow-tiled.safetensors | tee EveningGlow-diff.out
+# The plans of this generator at smaller budgets, and of ESRGAN's
+# full-size one at that input size (exact overlap; Real-ESRGAN's 10 px).
+for b in 384MiB 256MiB; do
+	./headroom upscale --plan --weights rrdb.safetensors --budget $b EveningGlow-lr.png
+done | tee plans.out
+for o in "" "--overlap 10"; do
+	./headroom upscale --plan --nf 64 --nb 23 --gc 32 --budget 1GiB $o EveningGlow-lr.png 2>&1 || true
+done | tee -a plans.out
+
+# 3. Side-by-side crops: LR input (nearest), bicubic, headroom, photo.
+./srtool crop "$photos/test/photos/EveningGlow.jpg" EveningGlow-lr.png EveningGlow-sr.png 880 880 160 crop-eveningglow.png
+./srtool crop "$photos/test/photos/Kite.jpg" Kite-lr.png Kite-sr.png 1640 480 160 crop-kite.png
