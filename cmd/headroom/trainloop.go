@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/headroom-ml/headroom/budget"
@@ -108,7 +107,7 @@ type evalSet struct {
 // what is left of it. A symlink at path is refused (O_NOFOLLOW), as
 // safefile never follows one either; a resumed run appends.
 func openLog(path string, appendTo bool) (*os.File, error) {
-	flags := os.O_WRONLY | os.O_CREATE | syscall.O_NOFOLLOW
+	flags := os.O_WRONLY | os.O_CREATE | noFollow
 	if appendTo {
 		flags |= os.O_APPEND
 	} else {
