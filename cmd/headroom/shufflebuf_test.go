@@ -182,4 +182,3 @@ func TestResumeShuffleBuffer(t *testing.T) {
 		}
 	}
 }
-
