@@ -172,6 +172,9 @@ type mapData struct {
 	skips              *skips // under --skip-bad, what the loader skipped (nil: nothing is skipped)
 	classes            int    // classes in the data (0: unknown)
 	what               string
+	// shuffle is a stream's shuffle buffer in records, when set (by
+	// --shuffle-buffer or the budget); unset: the loader's default.
+	shuffle optInt
 }
 
 // openData opens --data for a model of the zoo: a token file for the
@@ -355,6 +358,7 @@ func dataFlags(fs *flag.FlagSet, f *trainFlags) {
 	fs.StringVar(&f.val, "val", "", "a separate validation set, evaluated each epoch (validation loss and accuracy): an image folder, IDX files (a directory with a t10k/test/val pair, or the images file) or a .csv/.tsv table, shaped for the model as --data is")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "skip and count bad samples of --data (an image that does not decode, a table row with a cell that is not a number, a tar shard cut short) instead of stopping with an error naming them")
 	fs.IntVar(&f.prefetch, "prefetch", defaultPrefetch, "staging buffers of the --data loader (its prefetch depth: one held by the step, the others filled ahead); with --budget the most, lowered to fit (at least 1)")
+	fs.Var(&f.shuffleBuf, "shuffle-buffer", shuffleBufferHelp)
 }
 
 // checkData checks the data flags before any work.
@@ -378,7 +382,7 @@ func (f *trainFlags) checkData() error {
 	if f.prefetch < 1 {
 		return fmt.Errorf("--prefetch %d: must be at least 1 (one staging buffer, nothing filled ahead)", f.prefetch)
 	}
-	return nil
+	return f.shuffleBuf.check()
 }
 
 // idxName matches the IDX files of MNIST's naming: the split (train,

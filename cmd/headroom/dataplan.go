@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -167,11 +168,19 @@ type LoaderTooSmallError struct {
 	Step, Loader int64
 	// Err is the planner's error for the step, when it had one.
 	Err error
+	// Shuffle is a stream's shuffle buffer in records at which Loader
+	// was planned (its least under the budget, or the one given); 0 for
+	// other data.
+	Shuffle int
 }
 
 func (e *LoaderTooSmallError) Error() string {
-	return fmt.Sprintf("budget %s is too small for the step and the data loader: the step needs at least %s and the loader %s at prefetch depth 1 (its minimum: one staging buffer, nothing filled ahead); the smallest budget that works is %s",
-		device.FormatBytes(e.Budget), device.FormatBytes(e.Step), device.FormatBytes(e.Loader), device.FormatBytes(e.Step+e.Loader))
+	shuffle := ""
+	if e.Shuffle > 0 {
+		shuffle = fmt.Sprintf(" with a shuffle buffer of %d records", e.Shuffle)
+	}
+	return fmt.Sprintf("budget %s is too small for the step and the data loader: the step needs at least %s and the loader %s at prefetch depth 1 (its minimum: one staging buffer, nothing filled ahead)%s; the smallest budget that works is %s",
+		device.FormatBytes(e.Budget), device.FormatBytes(e.Step), device.FormatBytes(e.Loader), shuffle, device.FormatBytes(e.Step+e.Loader))
 }
 
 // Is makes errors.Is(err, budget.ErrBudget) true.
@@ -239,12 +248,15 @@ func fitWithLoader(ctx context.Context, prob budget.Problem, plan func(depth int
 type planData struct {
 	path     string
 	prefetch int
+	shuffle  optInt   // --shuffle-buffer
+	md       *mapData // --data, once open
 }
 
 func planDataFlags(fs *flag.FlagSet) *planData {
 	d := new(planData)
 	fs.StringVar(&d.path, "data", "", "plan the data loader over this training data too (an image folder, a .csv/.tsv table, IDX files, WebDataset shards or a token file, as train --data): its staging, shuffle state and scratch appear in the plan and count against --budget")
 	fs.IntVar(&d.prefetch, "prefetch", defaultPrefetch, "staging buffers of the --data loader (its prefetch depth); with --budget the most, lowered to fit (at least 1)")
+	fs.Var(&d.shuffle, "shuffle-buffer", shuffleBufferHelp)
 	return d
 }
 
@@ -252,6 +264,12 @@ func planDataFlags(fs *flag.FlagSet) *planData {
 func (d *planData) check() error {
 	if d.prefetch < 1 {
 		return fmt.Errorf("plan: --prefetch %d: must be at least 1 (one staging buffer, nothing filled ahead)", d.prefetch)
+	}
+	if d.shuffle.set && d.path == "" {
+		return fmt.Errorf("plan: --shuffle-buffer %d: needs --data (WebDataset shards)", d.shuffle.n)
+	}
+	if err := d.shuffle.check(); err != nil {
+		return fmt.Errorf("plan: %w", err)
 	}
 	return nil
 }
@@ -267,6 +285,10 @@ func (d *planData) open(spec zoo.Spec, batch int) (func(depth int) (loaderPlan, 
 	if err != nil {
 		return nil, fmt.Errorf("plan: --data: %w", err)
 	}
+	if err := md.setShuffle(d.shuffle); err != nil {
+		return nil, fmt.Errorf("plan: --data %s: %w", d.path, err)
+	}
+	d.md = md
 	return func(depth int) (loaderPlan, error) {
 		return md.plan(md.len(), dataset.Config{BatchSize: batch, Shuffle: true, Workers: parallel.Threads(), Depth: depth, Transforms: md.transforms})
 	}, nil
@@ -283,11 +305,13 @@ func (d *planData) fit(ctx context.Context, w io.Writer, header string, prob bud
 		}
 		return res, err
 	}
-	res, lp, err := fitWithLoader(ctx, prob, plan, d.prefetch)
+	var lowered bytes.Buffer // said after the header
+	res, lp, err := d.md.fitLoader(ctx, &lowered, prob, plan, d.prefetch, prob.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("plan: --budget with --data: %w", err)
 	}
 	fmt.Fprint(w, header)
+	w.Write(lowered.Bytes())
 	if lp.mem.Depth < d.prefetch {
 		fmt.Fprintf(w, "data loader: prefetch depth lowered from %d to %d to fit the budget\n", d.prefetch, lp.mem.Depth)
 	}

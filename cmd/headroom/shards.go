@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
+	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/zoo"
@@ -124,6 +127,7 @@ func (d *mapData) source(n int) any {
 // the largest record the shards hold, and the shard order is permuted
 // per epoch with the loader's seed.
 func (d *mapData) config(cfg dataset.Config) dataset.Config {
+	cfg = d.shuffled(cfg)
 	if d.stream != nil {
 		cfg.MaxRecordBytes = d.maxRecord
 		d.stream.Seed = cfg.Seed
@@ -161,4 +165,102 @@ func (d *mapData) batches(l *dataset.Loader, batch int) *loaderBatches {
 		b.steps = (d.samples + batch - 1) / batch
 	}
 	return b
+}
+
+const shuffleBufferHelp = "`N` records in the shuffle buffer of a WebDataset stream (--data shards): 0 for none (the records in stream order, the shards in their seeded order); the default is 8 x --batch-size, which --budget halves down to one batch to fit (a value given is kept). Refused for data read by index (an image folder, a table, IDX files, a token file), which is permuted whole each epoch"
+
+// optInt is an int flag that knows whether it was given: for
+// --shuffle-buffer, where 0 (no buffer) is not the default.
+type optInt struct {
+	n   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.n)
+}
+
+func (o *optInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not a whole number of records")
+	}
+	o.n, o.set = n, true
+	return nil
+}
+
+// check validates --shuffle-buffer before any work.
+func (o optInt) check() error {
+	if o.set && o.n < 0 {
+		return fmt.Errorf("--shuffle-buffer %d: must be 0 (no shuffle buffer) or more records", o.n)
+	}
+	return nil
+}
+
+// setShuffle applies --shuffle-buffer (o) to the data d (nil: not read
+// through the loader): only a stream has a shuffle buffer.
+func (d *mapData) setShuffle(o optInt) error {
+	if !o.set {
+		return nil
+	}
+	if d == nil || d.stream == nil {
+		return fmt.Errorf("--shuffle-buffer %d: only WebDataset shards (a stream) have a shuffle buffer; other data is read by index and permuted whole each epoch", o.n)
+	}
+	d.shuffle = o
+	return nil
+}
+
+// shuffled is cfg with d's shuffle buffer: a stream without one passes
+// its records through in order (the loader's 0 would be its default).
+func (d *mapData) shuffled(cfg dataset.Config) dataset.Config {
+	if d.stream == nil || !d.shuffle.set {
+		return cfg
+	}
+	if d.shuffle.n == 0 {
+		cfg.Shuffle = false
+	} else {
+		cfg.ShuffleBuffer = d.shuffle.n
+	}
+	return cfg
+}
+
+// fitLoader is fitWithLoader over d's loader for batches of batch. A
+// stream whose shuffle buffer was not given keeps the largest that fits
+// with the step, from the default 8 batches halved down to one batch,
+// and the deepest prefetch at that buffer: the buffer is lowered only
+// when depth 1 does not fit, since it changes the order of the samples
+// where the depth changes only the speed. It says on w when it lowered
+// the buffer and leaves d's buffer at the one chosen.
+func (d *mapData) fitLoader(ctx context.Context, w io.Writer, prob budget.Problem, plan func(depth int) (loaderPlan, error), maxDepth, batch int) (*budget.Result, loaderPlan, error) {
+	if d.stream == nil || d.shuffle.set {
+		res, lp, err := fitWithLoader(ctx, prob, plan, maxDepth)
+		var small *LoaderTooSmallError
+		if errors.As(err, &small) && d.stream != nil {
+			small.Shuffle = d.shuffle.n
+		}
+		return res, lp, err
+	}
+	var err error
+	from := 8 * batch // the loader's default
+	for s := from; ; s /= 2 {
+		s = max(s, batch)
+		d.shuffle = optInt{s, true}
+		res, lp, e := fitWithLoader(ctx, prob, plan, maxDepth)
+		var small *LoaderTooSmallError
+		if !errors.As(e, &small) {
+			if e == nil && s < from {
+				fmt.Fprintf(w, "data loader: shuffle buffer lowered from %d to %d records to fit the budget\n", from, s)
+			}
+			return res, lp, e
+		}
+		small.Shuffle, err = s, e
+		if s == batch {
+			break
+		}
+	}
+	d.shuffle = optInt{}
+	return nil, loaderPlan{}, err // at the least buffer: its smallest budget
 }

@@ -71,6 +71,8 @@ type trainFlags struct {
 	prefetch int    // the data loader's staging buffers (data.go)
 	skipBad  bool   // --skip-bad: skip and count bad samples of --data (data.go)
 	val      string // a validation set (data.go)
+	// shuffleBuf is --shuffle-buffer: a stream's shuffle buffer (shards.go).
+	shuffleBuf optInt
 	// given holds the names of the flags given on the command line (nil
 	// when the flags were filled in by a test).
 	given map[string]bool

@@ -193,6 +193,9 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			evals = []evalSet{{"test", trainSrc, n, n + m}}
 			fmt.Fprintf(out, "data: generated for %s (zoo.Synthetic, seed %d: %d training, %d test samples)\n", f.model, f.seed, n, m)
 		}
+		if err := md.setShuffle(f.shuffleBuf); err != nil { // nil md: not through the loader
+			return fmt.Errorf("train: %w", err)
+		}
 		if f.val != "" {
 			classes := 0
 			if md != nil {
@@ -286,7 +289,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 				c.Depth = d
 				return md.plan(n, c)
 			}
-			if res, lp, err = fitWithLoader(ctx, prob, plan, depth); err != nil {
+			if res, lp, err = md.fitLoader(ctx, out, prob, plan, depth, f.batch); err != nil {
 				return fmt.Errorf("train: --budget %s: %w", f.budget, err)
 			}
 			if lp.mem.Depth < depth {
