@@ -73,8 +73,12 @@ func winogradPlan(g prim.ConvGeom) (winograd, bool) {
 	mr, nr := blas.Tile()
 	w := winograd{g: g, th: th, tw: tw, tiles: g.N * th * tw, mr: mr, nr: nr}
 	w.kpad = (g.K + mr - 1) / mr * mr
+	// Chunks of about winoChunk elements of V and M, but at least 64
+	// tiles: each chunk reads all of U, which for deep layers (many
+	// channels, few tiles) is the larger part.
+	all := (w.tiles + nr - 1) / nr * nr
 	tc := winoChunk / (winoPts * (g.C + w.kpad)) / nr * nr
-	w.tc = max(nr, min(tc, (w.tiles+nr-1)/nr*nr))
+	w.tc = min(max(tc, 64, nr), all)
 	return w, true
 }
 
@@ -89,7 +93,7 @@ const (
 
 // scratch is the workspace (float32 elements): U, then a chunk's V and M.
 func (w winograd) scratch() int {
-	return winoPts * (w.kpad*w.g.C + w.vStride() + w.mStride())
+	return winoPts * (w.uStride() + w.vStride() + w.mStride())
 }
 
 // Strides of V and M, in elements. V holds, per point, tc/nr panels of
@@ -97,6 +101,7 @@ func (w winograd) scratch() int {
 // line: unpadded, a panel of 64 channels is 4 KiB, and the 36 points'
 // rows of one channel would all fall in the same sets of the L1 cache.
 func (w winograd) vPanel() int  { return w.g.C*w.nr + 16 }
+func (w winograd) uStride() int { return (w.kpad*w.g.C+15)/16*16 + 16 }
 func (w winograd) vStride() int { return w.tc/w.nr*w.vPanel() + 16 }
 func (w winograd) mStride() int { return w.kpad*w.tc + 16 }
 
@@ -109,15 +114,16 @@ func (w winograd) kcBlock() int {
 }
 
 // run computes y = conv(x, weight) + bias (bias nil: none) with ws of at
-// least scratch() elements. weight(k, c) returns the 3×3 kernel of output
-// channel k and input channel c (row-major).
-func (w winograd) run(pool *parallel.Pool, x []float32, weight func(k, c int, dst *[9]float64), bias, y, ws []float32) {
+// least scratch() elements, for the weight wt: [K, C, 3, 3], or with flip
+// the weight of the convolution whose input gradient this is ([C, K, 3, 3],
+// each kernel mirrored).
+func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
-	u := ws[:winoPts*w.kpad*C]
+	u := ws[:winoPts*w.uStride()]
 	v := ws[len(u):][:winoPts*w.vStride()]
 	m := ws[len(u)+len(v):][:winoPts*w.mStride()]
-	w.transformWeights(pool, weight, u)
+	w.transformWeights(pool, wt, flip, u)
 	np := w.tc / w.nr
 	kc := w.kcBlock()
 	fast := w.vec()
@@ -135,7 +141,7 @@ func (w winograd) run(pool *parallel.Pool, x []float32, weight func(k, c int, ds
 		pool.For(winoPts*np, 1, func(q0, q1 int) {
 			for q := q0; q < q1; q++ {
 				xi, p := q/np, q%np
-				ux := u[xi*w.kpad*C:][:w.kpad*C]
+				ux := u[xi*w.uStride():][:w.kpad*C]
 				vx := v[xi*w.vStride()+p*w.vPanel():][:C*w.nr]
 				mx := m[xi*w.mStride()+p*w.nr:]
 				for c0 := 0; c0 < C; c0 += kc {
@@ -166,30 +172,78 @@ func (w winograd) run(pool *parallel.Pool, x []float32, weight func(k, c int, ds
 
 // transformWeights writes U = G w Gᵀ for every (k, c) in the micro-kernel's
 // A-panel layout: for point ξ, block of input channels [c0, c0+l) and block
-// of mr output channels kb, u[ξ*kpad*C + c0*kpad + kb*mr*l + (c-c0)*mr + i]
+// of mr output channels kb, u[ξ*uStride() + c0*kpad + kb*mr*l + (c-c0)*mr + i]
 // holds output channel kb*mr+i; rows past K are zero.
-func (w winograd) transformWeights(pool *parallel.Pool, weight func(k, c int, dst *[9]float64), u []float32) {
-	C := w.g.C
+func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool, u []float32) {
+	C, K := w.g.C, w.g.K
 	kc := w.kcBlock()
+	us := w.uStride()
+	vec := w.vec()
+	// Where kernel element e = 3kh+kw of (k, c) is read, and (vector
+	// transforms) the row of u it is put in: 6kw+kh, for transforming in
+	// place below.
+	var src, rows [9]int
+	for e := range src {
+		src[e], rows[e] = e, (6*(e%3)+e/3)*us
+		if flip {
+			src[e] = 8 - e
+		}
+	}
 	pool.For(w.kpad, max(1, 256/C), func(k0, k1 int) {
 		var gk [9]float64
 		var uk [winoPts]float32
 		for k := k0; k < k1; k++ {
 			kb, i := k/w.mr, k%w.mr
 			for c := 0; c < C; c++ {
-				if k < w.g.K {
-					weight(k, c, &gk)
-					winoWeight(&gk, &uk)
-				} else {
-					uk = [winoPts]float32{}
-				}
 				c0 := c / kc * kc
 				l := min(kc, C-c0)
 				off := c0*w.kpad + kb*w.mr*l + (c-c0)*w.mr + i
+				var g *[9]float32
+				switch {
+				case k >= K:
+				case flip:
+					g = (*[9]float32)(wt[(c*K+k)*9:])
+				default:
+					g = (*[9]float32)(wt[(k*C+c)*9:])
+				}
+				if vec {
+					for e, r := range rows {
+						if g == nil {
+							u[r+off] = 0
+						} else {
+							u[r+off] = g[src[e]]
+						}
+					}
+					continue
+				}
+				for e := range gk {
+					if g == nil {
+						gk[e] = 0
+					} else {
+						gk[e] = float64(g[src[e]])
+					}
+				}
+				winoWeight(&gk, &uk)
 				for xi, val := range uk {
-					u[winoRow[xi]*w.kpad*C+off] = val
+					u[winoRow[xi]*us+off] = val
 				}
 			}
+		}
+	})
+	if !vec {
+		return
+	}
+	// G down the columns (rows 6j..6j+2 to 6j..6j+5, j < 3), then along
+	// the rows (rows i, 6+i, 12+i to i, 6+i, ..., 30+i): point (i, j) in
+	// row 6j+i. The rows are padded to whole blocks of 16.
+	n16 := (w.kpad*C + 15) / 16
+	pool.For(n16, max(1, 64/winoPts), func(b0, b1 int) {
+		off := b0 * 16
+		for j := 0; j < 3; j++ {
+			blas.WinoWeight(b1-b0, u, off+6*j*us, us, 16)
+		}
+		for i := 0; i < winoIn; i++ {
+			blas.WinoWeight(b1-b0, u, off+i*us, 6*us, 16)
 		}
 	})
 }
@@ -297,29 +351,15 @@ func (w winograd) transformOutputVec(m []float32, k, t0, cnt int, b float32, y [
 	for i := 0; i < winoOut; i++ {
 		blas.WinoOutput(nb, m, off+i*R, 6*R, 16)
 	}
-	mk := m[off:]
-	for t := 0; t < cnt; t++ {
+	per := w.th * w.tw
+	for t := 0; t < cnt; {
 		tt := t0 + t
-		n, q := tt/(w.th*w.tw), tt%(w.th*w.tw)
-		oh0, ow0 := q/w.tw*winoOut, q%w.tw*winoOut
-		out := y[(n*K+k)*OH*OW:][:OH*OW]
-		rows, cols := min(winoOut, OH-oh0), min(winoOut, OW-ow0)
-		if cols == winoOut {
-			for i := 0; i < rows; i++ {
-				dst := (*[winoOut]float32)(out[(oh0+i)*OW+ow0:])
-				dst[0] = mk[i*R+t] + b
-				dst[1] = mk[(6+i)*R+t] + b
-				dst[2] = mk[(12+i)*R+t] + b
-				dst[3] = mk[(18+i)*R+t] + b
-			}
-			continue
-		}
-		for i := 0; i < rows; i++ {
-			dst := out[(oh0+i)*OW+ow0:][:cols]
-			for j := range dst {
-				dst[j] = mk[(6*j+i)*R+t] + b
-			}
-		}
+		n, q := tt/per, tt%per
+		ty, tx := q/w.tw, q%w.tw
+		l := min(w.tw-tx, 8, cnt-t)
+		oh0, ow0 := ty*winoOut, tx*winoOut
+		blas.WinoScatter(l, m, off+t, R, b, y, (n*K+k)*OH*OW+oh0*OW+ow0, OW, min(winoOut, OH-oh0), OW-ow0)
+		t += l
 	}
 }
 
@@ -502,26 +542,10 @@ func winoWeight(g *[9]float64, u *[winoPts]float32) {
 	}
 }
 
-// convWinogradForward runs forward convolution g by Winograd if it has a
-// plan, and reports whether it did.
-func convWinogradForward(pool *parallel.Pool, g prim.ConvGeom, x, wt, bias, y, ws []float32) bool {
-	w, ok := winogradFor(g)
-	if !ok {
-		return false
-	}
-	w.forward(pool, x, wt, bias, y, ws)
-	return true
-}
-
 // forward computes the forward convolution of its geometry with weight wt
 // ([K, C, 3, 3]).
 func (w winograd) forward(pool *parallel.Pool, x, wt, bias, y, ws []float32) {
-	C := w.g.C
-	w.run(pool, x, func(k, c int, dst *[9]float64) {
-		for i, v := range wt[(k*C+c)*9:][:9] {
-			dst[i] = float64(v)
-		}
-	}, bias, y, ws[:w.scratch()])
+	w.run(pool, x, wt, false, bias, y, ws[:w.scratch()])
 }
 
 // winogradInputGrad is the Winograd plan of the input gradient of g, a
@@ -544,28 +568,9 @@ func winogradInputGeom(g prim.ConvGeom) (prim.ConvGeom, bool) {
 	return gt, flip
 }
 
-// convWinogradInputGrad computes the input gradient gx of g from gy and
-// the weight if it has a Winograd plan, and reports whether it did.
-func convWinogradInputGrad(pool *parallel.Pool, g prim.ConvGeom, gy, wt, gx, ws []float32) bool {
-	w, ok := winogradInputGrad(g)
-	if !ok {
-		return false
-	}
-	w.inputGrad(pool, gy, wt, gx, ws)
-	return true
-}
-
 // inputGrad computes the input gradient gx of the convolution whose input
 // gradient's geometry it has, from gy and that convolution's weight wt
 // ([K, C, 3, 3], K being the gradient's input channels).
 func (w winograd) inputGrad(pool *parallel.Pool, gy, wt, gx, ws []float32) {
-	// Output channel c of the gradient, input channel k (of ȳ): the
-	// forward weight W[k][c], mirrored.
-	C := w.g.K
-	w.run(pool, gy, func(c, k int, dst *[9]float64) {
-		src := wt[(k*C+c)*9:][:9]
-		for i := range dst {
-			dst[i] = float64(src[8-i])
-		}
-	}, nil, gx, ws[:w.scratch()])
+	w.run(pool, gy, wt, true, nil, gx, ws[:w.scratch()])
 }

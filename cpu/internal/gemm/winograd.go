@@ -9,7 +9,9 @@ import "fmt"
 
 var (
 	winoIn, winoOut func(n16 int, p *float32, rs, ps int) // nil: no assembly
+	winoWeight      func(n16 int, p *float32, rs, ps int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
+	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
 )
 
 // WinoOK reports whether WinoInput and WinoOutput have assembly kernels.
@@ -36,6 +38,18 @@ func WinoInput(n16 int, p []float32, off, rs, ps int) {
 //	     [0 1 -1 8 -8 1]
 func WinoOutput(n16 int, p []float32, off, rs, ps int) {
 	winoCall(winoOut, "WinoOutput", n16, p, off, rs, ps)
+}
+
+// WinoWeight replaces rows g_0..g_2 by the 6 rows of G g, where
+//
+//	G = [ 1/4     0    0 ]
+//	    [-1/6  -1/6 -1/6 ]
+//	    [-1/6   1/6 -1/6 ]
+//	    [1/24  1/12  1/6 ]
+//	    [1/24 -1/12  1/6 ]
+//	    [   0     0    1 ]
+func WinoWeight(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoWeight, "WinoWeight", n16, p, off, rs, ps)
 }
 
 func winoCall(f func(int, *float32, int, int), name string, n16 int, p []float32, off, rs, ps int) {
@@ -66,4 +80,22 @@ func WinoGather(n int, row []float32, iw0 int, p []float32, off, rs int) {
 		panic(fmt.Sprintf("gemm: WinoGather: bad arguments (n %d, row %d, p %d at %d, rs %d)", n, len(row), len(p), off, rs))
 	}
 	winoGath(n, &row[0], iw0, len(row), &p[off], rs)
+}
+
+// WinoScatter writes the outputs of n <= 8 consecutive tiles of one tile
+// row, after WinoOutput, plus b: for rows i < rows <= 4, tiles t < n and
+// columns j < 4 with 4t+j < cols, y[off + i*ldy + 4t + j] =
+// m[moff + (6j+i)*rs + t] + b. It reads 8 tiles' values of m whatever n.
+func WinoScatter(n int, m []float32, moff, rs int, b float32, y []float32, off, ldy, rows, cols int) {
+	if n <= 0 || rows <= 0 || cols <= 0 {
+		return
+	}
+	if winoScat == nil {
+		panic("gemm: WinoScatter without an assembly kernel")
+	}
+	w := min(4*n, cols)
+	if n > 8 || rows > 4 || moff < 0 || rs < 8 || moff+21*rs+8 > len(m) || off < 0 || off+(rows-1)*ldy+w > len(y) {
+		panic(fmt.Sprintf("gemm: WinoScatter: bad arguments (n %d, m %d at %d, rs %d, y %d at %d, ldy %d, rows %d, cols %d)", n, len(m), moff, rs, len(y), off, ldy, rows, cols))
+	}
+	winoScat(n, &m[moff], rs, b, &y[off], ldy, rows, cols)
 }

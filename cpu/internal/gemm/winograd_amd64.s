@@ -291,3 +291,164 @@ full: // masked stores are slow on some CPUs (microcoded on AMD's)
 	VMOVUPS Y6, (BX)(R9*2)
 	VZEROUPPER
 	RET
+
+DATA winoSpread<>+0(SB)/4, $0
+DATA winoSpread<>+4(SB)/4, $2
+DATA winoSpread<>+8(SB)/4, $4
+DATA winoSpread<>+12(SB)/4, $6
+DATA winoSpread<>+16(SB)/4, $1
+DATA winoSpread<>+20(SB)/4, $3
+DATA winoSpread<>+24(SB)/4, $5
+DATA winoSpread<>+28(SB)/4, $7
+GLOBL winoSpread<>(SB), RODATA|NOPTR, $32
+
+// func winoScatter(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
+// For output rows i < rows (<= 4), tiles t < n (<= 8) and columns j < 4
+// with 4t+j < cols: y[i*ldy + 4t + j] = m[(6j+i)*rs + t] + b.
+TEXT ·winoScatter(SB), NOSPLIT, $0-64
+	MOVQ m+8(FP), SI
+	MOVQ rs+16(FP), R8
+	LEAQ (R8*4), R11 // one row of m, in bytes
+	IMULQ $24, R8    // 6 rows of m, in bytes
+	VBROADCASTSS b+24(FP), Y15
+	MOVQ y+32(FP), DI
+	MOVQ ldy+40(FP), R9
+	SHLQ $2, R9
+	MOVQ rows+48(FP), CX
+	VMOVDQU winoSpread<>(SB), Y14
+
+	// Valid columns: min(4n, cols); full stores when 32.
+	MOVQ n+0(FP), AX
+	SHLQ $2, AX
+	MOVQ cols+56(FP), DX
+	CMPQ DX, AX
+	CMOVQGT AX, DX
+	VMOVDQU winoLane<>(SB), Y13
+	VMOVD   DX, X12
+	VPBROADCASTD X12, Y12
+	VPCMPGTD Y13, Y12, Y8 // mask of columns 0-7
+	MOVL    $8, AX
+	VMOVD   AX, X11
+	VPBROADCASTD X11, Y11
+	VPADDD  Y11, Y13, Y13
+	VPCMPGTD Y13, Y12, Y9 // 8-15
+	VPADDD  Y11, Y13, Y13
+	VPCMPGTD Y13, Y12, Y10 // 16-23
+	VPADDD  Y11, Y13, Y13
+	VPCMPGTD Y13, Y12, Y11 // 24-31
+
+	LEAQ (R8)(R8*2), R10
+	TESTQ CX, CX
+	JLE  scdone
+
+scrow:
+	VADDPS (SI), Y15, Y0
+	VADDPS (SI)(R8*1), Y15, Y1
+	VADDPS (SI)(R8*2), Y15, Y2
+	VADDPS (SI)(R10*1), Y15, Y3
+	VPERMPS Y0, Y14, Y0
+	VPERMPS Y1, Y14, Y1
+	VPERMPS Y2, Y14, Y2
+	VPERMPS Y3, Y14, Y3
+	VUNPCKLPS Y1, Y0, Y4
+	VUNPCKHPS Y1, Y0, Y5
+	VUNPCKLPS Y3, Y2, Y6
+	VUNPCKHPS Y3, Y2, Y7
+	VSHUFPS   $0x44, Y6, Y4, Y0 // tiles 0 | 1
+	VSHUFPS   $0xEE, Y6, Y4, Y1 // 2 | 3
+	VSHUFPS   $0x44, Y7, Y5, Y2 // 4 | 5
+	VSHUFPS   $0xEE, Y7, Y5, Y3 // 6 | 7
+	CMPQ DX, $32
+	JLT  scmask
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	JMP  scnext
+
+scmask:
+	VMASKMOVPS Y0, Y8, (DI)
+	VMASKMOVPS Y1, Y9, 32(DI)
+	VMASKMOVPS Y2, Y10, 64(DI)
+	VMASKMOVPS Y3, Y11, 96(DI)
+
+scnext:
+	ADDQ R11, SI // next output row: next point row of m (6j+i)
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  scrow
+
+scdone:
+	VZEROUPPER
+	RET
+
+// func winoG6(n16 int, p *float32, rs, ps int)
+// In place, rows g_0..g_2 of 16 floats at p + b*ps + r*rs -> rows 0..5 of
+// G g (F(4×4,3×3) weight transform).
+TEXT ·winoG6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x3E800000, AX // 1/4
+	VMOVD AX, X10
+	VBROADCASTSS X10, Y10
+	MOVL $0xBE2AAAAB, AX // -1/6
+	VMOVD AX, X11
+	VBROADCASTSS X11, Y11
+	MOVL $0x3D2AAAAB, AX // 1/24
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x3E2AAAAB, AX // 1/6
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	MOVL $0x3DAAAAAB, AX // 1/12
+	VMOVD AX, X14
+	VBROADCASTSS X14, Y14
+	TESTQ CX, CX
+	JLE   gdone
+
+gloop:
+	LEAQ (SI)(R11*1), DI
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+ghalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+
+	VMULPS Y10, Y0, Y3 // g0/4
+	VADDPS Y2, Y0, Y4  // s = g0 + g2
+	VADDPS Y1, Y4, Y5
+	VMULPS Y11, Y5, Y5 // -(s + g1)/6
+	VSUBPS Y1, Y4, Y6
+	VMULPS Y11, Y6, Y6 // -(s - g1)/6
+	VMULPS Y13, Y2, Y7
+	VFMADD231PS Y12, Y0, Y7 // p = g0/24 + g2/6
+	VMULPS Y14, Y1, Y8      // q = g1/12
+	VADDPS Y8, Y7, Y9       // p + q
+	VSUBPS Y8, Y7, Y7       // p - q
+
+	VMOVUPS Y3, (BX)
+	VMOVUPS Y5, (BX)(R8*1)
+	VMOVUPS Y6, (BX)(R8*2)
+	VMOVUPS Y9, (DI)
+	VMOVUPS Y7, (DI)(R8*1)
+	VMOVUPS Y2, (DI)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ  ghalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ  gloop
+
+gdone:
+	VZEROUPPER
+	RET
