@@ -48,8 +48,8 @@ type winograd struct {
 // winogradFor returns the Winograd plan of forward geometry g when it has
 // one and it is expected to be faster than the other paths: 3×3, stride 1,
 // dilation 1, ungrouped, not negatively padded, outputs at least 4×4, and
-// enough channels on both sides that the transforms (per channel and tile)
-// are cheap next to the products (per channel pair and tile).
+// enough channels on both sides and tiles that the transforms are cheap
+// next to the products.
 func winogradFor(g prim.ConvGeom) (winograd, bool) {
 	if winogradOff {
 		return winograd{}, false
@@ -57,11 +57,40 @@ func winogradFor(g prim.ConvGeom) (winograd, bool) {
 	w, ok := winogradPlan(g)
 	// At least twice fewer multiplications than a direct 3×3 convolution
 	// once the partial tiles at the edges are counted.
-	if !ok || g.OH < winoOut || g.OW < winoOut || g.C < winoMinC || g.K < winoMinK || 2*winoPts*w.th*w.tw > 9*g.OH*g.OW {
+	if !ok || g.OH < winoOut || g.OW < winoOut || 2*winoPts*w.th*w.tw > 9*g.OH*g.OW {
+		return winograd{}, false
+	}
+	// The transforms cost per channel and tile, the products per pair of
+	// channels and tile: with fewer than 64 channels on either side the
+	// transforms take about as long as they save unless there are many
+	// tiles to spread the fixed costs over (measured, one thread, Zen 3:
+	// 32→32 channels on 8×16×16 images 1.25× slower, 8×32×32 1.3× faster;
+	// 16 channels slower at every size tried; 64→64 on 2×8×8 (8 tiles)
+	// 1.5× slower, on 1×16×16 (16 tiles) 1.3× faster).
+	if c := min(g.C, g.K); c < 32 || w.tiles < 16 || c < 64 && w.tiles < 256 {
+		return winograd{}, false
+	}
+	// Only convolutions of at least winoMinFlops: Winograd's rounding
+	// error is about 10× the direct path's per output (winograd_test.go),
+	// and small problems are where that shows and little time is saved.
+	if 2*9*float64(g.N)*float64(g.K)*float64(g.C)*float64(g.OH*g.OW) < winoMinFlops {
 		return winograd{}, false
 	}
 	return w, true
 }
+
+// winoMinFlops is the size (flops of the direct convolution) below which
+// convolutions keep the direct paths. It lies above every convolution of
+// the PyTorch parity tests (zoo/parity_test.go; the largest, vgg19's
+// 64→64 on one 32×32 image, is 75 MFLOP), whose gradients are sensitive
+// to rounding (an L1 loss takes signs of near-zero differences, batch
+// norm over 6 values divides by tiny deviations): with Winograd on those,
+// vgg19_conv54's gradients differ from PyTorch's by 1.1e-2 and
+// resnet_bottleneck's by 0.24 (tolerance 1e-4), against a per-output
+// error of 1.8e-6 relative (norm) to the direct path. Below it the gain
+// is at most about 1.3× (measured); the standard workloads' 3×3
+// convolutions are 151 MFLOP (rrdbnet) and up.
+const winoMinFlops = 1e8
 
 // winogradPlan is the Winograd plan of any geometry it can compute.
 func winogradPlan(g prim.ConvGeom) (winograd, bool) {
@@ -84,12 +113,6 @@ func winogradPlan(g prim.ConvGeom) (winograd, bool) {
 
 // winogradOff turns Winograd off, for side-by-side timing in benchmarks.
 var winogradOff bool
-
-// Channel counts below which the transforms cost more than they save.
-const (
-	winoMinC = 16
-	winoMinK = 16
-)
 
 // scratch is the workspace (float32 elements): U, then a chunk's V and M.
 func (w winograd) scratch() int {

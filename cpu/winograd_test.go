@@ -214,14 +214,21 @@ func TestWinogradChosenByShape(t *testing.T) {
 		fwd, bwd                 bool
 	}{
 		{"resnet stage 1", 32, 64, 16, 16, 64, 3, 1, 1, true, true},
+		{"resnet stage 3", 32, 256, 4, 4, 256, 3, 1, 1, true, true},
 		{"rrdbnet", 4, 64, 32, 32, 32, 3, 1, 1, true, true},
+		{"32 channels, 128 tiles", 8, 32, 16, 16, 32, 3, 1, 1, false, false},
+		{"32 channels, 512 tiles", 8, 32, 32, 32, 32, 3, 1, 1, true, true},
+		{"small: vgg19 parity", 1, 64, 32, 32, 64, 3, 1, 1, false, false},
+		{"small: resnet parity", 3, 64, 10, 8, 64, 3, 1, 1, false, false},
+		{"16 channels", 8, 16, 32, 32, 64, 3, 1, 1, false, false},
+		{"8 tiles", 2, 64, 8, 8, 64, 3, 1, 1, false, false},
 		{"few input channels", 4, 3, 32, 32, 64, 3, 1, 1, false, false},
 		{"few output channels", 4, 64, 32, 32, 3, 3, 1, 1, false, false},
 		{"2x2 output", 8, 512, 2, 2, 512, 3, 1, 1, false, false},
 		{"stride 2", 8, 64, 16, 16, 64, 3, 2, 1, false, false},
 		{"5x5", 8, 64, 16, 16, 64, 5, 1, 2, false, false},
 		{"1x1", 8, 64, 16, 16, 64, 1, 1, 0, false, false},
-		{"padding 3", 8, 64, 16, 16, 64, 3, 1, 3, true, false},
+		{"padding 3", 8, 64, 16, 16, 64, 3, 1, 3, true, false}, // the input gradient's padding would be -1
 	} {
 		opts := op.ConvOpts{Stride: [2]int{tc.s, tc.s}, Padding: [2]int{tc.pd, tc.pd}}
 		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, tc.ks, tc.ks}, opts)
