@@ -2,6 +2,7 @@ package cpu
 
 import (
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/env"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 )
@@ -111,8 +112,15 @@ func winogradPlan(g prim.ConvGeom) (winograd, bool) {
 	return w, true
 }
 
-// winogradOff turns Winograd off, for side-by-side timing in benchmarks.
+// winogradOff turns Winograd off: $HEADROOM_WINOGRAD=0 (read once, so
+// that planned workspaces and kernels agree), and benchmarks timing the
+// paths side by side.
 var winogradOff bool
+
+func init() {
+	on, err := env.Bool(env.Winograd, true)
+	winogradOff = err != nil || !on
+}
 
 // scratch is the workspace (float32 elements): U, then a chunk's V and M.
 func (w winograd) scratch() int {

@@ -208,6 +208,8 @@ func TestWinogradMatchesDirect(t *testing.T) {
 // kernels choose it only where the plan says (through the registered
 // workspace, so that planned peaks stay exact).
 func TestWinogradChosenByShape(t *testing.T) {
+	defer func(off bool) { winogradOff = off }(winogradOff)
+	winogradOff = false // whatever $HEADROOM_WINOGRAD says
 	for _, tc := range []struct {
 		name                     string
 		n, c, h, w, k, ks, s, pd int
@@ -271,8 +273,8 @@ func BenchmarkConvWinograd(b *testing.B) {
 			}
 			for _, c := range cases {
 				b.Run(s.name+"/"+c.name+"/"+path, func(b *testing.B) {
+					defer func(off bool) { winogradOff = off }(winogradOff)
 					winogradOff = path == "old"
-					defer func() { winogradOff = false }()
 					benchKernel(b, c.o(), flops)
 				})
 			}
