@@ -204,9 +204,38 @@ func TestWinogradMatchesDirect(t *testing.T) {
 	}
 }
 
-// The workspace of a Winograd convolution is what its plan says, and the
-// kernels choose it only where the plan says (through the registered
-// workspace, so that planned peaks stay exact).
+// Every convolution of winoBenchShapes takes Winograd, both ways (else
+// the benchmark would time the old path twice).
+func TestWinogradBenchShapes(t *testing.T) {
+	defer func(off bool) { winogradOff = off }(winogradOff)
+	winogradOff = false
+	for _, s := range winoBenchShapes {
+		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wf, f := winogradFor(g)
+		wb, b := winogradInputGrad(g)
+		if !f || !b {
+			t.Errorf("%s: Winograd forward %v, input gradient %v", s.name, f, b)
+			continue
+		}
+		if s.name != "r18_l3" {
+			continue
+		}
+		// The planned workspace (what the arena gives the kernel) holds it.
+		x, w, y := f32(s.n, s.c, s.h, s.w), f32(s.k, s.c, 3, 3), f32(g.N, g.K, g.OH, g.OW)
+		opts := op.ConvOpts{Padding: [2]int{1, 1}}
+		kf := newKernelCase(t, &prim.Conv2dOp{Opts: opts}, x, w)
+		kb := newKernelCase(t, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, y, w)
+		if len(kf.ws) < 4*wf.scratch() || len(kb.ws) < 4*wb.scratch() {
+			t.Errorf("%s: workspaces %d and %d bytes, Winograd needs %d and %d", s.name, len(kf.ws), len(kb.ws), 4*wf.scratch(), 4*wb.scratch())
+		}
+	}
+}
+
+// Winograd is chosen by shape only (so that the registered workspace,
+// which the planner and the meta device use, covers it).
 func TestWinogradChosenByShape(t *testing.T) {
 	defer func(off bool) { winogradOff = off }(winogradOff)
 	winogradOff = false // whatever $HEADROOM_WINOGRAD says
@@ -245,15 +274,34 @@ func TestWinogradChosenByShape(t *testing.T) {
 	}
 }
 
+// winoBenchShapes are the 3×3 stride-1 convolutions of the standard
+// workloads (internal/bench) that Winograd takes.
+var winoBenchShapes = []struct {
+	name          string
+	n, c, h, w, k int
+}{
+	{"r18_l1", 32, 64, 16, 16, 64},
+	{"r18_l2", 32, 128, 8, 8, 128},
+	{"r18_l3", 32, 256, 4, 4, 256},
+	{"rrdb_c1", 4, 64, 32, 32, 32},
+	{"rrdb_c2", 4, 96, 32, 32, 32},
+	{"rrdb_c3", 4, 128, 32, 32, 32},
+	{"rrdb_c4", 4, 160, 32, 32, 32},
+	{"rrdb_c5", 4, 192, 32, 32, 64},
+	{"rrdb_trunk", 4, 64, 32, 32, 64},
+	{"rrdb_up1", 4, 64, 64, 64, 64},
+	{"rrdb_hr", 4, 64, 128, 128, 64},
+	{"r152_l1", 8, 64, 32, 32, 64},
+	{"r152_l2", 8, 128, 16, 16, 128},
+	{"r152_l3", 8, 256, 8, 8, 256},
+}
+
 // BenchmarkConvWinograd times the 3×3 stride-1 convolutions of the
 // standard workloads with Winograd and with the paths it replaces
 // (cpu-ms/op is the process's CPU time per call: run with
 // HEADROOM_NUM_THREADS=1 on a loaded machine).
 func BenchmarkConvWinograd(b *testing.B) {
-	for _, s := range convShapes {
-		if s.ks != 3 || s.s != 1 {
-			continue
-		}
+	for _, s := range winoBenchShapes {
 		opts := op.ConvOpts{Padding: [2]int{1, 1}}
 		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, 3, 3}, opts)
 		if err != nil {
