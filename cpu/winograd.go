@@ -22,11 +22,16 @@ import (
 // layout, so nothing is packed twice. A chunk's V and M stay in cache
 // between the three phases (input transform, products, output transform).
 //
+// The transforms run on AVX2 kernels (cpu/internal/gemm/winograd_amd64.s)
+// in place in V, M and U, 16 tiles (or kernels) a row; elsewhere, and with
+// micro-kernels whose panels are not 16 wide, in portable Go.
+//
 // Accuracy: the transforms' constants (1/4, 1/6, 1/24; 2, 4, 5, 8) grow the
-// rounding error of a float32 sum by a bounded factor (about 10× that of a
-// direct sum of the same terms, measured in winograd_test.go), well inside
-// the 1e-4 relative tolerance of the parity tests. The weight transform is
-// computed in float64.
+// rounding error of a float32 sum: about 10× the direct path's per output
+// (winograd_test.go measures both against float64), 1.8e-6 relative (norm)
+// to the direct path on the workloads' layers. Gradients that are
+// sensitive to rounding show it (see winoMinFlops), so small convolutions
+// keep the direct paths.
 
 const (
 	winoOut   = 4  // output tile side
@@ -127,16 +132,16 @@ func (w winograd) scratch() int {
 	return winoPts * (w.uStride() + w.vStride() + w.mStride())
 }
 
-// Strides of V and M, in elements. V holds, per point, tc/nr panels of
-// C×nr values; M, per point, kpad rows of tc. Each is padded by a cache
-// line: unpadded, a panel of 64 channels is 4 KiB, and the 36 points'
+// Strides of U, V and M, in elements. U holds, per point, kpad×C values;
+// V, per point, tc/nr panels of C×nr values; M, per point, kpad rows of
+// tc. Each is padded by a cache line: unpadded, a panel of 64 channels is 4 KiB, and the 36 points'
 // rows of one channel would all fall in the same sets of the L1 cache.
 func (w winograd) vPanel() int  { return w.g.C*w.nr + 16 }
 func (w winograd) uStride() int { return (w.kpad*w.g.C+15)/16*16 + 16 }
 func (w winograd) vStride() int { return w.tc/w.nr*w.vPanel() + 16 }
 func (w winograd) mStride() int { return w.kpad*w.tc + 16 }
 
-// kcBlocks is the split of the C input channels into blocks of at most
+// kcBlock is the split of the C input channels into blocks of at most
 // winoKC (the depth of one micro-kernel call, so that its B panel stays in
 // L1), of even sizes.
 func (w winograd) kcBlock() int {
@@ -155,7 +160,6 @@ func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, 
 	v := ws[len(u):][:winoPts*w.vStride()]
 	m := ws[len(u)+len(v):][:winoPts*w.mStride()]
 	w.transformWeights(pool, wt, flip, u)
-	np := w.tc / w.nr
 	kc := w.kcBlock()
 	fast := w.vec()
 	for t0 := 0; t0 < w.tiles; t0 += w.tc {
@@ -169,9 +173,10 @@ func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, 
 				}
 			}
 		})
-		pool.For(winoPts*np, 1, func(q0, q1 int) {
+		npc := (cnt + w.nr - 1) / w.nr // panels holding tiles of this chunk
+		pool.For(winoPts*npc, 1, func(q0, q1 int) {
 			for q := q0; q < q1; q++ {
-				xi, p := q/np, q%np
+				xi, p := q/npc, q%npc
 				ux := u[xi*w.uStride():][:w.kpad*C]
 				vx := v[xi*w.vStride()+p*w.vPanel():][:C*w.nr]
 				mx := m[xi*w.mStride()+p*w.nr:]
