@@ -82,8 +82,21 @@ func winogradFor(g prim.ConvGeom) (winograd, bool) {
 	if 2*9*float64(g.N)*float64(g.K)*float64(g.C)*float64(g.OH*g.OW) < winoMinFlops {
 		return winograd{}, false
 	}
+	// Memory first: the transformed weights are 4× the weights (36 values
+	// per 9), and the workspace is part of the peak. Deep layers (256→256
+	// and up) would add 9.5 MiB and more (resnet18 at 224×224: 38 MiB at
+	// layer4, +16% activations at the peak), so they keep the direct
+	// paths until the weights are transformed a block of output channels
+	// at a time.
+	if 4*winoPts*w.kpad*g.C > winoMaxU {
+		return winograd{}, false
+	}
 	return w, true
 }
+
+// winoMaxU is the most bytes of transformed weights a Winograd
+// convolution may hold.
+const winoMaxU = 4 << 20
 
 // winoMinFlops is the size (flops of the direct convolution) below which
 // convolutions keep the direct paths. It lies above every convolution of
