@@ -133,12 +133,16 @@ func convWorkspace(n *trace.Node) int64 {
 	}
 	p := g.OH * g.OW
 	nb := convChunk(g.N, p)
+	f32 := n.Outputs[0].DType() == tensor.Float32 // Winograd is float32 only
 	var elems int
 	switch n.Op.(type) {
 	case *prim.Conv2dOp:
 		elems = convForwardScratch(g)
 		if d, ok := directForward(g); ok {
 			elems = max(elems, d.scratch())
+		}
+		if w, ok := winogradFor(g); ok && f32 {
+			elems = max(elems, w.scratch())
 		}
 	case *prim.Conv2dBackwardWeight:
 		if nb > 1 {
@@ -163,6 +167,9 @@ func convWorkspace(n *trace.Node) int64 {
 		}
 		if d, ok := directInputGrad(g); ok {
 			elems = max(elems, d.scratch())
+		}
+		if w, ok := winogradInputGrad(g); ok && f32 {
+			elems = max(elems, w.scratch())
 		}
 	}
 	return int64(elems) * int64(n.Outputs[0].DType().Size())
@@ -556,8 +563,12 @@ func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*t
 	}
 	x, w, y := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	if x32, ok := any(x).([]float32); ok {
+		b32, _ := any(bias).([]float32)
+		if wg, ok := winogradFor(g); ok {
+			wg.forward(pool, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, wg.scratch()))
+			return nil
+		}
 		if d, ok := directForward(g); ok {
-			b32, _ := any(bias).([]float32)
 			if convDirectForward(pool, g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil
 			}
@@ -588,6 +599,10 @@ func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []
 	gy, w, gx := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	kg, cg := g.K/g.Groups, g.C/g.Groups
 	if gy32, ok := any(gy).([]float32); ok {
+		if wi, ok := winogradInputGrad(g); ok {
+			wi.inputGrad(pool, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, wi.scratch()))
+			return nil
+		}
 		if d, ok := directInputGrad(g); ok {
 			if convDirectInputGrad(pool, g, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil

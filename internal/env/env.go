@@ -27,6 +27,10 @@ const (
 	// avx2, go); an unknown or unsupported name keeps the best one. Read
 	// by cpu/internal/gemm at start-up.
 	SGEMMKernel = "HEADROOM_SGEMM_KERNEL"
+	// Winograd turns the Winograd convolution of the cpu backend off when
+	// false ("0"), for comparisons and for the direct paths' rounding; an
+	// invalid value turns it off too. Read by cpu at start-up.
+	Winograd = "HEADROOM_WINOGRAD"
 	// FashionMNIST is a directory holding the Fashion-MNIST IDX files.
 	// Read by dataset.Locate.
 	FashionMNIST = "HEADROOM_FASHION_MNIST"
@@ -37,6 +41,7 @@ var Knobs = []struct{ Name, Doc string }{
 	{NumThreads, "threads for CPU kernels, a positive integer (default: all cores)"},
 	{Fuse, "0 turns off the fusion of elementwise ops"},
 	{SGEMMKernel, "float32 matrix-multiply kernel: avx512, avx2 or go (default: the best this CPU runs)"},
+	{Winograd, "0 turns off Winograd 3x3 convolutions on the cpu (default on where faster)"},
 	{FashionMNIST, "directory with the Fashion-MNIST IDX files"},
 }
 

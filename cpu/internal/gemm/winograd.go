@@ -1,0 +1,101 @@
+package gemm
+
+import "fmt"
+
+// Vector transforms of Winograd convolution F(4×4, 3×3), in place on rows
+// of 16 floats: the columns of a block of rows are independent tiles, so
+// one instruction transforms 8 tiles. A call covers n16 blocks of 16
+// tiles; row r of block b starts at p[off + b*ps + r*rs].
+
+var (
+	winoIn, winoOut func(n16 int, p *float32, rs, ps int) // nil: no assembly
+	winoWeight      func(n16 int, p *float32, rs, ps int)
+	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
+	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
+)
+
+// WinoOK reports whether WinoInput and WinoOutput have assembly kernels.
+func WinoOK() bool { return winoIn != nil }
+
+// WinoInput replaces rows s_0..s_5 by Bᵀ s, where
+//
+//	Bᵀ = [4  0 -5  0 1 0]
+//	     [0 -4 -4  1 1 0]
+//	     [0  4 -4 -1 1 0]
+//	     [0 -2 -1  2 1 0]
+//	     [0  2 -1 -2 1 0]
+//	     [0  4  0 -5 0 1]
+func WinoInput(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoIn, "WinoInput", n16, p, off, rs, ps)
+}
+
+// WinoOutput replaces rows s_0..s_3 by Aᵀ s (rows s_4, s_5 are read only),
+// where
+//
+//	Aᵀ = [1 1  1 1  1 0]
+//	     [0 1 -1 2 -2 0]
+//	     [0 1  1 4  4 0]
+//	     [0 1 -1 8 -8 1]
+func WinoOutput(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoOut, "WinoOutput", n16, p, off, rs, ps)
+}
+
+// WinoWeight replaces rows g_0..g_2 by the 6 rows of G g, where
+//
+//	G = [ 1/4     0    0 ]
+//	    [-1/6  -1/6 -1/6 ]
+//	    [-1/6   1/6 -1/6 ]
+//	    [1/24  1/12  1/6 ]
+//	    [1/24 -1/12  1/6 ]
+//	    [   0     0    1 ]
+func WinoWeight(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoWeight, "WinoWeight", n16, p, off, rs, ps)
+}
+
+func winoCall(f func(int, *float32, int, int), name string, n16 int, p []float32, off, rs, ps int) {
+	if n16 <= 0 {
+		return
+	}
+	if f == nil {
+		panic("gemm: " + name + " without an assembly kernel")
+	}
+	if off < 0 || rs < 16 || ps < 16 || off+(n16-1)*ps+5*rs+16 > len(p) {
+		panic(fmt.Sprintf("gemm: %s: bad arguments (n16 %d, len %d, off %d, rs %d, ps %d)", name, n16, len(p), off, rs, ps))
+	}
+	f(n16, &p[off], rs, ps)
+}
+
+// WinoGather gathers one input row of the 6×6 patches of n <= 8
+// consecutive tiles (4 columns apart) into the rows of V: for i < n and
+// j < 6, p[off + 6*j*rs + i] = row[iw0 + 4i + j], zero where that column
+// is outside row (the image's padding). Only columns inside row are read.
+func WinoGather(n int, row []float32, iw0 int, p []float32, off, rs int) {
+	if n <= 0 {
+		return
+	}
+	if winoGath == nil {
+		panic("gemm: WinoGather without an assembly kernel")
+	}
+	if n > 8 || len(row) == 0 || off < 0 || rs < 8 || off+30*rs+n > len(p) {
+		panic(fmt.Sprintf("gemm: WinoGather: bad arguments (n %d, row %d, p %d at %d, rs %d)", n, len(row), len(p), off, rs))
+	}
+	winoGath(n, &row[0], iw0, len(row), &p[off], rs)
+}
+
+// WinoScatter writes the outputs of n <= 8 consecutive tiles of one tile
+// row, after WinoOutput, plus b: for rows i < rows <= 4, tiles t < n and
+// columns j < 4 with 4t+j < cols, y[off + i*ldy + 4t + j] =
+// m[moff + (6j+i)*rs + t] + b. It reads 8 tiles' values of m whatever n.
+func WinoScatter(n int, m []float32, moff, rs int, b float32, y []float32, off, ldy, rows, cols int) {
+	if n <= 0 || rows <= 0 || cols <= 0 {
+		return
+	}
+	if winoScat == nil {
+		panic("gemm: WinoScatter without an assembly kernel")
+	}
+	w := min(4*n, cols)
+	if n > 8 || rows > 4 || moff < 0 || rs < 8 || moff+21*rs+8 > len(m) || off < 0 || off+(rows-1)*ldy+w > len(y) {
+		panic(fmt.Sprintf("gemm: WinoScatter: bad arguments (n %d, m %d at %d, rs %d, y %d at %d, ldy %d, rows %d, cols %d)", n, len(m), moff, rs, len(y), off, ldy, rows, cols))
+	}
+	winoScat(n, &m[moff], rs, b, &y[off], ldy, rows, cols)
+}

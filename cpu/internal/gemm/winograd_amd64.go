@@ -1,0 +1,25 @@
+//go:build amd64 && !purego
+
+package gemm
+
+//go:noescape
+func winoBT6(n16 int, p *float32, rs, ps int)
+
+//go:noescape
+func winoAT6(n16 int, p *float32, rs, ps int)
+
+//go:noescape
+func winoGather(n int, row *float32, iw0, w int, dst *float32, rs int)
+
+//go:noescape
+func winoScatter(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
+
+//go:noescape
+func winoG6(n16 int, p *float32, rs, ps int)
+
+func init() {
+	if hasAVX2FMA() {
+		winoIn, winoOut, winoWeight = winoBT6, winoAT6, winoG6
+		winoGath, winoScat = winoGather, winoScatter
+	}
+}

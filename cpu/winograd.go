@@ -1,0 +1,625 @@
+package cpu
+
+import (
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/env"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/prim"
+)
+
+// Winograd convolution F(4×4, 3×3) (Lavin and Gray, "Fast Algorithms for
+// Convolutional Neural Networks", 2016), for 3×3 stride-1 ungrouped float32
+// convolutions with enough channels, and for their input gradients (a 3×3
+// stride-1 convolution of ȳ with the weights transposed and flipped).
+//
+// The output is cut into 4×4 tiles; tile t of input channel c is the 6×6
+// patch d of the input under it, transformed to V = Bᵀ d B, and the weight
+// of (k, c) to U = G w Gᵀ. In that domain the convolution is 36 independent
+// products M[ξ] = U[ξ] · V[ξ] ([K, C] · [C, tiles]) and the output tile is
+// Aᵀ M A: 36 multiply-adds per 16 outputs and channel pair instead of 144.
+// The 36 products run on the sgemm micro-kernel: U is written once per call
+// in its A-panel layout and V, a chunk of tiles at a time, in its B-panel
+// layout, so nothing is packed twice. A chunk's V and M stay in cache
+// between the three phases (input transform, products, output transform).
+//
+// The transforms run on AVX2 kernels (cpu/internal/gemm/winograd_amd64.s)
+// in place in V, M and U, 16 tiles (or kernels) a row; elsewhere, and with
+// micro-kernels whose panels are not 16 wide, in portable Go.
+//
+// Accuracy: the transforms' constants (1/4, 1/6, 1/24; 2, 4, 5, 8) grow the
+// rounding error of a float32 sum: about 10× the direct path's per output
+// (winograd_test.go measures both against float64), 1.8e-6 relative (norm)
+// to the direct path on the workloads' layers. Gradients that are
+// sensitive to rounding show it (see winoMinFlops), so small convolutions
+// keep the direct paths.
+
+const (
+	winoOut   = 4  // output tile side
+	winoIn    = 6  // input tile side
+	winoPts   = 36 // points of the transformed domain
+	winoKC    = 256
+	winoChunk = 1 << 18 // float32 elements of a chunk's V and M together (1 MiB)
+)
+
+// winograd is the plan of one Winograd convolution of forward geometry g.
+type winograd struct {
+	g      prim.ConvGeom
+	th, tw int // tiles per image: rows, columns
+	tiles  int // N*th*tw
+	tc     int // tiles per chunk, a multiple of nr
+	kpad   int // K rounded up to the micro-kernel's rows
+	mr, nr int
+}
+
+// winogradFor returns the Winograd plan of forward geometry g when it has
+// one and it is expected to be faster than the other paths: 3×3, stride 1,
+// dilation 1, ungrouped, not negatively padded, outputs at least 4×4, and
+// enough channels on both sides and tiles that the transforms are cheap
+// next to the products.
+func winogradFor(g prim.ConvGeom) (winograd, bool) {
+	if winogradOff {
+		return winograd{}, false
+	}
+	w, ok := winogradPlan(g)
+	// At least twice fewer multiplications than a direct 3×3 convolution
+	// once the partial tiles at the edges are counted.
+	if !ok || g.OH < winoOut || g.OW < winoOut || 2*winoPts*w.th*w.tw > 9*g.OH*g.OW {
+		return winograd{}, false
+	}
+	// The transforms cost per channel and tile, the products per pair of
+	// channels and tile: with fewer than 64 channels on either side the
+	// transforms take about as long as they save unless there are many
+	// tiles to spread the fixed costs over (measured, one thread, Zen 3:
+	// 32→32 channels on 8×16×16 images 1.25× slower, 8×32×32 1.3× faster;
+	// 16 channels slower at every size tried; 64→64 on 2×8×8 (8 tiles)
+	// 1.5× slower, on 1×16×16 (16 tiles) 1.3× faster).
+	if c := min(g.C, g.K); c < 32 || w.tiles < 16 || c < 64 && w.tiles < 256 {
+		return winograd{}, false
+	}
+	// Only convolutions of at least winoMinFlops: Winograd's rounding
+	// error is about 10× the direct path's per output (winograd_test.go),
+	// and small problems are where that shows and little time is saved.
+	if 2*9*float64(g.N)*float64(g.K)*float64(g.C)*float64(g.OH*g.OW) < winoMinFlops {
+		return winograd{}, false
+	}
+	// Memory first: the transformed weights are 4× the weights (36 values
+	// per 9), and the workspace is part of the peak. Deep layers (256→256
+	// and up) would add 9.5 MiB and more (resnet18 at 224×224: 38 MiB at
+	// layer4, +16% activations at the peak), so they keep the direct
+	// paths until the weights are transformed a block of output channels
+	// at a time.
+	if 4*winoPts*w.kpad*g.C > winoMaxU {
+		return winograd{}, false
+	}
+	return w, true
+}
+
+// winoMaxU is the most bytes of transformed weights a Winograd
+// convolution may hold.
+const winoMaxU = 4 << 20
+
+// winoMinFlops is the size (flops of the direct convolution) below which
+// convolutions keep the direct paths. It lies above every convolution of
+// the PyTorch parity tests (zoo/parity_test.go; the largest, vgg19's
+// 64→64 on one 32×32 image, is 75 MFLOP), whose gradients are sensitive
+// to rounding (an L1 loss takes signs of near-zero differences, batch
+// norm over 6 values divides by tiny deviations): with Winograd on those,
+// vgg19_conv54's gradients differ from PyTorch's by 1.1e-2 and
+// resnet_bottleneck's by 0.24 (tolerance 1e-4), against a per-output
+// error of 1.8e-6 relative (norm) to the direct path. Below it the gain
+// is at most about 1.3× (measured); the standard workloads' 3×3
+// convolutions are 151 MFLOP (rrdbnet) and up.
+const winoMinFlops = 1e8
+
+// winogradPlan is the Winograd plan of any geometry it can compute.
+func winogradPlan(g prim.ConvGeom) (winograd, bool) {
+	if g.KH != 3 || g.KW != 3 || g.SH != 1 || g.SW != 1 || g.DH != 1 || g.DW != 1 || g.Groups != 1 ||
+		g.PH < 0 || g.PW < 0 || g.N <= 0 || g.OH <= 0 || g.OW <= 0 || g.C <= 0 || g.K <= 0 {
+		return winograd{}, false
+	}
+	th, tw := (g.OH+winoOut-1)/winoOut, (g.OW+winoOut-1)/winoOut
+	mr, nr := blas.Tile()
+	w := winograd{g: g, th: th, tw: tw, tiles: g.N * th * tw, mr: mr, nr: nr}
+	w.kpad = (g.K + mr - 1) / mr * mr
+	// Chunks of about winoChunk elements of V and M, but at least 64
+	// tiles: each chunk reads all of U, which for deep layers (many
+	// channels, few tiles) is the larger part.
+	all := (w.tiles + nr - 1) / nr * nr
+	tc := winoChunk / (winoPts * (g.C + w.kpad)) / nr * nr
+	w.tc = min(max(tc, 64, nr), all)
+	return w, true
+}
+
+// winogradOff turns Winograd off: $HEADROOM_WINOGRAD=0 (read once, so
+// that planned workspaces and kernels agree), and benchmarks timing the
+// paths side by side.
+var winogradOff bool
+
+func init() {
+	on, err := env.Bool(env.Winograd, true)
+	winogradOff = err != nil || !on
+}
+
+// scratch is the workspace (float32 elements): U, then a chunk's V and M.
+func (w winograd) scratch() int {
+	return winoPts * (w.uStride() + w.vStride() + w.mStride())
+}
+
+// Strides of U, V and M, in elements. U holds, per point, kpad×C values;
+// V, per point, tc/nr panels of C×nr values; M, per point, kpad rows of
+// tc. Each is padded by a cache line: unpadded, a panel of 64 channels is 4 KiB, and the 36 points'
+// rows of one channel would all fall in the same sets of the L1 cache.
+func (w winograd) vPanel() int  { return w.g.C*w.nr + 16 }
+func (w winograd) uStride() int { return (w.kpad*w.g.C+15)/16*16 + 16 }
+func (w winograd) vStride() int { return w.tc/w.nr*w.vPanel() + 16 }
+func (w winograd) mStride() int { return w.kpad*w.tc + 16 }
+
+// kcBlock is the split of the C input channels into blocks of at most
+// winoKC (the depth of one micro-kernel call, so that its B panel stays in
+// L1), of even sizes.
+func (w winograd) kcBlock() int {
+	c := w.g.C
+	return (c + (c+winoKC-1)/winoKC - 1) / ((c + winoKC - 1) / winoKC)
+}
+
+// run computes y = conv(x, weight) + bias (bias nil: none) with ws of at
+// least scratch() elements, for the weight wt: [K, C, 3, 3], or with flip
+// the weight of the convolution whose input gradient this is ([C, K, 3, 3],
+// each kernel mirrored).
+func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, ws []float32) {
+	g := w.g
+	C, K := g.C, g.K
+	u := ws[:winoPts*w.uStride()]
+	v := ws[len(u):][:winoPts*w.vStride()]
+	m := ws[len(u)+len(v):][:winoPts*w.mStride()]
+	w.transformWeights(pool, wt, flip, u)
+	kc := w.kcBlock()
+	fast := w.vec()
+	for t0 := 0; t0 < w.tiles; t0 += w.tc {
+		cnt := min(w.tc, w.tiles-t0)
+		pool.For(C, max(1, 2048/w.tc), func(c0, c1 int) {
+			for c := c0; c < c1; c++ {
+				if fast {
+					w.transformInputVec(x, c, t0, cnt, v)
+				} else {
+					w.transformInput(x, c, t0, cnt, v)
+				}
+			}
+		})
+		npc := (cnt + w.nr - 1) / w.nr // panels holding tiles of this chunk
+		pool.For(winoPts*npc, 1, func(q0, q1 int) {
+			for q := q0; q < q1; q++ {
+				xi, p := q/npc, q%npc
+				ux := u[xi*w.uStride():][:w.kpad*C]
+				vx := v[xi*w.vStride()+p*w.vPanel():][:C*w.nr]
+				mx := m[xi*w.mStride()+p*w.nr:]
+				for c0 := 0; c0 < C; c0 += kc {
+					l := min(kc, C-c0)
+					ub := ux[c0*w.kpad:]
+					vb := vx[c0*w.nr : (c0+l)*w.nr]
+					for kb := 0; kb < w.kpad/w.mr; kb++ {
+						blas.KernelPacked(l, ub[kb*w.mr*l:][:w.mr*l], vb, mx[kb*w.mr*w.tc:], w.tc, c0 > 0)
+					}
+				}
+			}
+		})
+		pool.For(K, max(1, 1024/cnt), func(k0, k1 int) {
+			for k := k0; k < k1; k++ {
+				var b float32
+				if bias != nil {
+					b = bias[k]
+				}
+				if fast {
+					w.transformOutputVec(m, k, t0, cnt, b, y)
+				} else {
+					w.transformOutput(m, k, t0, cnt, b, y)
+				}
+			}
+		})
+	}
+}
+
+// transformWeights writes U = G w Gᵀ for every (k, c) in the micro-kernel's
+// A-panel layout: for point ξ, block of input channels [c0, c0+l) and block
+// of mr output channels kb, u[ξ*uStride() + c0*kpad + kb*mr*l + (c-c0)*mr + i]
+// holds output channel kb*mr+i; rows past K are zero.
+func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool, u []float32) {
+	C, K := w.g.C, w.g.K
+	kc := w.kcBlock()
+	us := w.uStride()
+	vec := w.vec()
+	// Where kernel element e = 3kh+kw of (k, c) is read, and (vector
+	// transforms) the row of u it is put in: 6kw+kh, for transforming in
+	// place below.
+	var src, rows [9]int
+	for e := range src {
+		src[e], rows[e] = e, (6*(e%3)+e/3)*us
+		if flip {
+			src[e] = 8 - e
+		}
+	}
+	pool.For(w.kpad, max(1, 256/C), func(k0, k1 int) {
+		var gk [9]float64
+		var uk [winoPts]float32
+		for k := k0; k < k1; k++ {
+			kb, i := k/w.mr, k%w.mr
+			for c := 0; c < C; c++ {
+				c0 := c / kc * kc
+				l := min(kc, C-c0)
+				off := c0*w.kpad + kb*w.mr*l + (c-c0)*w.mr + i
+				var g *[9]float32
+				switch {
+				case k >= K:
+				case flip:
+					g = (*[9]float32)(wt[(c*K+k)*9:])
+				default:
+					g = (*[9]float32)(wt[(k*C+c)*9:])
+				}
+				if vec {
+					for e, r := range rows {
+						if g == nil {
+							u[r+off] = 0
+						} else {
+							u[r+off] = g[src[e]]
+						}
+					}
+					continue
+				}
+				for e := range gk {
+					if g == nil {
+						gk[e] = 0
+					} else {
+						gk[e] = float64(g[src[e]])
+					}
+				}
+				winoWeight(&gk, &uk)
+				for xi, val := range uk {
+					u[winoRow[xi]*us+off] = val
+				}
+			}
+		}
+	})
+	if !vec {
+		return
+	}
+	// G down the columns (rows 6j..6j+2 to 6j..6j+5, j < 3), then along
+	// the rows (rows i, 6+i, 12+i to i, 6+i, ..., 30+i): point (i, j) in
+	// row 6j+i. The rows are padded to whole blocks of 16.
+	n16 := (w.kpad*C + 15) / 16
+	pool.For(n16, max(1, 64/winoPts), func(b0, b1 int) {
+		off := b0 * 16
+		for j := 0; j < 3; j++ {
+			blas.WinoWeight(b1-b0, u, off+6*j*us, us, 16)
+		}
+		for i := 0; i < winoIn; i++ {
+			blas.WinoWeight(b1-b0, u, off+i*us, 6*us, 16)
+		}
+	})
+}
+
+// winoRow is the row of V, U and M (the point ξ) holding element (i, j) of
+// a transformed 6×6 tile, at index 6i+j: 6j+i, the order the vector
+// transforms leave them in (the input's columns are transformed in place
+// after its rows).
+var winoRow = func() (r [winoPts]int) {
+	for i := 0; i < winoIn; i++ {
+		for j := 0; j < winoIn; j++ {
+			r[i*winoIn+j] = j*winoIn + i
+		}
+	}
+	return r
+}()
+
+// vec reports whether the transforms run on the vector kernels (which work
+// on blocks of 16 tiles, the B panels of a 16-column micro-kernel).
+func (w winograd) vec() bool { return w.nr == 16 && blas.WinoOK() && !winogradScalar }
+
+// winogradScalar forces the portable transforms, for tests.
+var winogradScalar bool
+
+// transformInputVec is transformInput on the vector kernels: the chunk's
+// 6×6 patches of channel c are gathered into V's rows (element (r, j) of
+// tile t into row 6j+r, column t), then transformed in place, down the
+// columns of each patch (rows 6j..6j+5, for each j), then along its rows
+// (rows i, 6+i, ..., for each i).
+func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
+	g := w.g
+	C, H, W := g.C, g.H, g.W
+	R, ps := w.vStride(), w.vPanel()
+	np := w.tc / 16
+	for t := cnt; t < w.tc; t++ {
+		vt := v[t/16*ps+c*16+t%16:]
+		for xi := 0; xi < winoPts; xi++ {
+			vt[xi*R] = 0
+		}
+	}
+	per := w.th * w.tw
+	// A run at a time: tiles of one tile row within one panel, whose
+	// patches' rows are strided copies of input rows (stride 4), gathered
+	// 8 tiles at a time.
+	for t := 0; t < cnt; {
+		tt := t0 + t
+		n, q := tt/per, tt%per
+		ty, tx := q/w.tw, q%w.tw
+		l := min(w.tw-tx, 16-t%16, cnt-t)
+		base := t/16*ps + c*16 + t%16
+		plane := x[(n*C+c)*H*W:][:H*W]
+		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
+		for r := 0; r < winoIn; r++ {
+			ih := ih0 + r
+			if uint(ih) >= uint(H) {
+				for j := 0; j < winoIn; j++ {
+					clear(v[base+(6*j+r)*R:][:l])
+				}
+				continue
+			}
+			row := plane[ih*W : (ih+1)*W]
+			for i := 0; i < l; i += 8 {
+				// All 8 lanes where they stay inside the panel (lanes
+				// past the run hold later tiles, written after this):
+				// masked stores are slow.
+				k := min(8, l-i)
+				if t%16+i+8 <= 16 {
+					k = 8
+				}
+				blas.WinoGather(k, row, iw0+4*i, v, base+r*R+i, R)
+			}
+		}
+		t += l
+	}
+	off := c * 16
+	for j := 0; j < winoIn; j++ {
+		blas.WinoInput(np, v, off+6*j*R, R, ps)
+	}
+	for i := 0; i < winoIn; i++ {
+		blas.WinoInput(np, v, off+i*R, 6*R, ps)
+	}
+}
+
+// rowAt is row[i], zero outside the row.
+func rowAt(row []float32, i int) float32 {
+	if uint(i) < uint(len(row)) {
+		return row[i]
+	}
+	return 0
+}
+
+// transformOutputVec is transformOutput on the vector kernels: output
+// channel k's rows of M are transformed in place, down the columns (rows
+// 6j..6j+5 to 6j..6j+3), then along the rows (rows i, 6+i, ..., 30+i to
+// i, ..., 18+i), leaving output (i, j) of every tile in row 6j+i.
+func (w winograd) transformOutputVec(m []float32, k, t0, cnt int, b float32, y []float32) {
+	g := w.g
+	K, OH, OW := g.K, g.OH, g.OW
+	R := w.mStride()
+	off := k * w.tc
+	nb := (cnt + 15) / 16
+	for j := 0; j < winoIn; j++ {
+		blas.WinoOutput(nb, m, off+6*j*R, R, 16)
+	}
+	for i := 0; i < winoOut; i++ {
+		blas.WinoOutput(nb, m, off+i*R, 6*R, 16)
+	}
+	per := w.th * w.tw
+	for t := 0; t < cnt; {
+		tt := t0 + t
+		n, q := tt/per, tt%per
+		ty, tx := q/w.tw, q%w.tw
+		l := min(w.tw-tx, 8, cnt-t)
+		oh0, ow0 := ty*winoOut, tx*winoOut
+		blas.WinoScatter(l, m, off+t, R, b, y, (n*K+k)*OH*OW+oh0*OW+ow0, OW, min(winoOut, OH-oh0), OW-ow0)
+		t += l
+	}
+}
+
+// transformInput writes V = Bᵀ d B for input channel c and the tiles
+// [t0, t0+cnt) of the chunk (zeros for the chunk's tiles past cnt) into
+// v in the B-panel layout: point ξ (the row winoRow gives), panel p of nr
+// tiles: v[ξ*vStride() + p*vPanel() + c*nr + t%nr].
+func (w winograd) transformInput(x []float32, c, t0, cnt int, v []float32) {
+	g := w.g
+	C, H, W := g.C, g.H, g.W
+	nr := w.nr
+	stride, ps := w.vStride(), w.vPanel()
+	var d, o [winoPts]float32
+	for t := 0; t < w.tc; t++ {
+		base := t/nr*ps + c*nr + t%nr
+		if t >= cnt {
+			for xi := 0; xi < winoPts; xi++ {
+				v[xi*stride+base] = 0
+			}
+			continue
+		}
+		tt := t0 + t
+		n, r := tt/(w.th*w.tw), tt%(w.th*w.tw)
+		ih0, iw0 := r/w.tw*winoOut-g.PH, r%w.tw*winoOut-g.PW
+		plane := x[(n*C+c)*H*W:][:H*W]
+		if ih0 >= 0 && iw0 >= 0 && ih0+winoIn <= H && iw0+winoIn <= W {
+			for i := 0; i < winoIn; i++ {
+				*(*[winoIn]float32)(d[i*winoIn:]) = *(*[winoIn]float32)(plane[(ih0+i)*W+iw0:])
+			}
+		} else {
+			for i := 0; i < winoIn; i++ {
+				ih := ih0 + i
+				row := d[i*winoIn : (i+1)*winoIn]
+				if uint(ih) >= uint(H) {
+					clear(row)
+					continue
+				}
+				src := plane[ih*W : (ih+1)*W]
+				for j := range row {
+					if iw := iw0 + j; uint(iw) < uint(W) {
+						row[j] = src[iw]
+					} else {
+						row[j] = 0
+					}
+				}
+			}
+		}
+		winoInput(&d, &o)
+		for xi, val := range o {
+			v[winoRow[xi]*stride+base] = val
+		}
+	}
+}
+
+// transformOutput writes y = Aᵀ M A + b for output channel k and the
+// chunk's tiles [t0, t0+cnt), dropping the parts of edge tiles outside the
+// output.
+func (w winograd) transformOutput(m []float32, k, t0, cnt int, b float32, y []float32) {
+	g := w.g
+	K, OH, OW := g.K, g.OH, g.OW
+	stride := w.mStride()
+	mk := m[k*w.tc:]
+	var mt [winoPts]float32
+	var o [winoOut * winoOut]float32
+	for t := 0; t < cnt; t++ {
+		for xi := range mt {
+			mt[xi] = mk[winoRow[xi]*stride+t]
+		}
+		winoOutput(&mt, &o)
+		tt := t0 + t
+		n, r := tt/(w.th*w.tw), tt%(w.th*w.tw)
+		oh0, ow0 := r/w.tw*winoOut, r%w.tw*winoOut
+		out := y[(n*K+k)*OH*OW:][:OH*OW]
+		rows, cols := min(winoOut, OH-oh0), min(winoOut, OW-ow0)
+		for i := 0; i < rows; i++ {
+			dst := out[(oh0+i)*OW+ow0:][:cols]
+			src := o[i*winoOut:][:cols]
+			for j := range dst {
+				dst[j] = src[j] + b
+			}
+		}
+	}
+}
+
+// winoInput computes o = Bᵀ d B for a 6×6 tile d (row-major), where
+//
+//	Bᵀ = [4  0 -5  0 1 0]
+//	     [0 -4 -4  1 1 0]
+//	     [0  4 -4 -1 1 0]
+//	     [0 -2 -1  2 1 0]
+//	     [0  2 -1 -2 1 0]
+//	     [0  4  0 -5 0 1]
+func winoInput(d, o *[winoPts]float32) {
+	var t [winoPts]float32
+	for j := 0; j < winoIn; j++ {
+		d0, d1, d2, d3, d4, d5 := d[j], d[6+j], d[12+j], d[18+j], d[24+j], d[30+j]
+		a, b := d4-4*d2, d3-4*d1
+		c, e := d4-d2, 2*(d3-d1)
+		t[j] = 4*d0 - 5*d2 + d4
+		t[6+j] = a + b
+		t[12+j] = a - b
+		t[18+j] = c + e
+		t[24+j] = c - e
+		t[30+j] = 4*d1 - 5*d3 + d5
+	}
+	for i := 0; i < winoIn; i++ {
+		r := (*[winoIn]float32)(t[i*winoIn:])
+		q := (*[winoIn]float32)(o[i*winoIn:])
+		d0, d1, d2, d3, d4, d5 := r[0], r[1], r[2], r[3], r[4], r[5]
+		a, b := d4-4*d2, d3-4*d1
+		c, e := d4-d2, 2*(d3-d1)
+		q[0] = 4*d0 - 5*d2 + d4
+		q[1] = a + b
+		q[2] = a - b
+		q[3] = c + e
+		q[4] = c - e
+		q[5] = 4*d1 - 5*d3 + d5
+	}
+}
+
+// winoOutput computes o = Aᵀ m A for a 6×6 tile m, where
+//
+//	Aᵀ = [1 1  1 1  1 0]
+//	     [0 1 -1 2 -2 0]
+//	     [0 1  1 4  4 0]
+//	     [0 1 -1 8 -8 1]
+func winoOutput(m *[winoPts]float32, o *[winoOut * winoOut]float32) {
+	var t [winoOut * winoIn]float32
+	for j := 0; j < winoIn; j++ {
+		m0, m1, m2, m3, m4, m5 := m[j], m[6+j], m[12+j], m[18+j], m[24+j], m[30+j]
+		a, b := m1+m2, m1-m2
+		c, e := m3+m4, m3-m4
+		t[j] = m0 + a + c
+		t[6+j] = b + 2*e
+		t[12+j] = a + 4*c
+		t[18+j] = b + 8*e + m5
+	}
+	for i := 0; i < winoOut; i++ {
+		r := (*[winoIn]float32)(t[i*winoIn:])
+		q := (*[winoOut]float32)(o[i*winoOut:])
+		m0, m1, m2, m3, m4, m5 := r[0], r[1], r[2], r[3], r[4], r[5]
+		a, b := m1+m2, m1-m2
+		c, e := m3+m4, m3-m4
+		q[0] = m0 + a + c
+		q[1] = b + 2*e
+		q[2] = a + 4*c
+		q[3] = b + 8*e + m5
+	}
+}
+
+// winoWeight computes u = G g Gᵀ for a 3×3 kernel g (in float64, rounded
+// once), where
+//
+//	G = [ 1/4     0    0 ]
+//	    [-1/6  -1/6 -1/6 ]
+//	    [-1/6   1/6 -1/6 ]
+//	    [1/24  1/12  1/6 ]
+//	    [1/24 -1/12  1/6 ]
+//	    [   0     0    1 ]
+func winoWeight(g *[9]float64, u *[winoPts]float32) {
+	var t [winoIn * 3]float64
+	for j := 0; j < 3; j++ {
+		g0, g1, g2 := g[j], g[3+j], g[6+j]
+		t[j] = g0 / 4
+		t[3+j] = -(g0 + g1 + g2) / 6
+		t[6+j] = -(g0 - g1 + g2) / 6
+		t[9+j] = g0/24 + g1/12 + g2/6
+		t[12+j] = g0/24 - g1/12 + g2/6
+		t[15+j] = g2
+	}
+	for i := 0; i < winoIn; i++ {
+		g0, g1, g2 := t[3*i], t[3*i+1], t[3*i+2]
+		q := u[i*winoIn:]
+		q[0] = float32(g0 / 4)
+		q[1] = float32(-(g0 + g1 + g2) / 6)
+		q[2] = float32(-(g0 - g1 + g2) / 6)
+		q[3] = float32(g0/24 + g1/12 + g2/6)
+		q[4] = float32(g0/24 - g1/12 + g2/6)
+		q[5] = float32(g2)
+	}
+}
+
+// forward computes the forward convolution of its geometry with weight wt
+// ([K, C, 3, 3]).
+func (w winograd) forward(pool *parallel.Pool, x, wt, bias, y, ws []float32) {
+	w.run(pool, x, wt, false, bias, y, ws[:w.scratch()])
+}
+
+// winogradInputGrad is the Winograd plan of the input gradient of g, a
+// convolution of ȳ with the flipped, transposed weight (convInputGeom).
+func winogradInputGrad(g prim.ConvGeom) (winograd, bool) {
+	gt, ok := winogradInputGeom(g)
+	if !ok {
+		return winograd{}, false
+	}
+	return winogradFor(gt)
+}
+
+// winogradInputGeom is the forward geometry of the input gradient of g
+// (stride 1, padding at most 2) as a convolution of ȳ.
+func winogradInputGeom(g prim.ConvGeom) (prim.ConvGeom, bool) {
+	if g.SH != 1 || g.SW != 1 {
+		return prim.ConvGeom{}, false
+	}
+	gt, flip := convInputGeom(g)
+	return gt, flip
+}
+
+// inputGrad computes the input gradient gx of the convolution whose input
+// gradient's geometry it has, from gy and that convolution's weight wt
+// ([K, C, 3, 3], K being the gradient's input channels).
+func (w winograd) inputGrad(pool *parallel.Pool, gy, wt, gx, ws []float32) {
+	w.run(pool, gy, wt, true, nil, gx, ws[:w.scratch()])
+}
