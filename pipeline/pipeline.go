@@ -89,6 +89,18 @@ type Pipeline struct {
 	Micro int
 	// Schedule orders the micro-batches' passes (zero value: GPipe).
 	Schedule Schedule
+
+	// For Plan: the stages again, on meta devices whose allocators follow
+	// the real ones step by step (replay.go), and the shapes of the steps
+	// run so far, to rebuild them.
+	layers  []Layer
+	newOpt  func() (optim.Optimizer, error)
+	shadow  []*Stage
+	history [][2]trace.Meta
+	// pending is the step Plan has already replayed on the shadow stages
+	// (with its plans), which Step then need not replay again.
+	pending      string
+	pendingPlans []StagePlan
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to
@@ -101,7 +113,7 @@ func New(layers []Layer, loss train.LossFunc, cuts []int, devs []*device.Device,
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d micro-batches", micro)
 	}
-	p := &Pipeline{Loss: loss, Micro: micro}
+	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt}
 	for s, dev := range devs {
 		for _, other := range devs[:s] {
 			if other == dev {
@@ -188,6 +200,7 @@ func (p *Pipeline) Close() {
 	for _, st := range p.Stages {
 		st.close()
 	}
+	p.dropShadow()
 }
 
 func (st *Stage) close() {
@@ -328,6 +341,18 @@ func (h held) free(dev *device.Device) { dev.Alloc.Free(h.blk) }
 // the stages in the order of the Schedule, and every stage's optimizer
 // then steps on the gradients summed over the micro-batches.
 func (p *Pipeline) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
+	loss, err := p.step(ctx, x, y)
+	if err != nil {
+		// The devices' caches are now in a state no replay follows.
+		p.dropShadow()
+		p.history = nil
+		return loss, err
+	}
+	p.stepped(train.MetaOf(x), train.MetaOf(y))
+	return loss, nil
+}
+
+func (p *Pipeline) step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
 	micro, err := train.Split(train.Batch{X: x, Y: y}, min(p.Micro, x.Shape[0]))
 	if err != nil {
 		return 0, err

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"slices"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/optim"
@@ -58,9 +60,34 @@ func microMetas(micro int, x, y trace.Meta) (xs, ys []trace.Meta) {
 // allocator will measure as its peak. It compiles the step's programs and
 // allocates nothing.
 func (p *Pipeline) Plan(x, y trace.Meta) ([]StagePlan, error) {
+	key := stepKey(x, y)
+	if p.pending == key {
+		return slices.Clone(p.pendingPlans), nil
+	}
+	if p.pending != "" {
+		// The shadow stages are a step ahead, for other shapes.
+		p.dropShadow()
+	}
+	if err := p.buildShadow(); err != nil {
+		return nil, err
+	}
+	plans, err := p.planShadow(x, y)
+	if err != nil {
+		p.dropShadow()
+		return nil, err
+	}
+	p.pending, p.pendingPlans = key, plans
+	return slices.Clone(plans), nil
+}
+
+func stepKey(x, y trace.Meta) string { return fmt.Sprint(x, y) }
+
+// planShadow plans a step on the shadow stages, which it advances by
+// that step.
+func (p *Pipeline) planShadow(x, y trace.Meta) ([]StagePlan, error) {
 	xs, ys := microMetas(p.Micro, x, y)
 	var plans []StagePlan
-	for s, st := range p.Stages {
+	for s, st := range p.shadow {
 		sp, outs, err := st.plan(p.Loss, s, len(p.Stages), p.Schedule, xs, ys)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
@@ -85,7 +112,7 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 	M := len(xs)
 	first := firstBackward(M, sched)
 	outs := make([]trace.Meta, M)
-	in, msg, fwd, bwd := make([]int64, M), make([]int64, M), make([]int64, M), make([]int64, M)
+	in, msg := make([]int64, M), make([]int64, M)
 	for m, x := range xs {
 		in[m] = device.RoundSize(x.Bytes())
 		if !st.last {
@@ -95,8 +122,7 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 			}
 			outs[m] = prog.Graph.Outputs[0].Meta
 			msg[m] = device.RoundSize(outs[m].Bytes())
-			fwd[m] = prog.Plan.PeakBytes
-			sp.Forward = max(sp.Forward, fwd[m])
+			sp.Forward = max(sp.Forward, prog.Plan.PeakBytes)
 		}
 		var ym trace.Meta
 		if st.last {
@@ -106,10 +132,9 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 		if err != nil {
 			return sp, nil, err
 		}
-		bwd[m] = prog.Plan.PeakBytes
-		sp.Backward = max(sp.Backward, bwd[m])
+		sp.Backward = max(sp.Backward, prog.Plan.PeakBytes)
 	}
-	var inputs, grads, phase int64
+	var inputs int64
 	present := make([]bool, M)
 	arrive := func(m int) {
 		if !present[m] {
@@ -124,18 +149,20 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 			arrive(e.m)
 		case !e.backward && e.s == s:
 			arrive(e.m)
-			phase = max(phase, inputs+grads+fwd[e.m])
 		case e.backward && e.s == s+1:
-			grads += msg[e.m]
 			sp.Message = max(sp.Message, msg[e.m])
 		case e.backward && e.s == s:
 			arrive(e.m)
-			phase = max(phase, inputs+grads+bwd[e.m])
 			inputs -= in[e.m]
-			grads -= msg[e.m]
 		}
 	}
-	sp.Peak = sp.Parameters + sp.Gradients + sp.OptimizerState + phase
+	// The peak is the allocator's, replayed (replay.go): the parts above
+	// add up to it only while every block is split to its request.
+	peak, err := st.replay(context.Background(), loss, sched, deviceOps(s, S, M, sched), xs, ys, outs)
+	if err != nil {
+		return sp, nil, err
+	}
+	sp.Peak = peak
 	return sp, outs, nil
 }
 
@@ -218,4 +245,61 @@ func planCandidate(layers []Layer, lo, hi, s, S int, sched Schedule, loss train.
 		return StagePlan{}, nil, err
 	}
 	return st.plan(loss, s, S, sched, xs, ys)
+}
+
+// buildShadow makes the shadow stages, if there are none, and replays on
+// them the steps run so far, so that their allocators are in the state
+// of the real devices'. It assumes each device holds only its stage's
+// memory (as New allocated it) and what Step left cached.
+func (p *Pipeline) buildShadow() error {
+	if p.shadow != nil {
+		return nil
+	}
+	for s, st := range p.Stages {
+		dev := device.Meta()
+		if err := dev.Alloc.SetCapacity(st.Device.Alloc.Limit()); err != nil {
+			return err
+		}
+		sh, err := newStage(p.layers, st.Lo, st.Hi, dev, p.newOpt, 0)
+		if sh != nil {
+			p.shadow = append(p.shadow, sh)
+		}
+		if err != nil {
+			p.dropShadow()
+			return fmt.Errorf("pipeline: stage %d on a meta device: %w", s, err)
+		}
+	}
+	for _, h := range p.history {
+		if _, err := p.planShadow(h[0], h[1]); err != nil {
+			p.dropShadow()
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Pipeline) dropShadow() {
+	for _, st := range p.shadow {
+		st.close()
+	}
+	p.shadow, p.pending, p.pendingPlans = nil, "", nil
+}
+
+// stepped records a step run on batches of x and y, advancing the shadow
+// stages by it unless Plan already did.
+func (p *Pipeline) stepped(x, y trace.Meta) {
+	p.history = append(p.history, [2]trace.Meta{{DType: x.DType, Shape: x.Shape.Clone()}, {DType: y.DType, Shape: y.Shape.Clone()}})
+	key := stepKey(x, y)
+	if p.pending == key {
+		p.pending, p.pendingPlans = "", nil
+		return
+	}
+	p.pending, p.pendingPlans = "", nil
+	if p.shadow == nil {
+		return
+	}
+	if _, err := p.planShadow(x, y); err != nil {
+		// Rebuilt from the history when next planned.
+		p.dropShadow()
+	}
 }
