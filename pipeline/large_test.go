@@ -45,13 +45,9 @@ func wideLayers() []pipeline.Layer {
 // (the allocator's cache carries over from step to step), for GPipe and
 // 1F1B, 2 and 3 stages.
 func TestPlanExactLargeActivations(t *testing.T) {
-	r := rand.New(rand.NewSource(5))
-	const n = 4 * 304 // 4.75 MiB a micro-batch: four fill a 20 MiB segment but 1 MiB, which the fourth gets whole
-	var data [][2]*tensor.Tensor
-	for range 3 {
-		x, y := testkit.Batch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 32}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}, 10)
-		data = append(data, [2]*tensor.Tensor{x, y})
-	}
+	// 4.75 MiB a micro-batch: four fill a 20 MiB segment but 1 MiB,
+	// which the fourth gets whole.
+	data := wideBatches(3, 4*304)
 	for _, tc := range []struct {
 		cuts  []int
 		sched pipeline.Schedule
@@ -86,4 +82,15 @@ func TestPlanExactLargeActivations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wideBatches are k batches of n samples for wideLayers.
+func wideBatches(k, n int) [][2]*tensor.Tensor {
+	r := rand.New(rand.NewSource(5))
+	var data [][2]*tensor.Tensor
+	for range k {
+		x, y := testkit.Batch(r, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 32}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}, 10)
+		data = append(data, [2]*tensor.Tensor{x, y})
+	}
+	return data
 }

@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
@@ -101,6 +102,13 @@ type Pipeline struct {
 	// (with its plans), which Step then need not replay again.
 	pending      string
 	pendingPlans []StagePlan
+
+	// A pipeline of ranks (NewRank) holds one stage, stage base of total,
+	// and talks to the others through c; prefix is the layers before it
+	// on a meta device, for the shapes of its inputs.
+	base, total int
+	c           comm.Comm
+	prefix      *Stage
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to
@@ -113,7 +121,7 @@ func New(layers []Layer, loss train.LossFunc, cuts []int, devs []*device.Device,
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d micro-batches", micro)
 	}
-	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt}
+	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt, total: len(devs)}
 	for s, dev := range devs {
 		for _, other := range devs[:s] {
 			if other == dev {
@@ -201,6 +209,10 @@ func (p *Pipeline) Close() {
 		st.close()
 	}
 	p.dropShadow()
+	if p.prefix != nil {
+		p.prefix.close()
+		p.prefix = nil
+	}
 }
 
 func (st *Stage) close() {
@@ -341,7 +353,11 @@ func (h held) free(dev *device.Device) { dev.Alloc.Free(h.blk) }
 // the stages in the order of the Schedule, and every stage's optimizer
 // then steps on the gradients summed over the micro-batches.
 func (p *Pipeline) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
-	loss, err := p.step(ctx, x, y)
+	step := p.step
+	if p.c != nil {
+		step = p.rankStep
+	}
+	loss, err := step(ctx, x, y)
 	if err != nil {
 		// The devices' caches are now in a state no replay follows.
 		p.dropShadow()

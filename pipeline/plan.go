@@ -86,9 +86,13 @@ func stepKey(x, y trace.Meta) string { return fmt.Sprint(x, y) }
 // that step.
 func (p *Pipeline) planShadow(x, y trace.Meta) ([]StagePlan, error) {
 	xs, ys := microMetas(p.Micro, x, y)
+	xs, err := p.stageInputs(xs)
+	if err != nil {
+		return nil, err
+	}
 	var plans []StagePlan
 	for s, st := range p.shadow {
-		sp, outs, err := st.plan(p.Loss, s, len(p.Stages), p.Schedule, xs, ys)
+		sp, outs, err := st.plan(p.Loss, p.Schedule, p.ops(p.base+s, len(xs)), xs, ys)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
 		}
@@ -105,7 +109,7 @@ func (p *Pipeline) planShadow(x, y trace.Meta) ([]StagePlan, error) {
 // forward pass, a gradient when the stage after runs its backward pass;
 // the stage's own passes run its programs; its backward pass frees the
 // micro-batch's input and gradient.
-func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
+func (st *Stage) plan(loss train.LossFunc, sched Schedule, ops []devOp, xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
 	sp := StagePlan{Lo: st.Lo, Hi: st.Hi}
 	a := st.Device.Alloc.Stats()
 	sp.Parameters, sp.Gradients, sp.OptimizerState = a.ByCategory[device.Parameter], a.ByCategory[device.Gradient], a.ByCategory[device.OptimizerState]
@@ -135,30 +139,20 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 		sp.Backward = max(sp.Backward, prog.Plan.PeakBytes)
 	}
 	var inputs int64
-	present := make([]bool, M)
-	arrive := func(m int) {
-		if !present[m] {
-			present[m] = true
-			inputs += in[m]
+	for _, o := range ops {
+		switch o.kind {
+		case opInput:
+			inputs += in[o.m]
 			sp.Inputs = max(sp.Inputs, inputs)
-		}
-	}
-	for _, e := range order(S, M, sched) {
-		switch {
-		case !e.backward && e.s == s-1:
-			arrive(e.m)
-		case !e.backward && e.s == s:
-			arrive(e.m)
-		case e.backward && e.s == s+1:
-			sp.Message = max(sp.Message, msg[e.m])
-		case e.backward && e.s == s:
-			arrive(e.m)
-			inputs -= in[e.m]
+		case opGrad:
+			sp.Message = max(sp.Message, msg[o.m])
+		case opBackward:
+			inputs -= in[o.m]
 		}
 	}
 	// The peak is the allocator's, replayed (replay.go): the parts above
 	// add up to it only while every block is split to its request.
-	peak, err := st.replay(context.Background(), loss, sched, deviceOps(s, S, M, sched), xs, ys, outs)
+	peak, err := st.replay(context.Background(), loss, sched, ops, xs, ys, outs)
 	if err != nil {
 		return sp, nil, err
 	}
@@ -175,6 +169,17 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 // layer) and each stage's plan, or an error wrapping ErrBudget that names
 // the layer that fits nowhere.
 func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
+	return cut(false, layers, loss, newOpt, budgets, micro, sched, x, y)
+}
+
+// CutRanks is Cut for a pipeline whose stages are ranks (NewRank): each
+// rank receives a stage's input just before its pass, so its plans differ
+// from those of one process.
+func CutRanks(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
+	return cut(true, layers, loss, newOpt, budgets, micro, sched, x, y)
+}
+
+func cut(ranks bool, layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
 	xs0, ys := microMetas(micro, x, y)
 	xs := xs0
 	// Stages are planned as stages of len(budgets): a 1F1B stage holds
@@ -188,7 +193,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 		var best *StagePlan
 		var bestOuts []trace.Meta
 		for hi := lo + 1; hi <= len(layers); hi++ {
-			sp, outs, err := planCandidate(layers, lo, hi, s, S, sched, loss, newOpt, xs, ys)
+			sp, outs, err := planCandidate(ranks, layers, lo, hi, s, S, sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -198,7 +203,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 			best, bestOuts = &sp, outs
 		}
 		if best == nil {
-			sp, _, err := planCandidate(layers, lo, lo+1, s, S, sched, loss, newOpt, xs, ys)
+			sp, _, err := planCandidate(ranks, layers, lo, lo+1, s, S, sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -216,7 +221,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 		// The plans of the stages chosen, as they will run.
 		xs = xs0
 		for s := range plans {
-			sp, outs, err := planCandidate(layers, cuts[s], cuts[s+1], s, len(plans), sched, loss, newOpt, xs, ys)
+			sp, outs, err := planCandidate(ranks, layers, cuts[s], cuts[s+1], s, len(plans), sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -232,7 +237,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 
 // planCandidate plans layers [lo, hi) as a stage of their own on a fresh
 // meta device.
-func planCandidate(layers []Layer, lo, hi, s, S int, sched Schedule, loss train.LossFunc, newOpt func() (optim.Optimizer, error), xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
+func planCandidate(ranks bool, layers []Layer, lo, hi, s, S int, sched Schedule, loss train.LossFunc, newOpt func() (optim.Optimizer, error), xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
 	dev, err := device.New("meta")
 	if err != nil {
 		return StagePlan{}, nil, err
@@ -244,7 +249,11 @@ func planCandidate(layers []Layer, lo, hi, s, S int, sched Schedule, loss train.
 	if err != nil {
 		return StagePlan{}, nil, err
 	}
-	return st.plan(loss, s, S, sched, xs, ys)
+	ops := deviceOps(s, S, len(xs), sched)
+	if ranks {
+		ops = rankOps(s, S, len(xs), sched)
+	}
+	return st.plan(loss, sched, ops, xs, ys)
 }
 
 // buildShadow makes the shadow stages, if there are none, and replays on
