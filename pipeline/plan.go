@@ -27,8 +27,17 @@ type StagePlan struct {
 	// (the last stage runs only its backward program, which recomputes
 	// its forward pass).
 	Forward, Backward int64
-	// Peak is the device's peak of allocated bytes over the step.
-	Peak int64
+	// Peak is the device's peak of allocated bytes over the step;
+	// CommunicationAtPeak the received gradients' part of it (inputs in
+	// flight and the arena's tensors are activations), and Reserved the most bytes of segments the device
+	// maps over the step (as a fresh device's first step maps them, for
+	// Cut's plans).
+	Peak                int64
+	CommunicationAtPeak int64
+	Reserved            int64
+	// Sent is the bytes the stage sends per step: its outputs forward and
+	// the gradients of its inputs back.
+	Sent int64
 }
 
 func (sp StagePlan) String() string {
@@ -152,11 +161,20 @@ func (st *Stage) plan(loss train.LossFunc, sched Schedule, ops []devOp, xs, ys [
 	}
 	// The peak is the allocator's, replayed (replay.go): the parts above
 	// add up to it only while every block is split to its request.
-	peak, err := st.replay(context.Background(), loss, sched, ops, xs, ys, outs)
+	stats, err := st.replay(context.Background(), loss, sched, ops, xs, ys, outs)
 	if err != nil {
 		return sp, nil, err
 	}
-	sp.Peak = peak
+	sp.Peak, sp.Reserved = stats.AllocatedBytes.Peak, stats.ReservedBytes.Peak
+	sp.CommunicationAtPeak = stats.ByCategoryAtPeak[device.Communication]
+	for m := range M {
+		if !st.last {
+			sp.Sent += outs[m].Bytes()
+		}
+		if !st.first {
+			sp.Sent += xs[m].Bytes()
+		}
+	}
 	return sp, outs, nil
 }
 

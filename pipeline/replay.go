@@ -71,12 +71,12 @@ func metaTensor(m trace.Meta) *tensor.Tensor { return &tensor.Tensor{DType: m.DT
 // replay runs ops on st, which must be on a meta device, for
 // micro-batches of inputs xs (targets ys on the last stage) whose outputs
 // have shapes outs, allocating what Step allocates in the same order, and
-// returns the device's peak of allocated bytes over them. Every block it
+// returns the device's statistics over them (their peaks reset first). Every block it
 // allocates is freed before it returns; the arena stays as Step leaves it.
-func (st *Stage) replay(ctx context.Context, loss train.LossFunc, sched Schedule, ops []devOp, xs, ys, outs []trace.Meta) (int64, error) {
+func (st *Stage) replay(ctx context.Context, loss train.LossFunc, sched Schedule, ops []devOp, xs, ys, outs []trace.Meta) (device.Stats, error) {
 	dev := st.Device
 	if dev.HasData() {
-		return 0, fmt.Errorf("pipeline: replay on %v, not a meta device", dev)
+		return device.Stats{}, fmt.Errorf("pipeline: replay on %v, not a meta device", dev)
 	}
 	M := len(xs)
 	first := firstBackward(M, sched)
@@ -109,10 +109,10 @@ func (st *Stage) replay(ctx context.Context, loss train.LossFunc, sched Schedule
 			ins[m], grads[m] = nil, nil
 		}
 		if err != nil {
-			return 0, err
+			return device.Stats{}, err
 		}
 	}
-	return dev.Alloc.MaxMemoryAllocated(), nil
+	return dev.Alloc.Stats(), nil
 }
 
 // run runs one of the stage's programs on meta tensors.
