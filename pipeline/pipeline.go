@@ -10,8 +10,13 @@
 // Each stage's memory is planned before it runs (Plan, StagePlan): its
 // parameters, gradients and optimizer state, its inputs in flight, the
 // gradient it receives (category communication) and the peak of its
-// programs' arena; what each device's allocator measures equals it. Cut
-// chooses the stages so that each fits its device's budget.
+// programs' arena; what each device's allocator measures equals it, for
+// blocks of any size, because the peak is replayed on meta devices whose
+// allocators follow the stages' (replay.go). Cut chooses the stages so
+// that each fits its device's budget.
+//
+// NewRank runs one stage per rank of a comm.Comm instead (rank.go):
+// activations and gradients go between stages by Send and Recv.
 package pipeline
 
 import (
