@@ -46,16 +46,19 @@ func NewRank(c comm.Comm, layers []Layer, loss train.LossFunc, cuts []int, dev *
 }
 
 // rankOps are the operations on stage s's device when each stage is a
-// rank: the rank follows its own list of events and receives an input or
-// a gradient just before the pass that needs it.
+// rank: the rank follows its own list of events and receives a gradient
+// just before the pass that needs it, and an input then too, with the
+// inputs before it not yet received: inputs are received in the order
+// the stage before sends them (GPipe's last stage runs its passes last
+// micro-batch first; receiving that one first would wait on a send that
+// waits on it).
 func rankOps(s, S, M int, sched Schedule) []devOp {
 	var ops []devOp
-	have := make([]bool, M)
+	next := 0 // the next input to receive
 	last := s == S-1
 	for _, e := range stageLists(S, M, sched)[s] {
-		if !have[e.m] && (!e.backward || last) {
-			have[e.m] = true
-			ops = append(ops, devOp{opInput, e.m})
+		for ; next <= e.m && (!e.backward || last); next++ {
+			ops = append(ops, devOp{opInput, next})
 		}
 		if !e.backward {
 			ops = append(ops, devOp{opForward, e.m})
@@ -184,16 +187,18 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 	var loss float64
 	n := float64(x.Shape[0])
 	first := firstBackward(M, p.Schedule)
+	next := 0 // the next input to receive
 	for _, e := range stageLists(S, M, p.Schedule)[s] {
 		m, b := e.m, micro[e.m]
-		if ins[m].blk == nil && (!e.backward || st.last) {
+		// Inputs in the order they are sent (rankOps).
+		for ; next <= m && (!e.backward || st.last); next++ {
 			if s == 0 {
-				ins[m], err = put(st.Device, b.X, device.Activation, "stage input")
+				ins[next], err = put(st.Device, micro[next].X, device.Activation, "stage input")
 			} else {
-				ins[m], err = recv(xs[m], device.Activation, "stage input", s-1, fwdTag(m))
+				ins[next], err = recv(xs[next], device.Activation, "stage input", s-1, fwdTag(next))
 			}
 			if err != nil {
-				return 0, fmt.Errorf("pipeline: rank %d, micro-batch %d: %w", s, m, err)
+				return 0, fmt.Errorf("pipeline: rank %d, micro-batch %d: %w", s, next, err)
 			}
 		}
 		in := ins[m]

@@ -117,7 +117,8 @@ func checkPeaks(t *testing.T, plans [][]pipeline.StagePlan, peaks [][]int64) {
 }
 
 // On 3 ranks with 8 micro-batches, 1F1B holds fewer inputs than GPipe and
-// peaks lower on every rank but the last; with MiB-sized activations (large blocks
+// peaks lower on every rank (GPipe's last rank receives the inputs in
+// the order they are sent and runs them last first: it holds them all); with MiB-sized activations (large blocks
 // the allocator hands out whole) each rank's peak still equals its plan.
 func TestRanksOneFOneBBelowGPipe(t *testing.T) {
 	for _, tc := range []struct {
@@ -139,12 +140,7 @@ func TestRanksOneFOneBBelowGPipe(t *testing.T) {
 					t.Logf("%v rank %d: %v", sched, r, plans[r][0])
 				}
 			}
-			// The last rank receives each input just before its one pass,
-			// so it holds one under either schedule.
-			if g, o := got[pipeline.GPipe][2][0], got[pipeline.OneFOneB][2][0]; o.Peak != g.Peak {
-				t.Errorf("last rank: 1F1B peak %d, GPipe %d", o.Peak, g.Peak)
-			}
-			for r := range 2 {
+			for r := range 3 {
 				g, o := got[pipeline.GPipe][r][0], got[pipeline.OneFOneB][r][0]
 				if !(o.Inputs < g.Inputs && o.Peak < g.Peak) {
 					t.Errorf("rank %d: 1F1B inputs %d peak %d, GPipe inputs %d peak %d", r, o.Inputs, o.Peak, g.Inputs, g.Peak)
