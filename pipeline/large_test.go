@@ -94,3 +94,41 @@ func wideBatches(k, n int) [][2]*tensor.Tensor {
 	}
 	return data
 }
+
+// A plan made after steps run unplanned (the shadow allocators rebuilt
+// from the steps' shapes), or made twice for other shapes before a step,
+// still equals the measured peak.
+func TestPlanAfterUnplannedSteps(t *testing.T) {
+	data := wideBatches(3, 4*304)
+	devs := []*device.Device{device.CPU(), device.CPU()}
+	p, err := pipeline.New(wideLayers(), zoo.CrossEntropyLoss, []int{0, 1, 4}, devs, adam, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, b := range data[:2] {
+		if _, err := p.Step(context.Background(), b[0], b[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := data[2]
+	half := wideBatches(1, 2*304)[0]
+	if _, err := p.Plan(train.MetaOf(half[0]), train.MetaOf(half[1])); err != nil {
+		t.Fatal(err)
+	}
+	plans, err := p.Plan(train.MetaOf(b[0]), train.MetaOf(b[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		d.Alloc.ResetPeak()
+	}
+	if _, err := p.Step(context.Background(), b[0], b[1]); err != nil {
+		t.Fatal(err)
+	}
+	for s, d := range devs {
+		if got := d.Alloc.MaxMemoryAllocated(); got != plans[s].Peak {
+			t.Errorf("stage %d: measured peak %d, planned %d", s, got, plans[s].Peak)
+		}
+	}
+}

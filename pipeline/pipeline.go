@@ -102,7 +102,7 @@ type Pipeline struct {
 	layers  []Layer
 	newOpt  func() (optim.Optimizer, error)
 	shadow  []*Stage
-	history [][2]trace.Meta
+	history []steps
 	// pending is the step Plan has already replayed on the shadow stages
 	// (with its plans), which Step then need not replay again.
 	pending      string

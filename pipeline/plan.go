@@ -297,9 +297,11 @@ func (p *Pipeline) buildShadow() error {
 		}
 	}
 	for _, h := range p.history {
-		if _, err := p.planShadow(h[0], h[1]); err != nil {
-			p.dropShadow()
-			return err
+		for range h.n {
+			if _, err := p.planShadow(h.x, h.y); err != nil {
+				p.dropShadow()
+				return err
+			}
 		}
 	}
 	return nil
@@ -315,8 +317,12 @@ func (p *Pipeline) dropShadow() {
 // stepped records a step run on batches of x and y, advancing the shadow
 // stages by it unless Plan already did.
 func (p *Pipeline) stepped(x, y trace.Meta) {
-	p.history = append(p.history, [2]trace.Meta{{DType: x.DType, Shape: x.Shape.Clone()}, {DType: y.DType, Shape: y.Shape.Clone()}})
 	key := stepKey(x, y)
+	if n := len(p.history); n > 0 && p.history[n-1].key == key {
+		p.history[n-1].n++
+	} else {
+		p.history = append(p.history, steps{key, trace.Meta{DType: x.DType, Shape: x.Shape.Clone()}, trace.Meta{DType: y.DType, Shape: y.Shape.Clone()}, 1})
+	}
 	if p.pending == key {
 		p.pending, p.pendingPlans = "", nil
 		return
@@ -329,4 +335,13 @@ func (p *Pipeline) stepped(x, y trace.Meta) {
 		// Rebuilt from the history when next planned.
 		p.dropShadow()
 	}
+}
+
+// steps are n steps in a row on batches of x and y: the history a
+// rebuilt shadow replays (a pipeline planned only now and then, after
+// many steps of one shape, keeps one entry).
+type steps struct {
+	key  string
+	x, y trace.Meta
+	n    int
 }
