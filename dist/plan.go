@@ -53,6 +53,9 @@ type Job struct {
 	NewOptimizer func() (optim.Optimizer, error)
 	Batch        int
 	Config       train.Config
+	// Pipeline is the job as stages of layers, for layouts with
+	// Pipeline > 1 (planpipe.go).
+	Pipeline *PipelineJob
 }
 
 // ErrNotAvailable is matched by errors.Is for a layout whose parallelism
@@ -141,7 +144,7 @@ func newPlanner(j Job, l Layout) (planner, error) {
 	case l.Tensor > 1:
 		return nil, fmt.Errorf("%w: tensor parallelism (--tensor %d): the tensor-parallel GPT is not part of package dist yet", ErrNotAvailable, l.Tensor)
 	case l.Pipeline > 1:
-		return nil, fmt.Errorf("%w: pipeline stages on ranks (--pipeline %d): package pipeline runs its stages in one process, on lists of layers the zoo's models are not cut into yet", ErrNotAvailable, l.Pipeline)
+		return newPipePlanner(j, l)
 	case l.Zero == 3:
 		return nil, fmt.Errorf("%w: ZeRO stage 3 (parameters gathered per layer) is not part of package dist yet", ErrNotAvailable)
 	case l.Zero < 0 || l.Zero > 3:

@@ -10,8 +10,13 @@
 // Each stage's memory is planned before it runs (Plan, StagePlan): its
 // parameters, gradients and optimizer state, its inputs in flight, the
 // gradient it receives (category communication) and the peak of its
-// programs' arena; what each device's allocator measures equals it. Cut
-// chooses the stages so that each fits its device's budget.
+// programs' arena; what each device's allocator measures equals it, for
+// blocks of any size, because the peak is replayed on meta devices whose
+// allocators follow the stages' (replay.go). Cut chooses the stages so
+// that each fits its device's budget.
+//
+// NewRank runs one stage per rank of a comm.Comm instead (rank.go):
+// activations and gradients go between stages by Send and Recv.
 package pipeline
 
 import (
@@ -23,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
@@ -89,6 +95,25 @@ type Pipeline struct {
 	Micro int
 	// Schedule orders the micro-batches' passes (zero value: GPipe).
 	Schedule Schedule
+
+	// For Plan: the stages again, on meta devices whose allocators follow
+	// the real ones step by step (replay.go), and the shapes of the steps
+	// run so far, to rebuild them.
+	layers  []Layer
+	newOpt  func() (optim.Optimizer, error)
+	shadow  []*Stage
+	history []steps
+	// pending is the step Plan has already replayed on the shadow stages
+	// (with its plans), which Step then need not replay again.
+	pending      string
+	pendingPlans []StagePlan
+
+	// A pipeline of ranks (NewRank) holds one stage, stage base of total,
+	// and talks to the others through c; prefix is the layers before it
+	// on a meta device, for the shapes of its inputs.
+	base, total int
+	c           comm.Comm
+	prefix      *Stage
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to
@@ -101,7 +126,7 @@ func New(layers []Layer, loss train.LossFunc, cuts []int, devs []*device.Device,
 	if micro < 1 {
 		return nil, fmt.Errorf("pipeline: %d micro-batches", micro)
 	}
-	p := &Pipeline{Loss: loss, Micro: micro}
+	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt, total: len(devs)}
 	for s, dev := range devs {
 		for _, other := range devs[:s] {
 			if other == dev {
@@ -187,6 +212,11 @@ func (st *Stage) params(grads bool) []optim.Param {
 func (p *Pipeline) Close() {
 	for _, st := range p.Stages {
 		st.close()
+	}
+	p.dropShadow()
+	if p.prefix != nil {
+		p.prefix.close()
+		p.prefix = nil
 	}
 }
 
@@ -328,6 +358,22 @@ func (h held) free(dev *device.Device) { dev.Alloc.Free(h.blk) }
 // the stages in the order of the Schedule, and every stage's optimizer
 // then steps on the gradients summed over the micro-batches.
 func (p *Pipeline) Step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
+	step := p.step
+	if p.c != nil {
+		step = p.rankStep
+	}
+	loss, err := step(ctx, x, y)
+	if err != nil {
+		// The devices' caches are now in a state no replay follows.
+		p.dropShadow()
+		p.history = nil
+		return loss, err
+	}
+	p.stepped(train.MetaOf(x), train.MetaOf(y))
+	return loss, nil
+}
+
+func (p *Pipeline) step(ctx context.Context, x, y *tensor.Tensor) (float64, error) {
 	micro, err := train.Split(train.Batch{X: x, Y: y}, min(p.Micro, x.Shape[0]))
 	if err != nil {
 		return 0, err

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"slices"
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/optim"
@@ -25,8 +27,17 @@ type StagePlan struct {
 	// (the last stage runs only its backward program, which recomputes
 	// its forward pass).
 	Forward, Backward int64
-	// Peak is the device's peak of allocated bytes over the step.
-	Peak int64
+	// Peak is the device's peak of allocated bytes over the step;
+	// CommunicationAtPeak the received gradients' part of it (inputs in
+	// flight and the arena's tensors are activations), and Reserved the most bytes of segments the device
+	// maps over the step (as a fresh device's first step maps them, for
+	// Cut's plans).
+	Peak                int64
+	CommunicationAtPeak int64
+	Reserved            int64
+	// Sent is the bytes the stage sends per step: its outputs forward and
+	// the gradients of its inputs back.
+	Sent int64
 }
 
 func (sp StagePlan) String() string {
@@ -58,10 +69,39 @@ func microMetas(micro int, x, y trace.Meta) (xs, ys []trace.Meta) {
 // allocator will measure as its peak. It compiles the step's programs and
 // allocates nothing.
 func (p *Pipeline) Plan(x, y trace.Meta) ([]StagePlan, error) {
+	key := stepKey(x, y)
+	if p.pending == key {
+		return slices.Clone(p.pendingPlans), nil
+	}
+	if p.pending != "" {
+		// The shadow stages are a step ahead, for other shapes.
+		p.dropShadow()
+	}
+	if err := p.buildShadow(); err != nil {
+		return nil, err
+	}
+	plans, err := p.planShadow(x, y)
+	if err != nil {
+		p.dropShadow()
+		return nil, err
+	}
+	p.pending, p.pendingPlans = key, plans
+	return slices.Clone(plans), nil
+}
+
+func stepKey(x, y trace.Meta) string { return fmt.Sprint(x, y) }
+
+// planShadow plans a step on the shadow stages, which it advances by
+// that step.
+func (p *Pipeline) planShadow(x, y trace.Meta) ([]StagePlan, error) {
 	xs, ys := microMetas(p.Micro, x, y)
+	xs, err := p.stageInputs(xs)
+	if err != nil {
+		return nil, err
+	}
 	var plans []StagePlan
-	for s, st := range p.Stages {
-		sp, outs, err := st.plan(p.Loss, s, len(p.Stages), p.Schedule, xs, ys)
+	for s, st := range p.shadow {
+		sp, outs, err := st.plan(p.Loss, p.Schedule, p.ops(p.base+s, len(xs)), xs, ys)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
 		}
@@ -78,14 +118,14 @@ func (p *Pipeline) Plan(x, y trace.Meta) ([]StagePlan, error) {
 // forward pass, a gradient when the stage after runs its backward pass;
 // the stage's own passes run its programs; its backward pass frees the
 // micro-batch's input and gradient.
-func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
+func (st *Stage) plan(loss train.LossFunc, sched Schedule, ops []devOp, xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
 	sp := StagePlan{Lo: st.Lo, Hi: st.Hi}
 	a := st.Device.Alloc.Stats()
 	sp.Parameters, sp.Gradients, sp.OptimizerState = a.ByCategory[device.Parameter], a.ByCategory[device.Gradient], a.ByCategory[device.OptimizerState]
 	M := len(xs)
 	first := firstBackward(M, sched)
 	outs := make([]trace.Meta, M)
-	in, msg, fwd, bwd := make([]int64, M), make([]int64, M), make([]int64, M), make([]int64, M)
+	in, msg := make([]int64, M), make([]int64, M)
 	for m, x := range xs {
 		in[m] = device.RoundSize(x.Bytes())
 		if !st.last {
@@ -95,8 +135,7 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 			}
 			outs[m] = prog.Graph.Outputs[0].Meta
 			msg[m] = device.RoundSize(outs[m].Bytes())
-			fwd[m] = prog.Plan.PeakBytes
-			sp.Forward = max(sp.Forward, fwd[m])
+			sp.Forward = max(sp.Forward, prog.Plan.PeakBytes)
 		}
 		var ym trace.Meta
 		if st.last {
@@ -106,36 +145,36 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 		if err != nil {
 			return sp, nil, err
 		}
-		bwd[m] = prog.Plan.PeakBytes
-		sp.Backward = max(sp.Backward, bwd[m])
+		sp.Backward = max(sp.Backward, prog.Plan.PeakBytes)
 	}
-	var inputs, grads, phase int64
-	present := make([]bool, M)
-	arrive := func(m int) {
-		if !present[m] {
-			present[m] = true
-			inputs += in[m]
+	var inputs int64
+	for _, o := range ops {
+		switch o.kind {
+		case opInput:
+			inputs += in[o.m]
 			sp.Inputs = max(sp.Inputs, inputs)
+		case opGrad:
+			sp.Message = max(sp.Message, msg[o.m])
+		case opBackward:
+			inputs -= in[o.m]
 		}
 	}
-	for _, e := range order(S, M, sched) {
-		switch {
-		case !e.backward && e.s == s-1:
-			arrive(e.m)
-		case !e.backward && e.s == s:
-			arrive(e.m)
-			phase = max(phase, inputs+grads+fwd[e.m])
-		case e.backward && e.s == s+1:
-			grads += msg[e.m]
-			sp.Message = max(sp.Message, msg[e.m])
-		case e.backward && e.s == s:
-			arrive(e.m)
-			phase = max(phase, inputs+grads+bwd[e.m])
-			inputs -= in[e.m]
-			grads -= msg[e.m]
+	// The peak is the allocator's, replayed (replay.go): the parts above
+	// add up to it only while every block is split to its request.
+	stats, err := st.replay(context.Background(), loss, sched, ops, xs, ys, outs)
+	if err != nil {
+		return sp, nil, err
+	}
+	sp.Peak, sp.Reserved = stats.AllocatedBytes.Peak, stats.ReservedBytes.Peak
+	sp.CommunicationAtPeak = stats.ByCategoryAtPeak[device.Communication]
+	for m := range M {
+		if !st.last {
+			sp.Sent += outs[m].Bytes()
+		}
+		if !st.first {
+			sp.Sent += xs[m].Bytes()
 		}
 	}
-	sp.Peak = sp.Parameters + sp.Gradients + sp.OptimizerState + phase
 	return sp, outs, nil
 }
 
@@ -148,6 +187,17 @@ func (st *Stage) plan(loss train.LossFunc, s, S int, sched Schedule, xs, ys []tr
 // layer) and each stage's plan, or an error wrapping ErrBudget that names
 // the layer that fits nowhere.
 func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
+	return cut(false, layers, loss, newOpt, budgets, micro, sched, x, y)
+}
+
+// CutRanks is Cut for a pipeline whose stages are ranks (NewRank): each
+// rank receives a stage's input just before its pass, so its plans differ
+// from those of one process.
+func CutRanks(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
+	return cut(true, layers, loss, newOpt, budgets, micro, sched, x, y)
+}
+
+func cut(ranks bool, layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), budgets []int64, micro int, sched Schedule, x, y trace.Meta) ([]int, []StagePlan, error) {
 	xs0, ys := microMetas(micro, x, y)
 	xs := xs0
 	// Stages are planned as stages of len(budgets): a 1F1B stage holds
@@ -161,7 +211,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 		var best *StagePlan
 		var bestOuts []trace.Meta
 		for hi := lo + 1; hi <= len(layers); hi++ {
-			sp, outs, err := planCandidate(layers, lo, hi, s, S, sched, loss, newOpt, xs, ys)
+			sp, outs, err := planCandidate(ranks, layers, lo, hi, s, S, sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -171,7 +221,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 			best, bestOuts = &sp, outs
 		}
 		if best == nil {
-			sp, _, err := planCandidate(layers, lo, lo+1, s, S, sched, loss, newOpt, xs, ys)
+			sp, _, err := planCandidate(ranks, layers, lo, lo+1, s, S, sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -189,7 +239,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 		// The plans of the stages chosen, as they will run.
 		xs = xs0
 		for s := range plans {
-			sp, outs, err := planCandidate(layers, cuts[s], cuts[s+1], s, len(plans), sched, loss, newOpt, xs, ys)
+			sp, outs, err := planCandidate(ranks, layers, cuts[s], cuts[s+1], s, len(plans), sched, loss, newOpt, xs, ys)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -205,7 +255,7 @@ func Cut(layers []Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, er
 
 // planCandidate plans layers [lo, hi) as a stage of their own on a fresh
 // meta device.
-func planCandidate(layers []Layer, lo, hi, s, S int, sched Schedule, loss train.LossFunc, newOpt func() (optim.Optimizer, error), xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
+func planCandidate(ranks bool, layers []Layer, lo, hi, s, S int, sched Schedule, loss train.LossFunc, newOpt func() (optim.Optimizer, error), xs, ys []trace.Meta) (StagePlan, []trace.Meta, error) {
 	dev, err := device.New("meta")
 	if err != nil {
 		return StagePlan{}, nil, err
@@ -217,5 +267,81 @@ func planCandidate(layers []Layer, lo, hi, s, S int, sched Schedule, loss train.
 	if err != nil {
 		return StagePlan{}, nil, err
 	}
-	return st.plan(loss, s, S, sched, xs, ys)
+	ops := deviceOps(s, S, len(xs), sched)
+	if ranks {
+		ops = rankOps(s, S, len(xs), sched)
+	}
+	return st.plan(loss, sched, ops, xs, ys)
+}
+
+// buildShadow makes the shadow stages, if there are none, and replays on
+// them the steps run so far, so that their allocators are in the state
+// of the real devices'. It assumes each device holds only its stage's
+// memory (as New allocated it) and what Step left cached.
+func (p *Pipeline) buildShadow() error {
+	if p.shadow != nil {
+		return nil
+	}
+	for s, st := range p.Stages {
+		dev := device.Meta()
+		if err := dev.Alloc.SetCapacity(st.Device.Alloc.Limit()); err != nil {
+			return err
+		}
+		sh, err := newStage(p.layers, st.Lo, st.Hi, dev, p.newOpt, 0)
+		if sh != nil {
+			p.shadow = append(p.shadow, sh)
+		}
+		if err != nil {
+			p.dropShadow()
+			return fmt.Errorf("pipeline: stage %d on a meta device: %w", s, err)
+		}
+	}
+	for _, h := range p.history {
+		for range h.n {
+			if _, err := p.planShadow(h.x, h.y); err != nil {
+				p.dropShadow()
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Pipeline) dropShadow() {
+	for _, st := range p.shadow {
+		st.close()
+	}
+	p.shadow, p.pending, p.pendingPlans = nil, "", nil
+}
+
+// stepped records a step run on batches of x and y, advancing the shadow
+// stages by it unless Plan already did.
+func (p *Pipeline) stepped(x, y trace.Meta) {
+	key := stepKey(x, y)
+	if n := len(p.history); n > 0 && p.history[n-1].key == key {
+		p.history[n-1].n++
+	} else {
+		p.history = append(p.history, steps{key, trace.Meta{DType: x.DType, Shape: x.Shape.Clone()}, trace.Meta{DType: y.DType, Shape: y.Shape.Clone()}, 1})
+	}
+	if p.pending == key {
+		p.pending, p.pendingPlans = "", nil
+		return
+	}
+	p.pending, p.pendingPlans = "", nil
+	if p.shadow == nil {
+		return
+	}
+	if _, err := p.planShadow(x, y); err != nil {
+		// Rebuilt from the history when next planned.
+		p.dropShadow()
+	}
+}
+
+// steps are n steps in a row on batches of x and y: the history a
+// rebuilt shadow replays (a pipeline planned only now and then, after
+// many steps of one shape, keeps one entry).
+type steps struct {
+	key  string
+	x, y trace.Meta
+	n    int
 }

@@ -40,6 +40,13 @@ type event struct {
 // events: its backward program runs its forward pass. Plan simulates
 // the same order, so each device's planned peak is the one measured.
 func order(S, M int, sched Schedule) []event {
+	lists := stageLists(S, M, sched)
+	return interleave(S, M, sched, lists)
+}
+
+// stageLists are the events of each stage in the order the schedule runs
+// them on that stage.
+func stageLists(S, M int, sched Schedule) [][]event {
 	lists := make([][]event, S)
 	for s := range S {
 		last := s == S-1
@@ -71,6 +78,10 @@ func order(S, M int, sched Schedule) []event {
 		}
 		lists[s] = l
 	}
+	return lists
+}
+
+func interleave(S, M int, sched Schedule, lists [][]event) []event {
 	fwd := make([][]bool, S)
 	bwd := make([][]bool, S)
 	for s := range S {

@@ -33,8 +33,8 @@ go test -timeout 60m "$@" ./...
 # and 3 ranks, data parallelism and ZeRO over MPI, and
 # `mpirun -np 2 headroom train` against one process.
 if pkg-config --exists ompi-c 2>/dev/null; then
-	CGO_ENABLED=1 go vet -tags mpi ./comm/ ./dist/
-	CGO_ENABLED=1 go test -timeout 10m -tags mpi "$@" ./comm/ ./dist/
+	CGO_ENABLED=1 go vet -tags mpi ./comm/ ./dist/ ./pipeline/
+	CGO_ENABLED=1 go test -timeout 10m -tags mpi "$@" ./comm/ ./dist/ ./pipeline/
 else
 	echo "scripts/test.sh: no Open MPI (pkg-config ompi-c): the MPI transport is not tested" >&2
 fi

@@ -46,7 +46,8 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(batch, "batch", 0, "the same as --batch-size")
 	opt := fs.String("optimizer", "adam", "optimizer: adam, adamw or sgd")
 	zero := fs.String("zero", "", "ZeRO stage: 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded), 2 (gradients too), 3 (not available yet); default 0, or with --budget the cheapest that fits")
-	pipeline := fs.Int("pipeline", 1, "pipeline stages (only 1 is available yet)")
+	pipeline := fs.Int("pipeline", 1, "pipeline stages, one rank each (mlp and cnn; --ranks equal to it; micro-batches: --accumulate)")
+	schedule := fs.String("schedule", "gpipe", "with --pipeline: the micro-batches' schedule, gpipe or 1f1b")
 	tensor := fs.Int("tensor", 1, "tensor-parallel ranks per layer (only 1 is available yet)")
 	budgetFlag := fs.String("budget", "", "memory of each rank's device (e.g. 16GiB): choose the cheapest ZeRO stage that fits every rank, or say the smallest budget that would")
 	bucket := fs.String("bucket-size", "25MiB", "the gradient bucket all-reduced at once (ZeRO 0 and 1), and the pieces ZeRO scatters and gathers")
@@ -147,6 +148,12 @@ Flags:
 		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(*opt, 1e-3, -1) },
 		Batch:        *batch,
 		Config:       train.Config{Accumulation: *accum, Precision: precs[0], Storage: comps[0]},
+	}
+	if job.Pipeline, err = pipelineJob(*model, *pipeline, *accum, *schedule, b); err != nil {
+		return fmt.Errorf("plan: %w", notAvailable(err))
+	}
+	if job.Pipeline != nil && *zero == "" {
+		stages = []int{0}
 	}
 	var layouts []dist.Layout
 	for _, z := range stages {

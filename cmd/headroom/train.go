@@ -79,6 +79,9 @@ type trainFlags struct {
 }
 
 func cmdTrain(ctx context.Context, args []string) error {
+	if wantsPipeline(args) {
+		return pipeTrainMain(ctx, args, os.Stdout, os.Stderr) // pipetrain.go
+	}
 	var f trainFlags
 	fs := trainFlagSet(&f)
 	if err := parseFlags(fs, args); err != nil {
