@@ -56,7 +56,7 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	exact := fs.Bool("bytes", false, "print exact byte counts instead of KiB, MiB, GiB")
 	clip := fs.Float64("clip-grad", 0, "gradient clipping as train will use it (ZeRO-2 cannot clip: not chosen then)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: headroom plan --ranks N [--zero 0|1|2] [--pipeline P] [--tensor T] [--budget B] [flags]
+		fmt.Fprint(fs.Output(), `Usage: headroom plan --ranks N [--zero 0|1|2|3] [--pipeline P] [--tensor T] [--budget B] [flags]
 
 Prints each rank's memory of data-parallel training on N ranks (parameters,
 gradients, optimizer state, activations at the peak, communication buffers,
