@@ -142,13 +142,16 @@ func newPlanner(j Job, l Layout) (planner, error) {
 	}
 	switch {
 	case l.Tensor > 1:
-		return nil, fmt.Errorf("%w: tensor parallelism (--tensor %d): the tensor-parallel GPT is not part of package dist yet", ErrNotAvailable, l.Tensor)
+		if l.Pipeline > 1 {
+			return nil, fmt.Errorf("%w: tensor parallelism with pipeline stages", ErrNotAvailable)
+		}
+		return newTensorPlanner(j, l)
 	case l.Pipeline > 1:
 		return newPipePlanner(j, l)
 	case l.Zero == 3:
-		return nil, fmt.Errorf("%w: ZeRO stage 3 (parameters gathered per layer) is not part of package dist yet", ErrNotAvailable)
+		return newZero3Planner(j, l)
 	case l.Zero < 0 || l.Zero > 3:
-		return nil, fmt.Errorf("%w: ZeRO stage %d (valid: 0, 1, 2)", ErrConfig, l.Zero)
+		return nil, fmt.Errorf("%w: ZeRO stage %d (valid: 0, 1, 2, 3)", ErrConfig, l.Zero)
 	}
 	return newDataPlanner(j, l)
 }

@@ -200,10 +200,21 @@ func TestPlanManyRanks(t *testing.T) {
 
 func TestPlanNotAvailable(t *testing.T) {
 	j := planJobs(t, 8)["mlp"]
-	for _, l := range []dist.Layout{{Ranks: 4, Tensor: 2}, {Ranks: 4, Pipeline: 2}, {Ranks: 4, Zero: 3}} {
+	// ZeRO-3 and tensor parallelism plan now (TestPlanRanksZero3Tensor*);
+	// tensor groups under data parallelism or ZeRO do not yet.
+	gpt := planJobs(t, 8)["gpt"]
+	for _, l := range []dist.Layout{{Ranks: 4, Tensor: 2}, {Ranks: 2, Tensor: 2, Zero: 2}} {
+		if _, err := dist.PlanRanks(context.Background(), gpt, l); !errors.Is(err, dist.ErrNotAvailable) {
+			t.Errorf("%+v: err = %v", l, err)
+		}
+	}
+	for _, l := range []dist.Layout{{Ranks: 4, Pipeline: 2}} {
 		if _, err := dist.PlanRanks(context.Background(), j, l); !errors.Is(err, dist.ErrNotAvailable) {
 			t.Errorf("%+v: err = %v", l, err)
 		}
+	}
+	if _, err := dist.PlanRanks(context.Background(), j, dist.Layout{Ranks: 4, Zero: 3}); err != nil {
+		t.Errorf("4 ranks, ZeRO 3: err = %v", err)
 	}
 	if _, err := dist.PlanRanks(context.Background(), j, dist.Layout{Ranks: 9}); !errors.Is(err, dist.ErrConfig) {
 		t.Errorf("9 ranks, 8 samples: err = %v", err)

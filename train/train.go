@@ -870,7 +870,14 @@ func (t *Trainer) PredictInputs(ctx context.Context, xs []*tensor.Tensor) (*tens
 	for i, x := range xs {
 		feed[InputName(i)] = x
 	}
-	res, err := p.Run(ctx, t.arena, t.Store, feed, nil)
+	// The communicator of a model split across ranks (tensor parallelism,
+	// ZeRO-3) serves its forward pass too; the rest of RunOptions
+	// (profiling hooks) is the training step's.
+	var opts *exec.Options
+	if t.RunOptions != nil && t.RunOptions.Comm != nil {
+		opts = &exec.Options{Comm: t.RunOptions.Comm}
+	}
+	res, err := p.Run(ctx, t.arena, t.Store, feed, opts)
 	if err != nil {
 		return nil, err
 	}

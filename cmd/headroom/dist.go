@@ -27,10 +27,17 @@ type distFlags struct {
 	c       comm.Comm // the job's communicator; nil when training alone
 	agree   string    // the flags every rank must share (dist.Options.Agree)
 	dp      *dist.DataParallel
+	// ZeRO 3 and tensor parallelism (disttp.go): the ranks per layer, the
+	// full model's host store, ZeRO-3's shards, --save on every rank.
+	tensor int
+	full   *nn.Store
+	z3     *dist.Zero3
+	save   string
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
-	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) or 2 (gradients sharded too; the optimizer runs in the backward pass)")
+	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) 2 (gradients sharded too; the optimizer runs in the backward pass) or 3 (parameters sharded too, gathered per layer in the step)")
+	fs.IntVar(&d.tensor, "tensor", 1, "under mpirun, GPT models: tensor-parallel ranks per layer (attention heads and MLP columns split; must equal the number of ranks yet)")
 	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
 	fs.BoolVar(&d.overlap, "overlap", false, "under mpirun, ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it, while the backward pass goes on (one pass per step, fp32, no clipping; same results)")
 }
@@ -41,8 +48,11 @@ func addDistFlags(fs *flag.FlagSet, d *distFlags) {
 // on its share of every batch of --batch-size.
 func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error) {
 	d := &f.dist
-	if d.zero < 0 || d.zero > 2 {
-		return out, log, fmt.Errorf("--zero %d: 0, 1 or 2", d.zero)
+	if d.zero < 0 || d.zero > 3 {
+		return out, log, fmt.Errorf("--zero %d: 0, 1, 2 or 3", d.zero)
+	}
+	if d.tensor < 0 {
+		return out, log, fmt.Errorf("--tensor %d: at least 1", d.tensor)
 	}
 	if d.bucket != "" {
 		if _, err := device.ParseBytes(d.bucket); err != nil {
@@ -63,6 +73,9 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		if d.overlap {
 			return out, log, fmt.Errorf("--overlap: only under mpirun (with several ranks)")
 		}
+		if d.tensor > 1 {
+			return out, log, fmt.Errorf("--tensor %d: only under mpirun (with as many ranks)", d.tensor)
+		}
 		return out, log, nil
 	}
 	d.c = c
@@ -81,9 +94,13 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		return out, log, fmt.Errorf("--overlap with --zero %d: overlapping the all-reduce with the backward pass is for ZeRO 0", d.zero)
 	case d.zero > 0 && f.everyTime > 0:
 		return out, log, fmt.Errorf("--save-every %v with --zero %d: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, d.zero)
-	case f.batch < c.Size():
+	case f.batch < c.Size() && d.tensor <= 1:
 		return out, log, fmt.Errorf("--batch-size %d: fewer samples than the %d ranks", f.batch, c.Size())
 	}
+	if err := f.checkSharded(c.Size()); err != nil {
+		return out, log, err
+	}
+	d.save = f.save // under ZeRO 3 and --tensor every rank gathers for it
 	if c.Rank() > 0 {
 		f.save, f.logPath, f.snapshot, f.summary, f.tensorboard = "", "", "", false, ""
 		f.watch = watchFlags{} // --live and --profile: rank 0 alone
@@ -94,7 +111,7 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 
 // localBatch is this rank's share of a batch of n samples.
 func (d *distFlags) localBatch(n int) int {
-	if d.c == nil {
+	if d.c == nil || d.tensor > 1 {
 		return n
 	}
 	return len(dist.ShardIndices(make([]int, n), d.c.Rank(), d.c.Size()))
@@ -109,6 +126,9 @@ func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *devi
 			return nil, nil, err
 		}
 		return tr, tr.Close, nil
+	}
+	if d.sharded() {
+		return d.newShardedTrainer(ctx, out, dev, store, model, loss, opt, cfg)
 	}
 	var bucket int64
 	if d.bucket != "" {
@@ -127,8 +147,8 @@ func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *devi
 // batch has fewer samples than ranks (an epoch's short last batch): every
 // rank skips it alike.
 func (d *distFlags) shard(x, y *tensor.Tensor) (*tensor.Tensor, *tensor.Tensor, bool, error) {
-	if d.c == nil {
-		return x, y, true, nil
+	if d.c == nil || d.tensor > 1 {
+		return x, y, true, nil // tensor parallelism: the whole batch on every rank
 	}
 	if x.Shape[0] < d.c.Size() {
 		return nil, nil, false, nil

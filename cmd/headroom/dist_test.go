@@ -22,7 +22,8 @@ func TestTrainDistFlags(t *testing.T) {
 		want  string
 		noMPI bool // only in a build without MPI
 	}{
-		{"stage", 3, "", "--zero 3: 0, 1 or 2", false},
+		{"stage", 4, "", "--zero 4: 0, 1, 2 or 3", false},
+		{"zero 3 alone", 3, "", "--zero 3: only under mpirun", false},
 		{"zero alone", 1, "", "--zero 1: only under mpirun", false},
 		{"mpirun without MPI", 0, "2", "built without MPI", true},
 	} {

@@ -45,10 +45,10 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	batch := fs.Int("batch-size", 0, "global batch (samples per optimizer step over all ranks; each rank takes its share); default 8 per rank")
 	fs.IntVar(batch, "batch", 0, "the same as --batch-size")
 	opt := fs.String("optimizer", "adam", "optimizer: adam, adamw or sgd")
-	zero := fs.String("zero", "", "ZeRO stage: 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded), 2 (gradients too), 3 (not available yet); default 0, or with --budget the cheapest that fits")
+	zero := fs.String("zero", "", "ZeRO stage: 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded), 2 (gradients too), 3 (parameters too, gathered per layer); default 0, or with --budget the cheapest that fits")
 	pipeline := fs.Int("pipeline", 1, "pipeline stages, one rank each (mlp and cnn; --ranks equal to it; micro-batches: --accumulate)")
 	schedule := fs.String("schedule", "gpipe", "with --pipeline: the micro-batches' schedule, gpipe or 1f1b")
-	tensor := fs.Int("tensor", 1, "tensor-parallel ranks per layer (only 1 is available yet)")
+	tensor := fs.Int("tensor", 1, "tensor-parallel ranks per layer (GPT models: attention heads and MLP columns split; --ranks must equal it yet); with --budget and neither --zero nor --tensor, the degrees the model allows are tried too")
 	budgetFlag := fs.String("budget", "", "memory of each rank's device (e.g. 16GiB): choose the cheapest ZeRO stage that fits every rank, or say the smallest budget that would")
 	bucket := fs.String("bucket-size", "25MiB", "the gradient bucket all-reduced at once (ZeRO 0 and 1), and the pieces ZeRO scatters and gathers")
 	accum := fs.Int("accumulate", 1, "micro-batches each rank splits its share into (gradient accumulation)")
@@ -57,7 +57,7 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	exact := fs.Bool("bytes", false, "print exact byte counts instead of KiB, MiB, GiB")
 	clip := fs.Float64("clip-grad", 0, "gradient clipping as train will use it (ZeRO-2 cannot clip: not chosen then)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: headroom plan --ranks N [--zero 0|1|2] [--pipeline P] [--tensor T] [--budget B] [flags]
+		fmt.Fprint(fs.Output(), `Usage: headroom plan --ranks N [--zero 0|1|2|3] [--pipeline P] [--tensor T] [--budget B] [flags]
 
 Prints each rank's memory of data-parallel training on N ranks (parameters,
 gradients, optimizer state, activations at the peak, communication buffers,
@@ -72,7 +72,12 @@ bytes each rank sends per step (ring collectives), then by fewer collectives:
 of the gradients and all-gather of the parameters, as many bytes up to
 padding, but a pair of collectives per parameter), 1 (the all-reduce of 0
 plus the all-gather: 3(N-1)/N); the first whose every rank fits is chosen.
-When none fits, it says the smallest budget that would.
+When none fits, it says the smallest budget that would. ZeRO 3 (parameters
+sharded and gathered per layer in the step) and, for GPT models, tensor
+parallelism over all N ranks (when N divides the heads) are tried as well;
+of the layouts whose every rank fits, the one whose ranks send the fewest
+bytes per step is chosen (as planned from each step's collectives), the
+earlier of the order above on a tie.
 
 Flags:
 `)
@@ -159,6 +164,9 @@ Flags:
 	for _, z := range stages {
 		layouts = append(layouts, dist.Layout{Ranks: *ranks, Zero: z, Pipeline: *pipeline, Tensor: *tensor, BucketBytes: bucketBytes, Overlap: *overlap && z == 0})
 	}
+	if b > 0 && *zero == "" && !flagSet(fs, "tensor") && *pipeline == 1 {
+		layouts = append(layouts, moreLayouts(job, *ranks, bucketBytes, *clip > 0)...)
+	}
 	s := nn.NewStore()
 	spec.New(s.Root())
 	fmt.Fprintf(stdout, "model %s (%s), %d parameters, optimizer %s, precision %s, global batch %d on %d ranks\n",
@@ -171,8 +179,8 @@ Flags:
 		printRankPlans(stdout, layouts[0], groups, *exact)
 		return nil
 	}
-	best, tried, err := dist.Fit(ctx, job, b, layouts)
-	fmt.Fprintf(stdout, "layouts tried against %s per rank, cheapest first:\n", device.FormatBytes(b))
+	best, tried, err := dist.FitCheapest(ctx, job, b, layouts)
+	fmt.Fprintf(stdout, "layouts tried against %s per rank (of those that fit, the one sending the fewest bytes per step is chosen):\n", device.FormatBytes(b))
 	for _, c := range tried {
 		switch {
 		case c.Err != nil:
@@ -196,7 +204,7 @@ Flags:
 // notAvailable words dist.ErrNotAvailable for the command line.
 func notAvailable(err error) error {
 	if errors.Is(err, dist.ErrNotAvailable) {
-		return fmt.Errorf("%w (flags --tensor, --pipeline above 1 and --zero 3 are accepted so that plans can name them; they plan once package dist provides them)", err)
+		return fmt.Errorf("%w (flags --pipeline above 1, and --tensor over several data-parallel groups or with ZeRO, are accepted so that plans can name them; they plan once package dist provides them)", err)
 	}
 	return err
 }

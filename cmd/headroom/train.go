@@ -176,7 +176,7 @@ func (f *trainFlags) check(log io.Writer) error {
 	if f.batch <= 0 || f.epochs <= 0 {
 		return fmt.Errorf("--batch-size and --epochs must be positive")
 	}
-	spec, err := zoo.Lookup(cmp.Or(f.model, "cnn"))
+	spec, err := lookupSpec(cmp.Or(f.model, "cnn"))
 	if err != nil {
 		return fmt.Errorf("--model: %w", err)
 	}

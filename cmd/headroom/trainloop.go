@@ -130,7 +130,7 @@ func trainFashion(ctx context.Context, f trainFlags, out, log io.Writer) error {
 // trainRank is trainFashion on one rank (the only one without mpirun).
 func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	f.model = cmp.Or(f.model, "cnn")
-	spec, err := zoo.Lookup(f.model)
+	spec, err := lookupSpec(f.model)
 	if err != nil {
 		return err
 	}
@@ -334,7 +334,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	store := nn.NewStore()
 	model := spec.New(store.Root())
-	if err := store.Materialize(dev, f.seed); err != nil {
+	if err := store.Materialize(f.dist.initDevice(dev), f.seed); err != nil {
 		return err
 	}
 	defer store.Release()
@@ -455,6 +455,9 @@ type runner struct {
 
 // save writes --save's weights; a failure is the run's error.
 func (r *runner) save(why string) error {
+	if r.f.dist.sharded() {
+		return r.f.dist.saveSharded(context.Background(), r.tr, why, r.f.model, r.out)
+	}
 	if r.f.save == "" {
 		return nil
 	}
