@@ -429,27 +429,42 @@ func (e *BudgetError) Unwrap() error { return ErrBudget }
 // naming the smallest budget.
 func Fit(ctx context.Context, j Job, budget int64, ls []Layout) (Choice, []Choice, error) {
 	var tried []Choice
-	best := -1
 	for _, l := range ls {
-		c := Choice{Layout: l}
-		c.Groups, c.Err = PlanRanks(ctx, j, l)
-		if c.Err != nil {
-			if ctx.Err() != nil {
-				return Choice{}, tried, ctx.Err()
-			}
-			tried = append(tried, c)
-			continue
+		c, err := planChoice(ctx, j, budget, l)
+		if err != nil {
+			return Choice{}, tried, err
 		}
-		c.Peak, _ = Peak(c.Groups)
-		c.Reserved, c.ReservedRank = MaxReserved(c.Groups)
-		c.Moved = slices.MaxFunc(c.Groups, func(a, b RankPlan) int { return int(a.Moved - b.Moved) }).Moved
-		c.Fits = c.Reserved <= budget
 		tried = append(tried, c)
 		if c.Fits {
 			return c, tried, nil
 		}
-		if best < 0 || c.Reserved < tried[best].Reserved {
-			best = len(tried) - 1
+	}
+	return Choice{}, tried, noFit(budget, tried)
+}
+
+// planChoice plans every rank of layout l against budget; a layout that
+// cannot be planned is a Choice with Err set, and only the context's
+// error is returned.
+func planChoice(ctx context.Context, j Job, budget int64, l Layout) (Choice, error) {
+	c := Choice{Layout: l}
+	c.Groups, c.Err = PlanRanks(ctx, j, l)
+	if c.Err != nil {
+		return c, ctx.Err()
+	}
+	c.Peak, _ = Peak(c.Groups)
+	c.Reserved, c.ReservedRank = MaxReserved(c.Groups)
+	c.Moved = slices.MaxFunc(c.Groups, func(a, b RankPlan) int { return int(a.Moved - b.Moved) }).Moved
+	c.Fits = c.Reserved <= budget
+	return c, nil
+}
+
+// noFit is the error when no layout tried fits: a *BudgetError naming
+// the smallest reservation among those planned, else why none could be.
+func noFit(budget int64, tried []Choice) error {
+	best := -1
+	for i, c := range tried {
+		if c.Err == nil && (best < 0 || c.Reserved < tried[best].Reserved) {
+			best = i
 		}
 	}
 	if best < 0 {
@@ -457,8 +472,8 @@ func Fit(ctx context.Context, j Job, budget int64, ls []Layout) (Choice, []Choic
 		for _, c := range tried {
 			errs = append(errs, fmt.Errorf("%v: %w", c.Layout, c.Err))
 		}
-		return Choice{}, tried, errors.Join(errs...)
+		return errors.Join(errs...)
 	}
 	b := tried[best]
-	return Choice{}, tried, &BudgetError{Budget: budget, Smallest: b.Reserved, Rank: b.ReservedRank, Layout: b.Layout}
+	return &BudgetError{Budget: budget, Smallest: b.Reserved, Rank: b.ReservedRank, Layout: b.Layout}
 }

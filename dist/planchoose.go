@@ -2,9 +2,6 @@ package dist
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 )
 
 // FitCheapest plans every layout of ls and returns, of those whose every
@@ -17,40 +14,19 @@ import (
 // a *BudgetError naming the smallest budget.
 func FitCheapest(ctx context.Context, j Job, budget int64, ls []Layout) (Choice, []Choice, error) {
 	var tried []Choice
-	best, smallest := -1, -1
+	best := -1
 	for _, l := range ls {
-		c := Choice{Layout: l}
-		c.Groups, c.Err = PlanRanks(ctx, j, l)
-		if c.Err != nil {
-			if ctx.Err() != nil {
-				return Choice{}, tried, ctx.Err()
-			}
-			tried = append(tried, c)
-			continue
+		c, err := planChoice(ctx, j, budget, l)
+		if err != nil {
+			return Choice{}, tried, err
 		}
-		c.Peak, _ = Peak(c.Groups)
-		c.Reserved, c.ReservedRank = MaxReserved(c.Groups)
-		c.Moved = slices.MaxFunc(c.Groups, func(a, b RankPlan) int { return int(a.Moved - b.Moved) }).Moved
-		c.Fits = c.Reserved <= budget
 		tried = append(tried, c)
-		i := len(tried) - 1
 		if c.Fits && (best < 0 || c.Moved < tried[best].Moved) {
-			best = i
-		}
-		if smallest < 0 || c.Reserved < tried[smallest].Reserved {
-			smallest = i
+			best = len(tried) - 1
 		}
 	}
-	switch {
-	case best >= 0:
+	if best >= 0 {
 		return tried[best], tried, nil
-	case smallest >= 0:
-		b := tried[smallest]
-		return Choice{}, tried, &BudgetError{Budget: budget, Smallest: b.Reserved, Rank: b.ReservedRank, Layout: b.Layout}
 	}
-	var errs []error
-	for _, c := range tried {
-		errs = append(errs, fmt.Errorf("%v: %w", c.Layout, c.Err))
-	}
-	return Choice{}, tried, errors.Join(errs...)
+	return Choice{}, tried, noFit(budget, tried)
 }

@@ -127,28 +127,37 @@ func NewGPT(b nn.Builder, cfg GPTConfig) *GPT {
 
 // Forward maps token indices [B, T] to logits [B, T, VocabSize].
 func (m *GPT) Forward(idx *trace.Tensor) *trace.Tensor {
+	return gptForward(&m.Module, m.Config, m.WTE, m.WPE, m.Drop, m.LNF, idx, func(x *trace.Tensor) *trace.Tensor {
+		for _, blk := range m.H {
+			x = blk.Forward(x)
+		}
+		return x
+	})
+}
+
+// gptForward is the GPT's forward pass around its blocks (the full model
+// and the tensor-parallel one alike): token and position embeddings,
+// dropout, the blocks, the final layer norm and the LM head, whose weight
+// is the token embedding's (tied).
+func gptForward(mod *nn.Module, cfg GPTConfig, wte, wpe *nn.Embedding, drop *nn.Dropout, lnf *nn.LayerNorm, idx *trace.Tensor, blocks func(*trace.Tensor) *trace.Tensor) *trace.Tensor {
 	g := idx.Graph()
 	if len(idx.Shape()) != 2 || idx.DType() != tensor.Int64 {
 		g.Errorf("gpt", []*trace.Tensor{idx}, "expected int64 token indices [B, T], got %v", idx.Meta)
 	}
 	t := idx.Dim(1)
-	if t > m.Config.BlockSize {
-		g.Errorf("gpt", []*trace.Tensor{idx}, "cannot forward sequence of length %d, block size is only %d", t, m.Config.BlockSize)
+	if t > cfg.BlockSize {
+		g.Errorf("gpt", []*trace.Tensor{idx}, "cannot forward sequence of length %d, block size is only %d", t, cfg.BlockSize)
 	}
 	pos := make([]int64, t)
 	for i := range pos {
 		pos[i] = int64(i)
 	}
-	x := op.Add(m.WTE.Forward(idx), m.WPE.Forward(g.Const(tensor.FromInt64(tensor.Shape{t}, pos))))
-	x = m.Drop.Forward(x)
-	for _, blk := range m.H {
-		x = blk.Forward(x)
-	}
-	x = m.LNF.Forward(x)
+	x := op.Add(wte.Forward(idx), wpe.Forward(g.Const(tensor.FromInt64(tensor.Shape{t}, pos))))
+	x = lnf.Forward(blocks(drop.Forward(x)))
 	// lm_head: Linear(n_embd, vocab, bias=False) with the tied weight.
 	var logits *trace.Tensor
-	g.AtModule(m.Module.Path, func() {
-		g.WithModule("lm_head", func() { logits = op.Linear(x, m.WTE.Weight.T(g), nil) })
+	g.AtModule(mod.Path, func() {
+		g.WithModule("lm_head", func() { logits = op.Linear(x, wte.Weight.T(g), nil) })
 	})
 	return logits
 }

@@ -130,29 +130,12 @@ func NewTPGPT(b nn.Builder, cfg GPTConfig, rank, size int) (*TPGPT, error) {
 // Forward maps token indices [B, T] to logits [B, T, VocabSize], every
 // rank alike.
 func (m *TPGPT) Forward(idx *trace.Tensor) *trace.Tensor {
-	g := idx.Graph()
-	if len(idx.Shape()) != 2 || idx.DType() != tensor.Int64 {
-		g.Errorf("gpt", []*trace.Tensor{idx}, "expected int64 token indices [B, T], got %v", idx.Meta)
-	}
-	t := idx.Dim(1)
-	if t > m.Config.BlockSize {
-		g.Errorf("gpt", []*trace.Tensor{idx}, "cannot forward sequence of length %d, block size is only %d", t, m.Config.BlockSize)
-	}
-	pos := make([]int64, t)
-	for i := range pos {
-		pos[i] = int64(i)
-	}
-	x := op.Add(m.WTE.Forward(idx), m.WPE.Forward(g.Const(tensor.FromInt64(tensor.Shape{t}, pos))))
-	x = m.Drop.Forward(x)
-	for _, blk := range m.H {
-		x = blk.Forward(x)
-	}
-	x = m.LNF.Forward(x)
-	var logits *trace.Tensor
-	g.AtModule(m.Module.Path, func() {
-		g.WithModule("lm_head", func() { logits = op.Linear(x, m.WTE.Weight.T(g), nil) })
+	return gptForward(&m.Module, m.Config, m.WTE, m.WPE, m.Drop, m.LNF, idx, func(x *trace.Tensor) *trace.Tensor {
+		for _, blk := range m.H {
+			x = blk.Forward(x)
+		}
+		return x
 	})
-	return logits
 }
 
 // Forward applies the block to x [B, T, C].
