@@ -5,6 +5,7 @@ import (
 
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/cpu/internal/vec"
+	"github.com/headroom-ml/headroom/internal/env"
 	"github.com/headroom-ml/headroom/internal/parallel"
 )
 
@@ -35,7 +36,13 @@ func GEMMKernel() string { return blas.Kernel() }
 
 // KernelSummary describes every kernel family chosen on this CPU, one
 // line, for bench and report headers.
-func KernelSummary() string { return blas.KernelSummary() }
+func KernelSummary() string {
+	wino := "Winograd F(4x4,3x3) for large 3x3 stride-1 float32 convolutions"
+	if winogradOff {
+		wino = "Winograd off (" + env.Winograd + "=0)"
+	}
+	return blas.KernelSummary() + ", " + wino
+}
 
 // Capabilities are the kernel families chosen on this CPU, for cost models.
 type Capabilities = blas.Capabilities

@@ -31,6 +31,9 @@ func TestKernelEntryPoints(t *testing.T) {
 	if s := cpu.KernelSummary(); !strings.Contains(s, "sgemm "+k) {
 		t.Errorf("KernelSummary() = %q, does not name the sgemm kernel %q", s, k)
 	}
+	if s := cpu.KernelSummary(); !strings.Contains(s, "Winograd") {
+		t.Errorf("KernelSummary() = %q, does not say whether Winograd convolutions run", s)
+	}
 	if got := cpu.Caps().AVX512; got != (k == "avx512") {
 		t.Errorf("Caps().AVX512 = %v with kernel %q", got, k)
 	}
