@@ -107,16 +107,9 @@ Flags:
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen(network, listen)
+	ln, url, err := listenViewer(network, listen, "the snapshot", out)
 	if err != nil {
-		return fmt.Errorf("viz: %w", err)
-	}
-	// The URL is the address actually bound, so what is printed is where
-	// the viewer can be reached.
-	bound := ln.Addr().(*net.TCPAddr)
-	url := "http://" + bound.String() + "/"
-	if !bound.IP.IsLoopback() {
-		fmt.Fprintf(out, "warning: listening on %s, beyond this machine's loopback: anyone who can reach it can read the snapshot\n", bound)
+		return err
 	}
 	fmt.Fprintf(out, "serving %s at %s (Ctrl-C to stop)\n", files[0], url)
 	if ready != nil {
@@ -184,4 +177,20 @@ func vizSVG(file, name, outPath string, dev, detail int, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "wrote the timeline of %s (device %d) to %s\n", file, dev, outPath)
 	return nil
+}
+
+// listenViewer listens for a viewer page and returns the URL of the
+// address actually bound (so what is printed is where the page can be
+// reached), warning on out when that is beyond the loopback, since anyone
+// who reaches it can read what is served (what).
+func listenViewer(network, listen, what string, out io.Writer) (net.Listener, string, error) {
+	ln, err := net.Listen(network, listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("viz: %w", err)
+	}
+	bound := ln.Addr().(*net.TCPAddr)
+	if !bound.IP.IsLoopback() {
+		fmt.Fprintf(out, "warning: listening on %s, beyond this machine's loopback: anyone who can reach it can read %s\n", bound, what)
+	}
+	return ln, "http://" + bound.String() + "/", nil
 }

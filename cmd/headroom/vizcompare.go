@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 
 	"github.com/headroom-ml/headroom/memviz"
@@ -52,14 +51,9 @@ func vizCompare(ctx context.Context, files []string, addr string, dev int, svgOu
 	if textOnly {
 		return nil
 	}
-	ln, err := net.Listen(network, listen)
+	ln, url, err := listenViewer(network, listen, "the snapshots", out)
 	if err != nil {
-		return fmt.Errorf("viz: %w", err)
-	}
-	bound := ln.Addr().(*net.TCPAddr)
-	url := "http://" + bound.String() + "/"
-	if !bound.IP.IsLoopback() {
-		fmt.Fprintf(out, "warning: listening on %s, beyond this machine's loopback: anyone who can reach it can read the snapshots\n", bound)
+		return err
 	}
 	fmt.Fprintf(out, "serving the comparison of %s and %s at %s (Ctrl-C to stop)\n", files[0], files[1], url)
 	if ready != nil {

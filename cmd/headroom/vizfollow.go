@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"time"
 
@@ -38,14 +37,9 @@ func vizFollow(ctx context.Context, file, logPath, name, addr string, out io.Wri
 		return err
 	}
 	l := memviz.NewLiveFollow(first)
-	ln, err := net.Listen(network, listen)
+	ln, url, err := listenViewer(network, listen, "the snapshot", out)
 	if err != nil {
-		return fmt.Errorf("viz: %w", err)
-	}
-	bound := ln.Addr().(*net.TCPAddr)
-	url := "http://" + bound.String() + "/"
-	if !bound.IP.IsLoopback() {
-		fmt.Fprintf(out, "warning: listening on %s, beyond this machine's loopback: anyone who can reach it can read the snapshot\n", bound)
+		return err
 	}
 	what := file
 	if logPath != "" {
