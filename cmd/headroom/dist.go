@@ -117,6 +117,16 @@ func (d *distFlags) localBatch(n int) int {
 	return len(dist.ShardIndices(make([]int, n), d.c.Rank(), d.c.Size()))
 }
 
+// evalBatch is the batch every rank evaluates in: the largest rank's
+// micro-batch (rank 0's share is the largest). Under ZeRO 3 and --tensor
+// a forward pass is collective, so every rank must run as many batches.
+func (d *distFlags) evalBatch(n, accum int) int {
+	if d.c != nil && d.tensor <= 1 {
+		n = len(dist.ShardIndices(make([]int, n), 0, d.c.Size()))
+	}
+	return (n + accum - 1) / accum
+}
+
 // newRankTrainer is train.NewConfig, or dist.NewTrainer under mpirun.
 // done releases what it made.
 func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *device.Device, store *nn.Store, model train.Model, loss train.LossFunc, opt optim.Optimizer, cfg train.Config) (*train.Trainer, func(), error) {

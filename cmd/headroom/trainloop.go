@@ -393,7 +393,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, budgeted: f.budget != "", plan: mp, watch: watch}
+	r := &runner{f: f, out: out, log: log, tr: tr, dev: dev, evals: evals, n: n, accum: accum, micro: micro, evalBatch: f.dist.evalBatch(f.batch, accum), plan: mp, watch: watch}
 	r.open = func(start dataset.State) (batches, error) {
 		if md == nil {
 			return &samplerBatches{s: dataset.Sampler{N: n, BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed)}, src: trainSrc, epoch: start.Epoch, step: start.Step}, nil
@@ -437,7 +437,7 @@ type runner struct {
 	n          int
 	accum      int
 	micro      int
-	budgeted   bool
+	evalBatch  int              // distFlags.evalBatch
 	last       train.Checkpoint // after the last complete step
 	logFile    *os.File
 	savedSteps int64 // the step of the newest checkpoint written, -1: none
@@ -679,11 +679,11 @@ func (r *runner) run(ctx context.Context) error {
 			line += fmt.Sprintf(" train loss %.4f,", sum/float64(count))
 		}
 		for _, e := range r.evals {
-			batch := 500
-			if r.budgeted {
-				batch = r.micro // a forward pass needs less than a training step
-			}
-			res, err := evaluate(ctx, tr, e, batch)
+			// Evaluation runs at the training micro-batch, budget or not:
+			// a forward pass at that size needs less than a training step,
+			// so evaluating never raises the run's peak (at 500 samples a
+			// batch it mapped 6x the training peak for the default cnn).
+			res, err := evaluate(ctx, tr, e, r.evalBatch)
 			if err != nil && ctx.Err() != nil {
 				return r.interrupted(fmt.Sprintf("in epoch %d while evaluating %s", epoch+1, e.name), err, false)
 			}
