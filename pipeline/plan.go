@@ -101,7 +101,11 @@ func (p *Pipeline) planShadow(x, y trace.Meta) ([]StagePlan, error) {
 	}
 	var plans []StagePlan
 	for s, st := range p.shadow {
-		sp, outs, err := st.plan(p.Loss, p.Schedule, p.ops(p.base+s, len(xs)), xs, ys)
+		ops := p.ops(p.base+s, len(xs))
+		if p.c != nil {
+			ops = append(ops, tieOps(st)...)
+		}
+		sp, outs, err := st.plan(p.Loss, p.Schedule, ops, xs, ys)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
 		}
@@ -269,7 +273,7 @@ func planCandidate(ranks bool, layers []Layer, lo, hi, s, S int, sched Schedule,
 	}
 	ops := deviceOps(s, S, len(xs), sched)
 	if ranks {
-		ops = rankOps(s, S, len(xs), sched)
+		ops = append(rankOps(s, S, len(xs), sched), tieOps(st)...)
 	}
 	return st.plan(loss, sched, ops, xs, ys)
 }

@@ -42,6 +42,18 @@ func NewRank(c comm.Comm, layers []Layer, loss train.LossFunc, cuts []int, dev *
 		p.Close()
 		return nil, fmt.Errorf("pipeline: rank %d on %v: %w", r, dev, err)
 	}
+	for _, t := range st.ties {
+		peer, err := tiePeer(t, cuts)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.peers = append(p.peers, peer)
+	}
+	if err := p.rankSyncValues(context.Background()); err != nil {
+		p.Close()
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -263,6 +275,9 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		}
 	}
 	if err := wait(); err != nil {
+		return 0, err
+	}
+	if err := p.rankSumGrads(ctx); err != nil {
 		return 0, err
 	}
 	if st.Device.HasData() {

@@ -32,6 +32,7 @@ const (
 	opGrad                   // the gradient of the stage's output arrives
 	opForward                // the stage's forward program runs
 	opBackward               // its backward program runs; input and gradient are freed
+	opTie                    // tied parameter m's gradient is received, added and freed (ranks)
 )
 
 // deviceOps are the operations on stage s's device of a step run in one
@@ -107,6 +108,10 @@ func (st *Stage) replay(ctx context.Context, loss train.LossFunc, sched Schedule
 			dev.Alloc.Free(ins[m])
 			dev.Alloc.Free(grads[m])
 			ins[m], grads[m] = nil, nil
+		case opTie:
+			var b *device.Block
+			b, err = dev.Alloc.Allocate(st.ties[m].p.Bytes(), device.Tag{Category: device.Communication, Op: "tied gradient"})
+			dev.Alloc.Free(b)
 		}
 		if err != nil {
 			return device.Stats{}, err

@@ -1,0 +1,325 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"sync"
+	"testing"
+
+	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/testkit"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/pipeline"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+// zooCase is a small zoo model cut at its units, with the single-device
+// model it must agree with.
+type zooCase struct {
+	name   string
+	spec   zoo.Spec
+	layers func() ([]pipeline.Layer, error)
+	cuts2  []int // two stages
+	cuts3  []int // three
+}
+
+func zooCases() []zooCase {
+	rn := zoo.ResNetConfig{Block: zoo.Basic, Layers: [4]int{1, 1, 1, 1}, NumClasses: 10}
+	bn := zoo.ResNetConfig{Block: zoo.Bottleneck, Layers: [4]int{1, 1, 1, 1}, NumClasses: 10}
+	gpt := zoo.GPTConfig{NLayer: 3, NHead: 2, NEmbd: 16, BlockSize: 8, VocabSize: 11, Bias: true}
+	rr := zoo.RRDBNetConfig{InNC: 3, OutNC: 3, NF: 8, NB: 3, GC: 4}
+	resnet := func(name string, cfg zoo.ResNetConfig, hw int) zooCase {
+		spec := zoo.Spec{Name: name, Loss: zoo.CrossEntropyLoss,
+			New: func(b nn.Builder) train.Model { return zoo.NewResNet(b, cfg) },
+			Example: func(n int) (trace.Meta, trace.Meta) {
+				return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, hw, hw}}, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}
+			}}
+		return zooCase{name, spec, func() ([]pipeline.Layer, error) { return pipeline.ResNetLayers(cfg) }, []int{0, 2, 4}, []int{0, 1, 2, 4}}
+	}
+	return []zooCase{
+		resnet("resnet", rn, 32),
+		{"bottleneck", resnet("", bn, 32).spec, func() ([]pipeline.Layer, error) { return pipeline.ResNetLayers(bn) }, []int{0, 2, 4}, []int{0, 1, 2, 4}},
+		{"gpt", zoo.Spec{Name: "gpt", Loss: zoo.GPTLoss,
+			New: func(b nn.Builder) train.Model { return zoo.NewGPT(b, gpt) },
+			Example: func(n int) (trace.Meta, trace.Meta) {
+				m := trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n, gpt.BlockSize}}
+				return m, m
+			}}, func() ([]pipeline.Layer, error) { return pipeline.GPTLayers(gpt) }, []int{0, 2, 3}, []int{0, 1, 2, 3}},
+		{"rrdbnet", zoo.Spec{Name: "rrdbnet", Loss: zoo.L1Loss,
+			New: func(b nn.Builder) train.Model { return zoo.NewRRDBNet(b, rr) },
+			Example: func(n int) (trace.Meta, trace.Meta) {
+				return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 8, 8}}, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 32, 32}}
+			}}, func() ([]pipeline.Layer, error) { return pipeline.RRDBNetLayers(rr) }, []int{0, 1, 3}, []int{0, 1, 2, 3}},
+	}
+}
+
+// zooBatches are k batches of n samples of the case's shapes.
+func zooBatches(c zooCase, k, n int) [][2]*tensor.Tensor {
+	r := rand.New(rand.NewSource(5))
+	x, y := c.spec.Example(n)
+	var out [][2]*tensor.Tensor
+	for range k {
+		var bx, by *tensor.Tensor
+		switch c.name {
+		case "gpt":
+			bx, by = testkit.Batch(r, x, y, 11)
+			bx, _ = testkit.Batch(r, y, y, 11)
+		case "rrdbnet":
+			bx, by = testkit.Batch(r, x, trace.Meta{DType: tensor.Int64, Shape: tensor.Shape{n}}, 2)
+			by = tensor.New(tensor.Float32, y.Shape)
+			for i, v := range by.F32() {
+				_ = v
+				by.F32()[i] = float32(r.NormFloat64())
+			}
+		default:
+			bx, by = testkit.Batch(r, x, y, 10)
+		}
+		out = append(out, [2]*tensor.Tensor{bx, by})
+	}
+	return out
+}
+
+// zooOneDevice trains the zoo model itself on one device, the batch
+// split into micro micro-batches as a pipeline splits it (batch norm
+// normalizes each micro-batch alone), and returns its initial and final
+// weights and its losses.
+func zooOneDevice(t *testing.T, c zooCase, micro int, data [][2]*tensor.Tensor) (init, final map[string]*tensor.Tensor, losses []float64) {
+	t.Helper()
+	dev := device.CPU()
+	s := nn.NewStore()
+	m := c.spec.New(s.Root())
+	if err := s.Materialize(dev, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release()
+	init = s.StateDict()
+	opt, _ := sgd()
+	tr, err := train.NewConfig(dev, s, m, c.spec.Loss, opt, train.Config{Accumulation: micro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, b := range data {
+		l, err := tr.Step(context.Background(), b[0], b[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, l)
+	}
+	return init, s.StateDict(), losses
+}
+
+// zooRanks trains data on the ranks of comm.Run, stage r on rank r, and
+// returns rank 0's losses, each rank's final trainable weights, plans
+// and measured peaks.
+func zooRanks(t *testing.T, c zooCase, cuts []int, sched pipeline.Schedule, micro int, init map[string]*tensor.Tensor, data [][2]*tensor.Tensor) (losses []float64, final []map[string][]float32, plans [][]pipeline.StagePlan, peaks [][]int64) {
+	t.Helper()
+	ls, err := c.layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	R := len(cuts) - 1
+	final = make([]map[string][]float32, R)
+	plans, peaks = make([][]pipeline.StagePlan, R), make([][]int64, R)
+	var mu sync.Mutex
+	err = comm.Run(context.Background(), R, func(ctx context.Context, cm comm.Comm) error {
+		r := cm.Rank()
+		dev := device.CPU()
+		p, err := pipeline.NewRank(cm, ls, c.spec.Loss, cuts, dev, sgd, micro, 9)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		p.Schedule = sched
+		if init != nil {
+			if err := p.Load(init); err != nil {
+				return err
+			}
+		}
+		for _, b := range data {
+			sp, err := p.Plan(train.MetaOf(b[0]), train.MetaOf(b[1]))
+			if err != nil {
+				return err
+			}
+			dev.Alloc.ResetPeak()
+			l, err := p.Step(ctx, b[0], b[1])
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			if r == 0 {
+				losses = append(losses, l)
+			}
+			plans[r] = append(plans[r], sp[0])
+			peaks[r] = append(peaks[r], dev.Alloc.MaxMemoryAllocated())
+			mu.Unlock()
+		}
+		w := map[string][]float32{}
+		for _, q := range p.Stages[0].Store.Trainable() {
+			w[q.Name] = append([]float32(nil), q.Value.F32()...)
+		}
+		mu.Lock()
+		final[r] = w
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return losses, final, plans, peaks
+}
+
+// sgd is plain SGD: a weight's change over the steps is the learning
+// rate times its gradients' sum, which checkWeights compares (Adam's
+// first steps are about the gradient's sign, and batch norm over a
+// micro-batch of two 1x1 maps leaves gradients whose sign is rounding).
+func sgd() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1}) }
+
+// checkWeights compares every stage's weights' change from init with
+// one device's (the gradients, summed over the steps): every parameter
+// is on some stage, and a tied one (the GPT's token embedding, on the
+// first and last) changes as one device's on each.
+func checkWeights(t *testing.T, final []map[string][]float32, init, want map[string]*tensor.Tensor, tol float64) {
+	t.Helper()
+	delta := func(a []float32, b *tensor.Tensor) []float32 {
+		d := make([]float32, len(a))
+		for i, v := range b.F32() {
+			d[i] = a[i] - v
+		}
+		return d
+	}
+	worst := 0.0
+	held := map[string]int{}
+	for _, w := range final {
+		for name, v := range w {
+			ref, ok := want[name]
+			if !ok {
+				t.Fatalf("a stage holds %s, which the model has not", name)
+			}
+			held[name]++
+			d := relDiff(delta(v, init[name]), delta(ref.F32(), init[name]))
+			if d > tol {
+				t.Logf("%s: %.3g", name, d)
+			}
+			worst = max(worst, d)
+		}
+	}
+	for name, ref := range want {
+		if _, ok := held[name]; !ok && ref.DType == tensor.Float32 && !isBuffer(name) {
+			t.Errorf("no stage holds %s", name)
+		}
+	}
+	t.Logf("weights' changes within %.3g of one device's", worst)
+	if worst > tol {
+		t.Errorf("weights differ from one device's by %.3g relative", worst)
+	}
+}
+
+func isBuffer(name string) bool {
+	for _, s := range []string{"running_mean", "running_var", "num_batches_tracked"} {
+		if len(name) >= len(s) && name[len(name)-len(s):] == s {
+			return true
+		}
+	}
+	return false
+}
+
+// The zoo's ResNets (basic and bottleneck blocks), a GPT (its token
+// embedding tied to the LM head on the first and last stages) and
+// RRDBNet (its trunk-long skip carried with the activation), cut at
+// their units onto 2 and 3 ranks under GPipe and 1F1B, train as the zoo
+// model does on one device: losses within 1e-5 relative and weights
+// after the steps within float tolerance; each rank's measured peak
+// equals its plan at every step.
+func TestZooRanksMatchOneDevice(t *testing.T) {
+	for _, c := range zooCases() {
+		t.Run(c.name, func(t *testing.T) {
+			const micro = 4
+			data := zooBatches(c, 1, 8)
+			init, want, wantLoss := zooOneDevice(t, c, micro, data)
+			for _, tc := range []struct {
+				cuts  []int
+				sched pipeline.Schedule
+			}{{c.cuts2, pipeline.GPipe}, {c.cuts3, pipeline.OneFOneB}, {c.cuts3, pipeline.GPipe}, {c.cuts2, pipeline.OneFOneB}} {
+				t.Run(fmt.Sprint(tc.cuts, tc.sched), func(t *testing.T) {
+					if testing.Short() && (tc.sched == pipeline.GPipe) != (len(tc.cuts) == 3) {
+						t.Skip("one configuration of each schedule in -short")
+					}
+					losses, final, plans, peaks := zooRanks(t, c, tc.cuts, tc.sched, micro, init, data)
+					for i, l := range losses {
+						if math.Abs(l-wantLoss[i]) > 1e-5*math.Abs(wantLoss[i]) {
+							t.Errorf("step %d: loss %v, one device %v", i, l, wantLoss[i])
+						}
+					}
+					checkWeights(t, final, init, want, 1e-4)
+					checkPeaks(t, plans, peaks)
+				})
+			}
+		})
+	}
+}
+
+// In one process (pipeline.New, a device per stage) the cut zoo models
+// train as one device does too, and each device's peak equals its plan.
+func TestZooDevicesMatchOneDevice(t *testing.T) {
+	for _, c := range zooCases() {
+		t.Run(c.name, func(t *testing.T) {
+			const micro = 4
+			data := zooBatches(c, 1, 8)
+			init, want, wantLoss := zooOneDevice(t, c, micro, data)
+			ls, err := c.layers()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sched := range []pipeline.Schedule{pipeline.GPipe, pipeline.OneFOneB} {
+				devs := []*device.Device{device.CPU(), device.CPU(), device.CPU()}
+				p, err := pipeline.New(ls, c.spec.Loss, c.cuts3, devs, sgd, micro, 9)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Schedule = sched
+				if err := p.Load(init); err != nil {
+					t.Fatal(err)
+				}
+				for i, b := range data {
+					sp, err := p.Plan(train.MetaOf(b[0]), train.MetaOf(b[1]))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, d := range devs {
+						d.Alloc.ResetPeak()
+					}
+					l, err := p.Step(context.Background(), b[0], b[1])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if math.Abs(l-wantLoss[i]) > 1e-5*math.Abs(wantLoss[i]) {
+						t.Errorf("%v step %d: loss %v, one device %v", sched, i, l, wantLoss[i])
+					}
+					for s, d := range devs {
+						if got := d.Alloc.MaxMemoryAllocated(); got != sp[s].Peak {
+							t.Errorf("%v step %d, stage %d: measured peak %d, planned %d", sched, i, s, got, sp[s].Peak)
+						}
+					}
+				}
+				var final []map[string][]float32
+				for _, st := range p.Stages {
+					w := map[string][]float32{}
+					for _, q := range st.Store.Trainable() {
+						w[q.Name] = q.Value.F32()
+					}
+					final = append(final, w)
+				}
+				checkWeights(t, final, init, want, 1e-4)
+				p.Close()
+			}
+		})
+	}
+}
