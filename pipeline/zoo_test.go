@@ -323,3 +323,55 @@ func TestZooDevicesMatchOneDevice(t *testing.T) {
 		})
 	}
 }
+
+// On 3 ranks with 6 micro-batches, 1F1B holds fewer inputs than GPipe
+// and peaks lower on every rank, for the cut zoo models too; both peaks
+// equal their plans.
+func TestZooOneFOneBBelowGPipe(t *testing.T) {
+	for _, c := range zooCases() {
+		if c.name == "bottleneck" || testing.Short() && c.name == "resnet" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			data := zooBatches(c, 1, 12)
+			got := map[pipeline.Schedule][][]pipeline.StagePlan{}
+			for _, sched := range []pipeline.Schedule{pipeline.GPipe, pipeline.OneFOneB} {
+				_, _, plans, peaks := zooRanks(t, c, c.cuts3, sched, 6, nil, data)
+				checkPeaks(t, plans, peaks)
+				got[sched] = plans
+			}
+			for r := range 3 {
+				g, o := got[pipeline.GPipe][r][0], got[pipeline.OneFOneB][r][0]
+				t.Logf("rank %d: 1F1B inputs %d peak %d, GPipe inputs %d peak %d", r, o.Inputs, o.Peak, g.Inputs, g.Peak)
+				if !(o.Inputs < g.Inputs && o.Peak < g.Peak) {
+					t.Errorf("rank %d: 1F1B inputs %d peak %d, GPipe inputs %d peak %d", r, o.Inputs, o.Peak, g.Inputs, g.Peak)
+				}
+			}
+		})
+	}
+}
+
+// A GPT's stages initialized from the seed alone (no Load) start with
+// the token embedding of the first stage on the last too, and the two
+// copies stay equal, bit for bit, while they train.
+func TestGPTTiedCopiesStayEqual(t *testing.T) {
+	var c zooCase
+	for _, z := range zooCases() {
+		if z.name == "gpt" {
+			c = z
+		}
+	}
+	for _, cuts := range [][]int{c.cuts2, c.cuts3} {
+		_, final, _, _ := zooRanks(t, c, cuts, pipeline.OneFOneB, 2, nil, zooBatches(c, 2, 4))
+		const wte = "transformer.wte.weight"
+		a, b := final[0][wte], final[len(final)-1][wte]
+		if a == nil || b == nil {
+			t.Fatalf("cuts %v: the first and last stages hold %s: %v, %v", cuts, wte, a != nil, b != nil)
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("cuts %v: %s[%d] is %v on the first stage, %v on the last", cuts, wte, i, a[i], b[i])
+			}
+		}
+	}
+}
