@@ -184,9 +184,9 @@ func sgd() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.
 
 // checkWeights compares every stage's weights' change from init with
 // one device's (the gradients, summed over the steps): every parameter
-// is on some stage, and a tied one (the GPT's token embedding, on the
+// is on some stage (when final are all the stages), and a tied one (the GPT's token embedding, on the
 // first and last) changes as one device's on each.
-func checkWeights(t *testing.T, final []map[string][]float32, init, want map[string]*tensor.Tensor, tol float64) {
+func checkWeights(t *testing.T, final []map[string][]float32, init, want map[string]*tensor.Tensor, tol float64, all bool) {
 	t.Helper()
 	delta := func(a []float32, b *tensor.Tensor) []float32 {
 		d := make([]float32, len(a))
@@ -212,7 +212,7 @@ func checkWeights(t *testing.T, final []map[string][]float32, init, want map[str
 		}
 	}
 	for name, ref := range want {
-		if _, ok := held[name]; !ok && ref.DType == tensor.Float32 && !isBuffer(name) {
+		if _, ok := held[name]; all && !ok && ref.DType == tensor.Float32 && !isBuffer(name) {
 			t.Errorf("no stage holds %s", name)
 		}
 	}
@@ -258,7 +258,7 @@ func TestZooRanksMatchOneDevice(t *testing.T) {
 							t.Errorf("step %d: loss %v, one device %v", i, l, wantLoss[i])
 						}
 					}
-					checkWeights(t, final, init, want, 1e-4)
+					checkWeights(t, final, init, want, 1e-4, true)
 					checkPeaks(t, plans, peaks)
 				})
 			}
@@ -317,7 +317,7 @@ func TestZooDevicesMatchOneDevice(t *testing.T) {
 					}
 					final = append(final, w)
 				}
-				checkWeights(t, final, init, want, 1e-4)
+				checkWeights(t, final, init, want, 1e-4, true)
 				p.Close()
 			}
 		})
