@@ -117,8 +117,10 @@ type Pipeline struct {
 	base, total int
 	c           comm.Comm
 	prefix      *Stage
-	// peers[i] is the other rank holding the stage's tied parameter i.
+	// peers[i] is the other rank holding the stage's tied parameter i;
+	// cuts are the ranks' layers.
 	peers []int
+	cuts  []int
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
@@ -33,7 +34,7 @@ func NewRank(c comm.Comm, layers []Layer, loss train.LossFunc, cuts []int, dev *
 	if hi <= lo {
 		return nil, fmt.Errorf("pipeline: rank %d has no layers (cuts %v)", r, cuts)
 	}
-	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt, base: r, total: S, c: c}
+	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt, base: r, total: S, c: c, cuts: slices.Clone(cuts)}
 	st, err := newStage(layers, lo, hi, dev, newOpt, seed)
 	if st != nil {
 		p.Stages = []*Stage{st}

@@ -375,3 +375,69 @@ func TestGPTTiedCopiesStayEqual(t *testing.T) {
 		}
 	}
 }
+
+// StateDict gathers every rank's stage on rank 0: the whole zoo model's
+// parameters and buffers (batch norm's int64 counters too, bit for bit),
+// which load strictly into the single-device model.
+func TestZooRanksStateDict(t *testing.T) {
+	for _, c := range zooCases() {
+		if c.name != "resnet" && c.name != "gpt" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			ls, err := c.layers()
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := zooBatches(c, 1, 4)
+			var mu sync.Mutex
+			own := map[string]*tensor.Tensor{}
+			var got map[string]*tensor.Tensor
+			err = comm.Run(context.Background(), 3, func(ctx context.Context, cm comm.Comm) error {
+				p, err := pipeline.NewRank(cm, ls, c.spec.Loss, c.cuts3, device.CPU(), sgd, 2, 9)
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				if _, err := p.Step(ctx, data[0][0], data[0][1]); err != nil {
+					return err
+				}
+				sd, err := p.StateDict(ctx)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, q := range p.Stages[0].Store.Params() {
+					own[q.Name] = q.Value.Clone()
+				}
+				if cm.Rank() == 0 {
+					got = sd
+				} else if sd != nil {
+					return fmt.Errorf("rank %d returned a state dict", cm.Rank())
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := nn.NewStore()
+			c.spec.New(s.Root())
+			if err := s.Materialize(device.CPU(), 1); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Release()
+			if err := s.LoadStateDict(got, true); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(s.Params()) {
+				t.Errorf("%d tensors gathered, the model has %d", len(got), len(s.Params()))
+			}
+			for name, v := range own {
+				if string(got[name].Data) != string(v.Data) {
+					t.Errorf("%s gathered differs from its stage's", name)
+				}
+			}
+		})
+	}
+}

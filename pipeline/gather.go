@@ -1,0 +1,83 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/tensor"
+)
+
+// StateDict gathers the whole model's parameters and buffers, under the
+// names the layers give them, from every stage: in one process from each
+// stage's store; on ranks (NewRank) rank 0 receives every other rank's
+// (a tied parameter once, from the first stage holding it) and returns
+// them, the other ranks send theirs and return nil. Every rank must call
+// it. The values are host copies, outside every device's plan.
+func (p *Pipeline) StateDict(ctx context.Context) (map[string]*tensor.Tensor, error) {
+	sd := map[string]*tensor.Tensor{}
+	if p.c == nil {
+		for _, st := range p.Stages {
+			for _, q := range st.Store.Params() {
+				if _, ok := sd[q.Name]; !ok && q.Value.Data != nil {
+					sd[q.Name] = q.Value.Clone()
+				}
+			}
+		}
+		return sd, nil
+	}
+	r := p.base
+	if r != 0 {
+		for i, q := range p.Stages[0].Store.Params() {
+			if err := p.c.Send(ctx, words(q.Value.Data, q.Bytes()), 0, gatherTag(i)); err != nil {
+				return nil, fmt.Errorf("pipeline: rank %d sends %s to rank 0: %w", r, q.Name, err)
+			}
+		}
+		return nil, nil
+	}
+	for _, q := range p.Stages[0].Store.Params() {
+		sd[q.Name] = q.Value.Clone()
+	}
+	for src := 1; src < p.total; src++ {
+		// The parameters of rank src's stage, in its store's order.
+		s := nn.NewStore()
+		build(s, p.layers, p.cuts[src], p.cuts[src+1])
+		for i, q := range s.Params() {
+			buf := make([]float32, (q.Bytes()+3)/4)
+			if err := p.c.Recv(ctx, buf, src, gatherTag(i)); err != nil {
+				return nil, fmt.Errorf("pipeline: rank 0 receives %s from rank %d: %w", q.Name, src, err)
+			}
+			if _, ok := sd[q.Name]; ok {
+				continue
+			}
+			t := tensor.New(q.DType, q.Shape)
+			copy(t.Data, bytesOf(buf))
+			sd[q.Name] = t
+		}
+	}
+	return sd, nil
+}
+
+// gatherTag is the tag of a stage's i-th parameter sent to rank 0, apart
+// from a step's.
+func gatherTag(i int) int { return 1<<16 + i }
+
+// words are b's bytes (n of them; zeros on a meta device) as float32
+// words for Send, which moves them bit for bit: a parameter of any dtype
+// (an int64 counter of batch norm) goes as its bytes.
+func words(b []byte, n int64) []float32 {
+	w := make([]float32, (n+3)/4)
+	if b != nil {
+		copy(bytesOf(w), b)
+	}
+	return w
+}
+
+// bytesOf views w's memory as bytes.
+func bytesOf(w []float32) []byte {
+	if len(w) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 4*len(w))
+}
