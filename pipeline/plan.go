@@ -229,7 +229,11 @@ func cut(ranks bool, layers []Layer, loss train.LossFunc, newOpt func() (optim.O
 			if err != nil {
 				return nil, nil, err
 			}
-			return nil, nil, fmt.Errorf("%w: layer %d alone needs %s on device %d, whose budget is %s (%v)", ErrBudget, lo, device.FormatBytes(sp.Peak), s, device.FormatBytes(budget), sp)
+			where := fmt.Sprintf("device %d", s)
+			if ranks {
+				where = fmt.Sprintf("rank %d (stage %d)", s, s)
+			}
+			return nil, nil, fmt.Errorf("%w: layer %d alone needs %s on %s, whose budget is %s: the smallest budget for it there (%v)", ErrBudget, lo, device.FormatBytes(sp.Peak), where, device.FormatBytes(budget), sp)
 		}
 		plans = append(plans, *best)
 		lo = best.Hi

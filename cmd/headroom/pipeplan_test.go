@@ -22,13 +22,14 @@ import (
 // `headroom plan --ranks P --pipeline P` prints, for each rank, the peak
 // that rank measures running its stage (pipeline.NewRank, in-process
 // ranks over comm.Local) on a batch of the printed size: the zoo's mlp
-// and cnn, GPipe and 1F1B, 2 to 4 stages.
+// and cnn, GPipe and 1F1B, 2 to 4 stages, and resnet18-64 cut at its
+// residual blocks.
 func TestPlanPipelinePrintedEqualsMeasured(t *testing.T) {
 	for _, tc := range []struct {
 		model string
 		p     int
 		sched string
-	}{{"mlp", 2, "gpipe"}, {"mlp", 2, "1f1b"}, {"cnn", 2, "gpipe"}, {"cnn", 3, "1f1b"}, {"cnn", 4, "gpipe"}} {
+	}{{"mlp", 2, "gpipe"}, {"mlp", 2, "1f1b"}, {"cnn", 2, "gpipe"}, {"cnn", 3, "1f1b"}, {"cnn", 4, "gpipe"}, {"resnet18-64", 2, "1f1b"}} {
 		t.Run(fmt.Sprintf("%s/p=%d/%s", tc.model, tc.p, tc.sched), func(t *testing.T) {
 			const batch, micro = 12, 3
 			printed, out := printedPeaks(t, tc.p, "--pipeline", fmt.Sprint(tc.p), "--model", tc.model, "--batch-size", fmt.Sprint(batch), "--accumulate", fmt.Sprint(micro), "--schedule", tc.sched)
