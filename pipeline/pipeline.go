@@ -456,7 +456,9 @@ func (p *Pipeline) step(ctx context.Context, x, y *tensor.Tensor) (float64, erro
 			lm := prog.Graph.InputNode(train.LossScaleInput).Outputs[0].Meta
 			feed[train.LossScaleInput] = tensor.FromFloat64(lm.Shape, []float64{w}).Convert(lm.DType)
 		}
+		restore := st.keepBuffers()
 		res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+		restore()
 		for _, h := range []*held{&ins[e.s][e.m], &grads[e.s][e.m]} {
 			if h.blk != nil {
 				h.free(st.Device)

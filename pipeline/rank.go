@@ -256,7 +256,9 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		if err := wait(); err != nil {
 			return 0, err
 		}
+		restore := st.keepBuffers()
 		res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+		restore()
 		for _, h := range []*held{&ins[m], &grads[m]} {
 			if h.blk != nil {
 				h.free(st.Device)

@@ -441,3 +441,61 @@ func TestZooRanksStateDict(t *testing.T) {
 		})
 	}
 }
+
+// A ResNet's batch-norm running statistics are updated once per
+// micro-batch on every stage, as on one device (a stage's backward pass
+// recomputes its forward pass and would update them again): under 1F1B,
+// whose stages all run the micro-batches in order, they equal one
+// device's accumulating over the same micro-batches.
+func TestZooRanksBatchNormStatistics(t *testing.T) {
+	c := zooCases()[0]
+	const micro = 4
+	data := zooBatches(c, 1, 8)
+	init, want, _ := zooOneDevice(t, c, micro, data)
+	ls, err := c.layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[string]*tensor.Tensor{}
+	err = comm.Run(context.Background(), 3, func(ctx context.Context, cm comm.Comm) error {
+		p, err := pipeline.NewRank(cm, ls, c.spec.Loss, c.cuts3, device.CPU(), sgd, micro, 9)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		p.Schedule = pipeline.OneFOneB
+		if err := p.Load(init); err != nil {
+			return err
+		}
+		if _, err := p.Step(ctx, data[0][0], data[0][1]); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, q := range p.Stages[0].Store.Params() {
+			if !q.Trainable {
+				got[q.Name] = q.Value.Clone()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 {
+		t.Fatal("no buffers")
+	}
+	for name, v := range got {
+		w := want[name]
+		if v.DType != tensor.Float32 {
+			if string(v.Data) != string(w.Data) {
+				t.Errorf("%s: %v, one device %v", name, v.I64(), w.I64())
+			}
+			continue
+		}
+		if d := relDiff(v.F32(), w.F32()); d > 1e-5 {
+			t.Errorf("%s differs from one device's by %.3g relative", name, d)
+		}
+	}
+}
