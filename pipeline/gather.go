@@ -59,9 +59,10 @@ func (p *Pipeline) StateDict(ctx context.Context) (map[string]*tensor.Tensor, er
 	return sd, nil
 }
 
-// gatherTag is the tag of a stage's i-th parameter sent to rank 0, apart
-// from a step's.
-func gatherTag(i int) int { return 1<<16 + i }
+// gatherTag is the tag of a stage's i-th parameter sent to rank 0: no
+// step's message is in flight then (a step ends with every rank's
+// messages received).
+func gatherTag(i int) int { return i % (maxTag + 1) }
 
 // words are b's bytes (n of them; zeros on a meta device) as float32
 // words for Send, which moves them bit for bit: a parameter of any dtype

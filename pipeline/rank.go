@@ -137,6 +137,9 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		return 0, err
 	}
 	M, S, s, st := len(micro), p.total, p.base, p.Stages[0]
+	if err := p.checkTags(M); err != nil {
+		return 0, err
+	}
 	xs := make([]trace.Meta, M)
 	for m, b := range micro {
 		xs[m] = train.MetaOf(b.X)

@@ -82,9 +82,20 @@ func stageOf(cuts []int, k int) int {
 }
 
 // tieTag is the message tag of a step's i-th tied gradient between two
-// ranks; above the activations' and gradients' tags of any step of fewer
-// than 16384 micro-batches.
-func tieTag(i int) int { return 1<<15 + i }
+// ranks: from the top of the tags MPI guarantees (32767) down, apart from
+// the activations' and gradients' (2m, 2m+1: checkTags).
+func tieTag(i int) int { return maxTag - i }
+
+const maxTag = 32767
+
+// checkTags refuses a step of M micro-batches whose tags would reach
+// the tied gradients'.
+func (p *Pipeline) checkTags(M int) error {
+	if 2*M > maxTag-len(p.Stages[0].ties) {
+		return fmt.Errorf("pipeline: %d micro-batches: their message tags pass MPI's guaranteed %d", M, maxTag)
+	}
+	return nil
+}
 
 // syncTiedValues copies each tied parameter's value from the first stage
 // holding it to the others (in one process).
