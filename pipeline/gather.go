@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -81,4 +82,25 @@ func bytesOf(w []float32) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 4*len(w))
+}
+
+// LoadFile reads each local stage's parameters and buffers from a
+// safetensors file of the whole model (the single-process model's, as
+// train --save writes it, or a pipeline's StateDict saved): every one the
+// stage holds must be there; the others are the other stages'.
+func (p *Pipeline) LoadFile(path string) error {
+	for _, st := range p.Stages {
+		// The strict check names what is missing; nothing is read then.
+		err := st.Store.LoadFile(path, true)
+		var le *nn.LoadError
+		if err != nil && (!errors.As(err, &le) || len(le.Missing) > 0 || len(le.Mismatched) > 0) {
+			return fmt.Errorf("pipeline: stage of layers %d-%d from %s: %w", st.Lo, st.Hi-1, path, err)
+		}
+		if err != nil {
+			if err := st.Store.LoadFile(path, false); err != nil {
+				return fmt.Errorf("pipeline: stage of layers %d-%d from %s: %w", st.Lo, st.Hi-1, path, err)
+			}
+		}
+	}
+	return nil
 }

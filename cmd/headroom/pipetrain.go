@@ -52,7 +52,7 @@ func wantsPipeline(args []string) bool {
 // fits it (with more micro-batches when --micro-batches is not given and
 // the first count does not fit) and caps each rank's device at it;
 // --save gathers the stages on rank 0 into one file that train --load
-// (one process) reads.
+// (one process) reads, and --load reads such a file into the stages.
 func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -68,6 +68,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	seed := fs.Int64("seed", 1, "initialization seed")
 	devSpec := fs.String("device", "cpu", "each rank's device (cpu, cpu:mem=SIZE)")
 	budgetFlag := fs.String("budget", "", "each rank's memory budget (e.g. 512MiB): the stages are cut so that each rank's planned peak fits it, and each rank's device is capped at it")
+	load := fs.String("load", "", "start from these weights (a safetensors file of the whole model, as train --save writes it, with or without --pipeline): each rank reads its stage's")
 	save := fs.String("save", "", "write the trained weights, gathered from every stage on rank 0, to this safetensors file (the single-process model's names)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -138,6 +139,11 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		defer p.Close()
 		p.Schedule = pj.Schedule
+		if *load != "" {
+			if err := p.LoadFile(*load); err != nil {
+				return fmt.Errorf("--load: %w", err)
+			}
+		}
 		r := c.Rank()
 		for step := range *steps {
 			idx := make([]int, *batch)

@@ -83,7 +83,7 @@ func TestTrainPipelineInProcess(t *testing.T) {
 // `train --pipeline` of a ResNet (cut at its residual blocks) trains on
 // generated data with each rank's peak equal to its plan; --save gathers
 // the stages into one file that loads strictly into the single-process
-// model; --budget cuts the stages so that each rank's plan fits it, and
+// model, and --load reads it back; --budget cuts the stages so that each rank's plan fits it, and
 // a budget a block alone exceeds names the rank and what the block needs.
 func TestTrainPipelineZooSaveBudget(t *testing.T) {
 	if testing.Short() {
@@ -96,8 +96,9 @@ func TestTrainPipelineZooSaveBudget(t *testing.T) {
 		t.Fatalf("%v: %v\n%s", args, err, errb.String())
 	}
 	t.Log(out.String())
-	if ls := pipeLosses(t, out.String(), 2); len(ls) != 2 || math.IsNaN(ls[1]) || ls[1] >= ls[0] {
-		t.Errorf("losses %v", ls)
+	first := pipeLosses(t, out.String(), 2)
+	if len(first) != 2 || math.IsNaN(first[1]) || first[1] >= first[0] {
+		t.Errorf("losses %v", first)
 	}
 	spec, _ := zoo.Lookup("resnet18-64")
 	s := nn.NewStore()
@@ -108,6 +109,25 @@ func TestTrainPipelineZooSaveBudget(t *testing.T) {
 	defer s.Release()
 	if err := s.LoadFile(path, true); err != nil {
 		t.Fatalf("--save's file into the single-process model: %v", err)
+	}
+	// --load reads it back into the stages: the first step's loss on the
+	// batch they trained on is the trained weights', below the initial.
+	out.Reset()
+	args = []string{"--pipeline", "2", "--model", "resnet18-64", "--steps", "1", "--batch-size", "8", "--micro-batches", "2", "--limit", "8", "--load", path}
+	if err := pipeTrainMain(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errb.String())
+	}
+	if ls := pipeLosses(t, out.String(), 2); len(ls) != 1 || !(ls[0] < first[0]/2) {
+		t.Errorf("losses %v after --load, %v before", ls, first)
+	}
+	other := filepath.Join(t.TempDir(), "other.safetensors")
+	if err := s.SaveFile(other, nil); err != nil {
+		t.Fatal(err)
+	}
+	args = []string{"--pipeline", "2", "--model", "resnet18-64", "--steps", "1", "--batch-size", "8", "--limit", "8", "--load", other, "--micro-batches", "2"}
+	args[3] = "resnet18"
+	if err := pipeTrainMain(context.Background(), args, &out, &errb); err == nil || !strings.Contains(err.Error(), "--load") {
+		t.Errorf("--load of resnet18-64's weights into resnet18: %v", err)
 	}
 
 	const budget = 160 << 20
