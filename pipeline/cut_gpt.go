@@ -72,9 +72,9 @@ func GPTLayers(cfg zoo.GPTConfig) ([]Layer, error) {
 				const wte = "transformer.wte.weight"
 				switch {
 				case first && !last:
-					model = tiedModel{model, map[string][]int{wte: {cfg.NLayer - 1}}}
+					model = tiedModel{Model: model, tied: map[string][]int{wte: {cfg.NLayer - 1}}}
 				case last && !first:
-					model = tiedModel{model, map[string][]int{wte: {0}}}
+					model = tiedModel{Model: model, tied: map[string][]int{wte: {0}}}
 				}
 				return model, prefixes
 			})

@@ -306,6 +306,13 @@ func (p *Pipeline) buildShadow() error {
 	}
 	for _, h := range p.history {
 		for range h.n {
+			if h.eval {
+				if err := p.evalShadow(h.x, h.y); err != nil {
+					p.dropShadow()
+					return err
+				}
+				continue
+			}
 			if _, err := p.planShadow(h.x, h.y); err != nil {
 				p.dropShadow()
 				return err
@@ -329,7 +336,7 @@ func (p *Pipeline) stepped(x, y trace.Meta) {
 	if n := len(p.history); n > 0 && p.history[n-1].key == key {
 		p.history[n-1].n++
 	} else {
-		p.history = append(p.history, steps{key, trace.Meta{DType: x.DType, Shape: x.Shape.Clone()}, trace.Meta{DType: y.DType, Shape: y.Shape.Clone()}, 1})
+		p.history = append(p.history, steps{key, trace.Meta{DType: x.DType, Shape: x.Shape.Clone()}, trace.Meta{DType: y.DType, Shape: y.Shape.Clone()}, 1, false})
 	}
 	if p.pending == key {
 		p.pending, p.pendingPlans = "", nil
@@ -352,4 +359,6 @@ type steps struct {
 	key  string
 	x, y trace.Meta
 	n    int
+	// eval: evaluations (Evaluate), not training steps.
+	eval bool
 }

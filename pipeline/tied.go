@@ -21,13 +21,23 @@ import (
 // the tied weight) before the optimizers step.
 type Tier interface{ Tied() map[string][]int }
 
-// tiedModel is a layer's model with tied parameters.
+// tiedModel is a unit's model (units.go): its tied parameters, if any,
+// and the scratch store its modules read the training mode from.
 type tiedModel struct {
 	train.Model
-	tied map[string][]int
+	tied    map[string][]int
+	scratch *nn.Store
 }
 
 func (t tiedModel) Tied() map[string][]int { return t.tied }
+
+// SetTraining switches the unit's modules between training and
+// evaluation (they ask their own, scratch, store).
+func (t tiedModel) SetTraining(on bool) {
+	if t.scratch != nil {
+		t.scratch.SetTraining(on)
+	}
+}
 
 // tie is a parameter a stage shares with the stages holding layers
 // others.

@@ -29,7 +29,11 @@ func unit[M any](b nn.Builder, build func(nn.Builder) M, pick func(M) (train.Mod
 	m := build(scratch.Root())
 	model, prefixes := pick(m)
 	adopt(b.Store(), scratch, prefixes)
-	return model
+	if t, ok := model.(tiedModel); ok {
+		t.scratch = scratch
+		return t
+	}
+	return tiedModel{Model: model, scratch: scratch}
 }
 
 // adopt adds to dst the parameters of src under any of prefixes (a name

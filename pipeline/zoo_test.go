@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
@@ -17,6 +19,7 @@ import (
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -497,5 +500,125 @@ func TestZooRanksBatchNormStatistics(t *testing.T) {
 		if d := relDiff(v.F32(), w.F32()); d > 1e-5 {
 			t.Errorf("%s differs from one device's by %.3g relative", name, d)
 		}
+	}
+}
+
+// Evaluate on ranks is the single-device model's loss in evaluation
+// mode (a ResNet's batch norm on its running statistics, which differ
+// from the batch's), before and after a training step; the plans of the
+// steps after evaluations still equal the measured peaks.
+func TestZooRanksEvaluate(t *testing.T) {
+	for _, c := range zooCases() {
+		if c.name != "resnet" && c.name != "gpt" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			data := zooBatches(c, 2, 6)
+			dev := device.CPU()
+			s := nn.NewStore()
+			m := c.spec.New(s.Root())
+			if err := s.Materialize(dev, 1); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Release()
+			init := s.StateDict()
+			// A ResNet's running statistics as a trained model's, not
+			// the initial 0 and 1 that would make evaluation training.
+			for name, v := range init {
+				if strings.HasSuffix(name, "running_var") {
+					for i := range v.F32() {
+						v.F32()[i] = 0.5 + float32(i%7)/4
+					}
+				}
+			}
+			if err := s.LoadStateDict(init, true); err != nil {
+				t.Fatal(err)
+			}
+			s.SetTraining(false)
+			evalLoss := func(x, y *tensor.Tensor) float64 {
+				g := trace.New()
+				err := trace.Capture(func() {
+					g.Output("loss", c.spec.Loss(m.Forward(g.Input("x", x.DType, x.Shape)), g.Input("y", y.DType, y.Shape)))
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, _, err = transform.Run(g, transform.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				prog, err := exec.Compile(g, dev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := exec.NewArena(dev)
+				defer a.Release()
+				res, err := prog.Run(context.Background(), a, s, map[string]*tensor.Tensor{"x": x, "y": y}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res["loss"].Float64s()[0]
+			}
+			want := evalLoss(data[1][0], data[1][1])
+			ls, err := c.layers()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var got []float64
+			var plans [][]pipeline.StagePlan
+			var peaks [][]int64
+			plans, peaks = make([][]pipeline.StagePlan, 3), make([][]int64, 3)
+			err = comm.Run(context.Background(), 3, func(ctx context.Context, cm comm.Comm) error {
+				r := cm.Rank()
+				dev := device.CPU()
+				p, err := pipeline.NewRank(cm, ls, c.spec.Loss, c.cuts3, dev, sgd, 3, 9)
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				p.Schedule = pipeline.OneFOneB
+				if err := p.Load(init); err != nil {
+					return err
+				}
+				var losses []float64
+				for range 2 {
+					l, err := p.Evaluate(ctx, data[1][0], data[1][1])
+					if err != nil {
+						return err
+					}
+					losses = append(losses, l)
+					sp, err := p.Plan(train.MetaOf(data[0][0]), train.MetaOf(data[0][1]))
+					if err != nil {
+						return err
+					}
+					dev.Alloc.ResetPeak()
+					if _, err := p.Step(ctx, data[0][0], data[0][1]); err != nil {
+						return err
+					}
+					mu.Lock()
+					plans[r] = append(plans[r], sp[0])
+					peaks[r] = append(peaks[r], dev.Alloc.MaxMemoryAllocated())
+					mu.Unlock()
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if r == 0 {
+					got = losses
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("evaluation losses %v, one device before training %v", got, want)
+			if math.Abs(got[0]-want) > 1e-5*math.Abs(want) {
+				t.Errorf("evaluation loss %v, one device's %v", got[0], want)
+			}
+			if got[1] == got[0] {
+				t.Errorf("the evaluation after a step did not change: %v", got)
+			}
+			checkPeaks(t, plans, peaks)
+		})
 	}
 }

@@ -68,6 +68,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	seed := fs.Int64("seed", 1, "initialization seed")
 	devSpec := fs.String("device", "cpu", "each rank's device (cpu, cpu:mem=SIZE)")
 	budgetFlag := fs.String("budget", "", "each rank's memory budget (e.g. 512MiB): the stages are cut so that each rank's planned peak fits it, and each rank's device is capped at it")
+	valSplit := fs.Float64("val-split", 0, "hold out this fraction of the samples (0 to 1): after the last step every rank evaluates them (evaluation mode, batches of --batch-size) and rank 0 prints the validation loss")
 	load := fs.String("load", "", "start from these weights (a safetensors file of the whole model, as train --save writes it, with or without --pipeline): each rank reads its stage's")
 	save := fs.String("save", "", "write the trained weights, gathered from every stage on rank 0, to this safetensors file (the single-process model's names)")
 	if err := parseFlags(fs, args); err != nil {
@@ -124,6 +125,14 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		src, source = synthSource{synth}, fmt.Sprintf("generated for %s (zoo.Synthetic, seed %d)", *model, *seed)
 	}
+	if !(*valSplit >= 0 && *valSplit < 1) {
+		return fmt.Errorf("--val-split %v: a fraction from 0 to below 1", *valSplit)
+	}
+	held := int(*valSplit * float64(n))
+	if *valSplit > 0 && (held < 1 || n-held < *batch) {
+		return fmt.Errorf("--val-split %v of %d samples holds out %d, leaving fewer than --batch-size %d to train on", *valSplit, n, held, *batch)
+	}
+	nTrain := n - held
 	var mu sync.Mutex
 	// Each rank's peak line: on stderr for the ranks of mpirun but the
 	// first, whose stdout is the job's.
@@ -148,7 +157,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		for step := range *steps {
 			idx := make([]int, *batch)
 			for i := range idx {
-				idx[i] = (step**batch + i) % n
+				idx[i] = (step**batch + i) % nTrain
 			}
 			x, y, err := src.Batch(idx)
 			if err != nil {
@@ -177,6 +186,27 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 				fmt.Fprintf(peakOut, "rank %d, stage %d (layers %d-%d): planned peak %d, measured %d\n", r, r, sp[0].Lo, sp[0].Hi-1, sp[0].Peak, dev.Alloc.MaxMemoryAllocated())
 			}
 			mu.Unlock()
+		}
+		if held > 0 {
+			var sum float64
+			for lo := nTrain; lo < n; lo += *batch {
+				idx := make([]int, min(*batch, n-lo))
+				for i := range idx {
+					idx[i] = lo + i
+				}
+				x, y, err := src.Batch(idx)
+				if err != nil {
+					return err
+				}
+				l, err := p.Evaluate(ctx, x, y)
+				if err != nil {
+					return err
+				}
+				sum += l * float64(len(idx))
+			}
+			if r == 0 {
+				fmt.Fprintf(stdout, "validation loss %.6f (%d held-out samples)\n", sum/float64(held), held)
+			}
 		}
 		if *save == "" {
 			return nil

@@ -153,3 +153,27 @@ func TestTrainPipelineZooSaveBudget(t *testing.T) {
 		t.Errorf("--budget 60MiB: %v", err)
 	}
 }
+
+// `train --pipeline --val-split` holds samples out and prints their loss
+// in evaluation mode after training (pipeline.Evaluate, whose loss is
+// the single-device model's: pipeline/zoo_test.go); a split that leaves
+// less than a batch to train on is refused.
+func TestTrainPipelineValSplit(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"--pipeline", "3", "--model", "cnn", "--schedule", "1f1b", "--steps", "2", "--batch-size", "16", "--limit", "64", "--val-split", "0.25"}
+	if err := pipeTrainMain(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errb.String())
+	}
+	pipeLosses(t, out.String(), 3)
+	m := regexp.MustCompile(`(?m)^validation loss (\S+) \(16 held-out samples\)$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no validation loss:\n%s", out.String())
+	}
+	if l, err := strconv.ParseFloat(m[1], 64); err != nil || math.IsNaN(l) || l <= 0 {
+		t.Errorf("validation loss %q", m[1])
+	}
+	args[len(args)-1] = "0.9"
+	if err := pipeTrainMain(context.Background(), args, &out, &errb); err == nil || !strings.Contains(err.Error(), "--val-split") {
+		t.Errorf("--val-split 0.9 of 64 with batches of 16: %v", err)
+	}
+}
