@@ -85,6 +85,9 @@ type Stage struct {
 	blks        []*device.Block // optimizer state
 	arena       *exec.Arena
 	progs       map[string]*exec.Program
+	// ties are the stage's parameters that other stages hold too
+	// (tied.go).
+	ties []tie
 }
 
 // Pipeline is a model cut into stages.
@@ -114,6 +117,10 @@ type Pipeline struct {
 	base, total int
 	c           comm.Comm
 	prefix      *Stage
+	// peers[i] is the other rank holding the stage's tied parameter i;
+	// cuts are the ranks' layers.
+	peers []int
+	cuts  []int
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to
@@ -147,6 +154,7 @@ func New(layers []Layer, loss train.LossFunc, cuts []int, devs []*device.Device,
 			return nil, fmt.Errorf("pipeline: stage %d on %v: %w", s, dev, err)
 		}
 	}
+	p.syncTiedValues()
 	return p, nil
 }
 
@@ -155,6 +163,7 @@ func New(layers []Layer, loss train.LossFunc, cuts []int, devs []*device.Device,
 func newStage(layers []Layer, lo, hi int, dev *device.Device, newOpt func() (optim.Optimizer, error), seed int64) (*Stage, error) {
 	st := &Stage{Device: dev, Lo: lo, Hi: hi, first: lo == 0, last: hi == len(layers), Store: nn.NewStore(), arena: exec.NewArena(dev), progs: map[string]*exec.Program{}}
 	st.model = build(st.Store, layers, lo, hi)
+	st.ties = findTies(st.Store, st.model, lo)
 	if err := st.Store.Materialize(dev, seed); err != nil {
 		return st, err
 	}
@@ -447,7 +456,9 @@ func (p *Pipeline) step(ctx context.Context, x, y *tensor.Tensor) (float64, erro
 			lm := prog.Graph.InputNode(train.LossScaleInput).Outputs[0].Meta
 			feed[train.LossScaleInput] = tensor.FromFloat64(lm.Shape, []float64{w}).Convert(lm.DType)
 		}
+		restore := st.keepBuffers()
 		res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+		restore()
 		for _, h := range []*held{&ins[e.s][e.m], &grads[e.s][e.m]} {
 			if h.blk != nil {
 				h.free(st.Device)
@@ -468,6 +479,7 @@ func (p *Pipeline) step(ctx context.Context, x, y *tensor.Tensor) (float64, erro
 			grads[e.s-1][e.m] = h
 		}
 	}
+	p.sumTiedGrads()
 	for s, st := range p.Stages {
 		if !st.Device.HasData() {
 			continue

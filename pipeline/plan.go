@@ -101,7 +101,11 @@ func (p *Pipeline) planShadow(x, y trace.Meta) ([]StagePlan, error) {
 	}
 	var plans []StagePlan
 	for s, st := range p.shadow {
-		sp, outs, err := st.plan(p.Loss, p.Schedule, p.ops(p.base+s, len(xs)), xs, ys)
+		ops := p.ops(p.base+s, len(xs))
+		if p.c != nil {
+			ops = append(ops, tieOps(st)...)
+		}
+		sp, outs, err := st.plan(p.Loss, p.Schedule, ops, xs, ys)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: stage %d: %w", s, err)
 		}
@@ -225,7 +229,11 @@ func cut(ranks bool, layers []Layer, loss train.LossFunc, newOpt func() (optim.O
 			if err != nil {
 				return nil, nil, err
 			}
-			return nil, nil, fmt.Errorf("%w: layer %d alone needs %s on device %d, whose budget is %s (%v)", ErrBudget, lo, device.FormatBytes(sp.Peak), s, device.FormatBytes(budget), sp)
+			where := fmt.Sprintf("device %d", s)
+			if ranks {
+				where = fmt.Sprintf("rank %d (stage %d)", s, s)
+			}
+			return nil, nil, fmt.Errorf("%w: layer %d alone needs %s on %s, whose budget is %s: the smallest budget for it there (%v)", ErrBudget, lo, device.FormatBytes(sp.Peak), where, device.FormatBytes(budget), sp)
 		}
 		plans = append(plans, *best)
 		lo = best.Hi
@@ -269,7 +277,7 @@ func planCandidate(ranks bool, layers []Layer, lo, hi, s, S int, sched Schedule,
 	}
 	ops := deviceOps(s, S, len(xs), sched)
 	if ranks {
-		ops = rankOps(s, S, len(xs), sched)
+		ops = append(rankOps(s, S, len(xs), sched), tieOps(st)...)
 	}
 	return st.plan(loss, sched, ops, xs, ys)
 }
@@ -298,6 +306,13 @@ func (p *Pipeline) buildShadow() error {
 	}
 	for _, h := range p.history {
 		for range h.n {
+			if h.eval {
+				if err := p.evalShadow(h.x, h.y); err != nil {
+					p.dropShadow()
+					return err
+				}
+				continue
+			}
 			if _, err := p.planShadow(h.x, h.y); err != nil {
 				p.dropShadow()
 				return err
@@ -321,7 +336,7 @@ func (p *Pipeline) stepped(x, y trace.Meta) {
 	if n := len(p.history); n > 0 && p.history[n-1].key == key {
 		p.history[n-1].n++
 	} else {
-		p.history = append(p.history, steps{key, trace.Meta{DType: x.DType, Shape: x.Shape.Clone()}, trace.Meta{DType: y.DType, Shape: y.Shape.Clone()}, 1})
+		p.history = append(p.history, steps{key, trace.Meta{DType: x.DType, Shape: x.Shape.Clone()}, trace.Meta{DType: y.DType, Shape: y.Shape.Clone()}, 1, false})
 	}
 	if p.pending == key {
 		p.pending, p.pendingPlans = "", nil
@@ -344,4 +359,6 @@ type steps struct {
 	key  string
 	x, y trace.Meta
 	n    int
+	// eval: evaluations (Evaluate), not training steps.
+	eval bool
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
@@ -33,7 +34,7 @@ func NewRank(c comm.Comm, layers []Layer, loss train.LossFunc, cuts []int, dev *
 	if hi <= lo {
 		return nil, fmt.Errorf("pipeline: rank %d has no layers (cuts %v)", r, cuts)
 	}
-	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt, base: r, total: S, c: c}
+	p := &Pipeline{Loss: loss, Micro: micro, layers: layers, newOpt: newOpt, base: r, total: S, c: c, cuts: slices.Clone(cuts)}
 	st, err := newStage(layers, lo, hi, dev, newOpt, seed)
 	if st != nil {
 		p.Stages = []*Stage{st}
@@ -41,6 +42,18 @@ func NewRank(c comm.Comm, layers []Layer, loss train.LossFunc, cuts []int, dev *
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pipeline: rank %d on %v: %w", r, dev, err)
+	}
+	for _, t := range st.ties {
+		peer, err := tiePeer(t, cuts)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.peers = append(p.peers, peer)
+	}
+	if err := p.rankSyncValues(context.Background()); err != nil {
+		p.Close()
+		return nil, err
 	}
 	return p, nil
 }
@@ -124,6 +137,9 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		return 0, err
 	}
 	M, S, s, st := len(micro), p.total, p.base, p.Stages[0]
+	if err := p.checkTags(M); err != nil {
+		return 0, err
+	}
 	xs := make([]trace.Meta, M)
 	for m, b := range micro {
 		xs[m] = train.MetaOf(b.X)
@@ -243,7 +259,9 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		if err := wait(); err != nil {
 			return 0, err
 		}
+		restore := st.keepBuffers()
 		res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+		restore()
 		for _, h := range []*held{&ins[m], &grads[m]} {
 			if h.blk != nil {
 				h.free(st.Device)
@@ -263,6 +281,9 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		}
 	}
 	if err := wait(); err != nil {
+		return 0, err
+	}
+	if err := p.rankSumGrads(ctx); err != nil {
 		return 0, err
 	}
 	if st.Device.HasData() {

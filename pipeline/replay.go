@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
@@ -32,6 +33,8 @@ const (
 	opGrad                   // the gradient of the stage's output arrives
 	opForward                // the stage's forward program runs
 	opBackward               // its backward program runs; input and gradient are freed
+	opTie                    // tied parameter m's gradient is received, added and freed (ranks)
+	opEval                   // the evaluation program runs; the input is freed (Evaluate)
 )
 
 // deviceOps are the operations on stage s's device of a step run in one
@@ -107,6 +110,25 @@ func (st *Stage) replay(ctx context.Context, loss train.LossFunc, sched Schedule
 			dev.Alloc.Free(ins[m])
 			dev.Alloc.Free(grads[m])
 			ins[m], grads[m] = nil, nil
+		case opEval:
+			var ym trace.Meta
+			if st.last {
+				ym = ys[m]
+			}
+			var prog *exec.Program
+			if prog, err = st.evalProgram(loss, xs[m], ym); err == nil {
+				feed := map[string]*tensor.Tensor{"x": metaTensor(xs[m])}
+				if st.last {
+					feed["y"] = metaTensor(ym)
+				}
+				_, err = prog.Run(ctx, st.arena, st.Store, feed, nil)
+			}
+			dev.Alloc.Free(ins[m])
+			ins[m] = nil
+		case opTie:
+			var b *device.Block
+			b, err = dev.Alloc.Allocate(st.ties[m].p.Bytes(), device.Tag{Category: device.Communication, Op: "tied gradient"})
+			dev.Alloc.Free(b)
 		}
 		if err != nil {
 			return device.Stats{}, err

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/headroom-ml/headroom/dist"
 	"github.com/headroom-ml/headroom/nn"
@@ -18,13 +20,12 @@ type forwardFunc func(x *trace.Tensor) *trace.Tensor
 func (f forwardFunc) Forward(x *trace.Tensor) *trace.Tensor { return f(x) }
 
 // zooLayers is a zoo model as the list of layers pipeline stages are cut
-// from: the same computation and parameter shapes, each layer's
-// parameters named under its index ("0.weight"). Only the models that are
-// a plain sequence are lists: mlp (2 layers) and cnn (4). The ResNets
-// (residual blocks, a sequence of blocks but not cut here yet), the GPTs
-// (token and position embeddings shared with the head: weight tying
-// across stages) and rrdbnet (a long skip from the first convolution to
-// the trunk's end) are not.
+// from: the same computation, with the zoo model's parameter names (so a
+// pipeline's weights load into the single-process model and back). mlp
+// (2 layers) and cnn (4) are plain sequences; the ResNets are cut at
+// their residual blocks, the GPTs at their transformer blocks (the token
+// embedding tied to the LM head: pipeline.GPTLayers) and rrdbnet at its
+// RRDB blocks (the trunk's skip sent with the activation).
 func zooLayers(name string) ([]pipeline.Layer, error) {
 	switch name {
 	case "mlp":
@@ -33,7 +34,8 @@ func zooLayers(name string) ([]pipeline.Layer, error) {
 		for i := 0; i+1 < len(widths); i++ {
 			in, out, relu := widths[i], widths[i+1], i+2 < len(widths)
 			ls = append(ls, func(b nn.Builder) train.Model {
-				l := nn.NewLinear(b, in, out, true)
+				// zoo.MLP's nn.Sequential index: a ReLU between linears.
+				l := nn.NewLinear(b.Store().Root().Sub(strconv.Itoa(2*i)), in, out, true)
 				return forwardFunc(func(x *trace.Tensor) *trace.Tensor {
 					if len(x.Shape()) > 2 {
 						x = op.Flatten(x, 1, -1)
@@ -48,25 +50,33 @@ func zooLayers(name string) ([]pipeline.Layer, error) {
 		}
 		return ls, nil
 	case "cnn":
-		conv := func(in, out int) pipeline.Layer {
+		conv := func(name string, in, out int) pipeline.Layer {
 			return func(b nn.Builder) train.Model {
-				c := nn.NewConv2d(b, in, out, 3, op.ConvOpts{Padding: [2]int{1, 1}}, true)
+				c := nn.NewConv2d(b.Store().Root().Sub(name), in, out, 3, op.ConvOpts{Padding: [2]int{1, 1}}, true)
 				return forwardFunc(func(x *trace.Tensor) *trace.Tensor {
 					return op.MaxPool2d(op.ReLU(c.Forward(x)), op.PoolOpts{Kernel: [2]int{2, 2}})
 				})
 			}
 		}
-		return []pipeline.Layer{conv(1, 32), conv(32, 64),
+		return []pipeline.Layer{conv("conv1", 1, 32), conv("conv2", 32, 64),
 			func(b nn.Builder) train.Model {
-				l := nn.NewLinear(b, 64*7*7, 128, true)
+				l := nn.NewLinear(b.Store().Root().Sub("fc1"), 64*7*7, 128, true)
 				return forwardFunc(func(x *trace.Tensor) *trace.Tensor {
 					return op.ReLU(l.Forward(op.Reshape(x, tensor.Shape{x.Dim(0), -1})))
 				})
 			},
-			func(b nn.Builder) train.Model { return nn.NewLinear(b, 128, 10, true) },
+			func(b nn.Builder) train.Model { return nn.NewLinear(b.Store().Root().Sub("fc2"), 128, 10, true) },
 		}, nil
 	}
-	return nil, fmt.Errorf("%w: --pipeline of model %s, which is not a list of layers here (mlp and cnn are)", dist.ErrNotAvailable, name)
+	spec, err := zoo.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := pipeline.ZooLayers(spec)
+	if errors.Is(err, pipeline.ErrNoUnits) || errors.Is(err, pipeline.ErrDropout) {
+		return nil, fmt.Errorf("%w: --pipeline of model %s: %w", dist.ErrNotAvailable, name, err)
+	}
+	return ls, err
 }
 
 // parseSchedule reads --schedule.
