@@ -37,22 +37,22 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 	for _, t := range g.Outputs {
 		outputs[t] = true
 	}
-	// lastBack[v] is the ID of v's last backward reader (0: none).
-	lastBack := map[*trace.Tensor]int{}
+	// lastBack[v] is v's last backward reader.
+	lastBack := map[*trace.Tensor]*trace.Node{}
 	for _, n := range g.Nodes {
 		if !backwardReader(n) {
 			continue
 		}
 		for _, in := range n.Inputs {
 			if savedProducer(in.Node) {
-				lastBack[in] = n.ID
+				lastBack[in] = n
 			}
 		}
 	}
 	type source struct {
 		cat        *trace.Tensor
 		slice      prim.SliceOp
-		last       int // lastBack of cat
+		last       *trace.Node // lastBack of cat
 		start, end int
 	}
 	src := map[*trace.Tensor]source{}
@@ -74,7 +74,7 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 			if _, read := lastBack[y]; !read || outputs[y] || trace.Root(y) != y || y.Node.Kind != trace.KindOp {
 				continue
 			}
-			if old, ok := src[y]; !ok || s.last > old.last {
+			if old, ok := src[y]; !ok || s.last.ID > old.last.ID {
 				src[y] = s
 			}
 		}
@@ -85,7 +85,11 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 	// Each slice is recorded before its value's first backward reader, or
 	// before the backward node making that reader's first input (the
 	// incoming gradient), so that no new allocation separates the two and
-	// Fuse can still join them (a gradient sum + LeakyReLU backward).
+	// Fuse can still join them (a gradient sum + LeakyReLU backward); but
+	// never after the concatenation's last backward reader, before which
+	// it goes instead: the concatenation then lives no longer than it did,
+	// and the slice no longer than the value did, so no step holds more
+	// bytes than without the pass.
 	anchor := map[*trace.Node][]*trace.Tensor{}
 	seen := map[*trace.Tensor]bool{}
 	for _, n := range g.Nodes {
@@ -101,6 +105,9 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 			a := n
 			if p := n.Inputs[0].Node; p.Kind == trace.KindOp && backwardReader(p) && p.ID > s.cat.Node.ID {
 				a = p
+			}
+			if s.last.ID < a.ID {
+				a = s.last
 			}
 			anchor[a] = append(anchor[a], in)
 		}
