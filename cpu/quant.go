@@ -15,7 +15,8 @@ func init() {
 	Register[*prim.Quantize](quantizeKernel)
 	Register[*prim.Dequantize](dequantizeKernel)
 	Register[*prim.PackMask](func(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
-		return dispatch(n, in[0].DType, func() error { return packMaskKernel[float32](pool, in, out) }, func() error { return packMaskKernel[float64](pool, in, out) })
+		strict := n.Op.(*prim.PackMask).Strict
+		return dispatch(n, in[0].DType, func() error { return packMaskKernel[float32](pool, strict, in, out) }, func() error { return packMaskKernel[float64](pool, strict, in, out) })
 	})
 	Floats[*prim.ReLUBackwardMask](reluBackwardMaskKernel[float32], reluBackwardMaskKernel[float64])
 	Register[*prim.RoundState](roundStateKernel)
@@ -112,7 +113,7 @@ func dequantizeKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tens
 
 // packMaskKernel sets bit k of byte b where element 8b+k is > 0 or NaN:
 // the test ReLU's backward applies to its saved output.
-func packMaskKernel[T Float](pool *parallel.Pool, in, out []*tensor.Tensor) error {
+func packMaskKernel[T Float](pool *parallel.Pool, strict bool, in, out []*tensor.Tensor) error {
 	x, mask := slice[T](in[0]), out[0].Data
 	cnt := len(x)
 	pool.For(len(mask), dropGrain, func(lo, hi int) {
@@ -123,7 +124,8 @@ func packMaskKernel[T Float](pool *parallel.Pool, in, out []*tensor.Tensor) erro
 				if i >= cnt {
 					break
 				}
-				if v := x[i]; v > 0 || v != v {
+				// Strict (LeakyReLU): a NaN is not positive.
+				if v := x[i]; v > 0 || (!strict && v != v) {
 					m |= 1 << k
 				}
 			}
@@ -136,6 +138,28 @@ func packMaskKernel[T Float](pool *parallel.Pool, in, out []*tensor.Tensor) erro
 func reluBackwardMaskKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	gy, mask, gx := slice[T](in[0]), in[1].Data, slice[T](out[0])
 	cnt := len(gy)
+	if o := n.Op.(*prim.ReLUBackwardMask); o.Leaky {
+		// gy·1 and gy·slope: the products UnaryBackward{LeakyReLUKind}
+		// takes, so the result is the same bit for bit.
+		one, c := T(1), T(o.Slope)
+		pool.For(len(mask), dropGrain, func(lo, hi int) {
+			for b := lo; b < hi; b++ {
+				m := mask[b]
+				for k := 0; k < 8; k++ {
+					i := b*8 + k
+					if i >= cnt {
+						break
+					}
+					if m&(1<<k) != 0 {
+						gx[i] = gy[i] * one
+					} else {
+						gx[i] = gy[i] * c
+					}
+				}
+			}
+		})
+		return nil
+	}
 	pool.For(len(mask), dropGrain, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
 			m := mask[b]

@@ -146,6 +146,46 @@ func TestReLUBackwardMaskIsExact(t *testing.T) {
 	}
 }
 
+// LeakyReLU's backward from a strict bit mask of its output (NaN clear) is
+// bit-identical to the one from the float output, for slopes >= 0, NaN,
+// -0, subnormals and infinities included; so is ReLU's mask kept as it was
+// (NaN set), which the leaky mask must not be.
+func TestLeakyReLUBackwardMaskIsExact(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	for _, slope := range []float64{0.2, 0.01, 0, 1} {
+		for _, dt := range []tensor.DType{tensor.Float32, tensor.Float64} {
+			shape := tensor.Shape{5, 29} // 145 elements: a partial last mask byte
+			x := randomF32(r, shape, func(int) float64 { return 1 })
+			gy := randomF32(r, shape, func(int) float64 { return 1 })
+			special := []float32{float32(math.NaN()), float32(math.Copysign(0, -1)), 0, 1e-45, -1e-45, float32(math.Inf(1)), float32(math.Inf(-1)), 3e38, -3e38}
+			copy(x.F32(), special)
+			gy.F32()[5] = float32(math.NaN())
+			gy.F32()[11] = float32(math.Inf(-1))
+			gy.F32()[12] = 1e-45
+			xs, gys := x.Convert(dt), gy.Convert(dt)
+			res := runGraph(t, map[string]*tensor.Tensor{"x": xs, "gy": gys}, nil, func(g *trace.Graph) map[string]*trace.Tensor {
+				xi, gi := g.Input("x", dt, shape), g.Input("gy", dt, shape)
+				y := op.LeakyReLU(xi, slope)
+				ref := prim.Apply1(&prim.UnaryBackward{Kind: prim.LeakyReLUKind, C: slope}, gi, y)
+				got := prim.Apply1(&prim.ReLUBackwardMask{Leaky: true, Slope: slope}, gi, prim.LeakyReLUMask(y))
+				return map[string]*trace.Tensor{"ref": ref, "got": got, "mask": prim.LeakyReLUMask(y), "relumask": prim.ReLUMask(y)}
+			})
+			if len(res["mask"].Data) != (shape.NumElements()+7)/8 {
+				t.Fatalf("mask has %d bytes", len(res["mask"].Data))
+			}
+			if m, rm := res["mask"].Data[0], res["relumask"].Data[0]; m&1 != 0 || rm&1 == 0 {
+				t.Errorf("slope %v, %v: NaN's bit is %d in the leaky mask and %d in ReLU's, want 0 and 1", slope, dt, m&1, rm&1)
+			}
+			ref, got := res["ref"].Data, res["got"].Data
+			for i := range ref {
+				if ref[i] != got[i] {
+					t.Fatalf("slope %v, %v: byte %d differs: %x vs %x", slope, dt, i, got[i], ref[i])
+				}
+			}
+		}
+	}
+}
+
 func bf16(v float32) float32 { return tensor.BFloat16ToFloat32(tensor.Float32ToBFloat16(v)) }
 func fp16(v float32) float32 { return tensor.Float16ToFloat32(tensor.Float32ToFloat16(v)) }
 

@@ -141,9 +141,20 @@ func DequantizeInt8(q, scale *trace.Tensor) *trace.Tensor {
 // (or NaN): what ReLU's backward tests its saved output for. Output: uint8
 // [ceil(n/8)], bit k of byte b for element 8b+k, padding bits 0 (the layout
 // of DropoutOp's mask).
-type PackMask struct{}
+//
+// With Strict, a NaN's bit is clear: LeakyReLU's backward (slope >= 0)
+// passes the gradient unscaled only where its output is > 0, and scales it
+// elsewhere, NaN included.
+type PackMask struct {
+	Strict bool
+}
 
-func (o *PackMask) Name() string { return "relu_mask_pack" }
+func (o *PackMask) Name() string {
+	if o.Strict {
+		return "leaky_relu_mask_pack"
+	}
+	return "relu_mask_pack"
+}
 
 func (o *PackMask) Traits() Traits {
 	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
@@ -177,9 +188,22 @@ func (o *PackMask) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 // and a PackMask of the ReLU output (input 1): gx = gy where the bit is set,
 // +0 elsewhere, exactly what UnaryBackward{ReLUKind} computes from the
 // float output.
-type ReLUBackwardMask struct{}
+//
+// With Leaky it is LeakyReLU's backward (slope Slope >= 0) from a Strict
+// PackMask of its output: gx = gy·1 where the bit is set, gy·Slope
+// elsewhere, exactly what UnaryBackward{LeakyReLUKind} computes from the
+// float output.
+type ReLUBackwardMask struct {
+	Leaky bool
+	Slope float64
+}
 
-func (o *ReLUBackwardMask) Name() string { return "relu_backward_mask" }
+func (o *ReLUBackwardMask) Name() string {
+	if o.Leaky {
+		return "leaky_relu_backward_mask"
+	}
+	return "relu_backward_mask"
+}
 
 func (o *ReLUBackwardMask) Traits() Traits {
 	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
@@ -191,7 +215,9 @@ func (o *ReLUBackwardMask) Cost(in, out []trace.Meta) Cost {
 	return c
 }
 
-func (o *ReLUBackwardMask) InPlaceInputs(in []trace.Meta) []int { return nil }
+// InPlaceInputs: the incoming gradient (each element is read before the
+// same element of the output is written).
+func (o *ReLUBackwardMask) InPlaceInputs(in []trace.Meta) []int { return []int{0} }
 
 func (o *ReLUBackwardMask) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
@@ -208,11 +234,15 @@ func (o *ReLUBackwardMask) Infer(in []trace.Meta) ([]trace.Meta, error) {
 
 // Grad: the mask gets none; gx is linear in gy.
 func (o *ReLUBackwardMask) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
-	return []*trace.Tensor{Apply1(&ReLUBackwardMask{}, gouts[0], n.Inputs[1]), nil}
+	return []*trace.Tensor{Apply1(&ReLUBackwardMask{Leaky: o.Leaky, Slope: o.Slope}, gouts[0], n.Inputs[1]), nil}
 }
 
 // ReLUMask returns the bit mask of x > 0 (or NaN).
 func ReLUMask(x *trace.Tensor) *trace.Tensor { return Apply1(&PackMask{}, x) }
+
+// LeakyReLUMask returns the bit mask of x > 0 (NaN clear), what
+// LeakyReLU's backward tests its output for.
+func LeakyReLUMask(x *trace.Tensor) *trace.Tensor { return Apply1(&PackMask{Strict: true}, x) }
 
 // RoundState rounds a float32 state tensor (input 0: parameters or buffers)
 // in place to the nearest value of dtype To (bfloat16 or float16,

@@ -25,8 +25,8 @@ import (
 //   - Int8: symmetric per-channel quantization (prim.Quantize): absolute error
 //     at most max|x[c]|/254 in channel c, so small values in a channel with
 //     a large one lose most of their digits.
-//   - Bits: one bit per element, for ReLU outputs that the backward reads
-//     only as masks; exact.
+//   - Bits: one bit per element, for ReLU outputs (and LeakyReLU outputs,
+//     slope >= 0) that the backward reads only as masks; exact.
 //   - Offload: the value's bytes move to a host pool outside the device
 //     budget (HostPool) after the forward pass and come back before the
 //     backward pass; exact, any dtype. The device keeps a one-byte token.
@@ -279,13 +279,14 @@ func savedProducer(n *trace.Node) bool {
 }
 
 // maskRead reports whether input i of n is a ReLU output read only as a
-// mask: ReLU's backward reads its output (input 1) to test it for > 0.
+// mask: ReLU's backward reads its output (input 1) to test it for > 0, and
+// so does LeakyReLU's with a slope >= 0 (prim.Unary's Grad).
 func maskRead(n *trace.Node, i int) bool {
 	if n.Kind != trace.KindOp || i != 1 {
 		return false
 	}
 	b, ok := n.Op.(*prim.UnaryBackward)
-	if !ok || b.Kind != prim.ReLUKind {
+	if !ok || !maskKind(b.Kind, b.C) {
 		return false
 	}
 	src := n.Inputs[1]
@@ -293,7 +294,27 @@ func maskRead(n *trace.Node, i int) bool {
 		return false
 	}
 	u, ok := src.Node.Op.(*prim.Unary)
-	return ok && u.Kind == prim.ReLUKind
+	return ok && u.Kind == b.Kind && u.C == b.C
+}
+
+// maskKind reports whether an activation's backward reads its output only
+// for its sign: ReLU, and LeakyReLU with a slope >= 0.
+func maskKind(k prim.UnaryKind, c float64) bool {
+	return k == prim.ReLUKind || k == prim.LeakyReLUKind && c >= 0
+}
+
+// leakySlope reports whether saved value v is a LeakyReLU output, and its
+// slope: its mask must leave NaNs clear (prim.PackMask's Strict) and its
+// backward scales by the slope.
+func leakySlope(v *trace.Tensor) (float64, bool) {
+	if v.Node.Kind != trace.KindOp {
+		return 0, false
+	}
+	u, ok := v.Node.Op.(*prim.Unary)
+	if !ok || u.Kind != prim.LeakyReLUKind {
+		return 0, false
+	}
+	return u.C, true
 }
 
 // statistic reports whether t is an output its op declares a statistic
@@ -450,7 +471,11 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 			if useMask {
 				st.MaskedBits++
 				at(out, n.Module, n.Phase, func() {
-					outs = []*trace.Tensor{prim.Apply1(&prim.ReLUBackwardMask{}, ins[0], store[n.Inputs[1]].bits)}
+					bm := &prim.ReLUBackwardMask{}
+					if c, leaky := leakySlope(n.Inputs[1]); leaky {
+						bm = &prim.ReLUBackwardMask{Leaky: true, Slope: c}
+					}
+					outs = []*trace.Tensor{prim.Apply1(bm, ins[0], store[n.Inputs[1]].bits)}
 				})
 			} else {
 				outs = out.Clone(n, ins)
@@ -466,7 +491,11 @@ func Compress(g *trace.Graph, p CompressPolicy) (*trace.Graph, CompressStats, er
 				v := outs[i]
 				at(out, n.Module, trace.Forward, func() {
 					if d.Bits {
-						s.bits = prim.ReLUMask(v)
+						if _, leaky := leakySlope(o); leaky {
+							s.bits = prim.LeakyReLUMask(v)
+						} else {
+							s.bits = prim.ReLUMask(v)
+						}
 					}
 					switch d.Format {
 					case BF16, FP16:

@@ -5,9 +5,13 @@ import (
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 func TestParseNames(t *testing.T) {
@@ -106,6 +110,41 @@ func TestLosslessFormatsAreExact(t *testing.T) {
 	if host.Device.Alloc.MaxMemoryAllocated() == 0 {
 		t.Error("nothing was offloaded to the host pool")
 	}
+}
+
+// RRDBNet's LeakyReLU outputs (slope 0.2) are read by the dense blocks'
+// concatenations in the forward pass and, in the backward pass, only for
+// their sign: stored as bits, they die after the concatenations, the
+// backward reads strict masks, and loss and gradients stay bit-identical.
+func TestLeakyReLUMasksAreExact(t *testing.T) {
+	spec := zoo.Spec{Name: "rrdbnet-tiny", Loss: zoo.L1Loss,
+		New: func(b nn.Builder) train.Model {
+			return zoo.NewRRDBNet(b, zoo.RRDBNetConfig{InNC: 3, OutNC: 3, NF: 8, NB: 1, GC: 4})
+		},
+		Example: func(n int) (trace.Meta, trace.Meta) {
+			return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 8, 8}}, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 32, 32}}
+		}}
+	base := step(t, spec, 2, setup{})
+	got := step(t, spec, 2, setup{compress: transform.Compression{Masks: true}})
+	sameGrads(t, "masks", got, base)
+	// One RRDB: 3 dense blocks of 4 LeakyReLU convolutions whose outputs
+	// only concatenations read, and the first upsampling convolution's,
+	// which only the nearest-neighbour upsampling reads; the second
+	// upsampling convolution's and HRconv's outputs feed convolutions,
+	// which keep them.
+	if n := countOps(got.prog, "leaky_relu_backward_mask"); n != 13 {
+		t.Errorf("%d LeakyReLU backwards read bits, want 13", n)
+	}
+	if n := countOps(got.prog, "leaky_relu_mask_pack"); n != 13 {
+		t.Errorf("%d strict masks packed, want 13", n)
+	}
+	if n := countOps(got.prog, "relu_mask_pack") + countOps(got.prog, "relu_backward_mask"); n != 0 {
+		t.Errorf("%d ReLU (NaN-set) mask ops on a LeakyReLU output, want 0", n)
+	}
+	if got.plan.Activations >= base.plan.Activations {
+		t.Errorf("activation peak %d, unmasked %d", got.plan.Activations, base.plan.Activations)
+	}
+	t.Logf("activation peak %d -> %d bytes", base.plan.Activations, got.plan.Activations)
 }
 
 // Lossy formats change gradients by a bounded amount. The bound is 8 units

@@ -7,3 +7,11 @@ func SetReadLow(on bool) bool {
 	readLow = on
 	return old
 }
+
+// SetSliceCat turns the SliceFromCat pass on or off and returns the
+// previous setting.
+func SetSliceCat(on bool) bool {
+	old := sliceCat
+	sliceCat = on
+	return old
+}

@@ -54,6 +54,7 @@ var Pipeline = []Pass{
 	{"recompute", recomputePass},
 	{"autocast", autocastPass},
 	{"compress", compressPass},
+	{"slicecat", sliceCatPass},
 	{"readlow", readLowPass},
 	{"fuse", fusePass},
 }
@@ -116,6 +117,18 @@ func compressPass(g *trace.Graph, o Options, st *PassState, r *PassReport) (*tra
 	r.NodesAffected, r.Stats = s.Saved-s.Tensors[Keep], s
 	r.BytesSaved = s.Before - s.After
 	r.Detail = fmt.Sprintf("%d of %d saved tensors stored compressed, %d ReLU backwards read bit masks", s.Saved-s.Tensors[Keep], s.Saved, s.MaskedBits)
+	return out, err
+}
+
+// sliceCatPass is SliceFromCat; a forward-only step saves nothing.
+func sliceCatPass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*trace.Graph, error) {
+	if !o.Backward {
+		r.Skipped = true
+		return g, nil
+	}
+	out, s, err := SliceFromCat(g)
+	r.NodesAffected, r.Stats, r.BytesSaved = s.Values, s, s.Bytes
+	r.Detail = fmt.Sprintf("%d saved values read back from a saved concatenation", s.Values)
 	return out, err
 }
 

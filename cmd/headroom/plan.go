@@ -51,7 +51,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	precision := fs.String("precision", "fp32", precisionHelp)
 	compress := fs.String("compress", "none", compressHelp)
 	maxBatch := fs.Bool("max-batch", false, "with --budget: also print the largest batch, up to --batch-size, that fits in one pass (no accumulation) for each recomputation policy, found from plans (no trial steps, no out-of-memory)")
-	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
+	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, slicecat, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
 	snapshot := fs.String("memory-snapshot", "", "also write the planned allocation timeline of one step as a memory snapshot (.json, or .pickle for PyTorch's memory_viz), the format train --memory-snapshot records, for headroom viz")
 	data := planDataFlags(fs)
 	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")

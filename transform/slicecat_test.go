@@ -1,0 +1,124 @@
+package transform_test
+
+import (
+	"testing"
+
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/plan"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
+	"github.com/headroom-ml/headroom/zoo"
+)
+
+// tinyRRDB is ESRGAN's generator with one RRDB (3 dense blocks of 5
+// convolutions whose inputs are concatenations of everything before).
+func tinyRRDB() zoo.Spec {
+	return zoo.Spec{Name: "rrdbnet-tiny", Loss: zoo.L1Loss,
+		New: func(b nn.Builder) train.Model {
+			return zoo.NewRRDBNet(b, zoo.RRDBNetConfig{InNC: 3, OutNC: 3, NF: 8, NB: 1, GC: 4})
+		},
+		Example: func(n int) (trace.Meta, trace.Meta) {
+			return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 8, 8}}, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 32, 32}}
+		}}
+}
+
+// arenaPlan is the arena layout of one step of spec on the meta device.
+func arenaPlan(t *testing.T, spec zoo.Spec, batch int) *plan.Plan {
+	t.Helper()
+	store := nn.NewStore()
+	m := spec.New(store.Root())
+	dev := device.Meta()
+	if err := store.Materialize(dev, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer store.Release()
+	opt, _ := optim.NewAdam(optim.AdamDefaults())
+	tr, err := train.New(dev, store, m, spec.Loss, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := spec.Example(batch)
+	_, c, err := tr.PlanConfig(tr.Config(), x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Program.Plan
+}
+
+// Reading saved concatenation inputs back from the concatenation changes
+// memory, never numbers: loss and every gradient are bit-identical to the
+// step without the pass, and the measured peak equals the planned one
+// (step checks it).
+func TestSliceFromCatIsExact(t *testing.T) {
+	spec := tinyRRDB()
+	defer transform.SetSliceCat(transform.SetSliceCat(false))
+	base := step(t, spec, 2, setup{})
+	transform.SetSliceCat(true)
+	got := step(t, spec, 2, setup{})
+	sameGrads(t, "slicecat", got, base)
+	// Per dense block, x (the block's input) and x1..x4 (LeakyReLU
+	// outputs) are read back from the narrowest concatenation holding them;
+	// conv_first's output is the RRDB's input, x of its first dense block.
+	if n := countOps(got.prog, "slice"); n != 15 {
+		t.Errorf("%d slices, want 15 (5 per dense block)", n)
+	}
+	if n := countOps(base.prog, "slice"); n != 0 {
+		t.Errorf("%d slices without the pass", n)
+	}
+	if got.plan.Activations >= base.plan.Activations {
+		t.Errorf("activation peak %d, without the pass %d", got.plan.Activations, base.plan.Activations)
+	}
+	t.Logf("activation peak %d -> %d bytes", base.plan.Activations, got.plan.Activations)
+	// With masks the LeakyReLU outputs are bits and only the block inputs
+	// are sliced; still exact.
+	masked := step(t, spec, 2, setup{compress: transform.Compression{Masks: true}})
+	sameGrads(t, "slicecat+masks", masked, base)
+}
+
+// When the backward pass begins, no input of a saved concatenation is kept
+// on its own: what a dense block keeps is its concatenations, each input
+// once per concatenation that holds it, and nothing more. Without the pass
+// every LeakyReLU output and block input is kept again beside them.
+func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		func() {
+			defer transform.SetSliceCat(transform.SetSliceCat(on))
+			p := arenaPlan(t, tinyRRDB(), 2)
+			start := -1
+			for i, n := range p.Order {
+				if n.Phase != trace.Forward && !n.Recompute {
+					start = i
+					break
+				}
+			}
+			if start < 0 {
+				t.Fatal("no backward pass")
+			}
+			catIn := map[*trace.Tensor]bool{}
+			for _, n := range p.Order {
+				if _, ok := n.Op.(*prim.CatOp); ok && n.Phase == trace.Forward {
+					for _, in := range n.Inputs {
+						catIn[trace.Root(in)] = true
+					}
+				}
+			}
+			kept := 0
+			for _, b := range p.Buffers {
+				if b.Value != nil && catIn[b.Value] && b.Start < start && b.End >= start {
+					kept++
+				}
+			}
+			switch {
+			case on && kept != 0:
+				t.Errorf("%d concatenation inputs live into the backward pass, want 0", kept)
+			case !on && kept < 15:
+				t.Errorf("without the pass %d concatenation inputs live into the backward pass, want at least 15 (the test no longer sees what the pass removes)", kept)
+			}
+		}()
+	}
+}
