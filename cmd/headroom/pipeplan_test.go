@@ -74,13 +74,13 @@ func TestPlanPipelinePrintedEqualsMeasured(t *testing.T) {
 			}
 		})
 	}
-	// Models that are not lists of layers, and data parallelism across
-	// pipelines, are said to be not available.
+	// Models that are not lists of layers, and ZeRO 2 over replicas of
+	// a pipeline, are said to be not available.
 	run := func(args ...string) error {
 		var out, errb bytes.Buffer
 		return planMain(context.Background(), args, &out, &errb)
 	}
-	for _, args := range [][]string{{"--ranks", "2", "--pipeline", "2", "--model", "resnet18"}, {"--ranks", "4", "--pipeline", "2", "--model", "cnn"}} {
+	for _, args := range [][]string{{"--ranks", "2", "--pipeline", "2", "--model", "resnet18"}, {"--ranks", "4", "--pipeline", "2", "--zero", "2", "--model", "cnn"}} {
 		err := run(args...)
 		if !errors.Is(err, dist.ErrNotAvailable) {
 			t.Errorf("%v: %v", args, err)

@@ -14,7 +14,6 @@ import (
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
 	"github.com/headroom-ml/headroom/optim"
-	"github.com/headroom-ml/headroom/pipeline"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -59,6 +58,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	lr := fs.Float64("lr", 1e-3, "learning rate")
 	seed := fs.Int64("seed", 1, "initialization seed")
 	devSpec := fs.String("device", "cpu", "each rank's device (cpu, cpu:mem=SIZE)")
+	rf := addReplicaFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -77,7 +77,20 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, *lr, -1) }
-	cuts, err := dist.Cuts(dist.Job{Example: spec.Example, NewOptimizer: newOpt, Batch: *batch, Pipeline: pj}, dist.Layout{Ranks: *P, Pipeline: *P})
+	c, err := comm.Open()
+	if err != nil {
+		return err
+	}
+	size := 0
+	if c != nil {
+		defer comm.Close(c)
+		size = c.Size()
+	}
+	N, err := rf.ranks(*P, size)
+	if err != nil {
+		return err
+	}
+	cuts, err := dist.Cuts(dist.Job{Example: spec.Example, NewOptimizer: newOpt, Batch: *batch, Pipeline: pj}, dist.Layout{Ranks: N, Pipeline: *P, Zero: rf.zero})
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -95,12 +108,11 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		p, err := pipeline.NewRank(c, pj.Layers, pj.Loss, cuts, dev, newOpt, *micro, *seed)
+		p, err := rf.replica(ctx, c, *P, pj, cuts, dev, newOpt, *micro, *seed, fmt.Sprint(*model, *batch, *steps, *limit, *opt, *lr))
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		p.Schedule = pj.Schedule
 		r := c.Rank()
 		for step := range *steps {
 			idx := make([]int, *batch)
@@ -125,27 +137,19 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 				fmt.Fprintf(stdout, "step %d: loss %.6f\n", step+1, loss)
 			}
 			if step == 0 {
-				fmt.Fprintf(peakOut, "rank %d, stage %d (layers %d-%d): planned peak %d, measured %d\n", r, r, sp[0].Lo, sp[0].Hi-1, sp[0].Peak, dev.Alloc.MaxMemoryAllocated())
+				fmt.Fprintf(peakOut, "rank %d, stage %d (layers %d-%d): planned peak %d, measured %d\n", r, r%*P, sp[0].Lo, sp[0].Hi-1, sp[0].Peak, dev.Alloc.MaxMemoryAllocated())
 			}
 			mu.Unlock()
 		}
 		return nil
 	}
-	c, err := comm.Open()
-	if err != nil {
-		return err
-	}
 	if c != nil {
-		defer comm.Close(c)
-		if c.Size() != *P {
-			return fmt.Errorf("train --pipeline %d under mpirun -np %d: one rank per stage (data parallelism across pipelines is not available yet)", *P, c.Size())
-		}
 		if c.Rank() != 0 {
 			stdout, peakOut = io.Discard, stderr
 		}
-		fmt.Fprintf(stdout, "model %s in %d stages (cuts %v), %v, %d micro-batches, data %s\n", *model, *P, cuts, pj.Schedule, *micro, source)
+		fmt.Fprintf(stdout, "model %s in %d stages (cuts %v) on %d ranks, %v, %d micro-batches, data %s\n", *model, *P, cuts, N, pj.Schedule, *micro, source)
 		return rank(ctx, c)
 	}
-	fmt.Fprintf(stdout, "model %s in %d stages (cuts %v) on in-process ranks, %v, %d micro-batches, data %s\n", *model, *P, cuts, pj.Schedule, *micro, source)
-	return comm.Run(ctx, *P, rank)
+	fmt.Fprintf(stdout, "model %s in %d stages (cuts %v) on %d in-process ranks, %v, %d micro-batches, data %s\n", *model, *P, cuts, N, pj.Schedule, *micro, source)
+	return comm.Run(ctx, N, rank)
 }
