@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -262,6 +263,105 @@ func TestPlanReplicasZeroAndRefusals(t *testing.T) {
 	} {
 		if _, err := dist.PlanRanks(context.Background(), job, tc.l); !errors.Is(err, tc.want) {
 			t.Errorf("%v: %v, want %v", tc.l, err, tc.want)
+		}
+	}
+}
+
+// Replicas set up differently (another number of micro-batches on
+// replica 1) stop every rank with ErrMismatch naming the rank; a batch
+// smaller than the replicas is refused.
+func TestReplicasMismatch(t *testing.T) {
+	cuts := evenCuts(5, 2)
+	err := comm.Run(context.Background(), 4, func(ctx context.Context, world comm.Comm) error {
+		stages, data, err := dist.SplitPipelines(ctx, world, 2)
+		if err != nil {
+			return err
+		}
+		micro := 2 + data.Rank()
+		r, err := dist.NewReplica(ctx, stages, data, pipeLayers(), zoo.CrossEntropyLoss, cuts, device.CPU(), pipeAdam, micro, 1, dist.ReplicaOptions{})
+		if err != nil {
+			return err
+		}
+		r.Close()
+		return nil
+	})
+	if !errors.Is(err, dist.ErrMismatch) || !strings.Contains(err.Error(), "rank(s) 1 differ") {
+		t.Fatalf("micro-batches differing across replicas: %v", err)
+	}
+	err = comm.Run(context.Background(), 4, func(ctx context.Context, world comm.Comm) error {
+		stages, data, err := dist.SplitPipelines(ctx, world, 2)
+		if err != nil {
+			return err
+		}
+		r, err := dist.NewReplica(ctx, stages, data, pipeLayers(), zoo.CrossEntropyLoss, cuts, device.CPU(), pipeAdam, 2, 1, dist.ReplicaOptions{})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		b := pipeBatches(1, 1)[0]
+		_, err = r.Step(ctx, b.X, b.Y)
+		return err
+	})
+	if !errors.Is(err, dist.ErrConfig) {
+		t.Fatalf("a batch of 1 on 2 replicas: %v", err)
+	}
+	if _, _, err := dist.SplitPipelines(context.Background(), mustMeta(t, 0, 6), 4); !errors.Is(err, dist.ErrConfig) {
+		t.Fatalf("6 ranks into pipelines of 4: %v", err)
+	}
+}
+
+func mustMeta(t *testing.T, rank, size int) comm.Comm {
+	c, err := comm.Meta(rank, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Under a budget the replicas' stages are cut with their buckets
+// counted (with a large one a layer fits no more, as the cut says):
+// every rank's planned peak fits; each rank sends its stage's activations
+// and the all-reduce of its gradients.
+func TestPlanReplicasBudget(t *testing.T) {
+	job := dist.Job{Example: pipeExample, NewOptimizer: pipeAdam, Batch: 48,
+		Pipeline: &dist.PipelineJob{Layers: pipeLayers(), Loss: zoo.CrossEntropyLoss, Schedule: pipeline.OneFOneB, Micro: 4}}
+	x, y := pipeExample(24)
+	_, whole, err := pipeline.CutRanks(pipeLayers(), zoo.CrossEntropyLoss, pipeAdam, []int64{1 << 40}, 4, pipeline.OneFOneB, x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := whole[0].Peak * 45 / 100
+	job.Pipeline.Budget = budget
+	bare, _, err := pipeline.CutRanks(pipeLayers(), zoo.CrossEntropyLoss, pipeAdam, []int64{budget, budget, budget}, 4, pipeline.OneFOneB, x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bucket := range []int64{1 << 10, 96 << 10} {
+		l := dist.Layout{Ranks: 6, Pipeline: 3, BucketBytes: bucket}
+		cuts, err := dist.Cuts(job, l)
+		if bucket > 1<<10 {
+			// A bucket as large as a stage's gradients: the stage of
+			// layer 2 alone no longer fits, which the cut says.
+			if !errors.Is(err, pipeline.ErrBudget) || !strings.Contains(err.Error(), "layer 2 alone") {
+				t.Errorf("bucket %d: cuts %v, %v", bucket, cuts, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups, err := dist.PlanRanks(context.Background(), job, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("budget %d, bucket %d: cuts %v (without buckets %v): %v", budget, bucket, cuts, bare, groups)
+		for _, g := range groups {
+			if g.Memory.Total() > budget || g.Memory.Communication == 0 {
+				t.Errorf("bucket %d, rank %d: planned %d (communication %d), budget %d", bucket, g.Rank, g.Memory.Total(), g.Memory.Communication, budget)
+			}
+			if g.Moved <= 0 {
+				t.Errorf("rank %d sends nothing", g.Rank)
+			}
 		}
 	}
 }
