@@ -365,3 +365,21 @@ func TestPlanReplicasBudget(t *testing.T) {
 		}
 	}
 }
+
+// A stage's replicas, single ranks at a stride, print short.
+func TestRanksStringStrided(t *testing.T) {
+	for _, tc := range []struct {
+		spans []dist.Span
+		want  string
+	}{
+		{[]dist.Span{{1, 1}, {5, 5}, {9, 9}, {13, 13}, {17, 17}}, "1, 5, …, 17"},
+		{[]dist.Span{{0, 0}, {2, 2}, {4, 4}, {6, 6}}, "0, 2, 4, 6"},
+		{[]dist.Span{{0, 511}, {768, 768}}, "0–511, 768"},
+		{[]dist.Span{{0, 0}, {2, 2}, {4, 4}, {6, 6}, {9, 9}}, "0, 2, 4, 6, 9"},
+		{[]dist.Span{{0, 0}, {2, 3}, {4, 4}, {6, 6}, {8, 8}}, "0, 2–3, 4, 6, 8"},
+	} {
+		if got := (dist.RankPlan{Ranks: tc.spans}).RanksString(); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.spans, got, tc.want)
+		}
+	}
+}

@@ -230,10 +230,18 @@ func printRankPlans(w io.Writer, l dist.Layout, groups []dist.RankPlan, exact bo
 			format(m.Activations-m.TransientGradients), format(m.Communication), format(m.Total()), format(g.Reserved))
 	}
 	tw.Flush()
-	moved := int64(0)
-	if len(groups) > 0 {
-		moved = groups[0].Moved
+	moved, mrank, same := int64(0), 0, true
+	for i, g := range groups {
+		same = same && g.Moved == groups[0].Moved
+		if i == 0 || g.Moved > moved {
+			moved, mrank = g.Moved, g.Rank
+		}
+	}
+	sends := fmt.Sprintf("each rank sends %s per step", format(moved))
+	if !same {
+		// Pipeline stages send different activations and gradients.
+		sends = fmt.Sprintf("a rank sends up to %s per step (rank %d)", format(moved), mrank)
 	}
 	res, rrank := dist.MaxReserved(groups)
-	fmt.Fprintf(w, "largest peak %s (rank %d), largest reservation %s (rank %d): the smallest device every rank fits; each rank sends %s per step\n", format(peak), rank, format(res), rrank, format(moved))
+	fmt.Fprintf(w, "largest peak %s (rank %d), largest reservation %s (rank %d): the smallest device every rank fits; %s\n", format(peak), rank, format(res), rrank, sends)
 }
