@@ -46,16 +46,26 @@ func (f *replicaFlags) ranks(P, size int) (int, error) {
 	return f.replicas * P, nil
 }
 
-// replica builds world rank c.Rank()'s stage of its replica.
-func (f *replicaFlags) replica(ctx context.Context, c comm.Comm, P int, pj *dist.PipelineJob, cuts []int, dev *device.Device, newOpt func() (optim.Optimizer, error), micro int, seed int64, agree string) (*dist.Replica, error) {
+// replica builds world rank c.Rank()'s stage of its replica; done closes
+// it and frees the communicators split for it.
+func (f *replicaFlags) replica(ctx context.Context, c comm.Comm, P int, pj *dist.PipelineJob, cuts []int, dev *device.Device, newOpt func() (optim.Optimizer, error), micro int, seed int64, agree string) (r *dist.Replica, done func(), err error) {
 	bucket, err := device.ParseBytes(f.bucket)
 	if err != nil {
-		return nil, fmt.Errorf("--bucket-size: %w", err)
+		return nil, nil, fmt.Errorf("--bucket-size: %w", err)
 	}
 	stages, data, err := dist.SplitPipelines(ctx, c, P)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return dist.NewReplica(ctx, stages, data, pj.Layers, pj.Loss, cuts, dev, newOpt, micro, seed,
+	free := func() {
+		_ = comm.Close(stages)
+		_ = comm.Close(data)
+	}
+	r, err = dist.NewReplica(ctx, stages, data, pj.Layers, pj.Loss, cuts, dev, newOpt, micro, seed,
 		dist.ReplicaOptions{Zero: f.zero, BucketBytes: bucket, Schedule: pj.Schedule, Agree: agree})
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	return r, func() { r.Close(); free() }, nil
 }

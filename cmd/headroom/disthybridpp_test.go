@@ -52,11 +52,11 @@ func TestPlanReplicasPrintedEqualsMeasured(t *testing.T) {
 			var mu sync.Mutex
 			err = comm.Run(context.Background(), tc.ranks, func(ctx context.Context, c comm.Comm) error {
 				dev := device.CPU()
-				r, err := rf.replica(ctx, c, tc.p, pj, cuts, dev, newOpt, tc.micro, 1, "")
+				r, done, err := rf.replica(ctx, c, tc.p, pj, cuts, dev, newOpt, tc.micro, 1, "")
 				if err != nil {
 					return err
 				}
-				defer r.Close()
+				defer done()
 				if _, err := r.Step(ctx, x, y); err != nil {
 					return err
 				}

@@ -108,11 +108,11 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		p, err := rf.replica(ctx, c, *P, pj, cuts, dev, newOpt, *micro, *seed, fmt.Sprint(*model, *batch, *steps, *limit, *opt, *lr))
+		p, done, err := rf.replica(ctx, c, *P, pj, cuts, dev, newOpt, *micro, *seed, fmt.Sprint(*model, *batch, *steps, *limit, *opt, *lr))
 		if err != nil {
 			return err
 		}
-		defer p.Close()
+		defer done()
 		r := c.Rank()
 		for step := range *steps {
 			idx := make([]int, *batch)
