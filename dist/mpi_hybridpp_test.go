@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -16,7 +17,8 @@ import (
 // replicas of a 2-stage pipeline, each on half of every batch, print the
 // losses of one pipeline on the whole batch in one process (within 1e-5
 // relative), for the mlp and the cnn, GPipe and 1F1B, ZeRO 0 and 1; each
-// of the 4 ranks' planned peak equals its measured one.
+// of the 4 ranks' planned peak equals its measured one and the peak
+// `headroom plan --ranks 4 --pipeline 2` printed for it.
 func TestMPITrainReplicas(t *testing.T) {
 	if _, err := exec.LookPath("mpirun"); err != nil {
 		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
@@ -65,15 +67,52 @@ func TestMPITrainReplicas(t *testing.T) {
 				t.Errorf("%v step %d: loss %v on 2 replicas over MPI, %v in one pipeline", tc, i+1, got[i], want[i])
 			}
 		}
+		plan := []string{"plan", "--ranks", "4", "--pipeline", "2", "--model", tc.model, "--schedule", tc.sched, "--batch-size", "24", "--accumulate", "3", "--zero", tc.zero, "--bucket-size", "256KiB", "--bytes"}
+		planned, err := exec.Command(bin, plan...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("headroom %v: %v\n%s", plan, err, planned)
+		}
+		printed := printedRankPeaks(t, string(planned))
 		ps := peak.FindAllStringSubmatch(four, -1)
 		if len(ps) != 4 {
 			t.Fatalf("%v: %d ranks printed their peaks:\n%s", tc, len(ps), four)
 		}
 		for _, m := range ps {
-			if m[2] != m[3] {
-				t.Errorf("%v, rank %s: planned peak %s, measured %s", tc, m[1], m[2], m[3])
+			r, _ := strconv.Atoi(m[1])
+			if m[2] != m[3] || printed[r] != m[3] {
+				t.Errorf("%v, rank %s: planned peak %s, measured %s, plan --ranks printed %s", tc, m[1], m[2], m[3], printed[r])
 			}
 		}
 		t.Logf("%v over MPI:\n%s", tc, four)
 	}
+}
+
+// printedRankPeaks maps each rank to the peak column of `plan --ranks
+// --bytes` output (ranks listed as "0, 2").
+func printedRankPeaks(t *testing.T, out string) map[int]string {
+	t.Helper()
+	cols := regexp.MustCompile(`\s{2,}`)
+	peaks := map[int]string{}
+	var header []string
+	for _, line := range strings.Split(out, "\n") {
+		f := cols.Split(strings.TrimSpace(line), -1)
+		if len(f) > 0 && f[0] == "ranks" {
+			header = f
+			continue
+		}
+		if header == nil || len(f) != len(header) || header[7] != "peak" {
+			continue
+		}
+		for _, r := range strings.Split(f[0], ", ") {
+			n, err := strconv.Atoi(r)
+			if err != nil {
+				t.Fatalf("row %q: %v", line, err)
+			}
+			peaks[n] = f[7]
+		}
+	}
+	if len(peaks) != 4 {
+		t.Fatalf("%d ranks in the plan:\n%s", len(peaks), out)
+	}
+	return peaks
 }
