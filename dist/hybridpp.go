@@ -296,3 +296,23 @@ func (p *pipePlanner) replicaMoved(r *Replica) int64 {
 	}
 	return (&dataPlanner{l: Layout{Ranks: r.DataComm.Size(), Zero: p.l.Zero}, numels: numels}).moved()
 }
+
+// SaveState implements optim.Stateful: the inner optimizer's (under ZeRO
+// 1, zeroOpt's: this rank's shards, marked as such), so that a stage's
+// checkpoint is the one a stage without replicas writes.
+func (o *replicaOpt) SaveState() optim.SavedState {
+	if so, ok := o.inner.(optim.Stateful); ok {
+		return so.SaveState()
+	}
+	return optim.SavedState{Kind: fmt.Sprintf("%T (not stateful)", o.inner)}
+}
+
+// LoadState implements optim.Stateful (under ZeRO 1 the whole state is
+// cut into this rank's shards).
+func (o *replicaOpt) LoadState(s optim.SavedState) error {
+	so, ok := o.inner.(optim.Stateful)
+	if !ok {
+		return fmt.Errorf("%w: optimizer %T cannot load a state", ErrConfig, o.inner)
+	}
+	return so.LoadState(s)
+}
