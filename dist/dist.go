@@ -206,32 +206,12 @@ func span(n, r, size int) (lo, hi, c int) {
 // allocate makes the communication buffer and the gradient shards.
 func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 	size := d.c.Size()
-	var total, padded int
+	var numels []int
 	for _, p := range store.Trainable() {
-		n := int(p.Numel())
-		total += n
-		_, _, c := span(n, 0, size)
-		padded = max(padded, c*size)
+		numels = append(numels, int(p.Numel()))
 	}
-	bucket := o.BucketBytes
-	if bucket == 0 {
-		bucket = DefaultBucketBytes
-	}
-	bucketFloats := max(int(min(bucket/4, 1<<40)), 1)
-	d.bucketFloats = bucketFloats
-	floats := 0
-	if d.stage < 2 {
-		floats = min(bucketFloats, total)
-	}
-	if o.Overlap {
-		floats = total // every gradient has its place in the buckets
-	}
-	if d.stage > 0 {
-		// Shards are reduce-scattered and gathered through the buffer in
-		// pieces of a whole number of values per rank, at most a bucket
-		// (and no more than the largest parameter needs).
-		floats = max(floats, max(min(bucketFloats, padded)/size, 1)*size)
-	}
+	var floats int
+	floats, d.bucketFloats = bufferFloats(numels, size, d.stage, o.BucketBytes, o.Overlap)
 	alloc := func(n int, tag device.Tag) ([]float32, error) {
 		if n == 0 {
 			return nil, nil
@@ -268,6 +248,35 @@ func (d *DataParallel) allocate(store *nn.Store, o Options) error {
 		}
 	}
 	return nil
+}
+
+// bufferFloats is the length of the communication buffer of a rank of
+// size ranks at ZeRO stage stage whose trainable parameters have numels
+// values, and the bucket's length in values.
+func bufferFloats(numels []int, size, stage int, bucketBytes int64, overlap bool) (floats, bucketFloats int) {
+	var total, padded int
+	for _, n := range numels {
+		total += n
+		_, _, c := span(n, 0, size)
+		padded = max(padded, c*size)
+	}
+	if bucketBytes == 0 {
+		bucketBytes = DefaultBucketBytes
+	}
+	bucketFloats = max(int(min(bucketBytes/4, 1<<40)), 1)
+	if stage < 2 {
+		floats = min(bucketFloats, total)
+	}
+	if overlap {
+		floats = total // every gradient has its place in the buckets
+	}
+	if stage > 0 {
+		// Shards are reduce-scattered and gathered through the buffer in
+		// pieces of a whole number of values per rank, at most a bucket
+		// (and no more than the largest parameter needs).
+		floats = max(floats, max(min(bucketFloats, padded)/size, 1)*size)
+	}
+	return floats, bucketFloats
 }
 
 // agree checks that every rank has the same model, configuration and

@@ -103,8 +103,20 @@ func (p RankPlan) Count() int {
 	return n
 }
 
-// RanksString is the group's ranks, "0–511, 768".
+// RanksString is the group's ranks, "0–511, 768"; single ranks at a
+// constant stride, more than 4 (a pipeline stage's replicas), as "1, 5, …,
+// 1021".
 func (p RankPlan) RanksString() string {
+	if n := len(p.Ranks); n > 4 {
+		k := p.Ranks[1].Lo - p.Ranks[0].Lo
+		strided := true
+		for i, s := range p.Ranks {
+			strided = strided && s.Lo == s.Hi && s.Lo == p.Ranks[0].Lo+i*k
+		}
+		if strided {
+			return fmt.Sprintf("%d, %d, …, %d", p.Ranks[0].Lo, p.Ranks[1].Lo, p.Ranks[n-1].Lo)
+		}
+	}
 	var b strings.Builder
 	for i, s := range p.Ranks {
 		if i > 0 {

@@ -3,10 +3,7 @@ package dist
 import (
 	"context"
 	"fmt"
-	"strconv"
 
-	"github.com/headroom-ml/headroom/comm"
-	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/pipeline"
 	"github.com/headroom-ml/headroom/train"
 )
@@ -41,10 +38,14 @@ func newPipePlanner(j Job, l Layout) (*pipePlanner, error) {
 	switch {
 	case pj == nil || len(pj.Layers) == 0 || pj.Loss == nil:
 		return nil, fmt.Errorf("%w: pipeline stages (--pipeline %d) of a model that is not a list of layers", ErrNotAvailable, l.Pipeline)
-	case l.Ranks != l.Pipeline:
-		return nil, fmt.Errorf("%w: %d ranks for %d pipeline stages: data parallelism across pipelines is not part of package dist yet (--ranks must equal --pipeline)", ErrNotAvailable, l.Ranks, l.Pipeline)
-	case l.Tensor > 1 || l.Zero != 0:
-		return nil, fmt.Errorf("%w: pipeline stages with tensor parallelism or ZeRO", ErrNotAvailable)
+	case l.Ranks%l.Pipeline != 0:
+		return nil, fmt.Errorf("%w: %d ranks for %d pipeline stages: --ranks must be a multiple of --pipeline (replicas of the pipeline)", ErrConfig, l.Ranks, l.Pipeline)
+	case l.Tensor > 1 || l.Zero > 1 || l.Overlap:
+		return nil, fmt.Errorf("%w: pipeline stages with tensor parallelism, ZeRO 2 or 3, or overlap (ZeRO 1 over the replicas of a stage is)", ErrNotAvailable)
+	case l.Zero == 1 && l.Ranks == l.Pipeline:
+		return nil, fmt.Errorf("%w: ZeRO 1 with one pipeline: its shards are spread over the replicas of each stage (--ranks 2×--pipeline at least)", ErrConfig)
+	case j.Batch < l.Ranks/l.Pipeline:
+		return nil, fmt.Errorf("%w: a batch of %d samples cannot give each of %d pipelines one", ErrConfig, j.Batch, l.Ranks/l.Pipeline)
 	case pj.Micro < 1:
 		return nil, fmt.Errorf("%w: %d micro-batches", ErrConfig, pj.Micro)
 	case j.Example == nil || j.NewOptimizer == nil:
@@ -53,13 +54,19 @@ func newPipePlanner(j Job, l Layout) (*pipePlanner, error) {
 		return nil, fmt.Errorf("%w: %d layers cannot fill %d pipeline stages", ErrConfig, len(pj.Layers), l.Pipeline)
 	}
 	p := &pipePlanner{j: j, l: l}
-	x, y := j.Example(j.Batch)
+	// Cut for the first replica's share, the largest, with the
+	// optimizers the ranks run (their buckets included).
+	x, y := j.Example(p.share(0))
 	if pj.Budget > 0 {
 		budgets := make([]int64, l.Pipeline)
 		for i := range budgets {
 			budgets[i] = pj.Budget
 		}
-		cuts, _, err := pipeline.CutRanks(pj.Layers, pj.Loss, j.NewOptimizer, budgets, pj.Micro, pj.Schedule, x, y)
+		newOpt, err := p.optimizer()
+		if err != nil {
+			return nil, err
+		}
+		cuts, _, err := pipeline.CutRanks(pj.Layers, pj.Loss, newOpt, budgets, pj.Micro, pj.Schedule, x, y)
 		if err != nil {
 			return nil, err
 		}
@@ -79,32 +86,30 @@ func newPipePlanner(j Job, l Layout) (*pipePlanner, error) {
 	return p, nil
 }
 
-// key: every rank runs a stage of its own.
-func (p *pipePlanner) key(rank int) string { return strconv.Itoa(rank) }
+// key: every stage is planned once per size of a replica's share (rank
+// r is stage r%P of replica r/P).
+func (p *pipePlanner) key(rank int) string {
+	return fmt.Sprint(rank%p.l.Pipeline, " ", p.share(rank/p.l.Pipeline))
+}
 
 func (p *pipePlanner) plan(ctx context.Context, rank int) (RankPlan, error) {
 	pj := p.j.Pipeline
-	c, err := comm.Meta(rank, p.l.Ranks)
+	r, err := p.replica(ctx, rank)
 	if err != nil {
 		return RankPlan{}, err
 	}
-	pp, err := pipeline.NewRank(c, pj.Layers, pj.Loss, p.cuts, device.Meta(), p.j.NewOptimizer, pj.Micro, 1)
-	if err != nil {
-		return RankPlan{}, err
-	}
-	defer pp.Close()
-	pp.Schedule = pj.Schedule
+	defer r.Close()
 	x, y := p.j.Example(p.j.Batch)
-	sps, err := pp.Plan(x, y)
+	sps, err := r.Plan(x, y)
 	if err != nil {
 		return RankPlan{}, err
 	}
-	sp := sps[0]
+	sp, s, share := sps[0], rank%p.l.Pipeline, p.share(rank/p.l.Pipeline)
 	m := train.MemoryPlan{Parameters: sp.Parameters, Gradients: sp.Gradients, OptimizerState: sp.OptimizerState, Communication: sp.CommunicationAtPeak,
-		PeakStep: fmt.Sprintf("stage %d of %d (layers %d-%d), %v", rank, p.l.Pipeline, sp.Lo, sp.Hi-1, pj.Schedule)}
+		PeakStep: fmt.Sprintf("stage %d of %d (layers %d-%d), %v", s, p.l.Pipeline, sp.Lo, sp.Hi-1, pj.Schedule)}
 	m.Activations = sp.Peak - m.Parameters - m.Gradients - m.OptimizerState - m.Communication
-	micro := (p.j.Batch + pj.Micro - 1) / pj.Micro
-	return RankPlan{Batch: p.j.Batch, MicroBatch: micro, Memory: m, Reserved: sp.Reserved, Moved: sp.Sent}, nil
+	micro := (share + pj.Micro - 1) / pj.Micro
+	return RankPlan{Batch: share, MicroBatch: micro, Memory: m, Reserved: sp.Reserved, Moved: sp.Sent + p.replicaMoved(r)}, nil
 }
 
 // Cuts are the layers each stage starts at (and the last one's end), as

@@ -42,7 +42,8 @@ func pipeLayers() []pipeline.Layer {
 
 // Under a budget the pipeline planner cuts the stages as
 // pipeline.CutRanks does, and every rank's planned peak fits; without a
-// job of layers, or with more ranks than stages, it is not available.
+// job of layers, or with ZeRO 2 over replicas of the pipeline, it is not
+// available.
 func TestPlanPipelineBudget(t *testing.T) {
 	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
 	example := func(n int) (trace.Meta, trace.Meta) {
@@ -84,7 +85,7 @@ func TestPlanPipelineBudget(t *testing.T) {
 	for _, tc := range []struct {
 		j dist.Job
 		l dist.Layout
-	}{{dist.Job{Example: example, NewOptimizer: newOpt, Batch: 24}, l}, {job, dist.Layout{Ranks: 2 * P, Pipeline: P}}} {
+	}{{dist.Job{Example: example, NewOptimizer: newOpt, Batch: 24}, l}, {job, dist.Layout{Ranks: 2 * P, Pipeline: P, Zero: 2}}} {
 		if _, err := dist.PlanRanks(context.Background(), tc.j, tc.l); !errors.Is(err, dist.ErrNotAvailable) {
 			t.Errorf("%v: %v", tc.l, err)
 		}

@@ -186,12 +186,36 @@ func newStage(layers []Layer, lo, hi int, dev *device.Device, newOpt func() (opt
 		}
 		return f32(b.Data, n), nil
 	})
+	if cb, ok := opt.(CommBuffers); ok {
+		cb.SetCommAlloc(func(param, buffer string, n int) ([]float32, error) {
+			b, err := dev.Alloc.Allocate(int64(n)*4, device.Tag{Category: device.Communication, Module: moduleOf(param), Op: buffer})
+			if err != nil {
+				return nil, err
+			}
+			st.blks = append(st.blks, b)
+			if b.Data == nil {
+				return nil, nil // meta: sizes only
+			}
+			return f32(b.Data, n), nil
+		})
+	}
 	if prep, ok := opt.(optim.Preparer); ok {
 		if err := prep.Prepare(st.params(false)); err != nil {
 			return st, err
 		}
 	}
 	return st, nil
+}
+
+// CommBuffers is implemented by an optimizer that holds communication
+// buffers of its own (package dist's data parallelism across pipelines:
+// the bucket a stage's gradients are all-reduced through). The stage
+// gives it an allocation function on its device, category
+// communication, before Prepare, so that the buffers are allocated on
+// the stage's device and on the meta devices its plans replay on, in
+// the same order: plans stay exact.
+type CommBuffers interface {
+	SetCommAlloc(f optim.AllocFunc)
 }
 
 func moduleOf(param string) string { return param[:max(0, strings.LastIndexByte(param, '.'))] }

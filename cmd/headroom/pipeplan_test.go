@@ -76,13 +76,13 @@ func TestPlanPipelinePrintedEqualsMeasured(t *testing.T) {
 		})
 	}
 	// Models not cut into stages (a GPT with dropout, which each stage's
-	// recomputation would redraw), and data parallelism across
-	// pipelines, are said to be not available.
+	// recomputation would redraw), and ZeRO 2 over replicas of a
+	// pipeline, are said to be not available.
 	run := func(args ...string) error {
 		var out, errb bytes.Buffer
 		return planMain(context.Background(), args, &out, &errb)
 	}
-	for _, args := range [][]string{{"--ranks", "2", "--pipeline", "2", "--model", "gpt-shakespeare-char"}, {"--ranks", "4", "--pipeline", "2", "--model", "cnn"}} {
+	for _, args := range [][]string{{"--ranks", "2", "--pipeline", "2", "--model", "gpt-shakespeare-char"}, {"--ranks", "4", "--pipeline", "2", "--zero", "2", "--model", "cnn"}} {
 		err := run(args...)
 		if !errors.Is(err, dist.ErrNotAvailable) {
 			t.Errorf("%v: %v", args, err)

@@ -71,6 +71,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	valSplit := fs.Float64("val-split", 0, "hold out this fraction of the samples (0 to 1): after the last step every rank evaluates them (evaluation mode, batches of --batch-size) and rank 0 prints the validation loss")
 	load := fs.String("load", "", "start from these weights (a safetensors file of the whole model, as train --save writes it, with or without --pipeline): each rank reads its stage's")
 	save := fs.String("save", "", "write the trained weights, gathered from every stage on rank 0, to this safetensors file (the single-process model's names)")
+	rf := addReplicaFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -103,7 +104,20 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	newOpt := func() (optim.Optimizer, error) { return newOptimizer(*opt, *lr, -1) }
-	pj, cuts, err := pipeCuts(spec, *P, *micro, !given["micro-batches"], *batch, *sched, budget, newOpt)
+	c, err := comm.Open()
+	if err != nil {
+		return err
+	}
+	size := 0
+	if c != nil {
+		defer comm.Close(c)
+		size = c.Size()
+	}
+	N, err := rf.ranks(*P, size)
+	if err != nil {
+		return err
+	}
+	pj, cuts, err := pipeCuts(spec, dist.Layout{Ranks: N, Pipeline: *P, Zero: rf.zero}, *micro, !given["micro-batches"], *batch, *sched, budget, newOpt)
 	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
@@ -142,12 +156,11 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		p, err := pipeline.NewRank(c, pj.Layers, pj.Loss, cuts, dev, newOpt, *micro, *seed)
+		p, done, err := rf.replica(ctx, c, *P, pj, cuts, dev, newOpt, *micro, *seed, fmt.Sprint(*model, *batch, *steps, *limit, *opt, *lr))
 		if err != nil {
 			return err
 		}
-		defer p.Close()
-		p.Schedule = pj.Schedule
+		defer done()
 		if *load != "" {
 			if err := p.LoadFile(*load); err != nil {
 				return fmt.Errorf("--load: %w", err)
@@ -171,7 +184,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 				// The cut was planned on fresh devices; this rank's own
 				// plan is the last word.
 				return fmt.Errorf("train --pipeline: %w: rank %d (stage %d, layers %d-%d) needs %s, over --budget %s",
-					pipeline.ErrBudget, r, r, sp[0].Lo, sp[0].Hi-1, device.FormatBytes(sp[0].Peak), device.FormatBytes(budget))
+					pipeline.ErrBudget, r, r%*P, sp[0].Lo, sp[0].Hi-1, device.FormatBytes(sp[0].Peak), device.FormatBytes(budget))
 			}
 			dev.Alloc.ResetPeak()
 			loss, err := p.Step(ctx, x, y)
@@ -183,7 +196,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 				fmt.Fprintf(stdout, "step %d: loss %.6f\n", step+1, loss)
 			}
 			if step == 0 {
-				fmt.Fprintf(peakOut, "rank %d, stage %d (layers %d-%d): planned peak %d, measured %d\n", r, r, sp[0].Lo, sp[0].Hi-1, sp[0].Peak, dev.Alloc.MaxMemoryAllocated())
+				fmt.Fprintf(peakOut, "rank %d, stage %d (layers %d-%d): planned peak %d, measured %d\n", r, r%*P, sp[0].Lo, sp[0].Hi-1, sp[0].Peak, dev.Alloc.MaxMemoryAllocated())
 			}
 			mu.Unlock()
 		}
@@ -217,23 +230,15 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return savePipeline(spec, sd, *save, *P, stdout)
 	}
-	c, err := comm.Open()
-	if err != nil {
-		return err
-	}
 	if c != nil {
-		defer comm.Close(c)
-		if c.Size() != *P {
-			return fmt.Errorf("train --pipeline %d under mpirun -np %d: one rank per stage (data parallelism across pipelines is not available yet)", *P, c.Size())
-		}
 		if c.Rank() != 0 {
 			stdout, peakOut = io.Discard, stderr
 		}
-		fmt.Fprintf(stdout, "model %s in %d stages (cuts %v), %v, %d micro-batches, data %s\n", *model, *P, cuts, pj.Schedule, *micro, source)
+		fmt.Fprintf(stdout, "model %s in %d stages (cuts %v) on %d ranks, %v, %d micro-batches, data %s\n", *model, *P, cuts, N, pj.Schedule, *micro, source)
 		return rank(ctx, c)
 	}
-	fmt.Fprintf(stdout, "model %s in %d stages (cuts %v) on in-process ranks, %v, %d micro-batches, data %s\n", *model, *P, cuts, pj.Schedule, *micro, source)
-	return comm.Run(ctx, *P, rank)
+	fmt.Fprintf(stdout, "model %s in %d stages (cuts %v) on %d in-process ranks, %v, %d micro-batches, data %s\n", *model, *P, cuts, N, pj.Schedule, *micro, source)
+	return comm.Run(ctx, N, rank)
 }
 
 // pipeCuts are the pipeline job and its cuts: even without a budget;
@@ -241,13 +246,13 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 // tried (search), the first of micro, 2 micro, 4 micro, ... (at most the
 // batch) whose stages fit it. A budget no count fits is an error wrapping
 // pipeline.ErrBudget that names the layer and the bytes it needs alone.
-func pipeCuts(spec zoo.Spec, P, micro int, search bool, batch int, sched string, budget int64, newOpt func() (optim.Optimizer, error)) (*dist.PipelineJob, []int, error) {
+func pipeCuts(spec zoo.Spec, layout dist.Layout, micro int, search bool, batch int, sched string, budget int64, newOpt func() (optim.Optimizer, error)) (*dist.PipelineJob, []int, error) {
 	for {
-		pj, err := pipelineJob(spec.Name, P, micro, sched, budget)
+		pj, err := pipelineJob(spec.Name, layout.Pipeline, micro, sched, budget)
 		if err != nil {
 			return nil, nil, err
 		}
-		cuts, err := dist.Cuts(dist.Job{Example: spec.Example, NewOptimizer: newOpt, Batch: batch, Pipeline: pj}, dist.Layout{Ranks: P, Pipeline: P})
+		cuts, err := dist.Cuts(dist.Job{Example: spec.Example, NewOptimizer: newOpt, Batch: batch, Pipeline: pj}, layout)
 		if err == nil || !errors.Is(err, pipeline.ErrBudget) || !search || 2*micro > batch {
 			if err != nil && budget > 0 {
 				err = fmt.Errorf("--budget %s with %d micro-batches: %w", device.FormatBytes(budget), micro, err)

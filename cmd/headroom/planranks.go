@@ -46,7 +46,7 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(batch, "batch", 0, "the same as --batch-size")
 	opt := fs.String("optimizer", "adam", "optimizer: adam, adamw or sgd")
 	zero := fs.String("zero", "", "ZeRO stage: 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded), 2 (gradients too), 3 (parameters too, gathered per layer); default 0, or with --budget the cheapest that fits")
-	pipeline := fs.Int("pipeline", 1, "pipeline stages, one rank each (mlp and cnn; --ranks equal to it; micro-batches: --accumulate)")
+	pipeline := fs.Int("pipeline", 1, "pipeline stages, one rank each (mlp and cnn; micro-batches: --accumulate); --ranks a multiple of it: replicas of the pipeline, each stage's gradients all-reduced over its replicas (--zero 0 or 1)")
 	schedule := fs.String("schedule", "gpipe", "with --pipeline: the micro-batches' schedule, gpipe or 1f1b")
 	tensor := fs.Int("tensor", 1, "tensor-parallel ranks per layer (GPT models: attention heads and MLP columns split; --ranks must equal it yet); with --budget and neither --zero nor --tensor, the degrees the model allows are tried too")
 	budgetFlag := fs.String("budget", "", "memory of each rank's device (e.g. 16GiB): choose the cheapest ZeRO stage that fits every rank, or say the smallest budget that would")
@@ -230,10 +230,18 @@ func printRankPlans(w io.Writer, l dist.Layout, groups []dist.RankPlan, exact bo
 			format(m.Activations-m.TransientGradients), format(m.Communication), format(m.Total()), format(g.Reserved))
 	}
 	tw.Flush()
-	moved := int64(0)
-	if len(groups) > 0 {
-		moved = groups[0].Moved
+	moved, mrank, same := int64(0), 0, true
+	for i, g := range groups {
+		same = same && g.Moved == groups[0].Moved
+		if i == 0 || g.Moved > moved {
+			moved, mrank = g.Moved, g.Rank
+		}
+	}
+	sends := fmt.Sprintf("each rank sends %s per step", format(moved))
+	if !same {
+		// Pipeline stages send different activations and gradients.
+		sends = fmt.Sprintf("a rank sends up to %s per step (rank %d)", format(moved), mrank)
 	}
 	res, rrank := dist.MaxReserved(groups)
-	fmt.Fprintf(w, "largest peak %s (rank %d), largest reservation %s (rank %d): the smallest device every rank fits; each rank sends %s per step\n", format(peak), rank, format(res), rrank, format(moved))
+	fmt.Fprintf(w, "largest peak %s (rank %d), largest reservation %s (rank %d): the smallest device every rank fits; %s\n", format(peak), rank, format(res), rrank, sends)
 }
