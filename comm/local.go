@@ -16,9 +16,18 @@ type Local struct {
 	mu     sync.Mutex
 	rounds map[uint64]*round
 	mail   map[mailKey]chan []float32
-	abort  chan struct{}
-	cause  error // why the group was aborted, set once before abort closes
+	ab     *abortState   // shared with the groups split from this one
+	abort  chan struct{} // ab.ch
 	comms  []*localComm
+}
+
+// abortState is the abort of a Local group and of every group split from
+// it: as MPI_Abort ends the whole job, a failure in a subgroup must stop
+// ranks waiting in the parent or in a sibling group too.
+type abortState struct {
+	mu    sync.Mutex
+	ch    chan struct{}
+	cause error // why the group was aborted, set once before ch closes
 }
 
 // round is one collective: the ranks' inputs until the last arrives,
@@ -31,6 +40,7 @@ type round struct {
 	in64    [][]float64
 	out32   []float32
 	out64   []float64
+	comms   []Comm // a split's result, by rank of the parent
 	arrived int
 	left    int // ranks yet to copy the result out
 	done    chan struct{}
@@ -43,11 +53,15 @@ func NewLocal(n int) (*Local, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: a group of %d ranks", ErrArgument, n)
 	}
-	l := &Local{n: n, rounds: map[uint64]*round{}, mail: map[mailKey]chan []float32{}, abort: make(chan struct{})}
+	return newLocal(n, &abortState{ch: make(chan struct{})}), nil
+}
+
+func newLocal(n int, ab *abortState) *Local {
+	l := &Local{n: n, rounds: map[uint64]*round{}, mail: map[mailKey]chan []float32{}, ab: ab, abort: ab.ch}
 	for r := range n {
 		l.comms = append(l.comms, &localComm{l: l, rank: r})
 	}
-	return l, nil
+	return l
 }
 
 // Comm returns rank r's communicator.
@@ -55,23 +69,22 @@ func (l *Local) Comm(r int) Comm { return l.comms[r] }
 
 // Abort ends every call in progress and every later one with an error
 // wrapping ErrAborted and cause. The first cause is kept.
+// Groups split from l, and the group l was split from, are aborted too.
 func (l *Local) Abort(cause error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.abortLocked(cause)
-}
-
-func (l *Local) abortLocked(cause error) {
+	l.ab.mu.Lock()
+	defer l.ab.mu.Unlock()
 	select {
-	case <-l.abort:
+	case <-l.ab.ch:
 	default:
-		l.cause = cause
-		close(l.abort)
+		l.ab.cause = cause
+		close(l.ab.ch)
 	}
 }
 
 func (l *Local) aborted() error {
-	return fmt.Errorf("%w: %w", ErrAborted, l.cause)
+	l.ab.mu.Lock()
+	defer l.ab.mu.Unlock()
+	return fmt.Errorf("%w: %w", ErrAborted, l.ab.cause)
 }
 
 // Run runs fn on n ranks of a new Local group, one goroutine each, and
@@ -143,7 +156,7 @@ func (c *localComm) collective(ctx context.Context, op string, n, root int, in32
 	} else if r.op != op || r.n != n || r.root != root {
 		err := &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: collective %d is %s of %d values (root %d) here, %s of %d values (root %d) on rank %d",
 			ErrMismatch, seq, op, n, root, r.op, r.n, r.root, r.first)}
-		l.abortLocked(err)
+		l.Abort(err) // the abort has a lock of its own
 		l.mu.Unlock()
 		return err
 	}

@@ -13,6 +13,8 @@ static MPI_Datatype hr_float(void) { return MPI_FLOAT; }
 static MPI_Datatype hr_double(void) { return MPI_DOUBLE; }
 static MPI_Op hr_sum(void) { return MPI_SUM; }
 static MPI_Comm hr_world(void) { return MPI_COMM_WORLD; }
+static MPI_Comm hr_comm_null(void) { return MPI_COMM_NULL; }
+static int hr_undefined(void) { return MPI_UNDEFINED; }
 static void *hr_in_place(void) { return MPI_IN_PLACE; }
 static MPI_Request hr_null_request(void) { return MPI_REQUEST_NULL; }
 
@@ -41,16 +43,26 @@ import (
 // MPIAvailable reports whether this build has the MPI transport.
 const MPIAvailable = true
 
-// mpiComm is MPI_COMM_WORLD. Calls are serialized by mu
-// (MPI_THREAD_SERIALIZED: goroutines move between threads, so MPI may be
-// entered from any thread, never from two at once). Every operation is
+// mpiComm is MPI_COMM_WORLD or a communicator split from it. Calls are
+// serialized by one mutex for all of them (MPI_THREAD_SERIALIZED:
+// goroutines move between threads, so MPI may be entered from any thread,
+// never from two at once). Every operation is
 // started non-blocking and polled, so that a cancelled context is seen
 // while waiting; MPI cannot cancel a collective, so the caller must then
 // abort the job (Abort: every rank stops) instead of leaving the
 // others waiting.
 type mpiComm struct {
-	mu         sync.Mutex
+	st         *mpiState
+	h          C.MPI_Comm
 	rank, size int
+	world      bool // MPI_COMM_WORLD: Close finalizes MPI
+	freed      bool // a split communicator after Close
+}
+
+// mpiState is what the world and its split communicators share.
+type mpiState struct {
+	mu         sync.Mutex
+	rank, size int // in the world: Abort names the rank in the job
 	closed     bool
 }
 
@@ -75,7 +87,7 @@ func openMPI(rank, size int) (Comm, error) {
 		var r, s C.int
 		C.MPI_Comm_rank(C.hr_world(), &r)
 		C.MPI_Comm_size(C.hr_world(), &s)
-		mpiWorld = &mpiComm{rank: int(r), size: int(s)}
+		mpiWorld = &mpiComm{st: &mpiState{rank: int(r), size: int(s)}, h: C.hr_world(), rank: int(r), size: int(s), world: true}
 		if int(r) != rank || int(s) != size {
 			mpiErr = fmt.Errorf("comm: MPI says rank %d of %d, the launcher's environment rank %d of %d", int(r), int(s), rank, size)
 		}
@@ -117,22 +129,22 @@ func (c *mpiComm) run(ctx context.Context, op string, bufs []unsafe.Pointer, sta
 	req := (*C.MPI_Request)(C.malloc(C.size_t(unsafe.Sizeof(C.MPI_Request(nil)))))
 	defer C.free(unsafe.Pointer(req))
 	*req = C.hr_null_request()
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	c.st.mu.Lock()
+	if c.st.closed {
+		c.st.mu.Unlock()
 		return &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: closed", ErrAborted)}
 	}
 	rc := start(req)
-	c.mu.Unlock()
+	c.st.mu.Unlock()
 	if rc != C.MPI_SUCCESS {
 		return &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("MPI error %d", int(rc))}
 	}
 	wait := time.Microsecond
 	for {
 		var flag C.int
-		c.mu.Lock()
+		c.st.mu.Lock()
 		rc = C.hr_test(req, &flag)
-		c.mu.Unlock()
+		c.st.mu.Unlock()
 		if rc != C.MPI_SUCCESS {
 			return &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("MPI error %d", int(rc))}
 		}
@@ -152,7 +164,7 @@ func (c *mpiComm) run(ctx context.Context, op string, bufs []unsafe.Pointer, sta
 
 func (c *mpiComm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 	err := c.run(ctx, "all-reduce", []unsafe.Pointer{ptr32(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Iallreduce(C.hr_in_place(), ptr32(buf), C.int(len(buf)), C.hr_float(), C.hr_sum(), C.hr_world(), req)
+		return C.MPI_Iallreduce(C.hr_in_place(), ptr32(buf), C.int(len(buf)), C.hr_float(), C.hr_sum(), c.h, req)
 	})
 	if err == nil && op == Avg {
 		n := float32(c.size)
@@ -165,7 +177,7 @@ func (c *mpiComm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 
 func (c *mpiComm) AllReduce64(ctx context.Context, buf []float64, op Op) error {
 	err := c.run(ctx, "all-reduce", []unsafe.Pointer{ptr64(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Iallreduce(C.hr_in_place(), ptr64(buf), C.int(len(buf)), C.hr_double(), C.hr_sum(), C.hr_world(), req)
+		return C.MPI_Iallreduce(C.hr_in_place(), ptr64(buf), C.int(len(buf)), C.hr_double(), C.hr_sum(), c.h, req)
 	})
 	if err == nil && op == Avg {
 		for i := range buf {
@@ -180,7 +192,7 @@ func (c *mpiComm) ReduceScatter(ctx context.Context, send, recv []float32, op Op
 		return err
 	}
 	err := c.run(ctx, "reduce-scatter", []unsafe.Pointer{ptr32(send), ptr32(recv)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Ireduce_scatter_block(ptr32(send), ptr32(recv), C.int(len(recv)), C.hr_float(), C.hr_sum(), C.hr_world(), req)
+		return C.MPI_Ireduce_scatter_block(ptr32(send), ptr32(recv), C.int(len(recv)), C.hr_float(), C.hr_sum(), c.h, req)
 	})
 	if err == nil && op == Avg {
 		n := float32(c.size)
@@ -201,7 +213,7 @@ func (c *mpiComm) AllGather(ctx context.Context, send, recv []float32) error {
 		src = C.hr_in_place()
 	}
 	return c.run(ctx, "all-gather", []unsafe.Pointer{ptr32(send), ptr32(recv)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Iallgather(src, C.int(m), C.hr_float(), ptr32(recv), C.int(m), C.hr_float(), C.hr_world(), req)
+		return C.MPI_Iallgather(src, C.int(m), C.hr_float(), ptr32(recv), C.int(m), C.hr_float(), c.h, req)
 	})
 }
 
@@ -210,13 +222,13 @@ func (c *mpiComm) Broadcast(ctx context.Context, buf []float32, root int) error 
 		return err
 	}
 	return c.run(ctx, "broadcast", []unsafe.Pointer{ptr32(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Ibcast(ptr32(buf), C.int(len(buf)), C.hr_float(), C.int(root), C.hr_world(), req)
+		return C.MPI_Ibcast(ptr32(buf), C.int(len(buf)), C.hr_float(), C.int(root), c.h, req)
 	})
 }
 
 func (c *mpiComm) Barrier(ctx context.Context) error {
 	return c.run(ctx, "barrier", nil, func(req *C.MPI_Request) C.int {
-		return C.MPI_Ibarrier(C.hr_world(), req)
+		return C.MPI_Ibarrier(c.h, req)
 	})
 }
 
@@ -225,7 +237,7 @@ func (c *mpiComm) Send(ctx context.Context, buf []float32, dst, tag int) error {
 		return err
 	}
 	return c.run(ctx, fmt.Sprintf("send to rank %d", dst), []unsafe.Pointer{ptr32(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Isend(ptr32(buf), C.int(len(buf)), C.hr_float(), C.int(dst), C.int(tag), C.hr_world(), req)
+		return C.MPI_Isend(ptr32(buf), C.int(len(buf)), C.hr_float(), C.int(dst), C.int(tag), c.h, req)
 	})
 }
 
@@ -234,18 +246,28 @@ func (c *mpiComm) Recv(ctx context.Context, buf []float32, src, tag int) error {
 		return err
 	}
 	return c.run(ctx, fmt.Sprintf("receive from rank %d", src), []unsafe.Pointer{ptr32(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Irecv(ptr32(buf), C.int(len(buf)), C.hr_float(), C.int(src), C.int(tag), C.hr_world(), req)
+		return C.MPI_Irecv(ptr32(buf), C.int(len(buf)), C.hr_float(), C.int(src), C.int(tag), c.h, req)
 	})
 }
 
-// Close finalizes MPI; later calls fail.
+// Close finalizes MPI (the world) or frees a split communicator; later
+// calls fail.
 func (c *mpiComm) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	if c.st.closed || c.freed {
 		return nil
 	}
-	c.closed = true
+	if !c.world {
+		// A split communicator is freed; MPI stays up for the others.
+		c.freed = true
+		h := c.h
+		if rc := C.MPI_Comm_free(&h); rc != C.MPI_SUCCESS {
+			return fmt.Errorf("comm: MPI_Comm_free failed (code %d)", int(rc))
+		}
+		return nil
+	}
+	c.st.closed = true
 	if rc := C.MPI_Finalize(); rc != C.MPI_SUCCESS {
 		return fmt.Errorf("comm: MPI_Finalize failed (code %d)", int(rc))
 	}
@@ -255,6 +277,35 @@ func (c *mpiComm) Close() error {
 // Abort ends the whole job: MPI cannot cancel a collective that other
 // ranks wait in, so the job stops with this rank's error on stderr.
 func (c *mpiComm) Abort(err error) {
-	fmt.Fprintf(os.Stderr, "headroom: rank %d of %d aborts the job: %v\n", c.rank, c.size, err)
+	fmt.Fprintf(os.Stderr, "headroom: rank %d of %d aborts the job: %v\n", c.st.rank, c.st.size, err)
 	C.MPI_Abort(C.hr_world(), 1)
+}
+
+// Split is MPI_Comm_split. MPI has no non-blocking form, so the context
+// is checked on entry only: a rank that never joins stops the job through
+// mpirun (it dies) or through Abort (its own failure), as in collectives.
+func (c *mpiComm) Split(ctx context.Context, color, key int) (Comm, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &RankError{Rank: c.rank, Op: "split", Err: err}
+	}
+	cc := C.int(color)
+	if color < 0 {
+		cc = C.hr_undefined()
+	}
+	h := C.hr_comm_null()
+	var r, s C.int
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	if c.st.closed || c.freed {
+		return nil, &RankError{Rank: c.rank, Op: "split", Err: fmt.Errorf("%w: closed", ErrAborted)}
+	}
+	if rc := C.MPI_Comm_split(c.h, cc, C.int(key), &h); rc != C.MPI_SUCCESS {
+		return nil, &RankError{Rank: c.rank, Op: "split", Err: fmt.Errorf("MPI error %d", int(rc))}
+	}
+	if color < 0 {
+		return nil, nil
+	}
+	C.MPI_Comm_rank(h, &r)
+	C.MPI_Comm_size(h, &s)
+	return &mpiComm{st: c.st, h: h, rank: int(r), size: int(s)}, nil
 }

@@ -113,3 +113,41 @@ func TestMPIRankFailure(t *testing.T) {
 		}
 	}
 }
+
+// MPI_Comm_split gives the groups Local gives (the same cases, np 3 and
+// 4), every collective works inside them, and Grid's two splits of 4
+// ranks into blocks of 2 sum what they should.
+func TestMPISplit(t *testing.T) {
+	if worker(t, func(ctx context.Context, c comm.Comm) error {
+		if err := exerciseSplits(ctx, c); err != nil {
+			return err
+		}
+		if c.Size()%2 != 0 {
+			return nil
+		}
+		block, across, err := comm.Grid(ctx, c, 2)
+		if err != nil {
+			return err
+		}
+		b, a := []float32{float32(c.Rank())}, []float32{float32(c.Rank())}
+		if err := block.AllReduce(ctx, b, comm.Sum); err != nil {
+			return err
+		}
+		if err := across.AllReduce(ctx, a, comm.Sum); err != nil {
+			return err
+		}
+		first, col := c.Rank()/2*2, c.Rank()%2
+		if b[0] != float32(2*first+1) || a[0] != float32(col*c.Size()/2+c.Size()/2*(c.Size()/2-1)) {
+			return fmt.Errorf("rank %d: block sum %v, across sum %v", c.Rank(), b[0], a[0])
+		}
+		return errors.Join(comm.Close(block), comm.Close(across))
+	}) {
+		return
+	}
+	for _, n := range []int{3, 4} {
+		out, err := mpiRun(t, n, "TestMPISplit", "split")
+		if err != nil {
+			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
+		}
+	}
+}
