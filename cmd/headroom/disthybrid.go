@@ -91,3 +91,24 @@ func (d *distFlags) newHybridTrainer(ctx context.Context, out io.Writer, dev *de
 		d.c.Size(), dp.Size(), tp.Size(), d.zero)
 	return tr, func() { tr.Close(); par.Close(); s.Release() }, nil
 }
+
+// hybridLayouts are the data × tensor layouts `plan --budget` tries for a
+// GPT: every tensor degree T below ranks that divides them and the heads,
+// with ZeRO 0 and (without clipping) 2 across the ranks/T groups.
+func hybridLayouts(j dist.Job, ranks int, bucket int64, clip bool) []dist.Layout {
+	cfg, err := dist.TensorGPTConfig(j)
+	if err != nil {
+		return nil
+	}
+	var ls []dist.Layout
+	for t := 2; t < ranks; t++ {
+		if ranks%t != 0 || zoo.CheckTensorParallel(cfg, t) != nil || j.Batch < ranks/t {
+			continue
+		}
+		ls = append(ls, dist.Layout{Ranks: ranks, Tensor: t, BucketBytes: bucket})
+		if !clip {
+			ls = append(ls, dist.Layout{Ranks: ranks, Tensor: t, Zero: 2, BucketBytes: bucket})
+		}
+	}
+	return ls
+}

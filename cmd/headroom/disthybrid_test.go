@@ -179,3 +179,31 @@ func TestTrainRanksHybridTensorRefused(t *testing.T) {
 		})
 	}
 }
+
+// --budget without --zero or --tensor also tries data parallelism across
+// tensor groups of every degree that divides the ranks and the heads
+// (6 heads on 12 ranks: 2, 3 and 6), under ZeRO 0 and 2; with clipping
+// ZeRO 2 is left out.
+func TestPlanRanksBudgetTriesHybridTensor(t *testing.T) {
+	run := func(args ...string) string {
+		var out strings.Builder
+		if err := planMain(context.Background(), append([]string{"--ranks", "12", "--model", "gpt-shakespeare-char", "--batch-size", "12", "--budget", "64GiB"}, args...), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	out := run()
+	for _, tdeg := range []int{2, 3, 6} {
+		for _, z := range []int{0, 2} {
+			if want := fmt.Sprintf("12 ranks, ZeRO %d, tensor parallel %d ", z, tdeg); !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+	}
+	if strings.Contains(out, "tensor parallel 4") || strings.Contains(out, "tensor parallel 12") {
+		t.Errorf("degrees that do not divide the 6 heads tried:\n%s", out)
+	}
+	if out := run("--clip-grad", "1"); !strings.Contains(out, "ZeRO 0, tensor parallel 2 ") || strings.Contains(out, "ZeRO 2, tensor parallel") {
+		t.Errorf("--clip-grad:\n%s", out)
+	}
+}

@@ -25,8 +25,8 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // moreLayouts are the layouts `plan --budget` tries besides ZeRO 0–2 when
 // neither a stage nor a tensor degree is fixed: ZeRO 3 (not with
 // clipping, which needs every gradient whole) and, for a GPT whose heads
-// split evenly over all the ranks, tensor parallelism over them (the only
-// tensor layout package dist plans yet: one tensor-parallel group).
+// split evenly over all the ranks, tensor parallelism over them, then
+// data parallelism across smaller tensor groups (hybridLayouts).
 func moreLayouts(j dist.Job, ranks int, bucket int64, clip bool) []dist.Layout {
 	var ls []dist.Layout
 	if !clip {
@@ -35,7 +35,7 @@ func moreLayouts(j dist.Job, ranks int, bucket int64, clip bool) []dist.Layout {
 	if cfg, err := dist.TensorGPTConfig(j); err == nil && ranks > 1 && zoo.CheckTensorParallel(cfg, ranks) == nil {
 		ls = append(ls, dist.Layout{Ranks: ranks, Tensor: ranks, BucketBytes: bucket})
 	}
-	return ls
+	return append(ls, hybridLayouts(j, ranks, bucket, clip)...) // disthybrid.go
 }
 
 // lookupSpec is zoo.Lookup; tests add models of their own (a GPT without
