@@ -157,6 +157,9 @@ func newPlanner(j Job, l Layout) (planner, error) {
 		if l.Pipeline > 1 {
 			return nil, fmt.Errorf("%w: tensor parallelism with pipeline stages", ErrNotAvailable)
 		}
+		if l.Ranks != l.Tensor {
+			return newHybridTPPlanner(j, l) // plan_hybridtp.go
+		}
 		return newTensorPlanner(j, l)
 	case l.Pipeline > 1:
 		return newPipePlanner(j, l)
@@ -322,20 +325,24 @@ func (p *dataPlanner) key(rank int) string {
 // gradients, 1 then all-gathers the parameters' padded shards, 2
 // reduce-scatters the gradients and all-gathers the parameters, shard by
 // shard.
-func (p *dataPlanner) moved() int64 {
-	n := int64(p.l.Ranks)
+func (p *dataPlanner) moved() int64 { return dataMoved(p.numels, p.l.Ranks, p.l.Zero) }
+
+// dataMoved is what each of ranks data-parallel ranks sends per step
+// under ZeRO stage zero for trainable parameters of numels values.
+func dataMoved(numels []int, ranks, zero int) int64 {
+	n := int64(ranks)
 	if n == 1 {
 		return 0
 	}
 	var total, shards int64
-	for _, k := range p.numels {
+	for _, k := range numels {
 		total += int64(k)
-		_, _, c := span(k, 0, p.l.Ranks)
+		_, _, c := span(k, 0, ranks)
 		shards += int64(c)
 	}
 	allReduce := 2 * (n - 1) * total * 4 / n
 	gather := (n - 1) * shards * 4
-	switch p.l.Zero {
+	switch zero {
 	case 1:
 		return allReduce + gather
 	case 2:

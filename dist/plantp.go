@@ -7,6 +7,8 @@ import (
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -38,10 +40,8 @@ func newTensorPlanner(j Job, l Layout) (*tensorPlanner, error) {
 	case j.Example == nil || j.NewOptimizer == nil:
 		return nil, fmt.Errorf("%w: a job needs Build, Example and NewOptimizer", ErrConfig)
 	case l.Ranks != l.Tensor:
-		// A data-parallel group of tensor-parallel groups needs each rank
-		// in two communicators (its tensor group's, its data group's),
-		// which package comm cannot split a job into yet.
-		return nil, fmt.Errorf("%w: %d ranks with tensor parallelism %d: data parallelism across tensor-parallel groups (package comm has no communicator split yet); use --ranks %d", ErrNotAvailable, l.Ranks, l.Tensor, l.Tensor)
+		// Data parallelism across tensor groups: newHybridTPPlanner.
+		return nil, fmt.Errorf("%w: %d ranks in one tensor-parallel group of %d", ErrConfig, l.Ranks, l.Tensor)
 	case l.Zero != 0:
 		return nil, fmt.Errorf("%w: ZeRO stage %d with tensor parallelism (ZeRO shards over data-parallel ranks, of which there is one)", ErrNotAvailable, l.Zero)
 	case l.Overlap:
@@ -62,8 +62,6 @@ func newTensorPlanner(j Job, l Layout) (*tensorPlanner, error) {
 func (p *tensorPlanner) key(int) string { return "" }
 
 func (p *tensorPlanner) plan(ctx context.Context, rank int) (RankPlan, error) {
-	share := p.j.Batch // every rank of the group runs the whole batch
-	micro := (share + p.acc - 1) / p.acc
 	dev := device.Meta()
 	s := nn.NewStore()
 	m, err := zoo.NewTPGPT(s.Root(), p.cfg, rank, p.l.Tensor)
@@ -75,24 +73,12 @@ func (p *tensorPlanner) plan(ctx context.Context, rank int) (RankPlan, error) {
 	}
 	defer s.Release()
 	_, loss := p.j.Build(nn.NewStore())
-	opt, err := p.j.NewOptimizer()
-	if err != nil {
-		return RankPlan{}, err
-	}
-	c, err := comm.Meta(rank, p.l.Tensor)
-	if err != nil {
-		return RankPlan{}, err
-	}
-	tr, err := NewTensorTrainer(ctx, c, dev, s, m, loss, opt, p.j.Config)
-	if err != nil {
-		return RankPlan{}, err
-	}
-	defer tr.Close()
-	x, y := p.j.Example(micro)
-	mp, reserved, moved, err := planStep(ctx, dev, tr, x, y)
-	if err != nil {
-		return RankPlan{}, err
-	}
-	passes := int64((share + micro - 1) / micro)
-	return RankPlan{Batch: share, MicroBatch: micro, Memory: mp, Reserved: reserved, Moved: moved * passes}, nil
+	// Every rank of the group runs the whole batch.
+	return planRankStep(ctx, p.j, dev, rank, p.l.Tensor, p.j.Batch, p.acc, func(c comm.Comm, opt optim.Optimizer) (*train.Trainer, func(), int64, error) {
+		tr, err := NewTensorTrainer(ctx, c, dev, s, m, loss, opt, p.j.Config)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return tr, tr.Close, 0, nil
+	})
 }

@@ -148,9 +148,9 @@ func TestPlanRanksZero3TensorRefused(t *testing.T) {
 		l     dist.Layout
 		want  error
 	}{
-		{"gpt", dist.Layout{Ranks: 3, Tensor: 3}, dist.ErrConfig},       // 2 heads
-		{"mlp", dist.Layout{Ranks: 2, Tensor: 2}, dist.ErrConfig},       // not a GPT
-		{"gpt", dist.Layout{Ranks: 4, Tensor: 2}, dist.ErrNotAvailable}, // data × tensor
+		{"gpt", dist.Layout{Ranks: 3, Tensor: 3}, dist.ErrConfig},                // 2 heads
+		{"mlp", dist.Layout{Ranks: 2, Tensor: 2}, dist.ErrConfig},                // not a GPT
+		{"gpt", dist.Layout{Ranks: 4, Tensor: 2, Zero: 3}, dist.ErrNotAvailable}, // data × tensor under ZeRO-3
 		{"gpt", dist.Layout{Ranks: 2, Tensor: 2, Zero: 1}, dist.ErrNotAvailable},
 		{"gpt", dist.Layout{Ranks: 2, Zero: 3, Overlap: true}, dist.ErrConfig},
 		{"gpt", dist.Layout{Ranks: 8, Zero: 3}, dist.ErrConfig}, // 5 samples

@@ -33,11 +33,12 @@ type distFlags struct {
 	full   *nn.Store
 	z3     *dist.Zero3
 	save   string
+	tp     comm.Comm // the rank's tensor group with several data groups (disthybrid.go)
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
 	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) 2 (gradients sharded too; the optimizer runs in the backward pass) or 3 (parameters sharded too, gathered per layer in the step)")
-	fs.IntVar(&d.tensor, "tensor", 1, "under mpirun, GPT models: tensor-parallel ranks per layer (attention heads and MLP columns split; must equal the number of ranks yet)")
+	fs.IntVar(&d.tensor, "tensor", 1, "under mpirun, GPT models: tensor-parallel ranks per layer (attention heads and MLP columns split); the ranks a multiple of it: data parallelism across the groups")
 	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
 	fs.BoolVar(&d.overlap, "overlap", false, "under mpirun, ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it, while the backward pass goes on (one pass per step, fp32, no clipping; same results)")
 }
@@ -111,10 +112,11 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 
 // localBatch is this rank's share of a batch of n samples.
 func (d *distFlags) localBatch(n int) int {
-	if d.c == nil || d.tensor > 1 {
+	if d.c == nil {
 		return n
 	}
-	return len(dist.ShardIndices(make([]int, n), d.c.Rank(), d.c.Size()))
+	r, size := d.dataRank()
+	return len(dist.ShardIndices(make([]int, n), r, size))
 }
 
 // evalBatch is the batch every rank evaluates in: the largest rank's
@@ -157,13 +159,14 @@ func (d *distFlags) newRankTrainer(ctx context.Context, out io.Writer, dev *devi
 // batch has fewer samples than ranks (an epoch's short last batch): every
 // rank skips it alike.
 func (d *distFlags) shard(x, y *tensor.Tensor) (*tensor.Tensor, *tensor.Tensor, bool, error) {
-	if d.c == nil || d.tensor > 1 {
-		return x, y, true, nil // tensor parallelism: the whole batch on every rank
+	r, size := d.dataRank()
+	if d.c == nil || size == 1 {
+		return x, y, true, nil // tensor parallelism: the whole batch on every rank of a group
 	}
-	if x.Shape[0] < d.c.Size() {
+	if x.Shape[0] < size {
 		return nil, nil, false, nil
 	}
-	b, err := dist.ShardBatch(train.Batch{X: x, Y: y}, d.c.Rank(), d.c.Size())
+	b, err := dist.ShardBatch(train.Batch{X: x, Y: y}, r, size)
 	return b.X, b.Y, err == nil, err
 }
 

@@ -25,8 +25,8 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // moreLayouts are the layouts `plan --budget` tries besides ZeRO 0–2 when
 // neither a stage nor a tensor degree is fixed: ZeRO 3 (not with
 // clipping, which needs every gradient whole) and, for a GPT whose heads
-// split evenly over all the ranks, tensor parallelism over them (the only
-// tensor layout package dist plans yet: one tensor-parallel group).
+// split evenly over all the ranks, tensor parallelism over them, then
+// data parallelism across smaller tensor groups (hybridLayouts).
 func moreLayouts(j dist.Job, ranks int, bucket int64, clip bool) []dist.Layout {
 	var ls []dist.Layout
 	if !clip {
@@ -35,7 +35,7 @@ func moreLayouts(j dist.Job, ranks int, bucket int64, clip bool) []dist.Layout {
 	if cfg, err := dist.TensorGPTConfig(j); err == nil && ranks > 1 && zoo.CheckTensorParallel(cfg, ranks) == nil {
 		ls = append(ls, dist.Layout{Ranks: ranks, Tensor: ranks, BucketBytes: bucket})
 	}
-	return ls
+	return append(ls, hybridLayouts(j, ranks, bucket, clip)...) // disthybrid.go
 }
 
 // lookupSpec is zoo.Lookup; tests add models of their own (a GPT without
@@ -57,11 +57,14 @@ func (f *trainFlags) checkSharded(size int) error {
 	if d.tensor > 1 {
 		what = fmt.Sprintf("--tensor %d", d.tensor)
 	}
+	if d.tensor > 1 && d.tensor != size {
+		if err := f.checkHybrid(size); err != nil { // disthybrid.go
+			return err
+		}
+	}
 	switch {
-	case d.tensor > 1 && d.zero != 0:
+	case d.tensor > 1 && d.zero != 0 && d.tensor == size:
 		return fmt.Errorf("--tensor %d with --zero %d: ZeRO shards over data-parallel ranks, and a tensor-parallel job has one", d.tensor, d.zero)
-	case d.tensor > 1 && d.tensor != size:
-		return fmt.Errorf("--tensor %d on %d ranks: data parallelism across tensor-parallel groups is not available yet (package comm has no communicator split); run %d ranks", d.tensor, size, d.tensor)
 	case d.overlap:
 		return fmt.Errorf("--overlap with %s: overlap is for ZeRO 0", what)
 	case f.budget != "":
@@ -115,6 +118,9 @@ func (d *distFlags) newShardedTrainer(ctx context.Context, out io.Writer, dev *d
 	if !ok {
 		return nil, nil, fmt.Errorf("--tensor %d: tensor parallelism splits the GPT models; %T is not one", d.tensor, model)
 	}
+	if d.tensor < d.c.Size() {
+		return d.newHybridTrainer(ctx, out, dev, full, g, loss, opt, cfg) // disthybrid.go
+	}
 	s := nn.NewStore()
 	s.SetTraining(full.Training())
 	tp, err := zoo.NewTPGPT(s.Root(), g.Config, d.c.Rank(), d.c.Size())
@@ -158,11 +164,12 @@ func (d *distFlags) saveSharded(ctx context.Context, tr *train.Trainer, why, mod
 		case p.DType != tensor.Float32:
 			v = p.Value.Clone()
 		default:
-			all := make([]float32, int(p.Numel())*d.c.Size())
-			if err = d.c.AllGather(ctx, p.Value.F32(), all); err != nil {
+			g := d.tensorGroup()
+			all := make([]float32, int(p.Numel())*g.Size())
+			if err = g.AllGather(ctx, p.Value.F32(), all); err != nil {
 				break
 			}
-			pieces := make([]*tensor.Tensor, d.c.Size())
+			pieces := make([]*tensor.Tensor, g.Size())
 			for r := range pieces {
 				pieces[r] = tensor.New(tensor.Float32, p.Shape)
 				copy(pieces[r].F32(), all[r*int(p.Numel()):])
@@ -183,6 +190,6 @@ func (d *distFlags) saveSharded(ctx context.Context, tr *train.Trainer, why, mod
 	if err := d.full.SaveFile(d.save, map[string]string{"format": "pt", "model": model}); err != nil {
 		return fmt.Errorf("--save %s (%s): %w", d.save, why, err)
 	}
-	fmt.Fprintf(out, "saved weights to %s (%s; gathered from %d ranks)\n", d.save, why, d.c.Size())
+	fmt.Fprintf(out, "saved weights to %s (%s; gathered from %d ranks)\n", d.save, why, d.tensorGroup().Size())
 	return nil
 }

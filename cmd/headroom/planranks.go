@@ -48,7 +48,7 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	zero := fs.String("zero", "", "ZeRO stage: 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded), 2 (gradients too), 3 (parameters too, gathered per layer); default 0, or with --budget the cheapest that fits")
 	pipeline := fs.Int("pipeline", 1, "pipeline stages, one rank each (mlp and cnn; micro-batches: --accumulate); --ranks a multiple of it: replicas of the pipeline, each stage's gradients all-reduced over its replicas (--zero 0 or 1)")
 	schedule := fs.String("schedule", "gpipe", "with --pipeline: the micro-batches' schedule, gpipe or 1f1b")
-	tensor := fs.Int("tensor", 1, "tensor-parallel ranks per layer (GPT models: attention heads and MLP columns split; --ranks must equal it yet); with --budget and neither --zero nor --tensor, the degrees the model allows are tried too")
+	tensor := fs.Int("tensor", 1, "tensor-parallel ranks per layer (GPT models: attention heads and MLP columns split; --ranks a multiple of it: data parallelism across the groups, ZeRO 0-2 across them); with --budget and neither --zero nor --tensor, the degrees the model allows are tried too")
 	budgetFlag := fs.String("budget", "", "memory of each rank's device (e.g. 16GiB): choose the cheapest ZeRO stage that fits every rank, or say the smallest budget that would")
 	bucket := fs.String("bucket-size", "25MiB", "the gradient bucket all-reduced at once (ZeRO 0 and 1), and the pieces ZeRO scatters and gathers")
 	accum := fs.Int("accumulate", 1, "micro-batches each rank splits its share into (gradient accumulation)")
@@ -74,7 +74,9 @@ padding, but a pair of collectives per parameter), 1 (the all-reduce of 0
 plus the all-gather: 3(N-1)/N); the first whose every rank fits is chosen.
 When none fits, it says the smallest budget that would. ZeRO 3 (parameters
 sharded and gathered per layer in the step) and, for GPT models, tensor
-parallelism over all N ranks (when N divides the heads) are tried as well;
+parallelism over all N ranks (when N divides the heads) and over groups of
+T ranks with data parallelism across them (T dividing N and the heads;
+ZeRO 0 and 2 across the groups) are tried as well;
 of the layouts whose every rank fits, the one whose ranks send the fewest
 bytes per step is chosen (as planned from each step's collectives), the
 earlier of the order above on a tie.
@@ -204,7 +206,7 @@ Flags:
 // notAvailable words dist.ErrNotAvailable for the command line.
 func notAvailable(err error) error {
 	if errors.Is(err, dist.ErrNotAvailable) {
-		return fmt.Errorf("%w (flags --pipeline above 1, and --tensor over several data-parallel groups or with ZeRO, are accepted so that plans can name them; they plan once package dist provides them)", err)
+		return fmt.Errorf("%w (flags --pipeline above 1, and --tensor with ZeRO 3 or with ZeRO in a single tensor group, are accepted so that plans can name them; they plan once package dist provides them)", err)
 	}
 	return err
 }

@@ -145,7 +145,7 @@ func TestPlanRanksCommand(t *testing.T) {
 	}
 	// Not available yet, said so (ZeRO 3 and one tensor-parallel group
 	// plan: TestPlanRanksZero3TensorPrinted).
-	for _, args := range [][]string{{"--tensor", "2"}, {"--pipeline", "2", "--zero", "2"}} {
+	for _, args := range [][]string{{"--tensor", "2", "--zero", "3"}, {"--pipeline", "2", "--zero", "2"}} {
 		_, err := run(append([]string{"--ranks", "4", "--model", "mlp"}, args...)...)
 		if !errors.Is(err, dist.ErrNotAvailable) || !strings.Contains(err.Error(), "not available yet") {
 			t.Errorf("%v: %v", args, err)
