@@ -123,8 +123,9 @@ func (d *distFlags) localBatch(n int) int {
 // micro-batch (rank 0's share is the largest). Under ZeRO 3 and --tensor
 // a forward pass is collective, so every rank must run as many batches.
 func (d *distFlags) evalBatch(n, accum int) int {
-	if d.c != nil && d.tensor <= 1 {
-		n = len(dist.ShardIndices(make([]int, n), 0, d.c.Size()))
+	if d.c != nil {
+		_, size := d.dataRank()
+		n = len(dist.ShardIndices(make([]int, n), 0, size))
 	}
 	return (n + accum - 1) / accum
 }
