@@ -452,3 +452,59 @@ ghalf:
 gdone:
 	VZEROUPPER
 	RET
+
+#define WGATH(dst, mask, reg) \
+	VPCMPGTD Y14, Y15, mask \
+	VXORPS   reg, reg, reg \
+	VGATHERDPS mask, (AX)(Y15*4), reg \
+	VMOVUPS  reg, dst \
+	ADDQ     R11, AX
+
+// func winoWGather(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
+// For blocks b < n8 and lanes l < 8, with x = idx[8b+l] and e = 3kh+kw < 9:
+// dst[(6kw+kh)*rs + 8b + l] = wt[x + e] (flip: wt[x + 8 - e]), or zero
+// where x < 0 (nothing is read for those lanes).
+TEXT ·winoWGather(SB), NOSPLIT, $0-48
+	MOVQ n8+0(FP), CX
+	MOVQ wt+8(FP), SI
+	MOVQ idx+16(FP), DX
+	MOVQ dst+24(FP), DI
+	MOVQ rs+32(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R12
+	SHLQ $1, R12 // 6 rows, in bytes
+	MOVQ $4, R11
+	MOVQ flip+40(FP), AX
+	TESTQ AX, AX
+	JZ   wgfwd
+	ADDQ $32, SI
+	MOVQ $-4, R11
+
+wgfwd:
+	VPCMPEQD Y14, Y14, Y14 // -1
+	TESTQ CX, CX
+	JLE  wgdone
+
+wgloop:
+	VMOVDQU (DX), Y15
+	MOVQ    SI, AX
+	MOVQ    DI, BX
+	WGATH((BX), Y9, Y0)
+	WGATH((BX)(R12*1), Y10, Y1)
+	WGATH((BX)(R12*2), Y11, Y2)
+	ADDQ R8, BX
+	WGATH((BX), Y12, Y3)
+	WGATH((BX)(R12*1), Y9, Y4)
+	WGATH((BX)(R12*2), Y10, Y5)
+	ADDQ R8, BX
+	WGATH((BX), Y11, Y6)
+	WGATH((BX)(R12*1), Y12, Y7)
+	WGATH((BX)(R12*2), Y9, Y8)
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  wgloop
+
+wgdone:
+	VZEROUPPER
+	RET
