@@ -358,12 +358,17 @@ var winogradScalar bool
 // columns of each patch (rows 6j..6j+5, for each j), then along its rows
 // (rows i, 6+i, ..., for each i).
 func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
+	w.inputVec(x, c, t0, cnt, v, w.vStride(), w.vPanel(), 16)
+}
+
+// inputVec is transformInputVec into any layout of blocks of 16 tiles:
+// rows R apart (the points), tile t of channel c at t/16*ps + c*cs + t%16.
+func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs int) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
-	R, ps := w.vStride(), w.vPanel()
 	np := w.tc / 16
 	for t := cnt; t < w.tc; t++ {
-		vt := v[t/16*ps+c*16+t%16:]
+		vt := v[t/16*ps+c*cs+t%16:]
 		for xi := 0; xi < winoPts; xi++ {
 			vt[xi*R] = 0
 		}
@@ -377,7 +382,7 @@ func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 		n, q := tt/per, tt%per
 		ty, tx := q/w.tw, q%w.tw
 		l := min(w.tw-tx, 16-t%16, cnt-t)
-		base := t/16*ps + c*16 + t%16
+		base := t/16*ps + c*cs + t%16
 		plane := x[(n*C+c)*H*W:][:H*W]
 		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
 		for r := 0; r < winoIn; r++ {
@@ -402,7 +407,7 @@ func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 		}
 		t += l
 	}
-	off := c * 16
+	off := c * cs
 	for j := 0; j < winoIn; j++ {
 		blas.WinoInput(np, v, off+6*j*R, R, ps)
 	}

@@ -323,6 +323,9 @@ func BenchmarkConvWinograd(b *testing.B) {
 				{"bwd_input", func() *kernelCase {
 					return newKernelCase(b, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, y, w)
 				}},
+				{"bwd_weight", func() *kernelCase {
+					return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape}, y, x)
+				}},
 			}
 			for _, c := range cases {
 				b.Run(s.name+"/"+c.name+"/"+path, func(b *testing.B) {

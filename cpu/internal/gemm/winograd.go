@@ -10,6 +10,7 @@ import "fmt"
 var (
 	winoIn, winoOut func(n16 int, p *float32, rs, ps int) // nil: no assembly
 	winoWeight      func(n16 int, p *float32, rs, ps int)
+	winoWOut        func(n16 int, p *float32, rs, ps int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
 	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
 	winoWGath       func(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
@@ -51,6 +52,16 @@ func WinoOutput(n16 int, p []float32, off, rs, ps int) {
 //	    [   0     0    1 ]
 func WinoWeight(n16 int, p []float32, off, rs, ps int) {
 	winoCall(winoWeight, "WinoWeight", n16, p, off, rs, ps)
+}
+
+// WinoWgradOutput replaces rows s_0..s_2 by Gᵀ s (rows s_3..s_5 are read
+// only), where
+//
+//	Gᵀ = [1/4  -1/6 -1/6 1/24  1/24 0]
+//	     [  0  -1/6  1/6 1/12 -1/12 0]
+//	     [  0  -1/6 -1/6  1/6   1/6 1]
+func WinoWgradOutput(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoWOut, "WinoWgradOutput", n16, p, off, rs, ps)
 }
 
 func winoCall(f func(int, *float32, int, int), name string, n16 int, p []float32, off, rs, ps int) {

@@ -508,3 +508,72 @@ wgloop:
 wgdone:
 	VZEROUPPER
 	RET
+
+// func winoGT6(n16 int, p *float32, rs, ps int)
+// In place, rows s_0..s_5 of 16 floats at p + b*ps + r*rs -> rows 0..2 of
+// Gᵀ s (the F(4×4,3×3) weight gradient's output transform).
+TEXT ·winoGT6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x3E800000, AX // 1/4
+	VMOVD AX, X10
+	VBROADCASTSS X10, Y10
+	MOVL $0x3E2AAAAB, AX // 1/6
+	VMOVD AX, X11
+	VBROADCASTSS X11, Y11
+	MOVL $0x3D2AAAAB, AX // 1/24
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x3DAAAAAB, AX // 1/12
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	TESTQ CX, CX
+	JLE   gtdone
+
+gtloop:
+	LEAQ (SI)(R11*1), DI
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+gthalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (DI), Y3
+	VMOVUPS (DI)(R8*1), Y4
+	VMOVUPS (DI)(R8*2), Y5
+
+	VADDPS Y2, Y1, Y6 // s1 + s2
+	VSUBPS Y1, Y2, Y7 // s2 - s1
+	VADDPS Y4, Y3, Y8 // s3 + s4
+	VSUBPS Y4, Y3, Y9 // s3 - s4
+
+	VMULPS Y10, Y0, Y0       // s0/4
+	VFNMADD231PS Y11, Y6, Y0 // - (s1+s2)/6
+	VFMADD231PS Y12, Y8, Y0  // + (s3+s4)/24
+	VMULPS Y11, Y7, Y7       // (s2-s1)/6
+	VFMADD231PS Y13, Y9, Y7  // + (s3-s4)/12
+	VSUBPS Y6, Y8, Y8
+	VFMADD231PS Y11, Y8, Y5 // s5 + (s3+s4-s1-s2)/6
+
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y7, (BX)(R8*1)
+	VMOVUPS Y5, (BX)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ  gthalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ  gtloop
+
+gtdone:
+	VZEROUPPER
+	RET
