@@ -152,6 +152,9 @@ func convWorkspace(n *trace.Node) int64 {
 		if d, ok := directWgrad(g); ok {
 			elems = max(elems, d.cin*d.hp*d.wp)
 		}
+		if w, ok := winogradWgrad(g); ok && f32 {
+			elems = max(elems, w.scratch())
+		}
 	case *prim.Conv2dBackwardInput:
 		if convInputGradDirect(g) {
 			gt, _ := convInputGeom(g)
@@ -676,6 +679,10 @@ func convWeightGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out [
 		return nil
 	}
 	if gy32, ok := any(gy).([]float32); ok {
+		if wg, ok := winogradWgrad(g); ok {
+			wg.weightGrad(pool, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, wg.scratch()))
+			return nil
+		}
 		if d, ok := directWgrad(g); ok {
 			if convDirectWgrad(pool, g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.cin*d.hp*d.wp)) {
 				return nil

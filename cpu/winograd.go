@@ -48,6 +48,7 @@ type winograd struct {
 	tiles  int // N*th*tw
 	tc     int // tiles per chunk, a multiple of nr
 	kpad   int // K rounded up to the micro-kernel's rows
+	kb     int // output channels per block (a multiple of mr, at most kpad)
 	mr, nr int
 }
 
@@ -82,21 +83,17 @@ func winogradFor(g prim.ConvGeom) (winograd, bool) {
 	if 2*9*float64(g.N)*float64(g.K)*float64(g.C)*float64(g.OH*g.OW) < winoMinFlops {
 		return winograd{}, false
 	}
-	// Memory first: the transformed weights are 4× the weights (36 values
-	// per 9), and the workspace is part of the peak. Deep layers (256→256
-	// and up) would add 9.5 MiB and more (resnet18 at 224×224: 38 MiB at
-	// layer4, +16% activations at the peak), so they keep the direct
-	// paths until the weights are transformed a block of output channels
-	// at a time.
-	if 4*winoPts*w.kpad*g.C > winoMaxU {
-		return winograd{}, false
-	}
 	return w, true
 }
 
 // winoMaxU is the most bytes of transformed weights a Winograd
-// convolution may hold.
-const winoMaxU = 4 << 20
+// convolution holds at a time. The transformed weights are 4× the weights
+// (36 values per 9) and part of the peak (a workspace): deep layers would
+// add 9.5 MiB (256→256) to 38 MiB (512→512), so they are transformed a
+// block of output channels at a time. The products of one point read its
+// block's U from the L2 cache (C=256: 48 KiB a point), and it stays
+// there between the weight transform and the products.
+const winoMaxU = 2 << 20
 
 // winoMinFlops is the size (flops of the direct convolution) below which
 // convolutions keep the direct paths. It lies above every convolution of
@@ -121,11 +118,17 @@ func winogradPlan(g prim.ConvGeom) (winograd, bool) {
 	mr, nr := blas.Tile()
 	w := winograd{g: g, th: th, tw: tw, tiles: g.N * th * tw, mr: mr, nr: nr}
 	w.kpad = (g.K + mr - 1) / mr * mr
+	// Blocks of output channels of about equal sizes (multiples of mr)
+	// whose U fits winoMaxU (at least mr rows whatever C).
+	q := max(winoMaxU/(4*winoPts*g.C*mr), 1) // most micro-kernel rows a block
+	nb := (w.kpad/mr + q - 1) / q
+	w.kb = (w.kpad/mr + nb - 1) / nb * mr
 	// Chunks of about winoChunk elements of V and M, but at least 64
-	// tiles: each chunk reads all of U, which for deep layers (many
-	// channels, few tiles) is the larger part.
+	// tiles: each chunk reads all of U (and transforms it again when it
+	// is cut into blocks), which for deep layers (many channels, few
+	// tiles) is the larger part.
 	all := (w.tiles + nr - 1) / nr * nr
-	tc := winoChunk / (winoPts * (g.C + w.kpad)) / nr * nr
+	tc := winoChunk / (winoPts * (g.C + w.kb)) / nr * nr
 	w.tc = min(max(tc, 64, nr), all)
 	return w, true
 }
@@ -145,14 +148,14 @@ func (w winograd) scratch() int {
 	return winoPts * (w.uStride() + w.vStride() + w.mStride())
 }
 
-// Strides of U, V and M, in elements. U holds, per point, kpad×C values;
-// V, per point, tc/nr panels of C×nr values; M, per point, kpad rows of
-// tc. Each is padded by a cache line: unpadded, a panel of 64 channels is 4 KiB, and the 36 points'
+// Strides of U, V and M, in elements. U holds, per point, kb×C values (a
+// block of output channels); V, per point, tc/nr panels of C×nr values;
+// M, per point, kb rows of tc. Each is padded by a cache line: unpadded, a panel of 64 channels is 4 KiB, and the 36 points'
 // rows of one channel would all fall in the same sets of the L1 cache.
 func (w winograd) vPanel() int  { return w.g.C*w.nr + 16 }
-func (w winograd) uStride() int { return (w.kpad*w.g.C+15)/16*16 + 16 }
+func (w winograd) uStride() int { return (w.kb*w.g.C+15)/16*16 + 16 }
 func (w winograd) vStride() int { return w.tc/w.nr*w.vPanel() + 16 }
-func (w winograd) mStride() int { return w.kpad*w.tc + 16 }
+func (w winograd) mStride() int { return w.kb*w.tc + 16 }
 
 // kcBlock is the split of the C input channels into blocks of at most
 // winoKC (the depth of one micro-kernel call, so that its B panel stays in
@@ -166,13 +169,17 @@ func (w winograd) kcBlock() int {
 // least scratch() elements, for the weight wt: [K, C, 3, 3], or with flip
 // the weight of the convolution whose input gradient this is ([C, K, 3, 3],
 // each kernel mirrored).
+//
+// Chunks of tiles outside, blocks of output channels inside: a chunk's V is
+// transformed once and read by every block. With more than one block, each
+// chunk transforms the weights again (a small cost next to its products:
+// about 1/(2tc) of their flops).
 func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
 	u := ws[:winoPts*w.uStride()]
 	v := ws[len(u):][:winoPts*w.vStride()]
 	m := ws[len(u)+len(v):][:winoPts*w.mStride()]
-	w.transformWeights(pool, wt, flip, u)
 	kc := w.kcBlock()
 	fast := w.vec()
 	for t0 := 0; t0 < w.tiles; t0 += w.tc {
@@ -187,112 +194,140 @@ func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, 
 			}
 		})
 		npc := (cnt + w.nr - 1) / w.nr // panels holding tiles of this chunk
-		pool.For(winoPts*npc, 1, func(q0, q1 int) {
-			for q := q0; q < q1; q++ {
-				xi, p := q/npc, q%npc
-				ux := u[xi*w.uStride():][:w.kpad*C]
-				vx := v[xi*w.vStride()+p*w.vPanel():][:C*w.nr]
-				mx := m[xi*w.mStride()+p*w.nr:]
-				for c0 := 0; c0 < C; c0 += kc {
-					l := min(kc, C-c0)
-					ub := ux[c0*w.kpad:]
-					vb := vx[c0*w.nr : (c0+l)*w.nr]
-					for kb := 0; kb < w.kpad/w.mr; kb++ {
-						blas.KernelPacked(l, ub[kb*w.mr*l:][:w.mr*l], vb, mx[kb*w.mr*w.tc:], w.tc, c0 > 0)
+		for k0 := 0; k0 < w.kpad; k0 += w.kb {
+			rows := min(w.kb, w.kpad-k0)
+			if t0 == 0 || w.kb < w.kpad {
+				w.transformWeights(pool, wt, flip, u, k0, rows)
+			}
+			pool.For(winoPts*npc, 1, func(q0, q1 int) {
+				for q := q0; q < q1; q++ {
+					xi, p := q/npc, q%npc
+					ux := u[xi*w.uStride():][:rows*C]
+					vx := v[xi*w.vStride()+p*w.vPanel():][:C*w.nr]
+					mx := m[xi*w.mStride()+p*w.nr:]
+					for c0 := 0; c0 < C; c0 += kc {
+						l := min(kc, C-c0)
+						ub := ux[c0*rows:]
+						vb := vx[c0*w.nr : (c0+l)*w.nr]
+						for kb := 0; kb < rows/w.mr; kb++ {
+							blas.KernelPacked(l, ub[kb*w.mr*l:][:w.mr*l], vb, mx[kb*w.mr*w.tc:], w.tc, c0 > 0)
+						}
 					}
 				}
-			}
-		})
-		pool.For(K, max(1, 1024/cnt), func(k0, k1 int) {
-			for k := k0; k < k1; k++ {
-				var b float32
-				if bias != nil {
-					b = bias[k]
+			})
+			k1 := min(k0+rows, K)
+			pool.For(k1-k0, max(1, 1024/cnt), func(a, b int) {
+				for k := k0 + a; k < k0+b; k++ {
+					var bk float32
+					if bias != nil {
+						bk = bias[k]
+					}
+					if fast {
+						w.transformOutputVec(m, k-k0, k, t0, cnt, bk, y)
+					} else {
+						w.transformOutput(m, k-k0, k, t0, cnt, bk, y)
+					}
 				}
-				if fast {
-					w.transformOutputVec(m, k, t0, cnt, b, y)
-				} else {
-					w.transformOutput(m, k, t0, cnt, b, y)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
-// transformWeights writes U = G w Gᵀ for every (k, c) in the micro-kernel's
-// A-panel layout: for point ξ, block of input channels [c0, c0+l) and block
-// of mr output channels kb, u[ξ*uStride() + c0*kpad + kb*mr*l + (c-c0)*mr + i]
-// holds output channel kb*mr+i; rows past K are zero.
-func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool, u []float32) {
+// transformWeights writes U = G w Gᵀ for output channels [k0, k0+rows)
+// (rows a multiple of mr; those at or past K are zero) and every input
+// channel, in the micro-kernel's A-panel layout: for point ξ, block of
+// input channels [c0, c0+l) and block of mr output channels kb (counted
+// from k0), u[ξ*uStride() + c0*rows + kb*mr*l + (c-c0)*mr + i] holds
+// output channel k0+kb*mr+i.
+//
+// The layout's 16-element blocks are cut between the threads, and each
+// piece is gathered (the 9 values of a kernel into 9 rows of U, 8 lanes
+// at a time) and then transformed while it is in cache.
+func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool, u []float32, k0, rows int) {
 	C, K := w.g.C, w.g.K
 	kc := w.kcBlock()
 	us := w.uStride()
 	vec := w.vec()
-	// Where kernel element e = 3kh+kw of (k, c) is read, and (vector
-	// transforms) the row of u it is put in: 6kw+kh, for transforming in
-	// place below.
-	var src, rows [9]int
+	// Where kernel element e = 3kh+kw of (k, c) is read (portable path).
+	var src [9]int
 	for e := range src {
-		src[e], rows[e] = e, (6*(e%3)+e/3)*us
+		src[e] = e
 		if flip {
 			src[e] = 8 - e
 		}
 	}
-	pool.For(w.kpad, max(1, 256/C), func(k0, k1 int) {
+	total := rows * C
+	n16 := (total + 15) / 16
+	const piece = 32 // blocks of 16 transformed at a time
+	pool.For(n16, piece, func(b0, b1 int) {
 		var gk [9]float64
 		var uk [winoPts]float32
-		for k := k0; k < k1; k++ {
-			kb, i := k/w.mr, k%w.mr
-			for c := 0; c < C; c++ {
-				c0 := c / kc * kc
-				l := min(kc, C-c0)
-				off := c0*w.kpad + kb*w.mr*l + (c-c0)*w.mr + i
-				var g *[9]float32
+		var idx [piece * 16]int32 // vector path: where each lane's kernel starts, -1: none
+		for p0 := b0; p0 < b1; p0 += piece {
+			p1 := min(p0+piece, b1)
+			s, e := p0*16, min(p1*16, total)
+			// The element at s: its channel block c0 (all but the last
+			// hold kc channels), then kb, c, i.
+			c0 := s / (rows * kc) * kc
+			l := min(kc, C-c0)
+			rel := s - c0*rows
+			kb, r := rel/(w.mr*l), rel%(w.mr*l)
+			c, i := c0+r/w.mr, r%w.mr
+			for off := s; off < e; off++ {
+				k := k0 + kb*w.mr + i
+				x := -1
 				switch {
 				case k >= K:
 				case flip:
-					g = (*[9]float32)(wt[(c*K+k)*9:])
+					x = (c*K + k) * 9
 				default:
-					g = (*[9]float32)(wt[(k*C+c)*9:])
+					x = (k*C + c) * 9
 				}
 				if vec {
-					for e, r := range rows {
-						if g == nil {
-							u[r+off] = 0
-						} else {
-							u[r+off] = g[src[e]]
+					idx[off-s] = int32(x)
+				} else {
+					for e := range gk {
+						gk[e] = 0
+						if x >= 0 {
+							gk[e] = float64(wt[x+src[e]])
 						}
 					}
-					continue
-				}
-				for e := range gk {
-					if g == nil {
-						gk[e] = 0
-					} else {
-						gk[e] = float64(g[src[e]])
+					winoWeight(&gk, &uk)
+					for xi, val := range uk {
+						u[winoRow[xi]*us+off] = val
 					}
 				}
-				winoWeight(&gk, &uk)
-				for xi, val := range uk {
-					u[winoRow[xi]*us+off] = val
+				// The next element: i, then c, kb, the channel block.
+				if i++; i == w.mr {
+					i = 0
+					if c++; c == c0+l {
+						if kb++; kb == rows/w.mr {
+							kb = 0
+							c0 += l
+							l = min(kc, C-c0)
+						}
+						c = c0
+					}
 				}
 			}
-		}
-	})
-	if !vec {
-		return
-	}
-	// G down the columns (rows 6j..6j+2 to 6j..6j+5, j < 3), then along
-	// the rows (rows i, 6+i, 12+i to i, 6+i, ..., 30+i): point (i, j) in
-	// row 6j+i. The rows are padded to whole blocks of 16.
-	n16 := (w.kpad*C + 15) / 16
-	pool.For(n16, max(1, 64/winoPts), func(b0, b1 int) {
-		off := b0 * 16
-		for j := 0; j < 3; j++ {
-			blas.WinoWeight(b1-b0, u, off+6*j*us, us, 16)
-		}
-		for i := 0; i < winoIn; i++ {
-			blas.WinoWeight(b1-b0, u, off+i*us, 6*us, 16)
+			if !vec {
+				continue
+			}
+			// The tail of the last block (past rows×C) is padding.
+			for off := e; off < p1*16; off++ {
+				idx[off-s] = -1
+			}
+			// Each kernel element e = 3kh+kw into row 6kw+kh, then G down
+			// the columns (rows 6j..6j+2 to 6j..6j+5, j < 3) and along the
+			// rows (rows i, 6+i, 12+i to i, 6+i, ..., 30+i): point (i, j)
+			// in row 6j+i.
+			blas.WinoWeightGather(2*(p1-p0), wt, idx[:16*(p1-p0)], flip, u, s, us)
+			for j := 0; j < 3; j++ {
+				blas.WinoWeight(p1-p0, u, s+6*j*us, us, 16)
+			}
+			for i := 0; i < winoIn; i++ {
+				blas.WinoWeight(p1-p0, u, s+i*us, 6*us, 16)
+			}
 		}
 	})
 }
@@ -323,12 +358,17 @@ var winogradScalar bool
 // columns of each patch (rows 6j..6j+5, for each j), then along its rows
 // (rows i, 6+i, ..., for each i).
 func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
+	w.inputVec(x, c, t0, cnt, v, w.vStride(), w.vPanel(), 16)
+}
+
+// inputVec is transformInputVec into any layout of blocks of 16 tiles:
+// rows R apart (the points), tile t of channel c at t/16*ps + c*cs + t%16.
+func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs int) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
-	R, ps := w.vStride(), w.vPanel()
 	np := w.tc / 16
 	for t := cnt; t < w.tc; t++ {
-		vt := v[t/16*ps+c*16+t%16:]
+		vt := v[t/16*ps+c*cs+t%16:]
 		for xi := 0; xi < winoPts; xi++ {
 			vt[xi*R] = 0
 		}
@@ -342,7 +382,7 @@ func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 		n, q := tt/per, tt%per
 		ty, tx := q/w.tw, q%w.tw
 		l := min(w.tw-tx, 16-t%16, cnt-t)
-		base := t/16*ps + c*16 + t%16
+		base := t/16*ps + c*cs + t%16
 		plane := x[(n*C+c)*H*W:][:H*W]
 		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
 		for r := 0; r < winoIn; r++ {
@@ -367,7 +407,7 @@ func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 		}
 		t += l
 	}
-	off := c * 16
+	off := c * cs
 	for j := 0; j < winoIn; j++ {
 		blas.WinoInput(np, v, off+6*j*R, R, ps)
 	}
@@ -385,14 +425,14 @@ func rowAt(row []float32, i int) float32 {
 }
 
 // transformOutputVec is transformOutput on the vector kernels: output
-// channel k's rows of M are transformed in place, down the columns (rows
+// channel k's rows of M (row kl of the block's M) are transformed in place, down the columns (rows
 // 6j..6j+5 to 6j..6j+3), then along the rows (rows i, 6+i, ..., 30+i to
 // i, ..., 18+i), leaving output (i, j) of every tile in row 6j+i.
-func (w winograd) transformOutputVec(m []float32, k, t0, cnt int, b float32, y []float32) {
+func (w winograd) transformOutputVec(m []float32, kl, k, t0, cnt int, b float32, y []float32) {
 	g := w.g
 	K, OH, OW := g.K, g.OH, g.OW
 	R := w.mStride()
-	off := k * w.tc
+	off := kl * w.tc
 	nb := (cnt + 15) / 16
 	for j := 0; j < winoIn; j++ {
 		blas.WinoOutput(nb, m, off+6*j*R, R, 16)
@@ -463,14 +503,15 @@ func (w winograd) transformInput(x []float32, c, t0, cnt int, v []float32) {
 	}
 }
 
-// transformOutput writes y = Aᵀ M A + b for output channel k and the
+// transformOutput writes y = Aᵀ M A + b for output channel k (row kl of
+// the block's M) and the
 // chunk's tiles [t0, t0+cnt), dropping the parts of edge tiles outside the
 // output.
-func (w winograd) transformOutput(m []float32, k, t0, cnt int, b float32, y []float32) {
+func (w winograd) transformOutput(m []float32, kl, k, t0, cnt int, b float32, y []float32) {
 	g := w.g
 	K, OH, OW := g.K, g.OH, g.OW
 	stride := w.mStride()
-	mk := m[k*w.tc:]
+	mk := m[kl*w.tc:]
 	var mt [winoPts]float32
 	var o [winoOut * winoOut]float32
 	for t := 0; t < cnt; t++ {

@@ -120,16 +120,19 @@ func TestWinogradMatchesDirect(t *testing.T) {
 		n, c, h, w, k, ph, pw int
 		bias                  bool
 	}{
-		{1, 1, 4, 4, 1, 0, 0, false},     // one tile, nothing padded
-		{1, 3, 6, 6, 2, 1, 1, true},      // 6×6 output: 2×2 tiles, the last ones partial
-		{2, 16, 16, 16, 16, 1, 1, true},  // resnet-like, exact tiles
-		{1, 17, 7, 9, 19, 1, 1, false},   // odd sizes: partial tiles both ways; K not a multiple of rows
-		{3, 16, 13, 11, 7, 0, 0, true},   // unpadded (input gradient padded by 2)
-		{1, 8, 5, 5, 8, 2, 2, false},     // padding 2
-		{2, 5, 10, 6, 33, 2, 0, true},    // asymmetric padding
-		{3, 24, 40, 40, 20, 1, 1, false}, // several chunks
-		{1, 300, 8, 8, 12, 1, 1, true},   // two blocks of input channels
-		{2, 12, 9, 9, 290, 1, 1, false},  // input gradient: two channel blocks
+		{1, 1, 4, 4, 1, 0, 0, false},       // one tile, nothing padded
+		{1, 3, 6, 6, 2, 1, 1, true},        // 6×6 output: 2×2 tiles, the last ones partial
+		{2, 16, 16, 16, 16, 1, 1, true},    // resnet-like, exact tiles
+		{1, 17, 7, 9, 19, 1, 1, false},     // odd sizes: partial tiles both ways; K not a multiple of rows
+		{3, 16, 13, 11, 7, 0, 0, true},     // unpadded (input gradient padded by 2)
+		{1, 8, 5, 5, 8, 2, 2, false},       // padding 2
+		{2, 5, 10, 6, 33, 2, 0, true},      // asymmetric padding
+		{3, 24, 40, 40, 20, 1, 1, false},   // several chunks
+		{1, 300, 8, 8, 12, 1, 1, true},     // two blocks of input channels
+		{2, 12, 9, 9, 290, 1, 1, false},    // input gradient: two channel blocks
+		{1, 128, 8, 8, 130, 1, 1, true},    // two blocks of output channels, the last partly past K
+		{3, 128, 20, 20, 130, 1, 1, false}, // blocks of output channels in each of two chunks
+		{1, 300, 6, 6, 64, 1, 1, true},     // blocks of output channels (input gradient: of input channels too)
 	} {
 		name := fmt.Sprintf("%+v", tc)
 		opts := op.ConvOpts{Padding: [2]int{tc.ph, tc.pw}}
@@ -246,7 +249,8 @@ func TestWinogradChosenByShape(t *testing.T) {
 	}{
 		{"resnet stage 1", 32, 64, 16, 16, 64, 3, 1, 1, true, true},
 		{"resnet stage 2", 32, 128, 8, 8, 128, 3, 1, 1, true, true},
-		{"resnet stage 3 (transformed weights 9.5 MiB)", 32, 256, 4, 4, 256, 3, 1, 1, false, false},
+		{"resnet stage 3 (transformed weights 9.5 MiB, in blocks)", 32, 256, 4, 4, 256, 3, 1, 1, true, true},
+		{"resnet stage 4 at 8x8 (in blocks)", 8, 512, 8, 8, 512, 3, 1, 1, true, true},
 		{"rrdbnet", 4, 64, 32, 32, 32, 3, 1, 1, true, true},
 		{"32 channels, 128 tiles", 8, 32, 16, 16, 32, 3, 1, 1, false, false},
 		{"32 channels, 512 tiles", 8, 32, 32, 32, 32, 3, 1, 1, true, true},
@@ -293,6 +297,8 @@ var winoBenchShapes = []struct {
 	{"rrdb_hr", 4, 64, 128, 128, 64},
 	{"r152_l1", 8, 64, 32, 32, 64},
 	{"r152_l2", 8, 128, 16, 16, 128},
+	{"r152_l3", 8, 256, 8, 8, 256},
+	{"r18_l3", 32, 256, 4, 4, 256},
 }
 
 // BenchmarkConvWinograd times the 3×3 stride-1 convolutions of the
@@ -317,6 +323,9 @@ func BenchmarkConvWinograd(b *testing.B) {
 				{"bwd_input", func() *kernelCase {
 					return newKernelCase(b, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, y, w)
 				}},
+				{"bwd_weight", func() *kernelCase {
+					return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape}, y, x)
+				}},
 			}
 			for _, c := range cases {
 				b.Run(s.name+"/"+c.name+"/"+path, func(b *testing.B) {
@@ -325,6 +334,43 @@ func BenchmarkConvWinograd(b *testing.B) {
 					benchKernel(b, c.o(), flops)
 				})
 			}
+		}
+	}
+}
+
+// Deep layers cut their transformed weights into blocks of output channels
+// that each fit winoMaxU, of equal sizes (multiples of the micro-kernel's
+// rows), so the workspace stays small whatever the channels.
+func TestWinogradBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		n, c, h, k int
+		blocks     int // at least
+	}{
+		{"resnet stage 2", 8, 128, 16, 128, 1},
+		{"resnet stage 3", 8, 256, 8, 256, 4},
+		{"resnet stage 4", 8, 512, 8, 512, 16},
+		{"rrdbnet", 4, 64, 32, 32, 1},
+		{"128→130", 1, 128, 8, 130, 2},
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.h}, tensor.Shape{tc.k, tc.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, ok := winogradPlan(g)
+		if !ok {
+			t.Fatalf("%s: no plan", tc.name)
+		}
+		blocks := (w.kpad + w.kb - 1) / w.kb
+		if w.kb%w.mr != 0 || w.kb > w.kpad || blocks < tc.blocks {
+			t.Errorf("%s: %d blocks of %d rows (of %d), want at least %d blocks of a multiple of %d", tc.name, blocks, w.kb, w.kpad, tc.blocks, w.mr)
+		}
+		if u := 4 * winoPts * w.kb * w.g.C; u > winoMaxU {
+			t.Errorf("%s: transformed weights of a block %d bytes > %d", tc.name, u, winoMaxU)
+		}
+		// U's block, and a chunk's V (at most 64 tiles here) and M.
+		if 4*w.scratch() > 6<<20 {
+			t.Errorf("%s: workspace %d bytes", tc.name, 4*w.scratch())
 		}
 	}
 }

@@ -10,8 +10,10 @@ import "fmt"
 var (
 	winoIn, winoOut func(n16 int, p *float32, rs, ps int) // nil: no assembly
 	winoWeight      func(n16 int, p *float32, rs, ps int)
+	winoWOut        func(n16 int, p *float32, rs, ps int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
 	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
+	winoWGath       func(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
 )
 
 // WinoOK reports whether WinoInput and WinoOutput have assembly kernels.
@@ -50,6 +52,16 @@ func WinoOutput(n16 int, p []float32, off, rs, ps int) {
 //	    [   0     0    1 ]
 func WinoWeight(n16 int, p []float32, off, rs, ps int) {
 	winoCall(winoWeight, "WinoWeight", n16, p, off, rs, ps)
+}
+
+// WinoWgradOutput replaces rows s_0..s_2 by Gᵀ s (rows s_3..s_5 are read
+// only), where
+//
+//	Gᵀ = [1/4  -1/6 -1/6 1/24  1/24 0]
+//	     [  0  -1/6  1/6 1/12 -1/12 0]
+//	     [  0  -1/6 -1/6  1/6   1/6 1]
+func WinoWgradOutput(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoWOut, "WinoWgradOutput", n16, p, off, rs, ps)
 }
 
 func winoCall(f func(int, *float32, int, int), name string, n16 int, p []float32, off, rs, ps int) {
@@ -98,4 +110,30 @@ func WinoScatter(n int, m []float32, moff, rs int, b float32, y []float32, off, 
 		panic(fmt.Sprintf("gemm: WinoScatter: bad arguments (n %d, m %d at %d, rs %d, y %d at %d, ldy %d, rows %d, cols %d)", n, len(m), moff, rs, len(y), off, ldy, rows, cols))
 	}
 	winoScat(n, &m[moff], rs, b, &y[off], ldy, rows, cols)
+}
+
+// WinoWeightGather gathers the 3×3 kernels of 8·n8 lanes into the 9 rows
+// WinoWeight transforms: for lanes l < 8·n8, with x = idx[l] and element
+// e = 3kh+kw of a kernel, p[off + (6kw+kh)*rs + l] = wt[x+e] (flip: the
+// kernel mirrored, wt[x+8-e]), and zero where x < 0.
+func WinoWeightGather(n8 int, wt []float32, idx []int32, flip bool, p []float32, off, rs int) {
+	if n8 <= 0 {
+		return
+	}
+	if winoWGath == nil {
+		panic("gemm: WinoWeightGather without an assembly kernel")
+	}
+	if len(idx) < 8*n8 || off < 0 || rs < 8*n8 || off+14*rs+8*n8 > len(p) {
+		panic(fmt.Sprintf("gemm: WinoWeightGather: bad arguments (n8 %d, idx %d, p %d at %d, rs %d)", n8, len(idx), len(p), off, rs))
+	}
+	for _, x := range idx[:8*n8] {
+		if int(x)+9 > len(wt) {
+			panic(fmt.Sprintf("gemm: WinoWeightGather: index %d past the weights (%d)", x, len(wt)))
+		}
+	}
+	f := 0
+	if flip {
+		f = 1
+	}
+	winoWGath(n8, &wt[0], &idx[0], &p[off], rs, f)
 }

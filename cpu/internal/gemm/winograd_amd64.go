@@ -17,9 +17,16 @@ func winoScatter(n int, m *float32, rs int, b float32, y *float32, ldy, rows, co
 //go:noescape
 func winoG6(n16 int, p *float32, rs, ps int)
 
+//go:noescape
+func winoGT6(n16 int, p *float32, rs, ps int)
+
+//go:noescape
+func winoWGather(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
+
 func init() {
 	if hasAVX2FMA() {
 		winoIn, winoOut, winoWeight = winoBT6, winoAT6, winoG6
 		winoGath, winoScat = winoGather, winoScatter
+		winoWGath, winoWOut = winoWGather, winoGT6
 	}
 }

@@ -452,3 +452,128 @@ ghalf:
 gdone:
 	VZEROUPPER
 	RET
+
+#define WGATH(dst, mask, reg) \
+	VPCMPGTD Y14, Y15, mask \
+	VXORPS   reg, reg, reg \
+	VGATHERDPS mask, (AX)(Y15*4), reg \
+	VMOVUPS  reg, dst \
+	ADDQ     R11, AX
+
+// func winoWGather(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
+// For blocks b < n8 and lanes l < 8, with x = idx[8b+l] and e = 3kh+kw < 9:
+// dst[(6kw+kh)*rs + 8b + l] = wt[x + e] (flip: wt[x + 8 - e]), or zero
+// where x < 0 (nothing is read for those lanes).
+TEXT ·winoWGather(SB), NOSPLIT, $0-48
+	MOVQ n8+0(FP), CX
+	MOVQ wt+8(FP), SI
+	MOVQ idx+16(FP), DX
+	MOVQ dst+24(FP), DI
+	MOVQ rs+32(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R12
+	SHLQ $1, R12 // 6 rows, in bytes
+	MOVQ $4, R11
+	MOVQ flip+40(FP), AX
+	TESTQ AX, AX
+	JZ   wgfwd
+	ADDQ $32, SI
+	MOVQ $-4, R11
+
+wgfwd:
+	VPCMPEQD Y14, Y14, Y14 // -1
+	TESTQ CX, CX
+	JLE  wgdone
+
+wgloop:
+	VMOVDQU (DX), Y15
+	MOVQ    SI, AX
+	MOVQ    DI, BX
+	WGATH((BX), Y9, Y0)
+	WGATH((BX)(R12*1), Y10, Y1)
+	WGATH((BX)(R12*2), Y11, Y2)
+	ADDQ R8, BX
+	WGATH((BX), Y12, Y3)
+	WGATH((BX)(R12*1), Y9, Y4)
+	WGATH((BX)(R12*2), Y10, Y5)
+	ADDQ R8, BX
+	WGATH((BX), Y11, Y6)
+	WGATH((BX)(R12*1), Y12, Y7)
+	WGATH((BX)(R12*2), Y9, Y8)
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  wgloop
+
+wgdone:
+	VZEROUPPER
+	RET
+
+// func winoGT6(n16 int, p *float32, rs, ps int)
+// In place, rows s_0..s_5 of 16 floats at p + b*ps + r*rs -> rows 0..2 of
+// Gᵀ s (the F(4×4,3×3) weight gradient's output transform).
+TEXT ·winoGT6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x3E800000, AX // 1/4
+	VMOVD AX, X10
+	VBROADCASTSS X10, Y10
+	MOVL $0x3E2AAAAB, AX // 1/6
+	VMOVD AX, X11
+	VBROADCASTSS X11, Y11
+	MOVL $0x3D2AAAAB, AX // 1/24
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x3DAAAAAB, AX // 1/12
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	TESTQ CX, CX
+	JLE   gtdone
+
+gtloop:
+	LEAQ (SI)(R11*1), DI
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+gthalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (DI), Y3
+	VMOVUPS (DI)(R8*1), Y4
+	VMOVUPS (DI)(R8*2), Y5
+
+	VADDPS Y2, Y1, Y6 // s1 + s2
+	VSUBPS Y1, Y2, Y7 // s2 - s1
+	VADDPS Y4, Y3, Y8 // s3 + s4
+	VSUBPS Y4, Y3, Y9 // s3 - s4
+
+	VMULPS Y10, Y0, Y0       // s0/4
+	VFNMADD231PS Y11, Y6, Y0 // - (s1+s2)/6
+	VFMADD231PS Y12, Y8, Y0  // + (s3+s4)/24
+	VMULPS Y11, Y7, Y7       // (s2-s1)/6
+	VFMADD231PS Y13, Y9, Y7  // + (s3-s4)/12
+	VSUBPS Y6, Y8, Y8
+	VFMADD231PS Y11, Y8, Y5 // s5 + (s3+s4-s1-s2)/6
+
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y7, (BX)(R8*1)
+	VMOVUPS Y5, (BX)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ  gthalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ  gtloop
+
+gtdone:
+	VZEROUPPER
+	RET

@@ -1,0 +1,306 @@
+package cpu
+
+import (
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/prim"
+)
+
+// Winograd weight gradient of a 3×3 stride-1 convolution, F(4×4, 3×3)
+// transposed. The forward pass computes each output tile as
+// Aᵀ [Σ_c U_kc ⊙ V_ct] A with U = G w Gᵀ, so by the chain rule
+//
+//	ḡ_kc = Gᵀ [Σ_t (A ȳ_kt Aᵀ) ⊙ V_ct] G
+//
+// where ȳ_kt is output channel k's 4×4 tile t of the output gradient (zero
+// past the output's edges) and V_ct = Bᵀ d B the transformed input patch.
+// The sum over tiles is, for each of the 36 points, a product
+// [K, tiles]·[tiles, C] accumulated over chunks of tiles: 36 multiply-adds
+// per 16 outputs of ȳ and channel pair instead of 144. Its cost beyond the
+// products is two transforms per tile and channel (input and ȳ) and one
+// per weight, in portable Go: the products dominate on the layers it is
+// used for (winogradWgrad).
+
+// winoWgrad is the plan of one Winograd weight gradient of forward
+// geometry g: its own chunks of tiles (t a multiple of 16) and blocks of
+// output channels (kb, whose M[36][kb][C] fits winoMaxU).
+type winoWgrad struct {
+	winograd
+	ldt int // row stride of V and Y: a chunk's tiles
+}
+
+// winogradWgrad returns the Winograd plan of the weight gradient of g where
+// it is measured faster: where the forward pass takes Winograd and both
+// sides have at least winoWgradMinC channels. With 64 channels the direct
+// weight gradient (blas.ConvWgrad) is as fast or faster (one thread, Zen 3,
+// CPU time: 64→64 on 8×32×32 12.0 ms direct, 13.1 Winograd; 128→128 on
+// 8×16×16 16.8 and 10.6; 256→256 on 8×8×8 12.4 and 9.7).
+func winogradWgrad(g prim.ConvGeom) (winoWgrad, bool) {
+	w, ok := winogradFor(g)
+	if !ok || min(g.C, g.K) < winoWgradMinC {
+		return winoWgrad{}, false
+	}
+	return wgradPlan(w), true
+}
+
+// winoWgradMinC is the fewest channels on either side for which the weight
+// gradient takes Winograd.
+const winoWgradMinC = 128
+
+// wgradPlan sizes the chunks: V and Y of a chunk together about winoMaxU
+// (the products' depth is the chunk's tiles: the longer, the fewer passes
+// over M).
+func wgradPlan(w winograd) winoWgrad {
+	all := (w.tiles + 15) / 16 * 16
+	tc := winoMaxU / 4 / (winoPts * (w.g.C + w.kb)) / 16 * 16
+	w.tc = min(max(tc, 64), all)
+	// Rows 16 longer than the chunk: the vector gathers write whole
+	// groups of 8 tiles.
+	return winoWgrad{winograd: w, ldt: w.tc + 16}
+}
+
+// Per point: V holds C rows of ldt tiles, Y kb rows, M kb rows of C.
+func (w winoWgrad) vSize() int { return w.g.C * w.ldt }
+func (w winoWgrad) ySize() int { return w.kb * w.ldt }
+func (w winoWgrad) mSize() int { return (w.kb*w.g.C+15)/16*16 + 16 }
+
+// scratch is the workspace (float32 elements): V, Y and M of all points.
+func (w winoWgrad) scratch() int {
+	return winoPts * (w.vSize() + w.ySize() + w.mSize())
+}
+
+// weightGrad computes gw ([K, C, 3, 3]) from the output gradient gy and the
+// input x with ws of at least scratch() elements. Blocks of output channels
+// outside, chunks of tiles inside (M of a block accumulates over all
+// tiles); the input is transformed again for each block unless one chunk
+// holds all tiles.
+func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
+	g := w.g
+	C, K := g.C, g.K
+	v := ws[:winoPts*w.vSize()]
+	yt := ws[len(v):][:winoPts*w.ySize()]
+	m := ws[len(v)+len(yt):][:winoPts*w.mSize()]
+	oneChunk := w.tc >= w.tiles
+	vec := blas.WinoOK() && !winogradScalar
+	for k0 := 0; k0 < K; k0 += w.kb {
+		rows := min(w.kb, K-k0)
+		for t0 := 0; t0 < w.tiles; t0 += w.tc {
+			cnt := min(w.tc, w.tiles-t0)
+			if !oneChunk || k0 == 0 {
+				pool.For(C, max(1, 512/cnt), func(c0, c1 int) {
+					for c := c0; c < c1; c++ {
+						if vec {
+							w.inputVec(x, c, t0, cnt, v, w.vSize(), 16, w.ldt)
+						} else {
+							w.transformInputRows(x, c, t0, cnt, v)
+						}
+					}
+				})
+			}
+			pool.For(rows, max(1, 512/cnt), func(a, b int) {
+				for k := a; k < b; k++ {
+					w.transformGrad(gy, k0+k, k, t0, cnt, yt, vec)
+				}
+			})
+			var beta float32
+			if t0 > 0 {
+				beta = 1
+			}
+			pool.For(winoPts, 1, func(a, b int) {
+				for xi := a; xi < b; xi++ {
+					blas.Sgemm(false, true, rows, C, cnt, 1,
+						yt[xi*w.ySize():], w.ldt, v[xi*w.vSize():], w.ldt,
+						beta, m[xi*w.mSize():], C, pool)
+				}
+			})
+		}
+		if vec {
+			w.wgradOutputVec(pool, m, rows*C, gw[k0*C*9:][:rows*C*9])
+			continue
+		}
+		pool.For(rows, max(1, 64/C), func(a, b int) {
+			for k := a; k < b; k++ {
+				w.transformWgradOutput(m, k, C, gw[(k0+k)*C*9:][:C*9])
+			}
+		})
+	}
+}
+
+// transformInputRows writes V = Bᵀ d B of input channel c for the chunk's
+// tiles [t0, t0+cnt): point ξ = 6i+j, v[ξ*vSize() + c*ldt + t].
+func (w winoWgrad) transformInputRows(x []float32, c, t0, cnt int, v []float32) {
+	g := w.g
+	C, H, W := g.C, g.H, g.W
+	var d, o [winoPts]float32
+	per := w.th * w.tw
+	vs := w.vSize()
+	for t := 0; t < cnt; t++ {
+		tt := t0 + t
+		n, r := tt/per, tt%per
+		ih0, iw0 := r/w.tw*winoOut-g.PH, r%w.tw*winoOut-g.PW
+		plane := x[(n*C+c)*H*W:][:H*W]
+		if ih0 >= 0 && iw0 >= 0 && ih0+winoIn <= H && iw0+winoIn <= W {
+			for i := 0; i < winoIn; i++ {
+				*(*[winoIn]float32)(d[i*winoIn:]) = *(*[winoIn]float32)(plane[(ih0+i)*W+iw0:])
+			}
+		} else {
+			for i := 0; i < winoIn; i++ {
+				row := d[i*winoIn : (i+1)*winoIn]
+				ih := ih0 + i
+				if uint(ih) >= uint(H) {
+					clear(row)
+					continue
+				}
+				src := plane[ih*W : (ih+1)*W]
+				for j := range row {
+					row[j] = rowAt(src, iw0+j)
+				}
+			}
+		}
+		winoInput(&d, &o)
+		base := c*w.ldt + t
+		for xi, val := range o {
+			v[xi*vs+base] = val
+		}
+	}
+}
+
+// transformGrad writes A ȳ Aᵀ of output channel k (row kl of the block)
+// for the chunk's tiles: point ξ = 6i+j (tr: 6j+i, the order the vector
+// input transforms leave V in), yt[ξ*ySize() + kl*ldt + t], where
+//
+//	A = [1  0 0  0]
+//	    [1  1 1  1]
+//	    [1 -1 1 -1]
+//	    [1  2 4  8]
+//	    [1 -2 4 -8]
+//	    [0  0 0  1]
+func (w winoWgrad) transformGrad(gy []float32, k, kl, t0, cnt int, yt []float32, tr bool) {
+	g := w.g
+	K, OH, OW := g.K, g.OH, g.OW
+	per := w.th * w.tw
+	ys := w.ySize()
+	ri, rj := 6*ys, ys // point (i, j) in row 6i+j
+	if tr {
+		ri, rj = ys, 6*ys // in row 6j+i
+	}
+	var d [winoOut * winoOut]float32
+	var t6 [winoIn * winoOut]float32
+	for t := 0; t < cnt; t++ {
+		tt := t0 + t
+		n, r := tt/per, tt%per
+		oh0, ow0 := r/w.tw*winoOut, r%w.tw*winoOut
+		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
+		rows, cols := min(winoOut, OH-oh0), min(winoOut, OW-ow0)
+		if rows == winoOut && cols == winoOut {
+			for i := 0; i < winoOut; i++ {
+				*(*[winoOut]float32)(d[i*winoOut:]) = *(*[winoOut]float32)(plane[(oh0+i)*OW+ow0:])
+			}
+		} else {
+			clear(d[:])
+			for i := 0; i < rows; i++ {
+				copy(d[i*winoOut:][:cols], plane[(oh0+i)*OW+ow0:])
+			}
+		}
+		// Down the columns: t6 (6×4) = A d.
+		for j := 0; j < winoOut; j++ {
+			d0, d1, d2, d3 := d[j], d[4+j], d[8+j], d[12+j]
+			a, b := d0+d2, d1+d3
+			c, e := d0+4*d2, 2*d1+8*d3
+			t6[j] = d0
+			t6[4+j] = a + b
+			t6[8+j] = a - b
+			t6[12+j] = c + e
+			t6[16+j] = c - e
+			t6[20+j] = d3
+		}
+		// Along the rows: (A d) Aᵀ.
+		base := kl*w.ldt + t
+		for i := 0; i < winoIn; i++ {
+			d0, d1, d2, d3 := t6[4*i], t6[4*i+1], t6[4*i+2], t6[4*i+3]
+			a, b := d0+d2, d1+d3
+			c, e := d0+4*d2, 2*d1+8*d3
+			q := yt[i*ri+base:]
+			q[0] = d0
+			q[rj] = a + b
+			q[2*rj] = a - b
+			q[3*rj] = c + e
+			q[4*rj] = c - e
+			q[5*rj] = d3
+		}
+	}
+}
+
+// wgradOutputVec is transformWgradOutput on the vector kernels for the
+// block's n = rows×C weights, whose M lies flat in each point's row, point
+// (i, j) in row 6j+i: Gᵀ along the rows of M (rows j, 6+j, ..., 30+j to j,
+// 6+j, 12+j), then down its columns (rows 6a..6a+5 to 6a..6a+2), leaving
+// ḡ(b, a) in row 6a+b, copied out a piece at a time.
+func (w winoWgrad) wgradOutputVec(pool *parallel.Pool, m []float32, n int, gw []float32) {
+	ms := w.mSize()
+	const piece = 32 // blocks of 16
+	pool.For((n+15)/16, piece, func(b0, b1 int) {
+		for p0 := b0; p0 < b1; p0 += piece {
+			p1 := min(p0+piece, b1)
+			s, e := p0*16, min(p1*16, n)
+			for j := 0; j < winoIn; j++ {
+				blas.WinoWgradOutput(p1-p0, m, s+j*ms, 6*ms, 16)
+			}
+			for a := 0; a < 3; a++ {
+				blas.WinoWgradOutput(p1-p0, m, s+6*a*ms, ms, 16)
+			}
+			var r [9][]float32 // r[3kh+kw]
+			for a := 0; a < 3; a++ {
+				for b := 0; b < 3; b++ {
+					r[3*b+a] = m[(6*a+b)*ms+s : (6*a+b)*ms+e]
+				}
+			}
+			out := gw[s*9 : e*9]
+			for f := range e - s {
+				o := (*[9]float32)(out[9*f:])
+				o[0], o[1], o[2] = r[0][f], r[1][f], r[2][f]
+				o[3], o[4], o[5] = r[3][f], r[4][f], r[5][f]
+				o[6], o[7], o[8] = r[6][f], r[7][f], r[8][f]
+			}
+		}
+	})
+}
+
+// transformWgradOutput writes the 3×3 kernels ḡ = Gᵀ M G of output channel
+// row kl of the block and every input channel into gw ([C, 3, 3]), in
+// float64 (rounded once), where
+//
+//	Gᵀ = [1/4  -1/6 -1/6 1/24  1/24 0]
+//	     [  0  -1/6  1/6 1/12 -1/12 0]
+//	     [  0  -1/6 -1/6  1/6   1/6 1]
+func (w winoWgrad) transformWgradOutput(m []float32, kl, C int, gw []float32) {
+	ms := w.mSize()
+	var t3 [3 * winoIn]float64
+	for c := 0; c < C; c++ {
+		base := kl*C + c
+		// Down the columns: t3 (3×6) = Gᵀ M.
+		for j := 0; j < winoIn; j++ {
+			m0 := float64(m[j*ms+base])
+			m1 := float64(m[(6+j)*ms+base])
+			m2 := float64(m[(12+j)*ms+base])
+			m3 := float64(m[(18+j)*ms+base])
+			m4 := float64(m[(24+j)*ms+base])
+			m5 := float64(m[(30+j)*ms+base])
+			s12, d12 := m1+m2, m2-m1
+			s34, d34 := m3+m4, m3-m4
+			t3[j] = m0/4 - s12/6 + s34/24
+			t3[6+j] = d12/6 + d34/12
+			t3[12+j] = -s12/6 + s34/6 + m5
+		}
+		// Along the rows: (Gᵀ M) G.
+		out := (*[9]float32)(gw[c*9:])
+		for i := 0; i < 3; i++ {
+			r := t3[6*i:][:6]
+			s12, d12 := r[1]+r[2], r[2]-r[1]
+			s34, d34 := r[3]+r[4], r[3]-r[4]
+			out[3*i] = float32(r[0]/4 - s12/6 + s34/24)
+			out[3*i+1] = float32(d12/6 + d34/12)
+			out[3*i+2] = float32(-s12/6 + s34/6 + r[5])
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+)
+
+// refWgrad64 is the weight gradient of forward convolution g (3×3, stride
+// 1) in float64, and the magnitudes of its terms.
+func refWgrad64(g prim.ConvGeom, gy, x []float32) (gw, mag []float64) {
+	gw = make([]float64, g.K*g.C*9)
+	mag = make([]float64, len(gw))
+	for n := 0; n < g.N; n++ {
+		for k := 0; k < g.K; k++ {
+			for oh := 0; oh < g.OH; oh++ {
+				for ow := 0; ow < g.OW; ow++ {
+					v := float64(gy[((n*g.K+k)*g.OH+oh)*g.OW+ow])
+					for c := 0; c < g.C; c++ {
+						for kh := 0; kh < 3; kh++ {
+							ih := oh - g.PH + kh
+							if ih < 0 || ih >= g.H {
+								continue
+							}
+							for kw := 0; kw < 3; kw++ {
+								iw := ow - g.PW + kw
+								if iw < 0 || iw >= g.W {
+									continue
+								}
+								p := v * float64(x[((n*g.C+c)*g.H+ih)*g.W+iw])
+								i := ((k*g.C+c)*3+kh)*3 + kw
+								gw[i] += p
+								mag[i] += math.Abs(p)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return gw, mag
+}
+
+// Winograd's weight gradient agrees with a float64 direct one on every
+// shape class: partial edge tiles, paddings 0–2, several chunks of tiles,
+// several blocks of output channels (the last one short), one chunk
+// holding all tiles (the input transformed once for all blocks).
+//
+// Tolerance as for the forward pass (TestWinogradMatchesDirect): relative
+// to Σ|terms| of each weight, 100·√n·2⁻²⁴ for a sum of n = N·OH·OW terms
+// (the transforms' constants: A's up to 8, Gᵀ's 1/4 to 1/24).
+func TestWinogradWgradMatchesDirect(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 5))
+	for _, tc := range []struct {
+		n, c, h, w, k, ph, pw int
+	}{
+		{1, 1, 4, 4, 1, 0, 0},
+		{1, 3, 6, 6, 2, 1, 1},
+		{2, 16, 16, 16, 16, 1, 1},
+		{1, 17, 7, 9, 19, 1, 1},
+		{3, 16, 13, 11, 7, 0, 0},
+		{1, 8, 5, 5, 8, 2, 2},
+		{2, 5, 10, 6, 33, 2, 0},
+		{3, 24, 40, 40, 20, 1, 1},   // several chunks
+		{1, 128, 8, 8, 130, 1, 1},   // blocks of output channels, one chunk
+		{4, 128, 20, 20, 130, 1, 1}, // blocks and chunks
+	} {
+		name := fmt.Sprintf("%+v", tc)
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, 3, 3}, op.ConvOpts{Padding: [2]int{tc.ph, tc.pw}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rnd := func(n int) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			return v
+		}
+		x, gy := rnd(g.N*g.C*g.H*g.W), rnd(g.N*g.K*g.OH*g.OW)
+		wf, ok := winogradPlan(g)
+		if !ok {
+			t.Fatalf("%s: no Winograd plan", name)
+		}
+		w := wgradPlan(wf)
+		want, mag := refWgrad64(g, gy, x)
+		got := make([]float32, len(want))
+		for i := range got {
+			got[i] = float32(math.NaN())
+		}
+		ws := make([]float32, w.scratch())
+		for i := range ws {
+			ws[i] = float32(math.NaN())
+		}
+		w.weightGrad(nil, gy, x, got, ws)
+		bound := 100 * math.Sqrt(float64(g.N*g.OH*g.OW)) * 0x1p-24
+		e := worstErr(got, want, mag)
+		t.Logf("%s weight gradient: winograd error %.2g (bound %.2g), %d chunks, blocks of %d", name, e, bound, (w.tiles+w.tc-1)/w.tc, w.kb)
+		if e > bound {
+			t.Errorf("%s weight gradient: error %.3g > %.3g", name, e, bound)
+		}
+		if w.vec() {
+			// The portable transforms (another order of the points).
+			winogradScalar = true
+			w.weightGrad(nil, gy, x, got, ws)
+			winogradScalar = false
+			if e := worstErr(got, want, mag); e > bound {
+				t.Errorf("%s weight gradient, portable transforms: error %.3g > %.3g", name, e, bound)
+			}
+		}
+	}
+}
+
+// The weight gradient takes Winograd by shape only (the registered
+// workspace covers it), where it was measured faster.
+func TestWinogradWgradChosenByShape(t *testing.T) {
+	defer func(off bool) { winogradOff = off }(winogradOff)
+	winogradOff = false
+	for _, tc := range []struct {
+		name          string
+		n, c, h, k, s int
+		want          bool
+	}{
+		{"resnet152 stage 2", 8, 128, 16, 128, 1, true},
+		{"resnet152 stage 3", 8, 256, 8, 256, 1, true},
+		{"resnet18 stage 3", 32, 256, 4, 256, 1, true},
+		{"resnet152 stage 1 (64 channels: direct)", 8, 64, 32, 64, 1, false},
+		{"rrdbnet (32 output channels)", 4, 128, 32, 32, 1, false},
+		{"stride 2", 8, 256, 16, 256, 2, false},
+		{"small", 1, 128, 8, 128, 1, false},
+	} {
+		opts := op.ConvOpts{Stride: [2]int{tc.s, tc.s}, Padding: [2]int{1, 1}}
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.h}, tensor.Shape{tc.k, tc.c, 3, 3}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := winogradWgrad(g); ok != tc.want {
+			t.Errorf("%s: Winograd weight gradient %v, want %v", tc.name, ok, tc.want)
+		}
+	}
+}
