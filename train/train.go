@@ -394,6 +394,11 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 		return nil, err
 	}
 	reports = append(reports, passes...)
+	if r, ok := t.cfg.Parallel.(Reorderer); ok {
+		if g, err = r.Reorder(g); err != nil {
+			return nil, err
+		}
+	}
 	p, err := exec.CompileWith(g, t.Device, t.backend)
 	if err != nil {
 		return nil, err
