@@ -33,12 +33,15 @@ type distFlags struct {
 	full   *nn.Store
 	z3     *dist.Zero3
 	save   string
+	// gatherPrefetch is --gather-prefetch (ZeRO 3: layers gathered ahead).
+	gatherPrefetch int
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
 	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) 2 (gradients sharded too; the optimizer runs in the backward pass) or 3 (parameters sharded too, gathered per layer in the step)")
 	fs.IntVar(&d.tensor, "tensor", 1, "under mpirun, GPT models: tensor-parallel ranks per layer (attention heads and MLP columns split; must equal the number of ranks yet)")
 	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
+	fs.IntVar(&d.gatherPrefetch, "gather-prefetch", 0, gatherPrefetchUsage)
 	fs.BoolVar(&d.overlap, "overlap", false, "under mpirun, ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it, while the backward pass goes on (one pass per step, fp32, no clipping; same results)")
 }
 
@@ -53,6 +56,9 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	}
 	if d.tensor < 0 {
 		return out, log, fmt.Errorf("--tensor %d: at least 1", d.tensor)
+	}
+	if err := checkGatherPrefetch(d.gatherPrefetch, d.zero, d.tensor); err != nil {
+		return out, log, err
 	}
 	if d.bucket != "" {
 		if _, err := device.ParseBytes(d.bucket); err != nil {
@@ -75,6 +81,9 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		}
 		if d.tensor > 1 {
 			return out, log, fmt.Errorf("--tensor %d: only under mpirun (with as many ranks)", d.tensor)
+		}
+		if d.gatherPrefetch > 0 {
+			return out, log, fmt.Errorf("--gather-prefetch %d: only under mpirun, with --zero 3", d.gatherPrefetch)
 		}
 		return out, log, nil
 	}

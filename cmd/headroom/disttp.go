@@ -103,7 +103,7 @@ func (d *distFlags) newShardedTrainer(ctx context.Context, out io.Writer, dev *d
 		for _, p := range full.Params() {
 			decl.Add(&nn.Param{Name: p.Name, DType: p.DType, Shape: p.Shape.Clone(), Trainable: p.Trainable, Init: p.Init})
 		}
-		tr, z, err := dist.NewZero3Trainer(ctx, d.c, dev, decl, model, loss, opt, cfg, dist.Zero3Options{Weights: weights, Agree: d.agree})
+		tr, z, err := dist.NewZero3Trainer(ctx, d.c, dev, decl, model, loss, opt, cfg, dist.Zero3Options{Weights: weights, Agree: d.agree, Prefetch: d.gatherPrefetch})
 		if err != nil {
 			return nil, nil, err
 		}
