@@ -385,3 +385,10 @@ func PlanZero3Rank(p Zero3Rank) (train.MemoryPlan, error) {
 	defer t.Close()
 	return t.Plan(p.X, p.Y)
 }
+
+// trainable reports whether name is a trainable parameter (sharded; the
+// rest is whole on every rank).
+func (z *Zero3) trainable(name string) bool {
+	p, ok := z.full.Get(name)
+	return ok && p.Trainable
+}

@@ -54,6 +54,9 @@ type Trainer struct {
 	// per-node timings in profiles and benchmarks). They change how a
 	// step runs, not what is compiled.
 	RunOptions *exec.Options
+	// Checkpointer, when set, writes and reads the whole model and
+	// optimizer state of a trainer holding pieces of them (package dist).
+	Checkpointer Checkpointer
 
 	cfg Config
 	// gradBytes is what the gradient buffers took when last allocated:
