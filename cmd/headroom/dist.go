@@ -35,6 +35,8 @@ type distFlags struct {
 	save   string
 	// gatherPrefetch is --gather-prefetch (ZeRO 3: layers gathered ahead).
 	gatherPrefetch int
+	// ckpt gathers a sharded model's checkpoints (distzero3.go).
+	ckpt *dist.ShardCheckpoints
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
@@ -101,8 +103,12 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
 	case d.overlap && d.zero > 0:
 		return out, log, fmt.Errorf("--overlap with --zero %d: overlapping the all-reduce with the backward pass is for ZeRO 0", d.zero)
-	case d.zero > 0 && f.everyTime > 0:
-		return out, log, fmt.Errorf("--save-every %v with --zero %d: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, d.zero)
+	case (d.zero > 0 || d.tensor > 1) && f.everyTime > 0:
+		what := fmt.Sprintf("--zero %d", d.zero)
+		if d.tensor > 1 {
+			what = fmt.Sprintf("--tensor %d", d.tensor)
+		}
+		return out, log, fmt.Errorf("--save-every %v with %s: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, what)
 	case f.batch < c.Size() && d.tensor <= 1:
 		return out, log, fmt.Errorf("--batch-size %d: fewer samples than the %d ranks", f.batch, c.Size())
 	}
@@ -226,6 +232,9 @@ func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform
 func (d *distFlags) checkpoint(why string) (write bool, err error) {
 	if d.c == nil {
 		return true, nil
+	}
+	if d.sharded() {
+		return d.checkpointSharded(why)
 	}
 	if d.zero > 0 {
 		if why == "interrupted" {

@@ -66,8 +66,6 @@ func (f *trainFlags) checkSharded(size int) error {
 		return fmt.Errorf("--overlap with %s: overlap is for ZeRO 0", what)
 	case f.budget != "":
 		return fmt.Errorf("--budget with %s: not supported yet (plan the ranks with `headroom plan --ranks %d %s --budget B`)", what, size, what)
-	case f.ckptDir != "" || f.resume != "":
-		return fmt.Errorf("--checkpoint-dir/--resume with %s: checkpoints of sharded models are not supported yet (--save writes the gathered weights at the end)", what)
 	case f.clipGrad > 0:
 		return fmt.Errorf("--clip-grad with %s: clipping needs every gradient whole", what)
 	case f.inBack:
@@ -108,6 +106,11 @@ func (d *distFlags) newShardedTrainer(ctx context.Context, out io.Writer, dev *d
 			return nil, nil, err
 		}
 		d.z3 = z
+		if d.ckpt, err = z.Checkpoints(full); err != nil {
+			tr.Close()
+			z.Close()
+			return nil, nil, err
+		}
 		fmt.Fprintf(out, "data parallel: %d ranks (MPI), each on its share of every batch, ZeRO stage 3 (parameters sharded, gathered per layer in the step); rank 0 prints, saves and logs\n", d.c.Size())
 		return tr, func() { tr.Close(); z.Close() }, nil
 	}
@@ -130,6 +133,11 @@ func (d *distFlags) newShardedTrainer(ctx context.Context, out io.Writer, dev *d
 	}
 	tr, err := dist.NewTensorTrainer(ctx, d.c, dev, s, tp, loss, opt, cfg)
 	if err != nil {
+		s.Release()
+		return nil, nil, err
+	}
+	if d.ckpt, err = dist.TensorCheckpoints(d.c, tr, full); err != nil {
+		tr.Close()
 		s.Release()
 		return nil, nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/headroom-ml/headroom/dist"
@@ -39,4 +40,25 @@ func withGatherPrefetch(ls []dist.Layout, depth int, zero string) ([]dist.Layout
 		return nil, checkGatherPrefetch(depth, -1, 1)
 	}
 	return ls, nil
+}
+
+// checkpointSharded is a checkpoint under ZeRO 3 or --tensor: every rank
+// gathers the whole weights and optimizer state (collectives: the same
+// steps on every rank, so not on interruption), rank 0 writes them.
+func (d *distFlags) checkpointSharded(why string) (write bool, err error) {
+	if why == "interrupted" {
+		return false, fmt.Errorf("%s: no checkpoint on interruption: the ranks gather the model's pieces only between the same steps (the newest checkpoint on disk is complete)", d.shardedName())
+	}
+	if err := d.ckpt.Gather(context.Background()); err != nil {
+		return false, err
+	}
+	return d.c.Rank() == 0, nil
+}
+
+// shardedName is the flag that shards the model: --zero 3 or --tensor T.
+func (d *distFlags) shardedName() string {
+	if d.tensor > 1 {
+		return fmt.Sprintf("--tensor %d", d.tensor)
+	}
+	return "--zero 3"
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -119,5 +120,70 @@ func TestTrainRanksGatherPrefetch(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "only with --zero 3") {
 			t.Errorf("plan --ranks 2 --gather-prefetch 1 %v: %v", args, err)
 		}
+	}
+}
+
+// `headroom train --zero 3` (mlp, Adam) and `--tensor 2` (a GPT without
+// dropout, SGD) with --checkpoint-dir on 2 ranks write the checkpoint one
+// process writes: resumed on 2 ranks the run ends with the uninterrupted
+// run's weights bit for bit; resumed in one process, within 1e-5.
+func TestTrainShardedCheckpoint(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	withTinyGPT(t)
+	for _, c := range []struct {
+		model        string
+		zero, tensor int
+		batch, limit int
+		opt          string
+		lr           float64
+	}{
+		{"mlp", 3, 1, 16, 64, "adam", 1e-2},
+		{"gpt-tiny", 0, 2, 4, 16, "sgd", 0.1},
+	} {
+		t.Run(fmt.Sprintf("%s/zero=%d/tensor=%d", c.model, c.zero, c.tensor), func(t *testing.T) {
+			dir := t.TempDir()
+			base := trainFlags{model: c.model, epochs: 1, batch: c.batch, lr: c.lr, optimizer: c.opt, device: "cpu", seed: 1, limit: c.limit, recompute: "none", threads: 1}
+			ranks := func(f trainFlags) string {
+				t.Helper()
+				f.dist.zero, f.dist.tensor = c.zero, c.tensor
+				out, err := trainRanks(t, 2, f)
+				if err != nil {
+					t.Fatalf("%v\n%s", err, out)
+				}
+				return out
+			}
+			f := base
+			f.steps, f.save = 4, filepath.Join(dir, "straight.safetensors")
+			ranks(f)
+			f = base
+			f.steps, f.ckptDir = 2, filepath.Join(dir, "ckpt")
+			if out := ranks(f); strings.Count(out, "saved checkpoint") != 1 {
+				t.Errorf("rank 0 should save once:\n%s", out)
+			}
+			// The resumed runs write their checkpoints where they resumed
+			// from: one process resumes from a copy.
+			if err := os.CopyFS(filepath.Join(dir, "ckpt1"), os.DirFS(filepath.Join(dir, "ckpt"))); err != nil {
+				t.Fatal(err)
+			}
+			f = base
+			f.steps, f.resume, f.save = 4, filepath.Join(dir, "ckpt"), filepath.Join(dir, "resumed.safetensors")
+			if out := ranks(f); !strings.Contains(out, "resumed from") {
+				t.Errorf("rank 0's output:\n%s", out)
+			}
+			if d := weightsDiff(t, f.save, filepath.Join(dir, "straight.safetensors")); d != 0 {
+				t.Errorf("resumed on 2 ranks: weights %.3g from the uninterrupted run, want bit for bit", d)
+			}
+			f.dist = distFlags{}
+			f.resume, f.save = filepath.Join(dir, "ckpt1"), filepath.Join(dir, "one.safetensors")
+			var out, log bytes.Buffer
+			if err := trainFashion(context.Background(), f, &out, &log); err != nil {
+				t.Fatalf("resumed in one process: %v\n%s%s", err, out.String(), log.String())
+			}
+			if d := weightsDiff(t, f.save, filepath.Join(dir, "straight.safetensors")); d > 1e-5 {
+				t.Errorf("resumed in one process: weights %.3g from the ranks' run", d)
+			} else {
+				t.Logf("resumed in one process: within %.3g of the ranks' run", d)
+			}
+		})
 	}
 }
