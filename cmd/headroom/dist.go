@@ -212,7 +212,7 @@ func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform
 		Batch:        f.batch,
 		Config:       train.Config{Accumulation: accum, Precision: prec, Recompute: train.MustRecompute(remat), Storage: st},
 	}
-	k, p, err := dist.FitRank(ctx, c, job, dist.Layout{Ranks: c.Size(), Zero: f.dist.zero, BucketBytes: bucket, Overlap: f.dist.overlap}, b)
+	k, p, err := dist.FitRank(ctx, c, job, f.dist.layout(c.Size(), bucket), b)
 	if err != nil {
 		return 0, fmt.Errorf("train: --budget %s: %w", f.budget, err)
 	}

@@ -64,8 +64,6 @@ func (f *trainFlags) checkSharded(size int) error {
 		return fmt.Errorf("--tensor %d on %d ranks: data parallelism across tensor-parallel groups is not available yet (package comm has no communicator split); run %d ranks", d.tensor, size, d.tensor)
 	case d.overlap:
 		return fmt.Errorf("--overlap with %s: overlap is for ZeRO 0", what)
-	case f.budget != "":
-		return fmt.Errorf("--budget with %s: not supported yet (plan the ranks with `headroom plan --ranks %d %s --budget B`)", what, size, what)
 	case f.clipGrad > 0:
 		return fmt.Errorf("--clip-grad with %s: clipping needs every gradient whole", what)
 	case f.inBack:

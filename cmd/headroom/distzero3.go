@@ -62,3 +62,13 @@ func (d *distFlags) shardedName() string {
 	}
 	return "--zero 3"
 }
+
+// layout is the ranks' layout as dist plans it (train --budget on ranks:
+// dist.FitRank), ZeRO 3's prefetch and tensor parallelism included.
+func (d *distFlags) layout(ranks int, bucket int64) dist.Layout {
+	l := dist.Layout{Ranks: ranks, Zero: d.zero, BucketBytes: bucket, Overlap: d.overlap, Prefetch: d.gatherPrefetch}
+	if d.tensor > 1 {
+		l.Tensor = d.tensor
+	}
+	return l
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/headroom-ml/headroom/dist"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -183,6 +185,61 @@ func TestTrainShardedCheckpoint(t *testing.T) {
 				t.Errorf("resumed in one process: weights %.3g from the ranks' run", d)
 			} else {
 				t.Logf("resumed in one process: within %.3g of the ranks' run", d)
+			}
+		})
+	}
+}
+
+// `headroom train --budget` under --zero 3 (with and without prefetch)
+// and --tensor 2: each rank plans itself under the budget, the ranks
+// agree on the passes and train within it (devices capped at the budget);
+// a budget a rank cannot meet stops every rank, naming the rank and the
+// smallest budget, which is then enough.
+func TestTrainRanksBudgetSharded(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	withTinyGPT(t)
+	for _, c := range []struct {
+		model                  string
+		zero, tensor, prefetch int
+		batch                  int
+	}{
+		{"cnn", 3, 1, 0, 256},
+		{"cnn", 3, 1, 1, 256},
+		{"gpt-tiny", 0, 2, 0, 64},
+	} {
+		t.Run(fmt.Sprintf("%s/zero=%d/tensor=%d/prefetch=%d", c.model, c.zero, c.tensor, c.prefetch), func(t *testing.T) {
+			if testing.Short() && c.prefetch > 0 {
+				t.Skip("-short")
+			}
+			f := trainFlags{model: c.model, epochs: 1, batch: c.batch, lr: 1e-3, optimizer: "adam", device: "cpu", seed: 1, limit: c.batch, steps: 1, recompute: "none", threads: 1}
+			f.dist.zero, f.dist.tensor, f.dist.gatherPrefetch, f.dist.bucket = c.zero, c.tensor, c.prefetch, "25MiB"
+			spec, err := lookupSpec(c.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := dist.Job{Build: testkit.Build(spec), Example: spec.Example, Batch: c.batch, NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) }}
+			groups, err := dist.PlanRanks(context.Background(), j, f.dist.layout(2, 25<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, _ := dist.MaxReserved(groups)
+			f.budget = fmt.Sprint(whole - 1)
+			out, err := trainRanks(t, 2, f)
+			if err != nil {
+				t.Fatalf("--budget %d on 2 ranks: %v\n%s", whole-1, err, out)
+			}
+			if !strings.Contains(out, "pass(es) per step") || strings.Contains(out, "in 1 pass(es)") {
+				t.Errorf("below one pass's reservation the ranks should accumulate:\n%s", out)
+			}
+			f.budget = "1MiB"
+			_, err = trainRanks(t, 2, f)
+			var be *dist.RankBudgetError
+			if !errors.As(err, &be) || !strings.Contains(err.Error(), "rank 0 needs") || !strings.Contains(err.Error(), "the smallest budget every rank meets is") {
+				t.Fatalf("--budget 1MiB: %v", err)
+			}
+			f.budget = fmt.Sprint(be.Smallest)
+			if out, err := trainRanks(t, 2, f); err != nil {
+				t.Errorf("--budget %d (the smallest named): %v\n%s", be.Smallest, err, out)
 			}
 		})
 	}
