@@ -68,8 +68,6 @@ func (f *trainFlags) checkSharded(size int) error {
 		return fmt.Errorf("--clip-grad with %s: clipping needs every gradient whole", what)
 	case f.inBack:
 		return fmt.Errorf("--optimizer-in-backward with %s: not supported", what)
-	case f.data != "":
-		return fmt.Errorf("--data with %s: not supported yet (synthetic data only)", what)
 	}
 	return nil
 }

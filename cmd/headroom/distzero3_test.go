@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -240,6 +242,81 @@ func TestTrainRanksBudgetSharded(t *testing.T) {
 			f.budget = fmt.Sprint(be.Smallest)
 			if out, err := trainRanks(t, 2, f); err != nil {
 				t.Errorf("--budget %d (the smallest named): %v\n%s", be.Smallest, err, out)
+			}
+		})
+	}
+}
+
+// `headroom train --data` under --zero 3 (the mlp on a CSV table) and
+// --tensor 2 (a GPT without dropout on a token file) on in-process ranks
+// ends with the weights one process ends with on the same data, within
+// 1e-5 relative (the largest difference of each tensor over its largest
+// value).
+func TestTrainRanksShardedData(t *testing.T) {
+	t.Setenv(dataset.EnvDir, "")
+	withTinyGPT(t)
+	dir := t.TempDir()
+	var csv strings.Builder
+	for r := range 48 {
+		fmt.Fprint(&csv, r%3)
+		for j := range 784 {
+			fmt.Fprintf(&csv, ",%d", (r*31+j*(r%3+1))%17)
+		}
+		csv.WriteString("\n")
+	}
+	table := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(table, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]byte, 2*2000)
+	for i := range 2000 {
+		binary.LittleEndian.PutUint16(toks[2*i:], uint16(i*7%65))
+	}
+	tokens := filepath.Join(dir, "train.bin")
+	if err := os.WriteFile(tokens, toks, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		model, data  string
+		zero, tensor int
+		batch        int
+		opt          string
+		lr           float64
+	}{
+		{"mlp", table, 3, 1, 8, "adam", 1e-2},
+		{"gpt-tiny", tokens, 0, 2, 4, "sgd", 0.1},
+	} {
+		t.Run(fmt.Sprintf("%s/zero=%d/tensor=%d", c.model, c.zero, c.tensor), func(t *testing.T) {
+			base := trainFlags{model: c.model, data: c.data, epochs: 1, batch: c.batch, lr: c.lr, optimizer: c.opt, device: "cpu", seed: 1, steps: 3, recompute: "none", threads: 1}
+			one := base
+			one.save = filepath.Join(t.TempDir(), "one.safetensors")
+			var out, log bytes.Buffer
+			if err := trainFashion(context.Background(), one, &out, &log); err != nil {
+				t.Fatalf("one process: %v\n%s%s", err, out.String(), log.String())
+			}
+			many := base
+			many.save = filepath.Join(t.TempDir(), "many.safetensors")
+			many.dist.zero, many.dist.tensor = c.zero, c.tensor
+			got, err := trainRanks(t, 2, many)
+			if err != nil {
+				t.Fatalf("2 ranks: %v\n%s", err, got)
+			}
+			if !strings.Contains(got, "data: ") || !strings.Contains(got, "step 3") {
+				t.Errorf("rank 0's output:\n%s", got)
+			}
+			want, have := loadSaved(t, c.model, one.save), loadSaved(t, c.model, many.save)
+			for name, w := range want {
+				if w.DType != tensor.Float32 {
+					continue
+				}
+				var diff, scale float64
+				for k, v := range w.F32() {
+					diff = max(diff, math.Abs(float64(v-have[name].F32()[k])))
+					scale = max(scale, math.Abs(float64(v)))
+				}
+				if diff > 1e-5*scale {
+					t.Errorf("%s: largest difference %g of largest value %g", name, diff, scale)
+				}
 			}
 		})
 	}
