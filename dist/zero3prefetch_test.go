@@ -136,3 +136,98 @@ func TestZero3Prefetch(t *testing.T) {
 		}
 	}
 }
+
+// TestZero3PrefetchGPT: the GPT (its token embedding read by the
+// embedding and again by the tied head) under ZeRO-3 on 2 ranks with
+// gathers prefetched 0, 1 and 2 layers ahead: the same weights bit for
+// bit after 2 SGD steps, each rank's plan its measured peak, more weight
+// matrices live at once with prefetch, and peaks that do not fall as the
+// prefetch deepens.
+func TestZero3PrefetchGPT(t *testing.T) {
+	sgd := func() optim.Optimizer { return newOpt(t, "sgd") }
+	var batches []train.Batch
+	for i := range 2 {
+		batches = append(batches, train.Batch{X: tpTokens(4, 8, tpConfig.VocabSize, 2*i+1), Y: tpTokens(4, 8, tpConfig.VocabSize, 2*i+2)})
+	}
+	type result struct {
+		params        map[string][]float32
+		planned, peak int64
+		live          int
+	}
+	run := func(depth int) []result {
+		res := make([]result, 2)
+		var mu sync.Mutex
+		err := comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
+			dev := device.CPU()
+			full := nn.NewStore()
+			m := zoo.NewGPT(full.Root(), tpConfig)
+			tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, zoo.GPTLoss, sgd(), train.Config{}, dist.Zero3Options{Seed: 3, Prefetch: depth})
+			if err != nil {
+				return err
+			}
+			defer z.Close()
+			defer tr.Close()
+			var r result
+			for i, b := range batches {
+				part, err := dist.ShardBatch(b, c.Rank(), 2)
+				if err != nil {
+					return err
+				}
+				if i == len(batches)-1 {
+					x, y := train.MetaOf(part.X), train.MetaOf(part.Y)
+					mp, err := tr.Plan(x, y)
+					if err != nil {
+						return err
+					}
+					r.planned = mp.Total()
+					p, err := tr.TrainProgram(x, y)
+					if err != nil {
+						return err
+					}
+					r.live, _, _, _ = gatheredLive(p.Plan.Order, p.Plan.Buffers)
+					dev.Alloc.ResetPeak()
+				}
+				if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
+					return err
+				}
+			}
+			r.peak = dev.Alloc.MaxMemoryAllocated()
+			r.params = map[string][]float32{}
+			for _, p := range full.Trainable() {
+				v, err := z.Gather(ctx, p.Name)
+				if err != nil {
+					return err
+				}
+				r.params[p.Name] = v.F32()
+			}
+			mu.Lock()
+			res[c.Rank()] = r
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	base := run(0)
+	prev := base
+	for _, depth := range []int{1, 2} {
+		rs := run(depth)
+		for r, res := range rs {
+			if d := relDiff(res.params, base[r].params); d != 0 {
+				t.Errorf("prefetch %d, rank %d: weights %.3g from no prefetch's, want bit for bit", depth, r, d)
+			}
+			if res.planned != res.peak {
+				t.Errorf("prefetch %d, rank %d: planned %d, measured %d", depth, r, res.planned, res.peak)
+			}
+			// Layer norms (vectors only) sit between the matrices, so two
+			// layers ahead may add vectors, not matrices.
+			if res.live < prev[r].live || depth == 1 && res.live <= prev[r].live || res.peak < prev[r].peak {
+				t.Errorf("prefetch %d, rank %d: %d weight matrices live at once and peak %d; with less prefetch %d and %d", depth, r, res.live, res.peak, prev[r].live, prev[r].peak)
+			}
+		}
+		t.Logf("prefetch %d: rank 0 peak %d (%d without), %d weight matrices live at once (%d without)", depth, rs[0].peak, base[0].peak, rs[0].live, base[0].live)
+		prev = rs
+	}
+}
