@@ -90,3 +90,27 @@ func TestMPIShardCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// `mpirun -np 2 headroom train --zero 3 --budget`: just under one pass's
+// reservation (cnn, 128 samples a rank: 44 MiB) the ranks agree on 2
+// passes (24 MiB); at 1 MiB every rank stops, naming the ranks and the
+// smallest budget.
+func TestMPITrainBudgetZero3(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	if testing.Short() {
+		t.Skip("builds headroom with -tags mpi")
+	}
+	bin := buildMPI(t)
+	args := []string{bin, "train", "--model", "cnn", "--limit", "256", "--batch-size", "256", "--steps", "1", "--threads", "1", "--zero", "3"}
+	out, err := mpirun(t, 2, nil, append(args, "--budget", "46137343")...)
+	if err != nil || !strings.Contains(out, "every rank runs its share in 2 pass(es) per step") {
+		t.Fatalf("--budget 44MiB-1: %v\n%s", err, out)
+	}
+	out, err = mpirun(t, 2, nil, append(args, "--budget", "1MiB")...)
+	if err == nil || !strings.Contains(out, "rank 0 needs") || !strings.Contains(out, "the smallest budget every rank meets is") {
+		t.Fatalf("--budget 1MiB: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
