@@ -22,18 +22,24 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
 // `headroom plan --ranks N --zero 3 --gather-prefetch D` prints each
 // rank's measured peak under ZeRO-3 with D layers' gathers ahead, to the
-// byte, for D = 0, 1, 2 (in-process ranks running the trainer mpirun's
-// ranks run).
+// byte, for D = 0, 1, 2, in fp32 and bf16-mixed (in-process ranks running
+// the trainer mpirun's ranks run).
 func TestPlanRanksGatherPrefetchPrinted(t *testing.T) {
 	for _, c := range []struct {
 		model        string
 		ranks, batch int
-	}{{"mlp", 2, 5}, {"mlp", 3, 5}, {"cnn", 2, 4}} {
+		precision    string
+	}{{"mlp", 2, 5, "fp32"}, {"mlp", 3, 5, "fp32"}, {"cnn", 2, 4, "fp32"}, {"cnn", 2, 4, "bf16-mixed"}} {
+		prec, err := transform.ParsePrecision(c.precision)
+		if err != nil {
+			t.Fatal(err)
+		}
 		spec, err := zoo.Lookup(c.model)
 		if err != nil {
 			t.Fatal(err)
@@ -41,8 +47,8 @@ func TestPlanRanksGatherPrefetchPrinted(t *testing.T) {
 		x, y := testkit.SpecBatch(spec, c.batch, 1)
 		var base map[int]int64
 		for _, depth := range []int{0, 1, 2} {
-			t.Run(fmt.Sprintf("%s/ranks=%d/depth=%d", c.model, c.ranks, depth), func(t *testing.T) {
-				printed, _ := printedPeaks(t, c.ranks, "--model", c.model, "--batch-size", fmt.Sprint(c.batch), "--zero", "3", "--gather-prefetch", fmt.Sprint(depth))
+			t.Run(fmt.Sprintf("%s/ranks=%d/%s/depth=%d", c.model, c.ranks, c.precision, depth), func(t *testing.T) {
+				printed, _ := printedPeaks(t, c.ranks, "--model", c.model, "--batch-size", fmt.Sprint(c.batch), "--zero", "3", "--gather-prefetch", fmt.Sprint(depth), "--precision", c.precision)
 				if depth == 0 {
 					base = printed
 				} else {
@@ -56,7 +62,7 @@ func TestPlanRanksGatherPrefetchPrinted(t *testing.T) {
 						return err
 					}
 					s := nn.NewStore()
-					tr, z, err := dist.NewZero3Trainer(ctx, cm, dev, s, spec.New(s.Root()), spec.Loss, opt, train.Config{}, dist.Zero3Options{Seed: 1, Prefetch: depth})
+					tr, z, err := dist.NewZero3Trainer(ctx, cm, dev, s, spec.New(s.Root()), spec.Loss, opt, train.Config{Precision: prec}, dist.Zero3Options{Seed: 1, Prefetch: depth})
 					if err != nil {
 						return err
 					}
