@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
@@ -14,8 +13,6 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
-	"github.com/headroom-ml/headroom/transform"
-	"github.com/headroom-ml/headroom/zoo"
 )
 
 // distFlags are train's flags of data-parallel training, which runs when
@@ -97,8 +94,6 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	switch {
 	case f.budget != "" && f.data != "":
 		return out, log, fmt.Errorf("--budget with --data on %d ranks: the data loader's buffers are not planned per rank yet (use --device cpu:mem=SIZE)", c.Size())
-	case f.budget != "" && (strings.Contains(f.precision, ",") || f.precision == "auto" || strings.Contains(f.compress, ",") || f.compress == "auto" || f.recompute == "auto"):
-		return out, log, fmt.Errorf("--budget with %d ranks chooses the passes per step only: name one --precision, --compress and --recompute (not auto or a list)", c.Size())
 	case isMeta(f.device):
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
 	case d.overlap && d.zero > 0:
@@ -184,44 +179,6 @@ func (d *distFlags) finish(err error) error {
 		return err
 	}
 	return comm.Close(d.c)
-}
-
-// fitRanks is --budget with several ranks: each rank plans itself under
-// the budget (dist.FitRank: on the meta device, by the code it runs) in
-// the fewest passes per step, the ranks agree on the most any needs, and
-// the device is capped at the budget. A rank that cannot meet it stops
-// every rank, naming itself and the smallest budget.
-func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform.Precision, compress transform.CompressPolicy, remat transform.Policy, accum int, out io.Writer) (int, error) {
-	b, err := device.ParseBytes(f.budget)
-	if err != nil {
-		return 0, fmt.Errorf("train: --budget: %w", err)
-	}
-	st, err := train.StorageOf(compress)
-	if err != nil {
-		return 0, err
-	}
-	var bucket int64
-	if f.dist.bucket != "" {
-		bucket, _ = device.ParseBytes(f.dist.bucket)
-	}
-	c := f.dist.c
-	job := dist.Job{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
-		Example:      spec.Example,
-		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
-		Batch:        f.batch,
-		Config:       train.Config{Accumulation: accum, Precision: prec, Recompute: train.MustRecompute(remat), Storage: st},
-	}
-	k, p, err := dist.FitRank(ctx, c, job, f.dist.layout(c.Size(), bucket), b)
-	if err != nil {
-		return 0, fmt.Errorf("train: --budget %s: %w", f.budget, err)
-	}
-	fmt.Fprintf(out, "budget %s per rank: every rank runs its share in %d pass(es) per step; rank %d plans %s allocated, %s reserved\n",
-		device.FormatBytes(b), k, c.Rank(), device.FormatBytes(p.Memory.Total()), device.FormatBytes(p.Reserved))
-	if !strings.Contains(f.device, "mem=") {
-		f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
-	}
-	return k, nil
 }
 
 // checkpoint is this rank's part in a checkpoint: under ZeRO every rank

@@ -136,9 +136,9 @@ func TestTrainRanksZero3TensorRefused(t *testing.T) {
 		// by time they would gather at different steps on different ranks.
 		{"tensor over data", func(f *trainFlags) { f.dist.tensor = 1; f.dist.zero = 3; f.ckptDir = "x"; f.saveEvery = "10m" }, "--save-every 10m0s with --zero 3"},
 		{"tensor and zero", func(f *trainFlags) { f.dist.tensor = 2; f.dist.zero = 1 }, "--tensor 2 with --zero 1"},
-		// --budget under ZeRO 3 fits the passes now (distzero3_test.go),
-		// not recomputation or precision.
-		{"budget", func(f *trainFlags) { f.dist.zero = 3; f.budget = "1GiB"; f.recompute = "auto" }, "--budget with 2 ranks chooses the passes per step only"},
+		// --budget under ZeRO 3 fits now (distzero3_test.go, distfit_test.go);
+		// with --data it is refused on ranks for every layout.
+		{"budget", func(f *trainFlags) { f.dist.zero = 3; f.budget = "1GiB"; f.data = "/nonexistent.csv" }, "--budget with --data on 2 ranks"},
 		{"clip", func(f *trainFlags) { f.dist.tensor = 2; f.clipGrad = 1 }, "--clip-grad with --tensor 2"},
 		{"not a GPT", func(f *trainFlags) { f.dist.tensor = 2; f.model = "mlp" }, "splits the GPT models"},
 		{"heads", func(f *trainFlags) { f.dist.tensor = 3 }, "2 attention heads cannot be split evenly across 3 ranks"},
