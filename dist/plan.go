@@ -28,6 +28,8 @@ type Layout struct {
 	// BucketBytes is Options.BucketBytes; Overlap Options.Overlap.
 	BucketBytes int64
 	Overlap     bool
+	// Prefetch is ZeRO-3's gather prefetch depth (Zero3Options.Prefetch).
+	Prefetch int
 }
 
 func (l Layout) String() string {
@@ -40,6 +42,9 @@ func (l Layout) String() string {
 	}
 	if l.Overlap {
 		s += ", all-reduce overlapped"
+	}
+	if l.Prefetch > 0 {
+		s += fmt.Sprintf(", gathers prefetched %d ahead", l.Prefetch)
 	}
 	return s
 }
@@ -149,8 +154,11 @@ type planner interface {
 
 // newPlanner is the planner of layout l, or why there is none.
 func newPlanner(j Job, l Layout) (planner, error) {
-	if l.Ranks < 1 {
+	switch {
+	case l.Ranks < 1:
 		return nil, fmt.Errorf("%w: %d ranks", ErrConfig, l.Ranks)
+	case l.Prefetch < 0 || l.Prefetch > 0 && (l.Zero != 3 || l.Tensor > 1 || l.Pipeline > 1):
+		return nil, fmt.Errorf("%w: gather prefetch %d (ZeRO 3 only)", ErrConfig, l.Prefetch)
 	}
 	switch {
 	case l.Tensor > 1:

@@ -55,6 +55,9 @@ func FitRank(ctx context.Context, c comm.Comm, j Job, l Layout, budget int64) (i
 	}
 	lo, hi := shareOf(j.Batch, rank, size)
 	share := hi - lo
+	if l.Tensor > 1 {
+		share = j.Batch // every rank of a tensor-parallel group runs the whole batch
+	}
 	least := max(j.Config.Accumulation, 1) // the fewest passes allowed
 	plan := func(micro int) (RankPlan, error) {
 		jm := j

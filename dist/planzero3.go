@@ -55,7 +55,7 @@ func (p *zero3Planner) plan(ctx context.Context, rank int) (RankPlan, error) {
 	if err != nil {
 		return RankPlan{}, err
 	}
-	tr, z, err := NewZero3Trainer(ctx, c, dev, s, m, loss, opt, p.j.Config, Zero3Options{})
+	tr, z, err := NewZero3Trainer(ctx, c, dev, s, m, loss, opt, p.j.Config, Zero3Options{Prefetch: p.l.Prefetch})
 	if err != nil {
 		return RankPlan{}, err
 	}

@@ -53,6 +53,8 @@ type Zero3 struct {
 	shards *nn.Store // the trainer's store: this rank's shards, buffers whole
 	t      *train.Trainer
 	share  float64
+	// prefetch is the gather prefetch depth (Zero3Options.Prefetch).
+	prefetch int
 }
 
 // Zero3Options configure ZeRO-3.
@@ -65,6 +67,11 @@ type Zero3Options struct {
 	Seed    int64
 	// Agree is anything else every rank must have alike.
 	Agree string
+	// Prefetch is how many layers' parameters are gathered ahead of the
+	// layer computing, in the forward and the backward pass (FSDP's
+	// prefetch; 0: each just before its use). Ranks must agree on it
+	// (checked: their collectives would not pair up otherwise).
+	Prefetch int
 }
 
 // NewZero3Trainer makes rank c.Rank()'s trainer of ZeRO-3 training of the
@@ -94,8 +101,10 @@ func newZero3(ctx context.Context, c comm.Comm, rank, size int, dev *device.Devi
 		return nil, nil, fmt.Errorf("%w: ZeRO-3 with the optimizer in the backward pass is not supported", ErrConfig)
 	case size < 1 || rank < 0 || rank >= size:
 		return nil, nil, fmt.Errorf("%w: rank %d of %d", ErrConfig, rank, size)
+	case o.Prefetch < 0:
+		return nil, nil, fmt.Errorf("%w: ZeRO-3 prefetch depth %d", ErrConfig, o.Prefetch)
 	}
-	z := &Zero3{c: c, size: size, rank: rank, full: full, share: 1}
+	z := &Zero3{c: c, size: size, rank: rank, full: full, share: 1, prefetch: o.Prefetch}
 	z.shards = nn.NewStore()
 	z.shards.SetTraining(full.Training())
 	for _, p := range full.Params() {
@@ -110,7 +119,7 @@ func newZero3(ctx context.Context, c comm.Comm, rank, size int, dev *device.Devi
 	}
 	if c != nil && dev.HasData() {
 		d := &DataParallel{c: c}
-		if err := d.agree(ctx, full, opt, cfg, Options{Stage: 3, Agree: o.Agree}); err != nil {
+		if err := d.agree(ctx, full, opt, cfg, Options{Stage: 3, Agree: fmt.Sprintf("%s prefetch=%d", o.Agree, o.Prefetch)}); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -348,6 +357,8 @@ type Zero3Rank struct {
 	Train train.Config
 	// NewOptimizer makes the optimizer (nil: none).
 	NewOptimizer func() (optim.Optimizer, error)
+	// Prefetch is Zero3Options.Prefetch.
+	Prefetch int
 }
 
 // PlanZero3Rank is the memory plan of rank Rank of Size ranks under
@@ -366,11 +377,18 @@ func PlanZero3Rank(p Zero3Rank) (train.MemoryPlan, error) {
 			return train.MemoryPlan{}, err
 		}
 	}
-	t, z, err := newZero3(context.Background(), nil, p.Rank, p.Size, device.Meta(), s, model, loss, opt, p.Train, Zero3Options{})
+	t, z, err := newZero3(context.Background(), nil, p.Rank, p.Size, device.Meta(), s, model, loss, opt, p.Train, Zero3Options{Prefetch: p.Prefetch})
 	if err != nil {
 		return train.MemoryPlan{}, err
 	}
 	defer z.Close()
 	defer t.Close()
 	return t.Plan(p.X, p.Y)
+}
+
+// trainable reports whether name is a trainable parameter (sharded; the
+// rest is whole on every rank).
+func (z *Zero3) trainable(name string) bool {
+	p, ok := z.full.Get(name)
+	return ok && p.Trainable
 }

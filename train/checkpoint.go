@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/internal/safefile"
+	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/safetensors"
 	"github.com/headroom-ml/headroom/tensor"
@@ -93,6 +94,21 @@ type checkpointState struct {
 	Scaler    *scalerState    `json:"scaler,omitempty"`
 }
 
+// Checkpointer writes and reads the model and optimizer state of a
+// trainer that holds only pieces of them (package dist: ZeRO-3's shards,
+// tensor parallelism's slices), set as Trainer.Checkpointer: a checkpoint
+// is then the whole model's, the file one process writes.
+type Checkpointer interface {
+	// Store is the whole model, materialized: SaveCheckpoint writes it as
+	// the model file, LoadCheckpoint reads the model file into it.
+	Store() *nn.Store
+	// SaveState is the optimizer's whole state.
+	SaveState() (optim.SavedState, error)
+	// Load takes the trainer's pieces of Store (just read) and of the
+	// optimizer's whole state s (nil: no optimizer).
+	Load(s *optim.SavedState) error
+}
+
 // Passes is the number of forward/backward passes the trainer has run (the
 // counter that seeds dropout masks), for Checkpoint.Passes.
 func (t *Trainer) Passes() int64 { return t.step }
@@ -106,12 +122,22 @@ func (t *Trainer) SaveCheckpoint(root string, c Checkpoint, keep int) (string, e
 	}
 	st := checkpointState{Format: CheckpointFormat, Checkpoint: c, Splits: t.Splits}
 	var opt map[string]*tensor.Tensor
+	store := t.Store
+	if t.Checkpointer != nil {
+		store = t.Checkpointer.Store()
+	}
 	if t.Opt != nil {
-		so, ok := t.Opt.(optim.Stateful)
-		if !ok {
+		var s optim.SavedState
+		if t.Checkpointer != nil {
+			var err error
+			if s, err = t.Checkpointer.SaveState(); err != nil {
+				return "", fmt.Errorf("train: checkpoint: %w", err)
+			}
+		} else if so, ok := t.Opt.(optim.Stateful); ok {
+			s = so.SaveState()
+		} else {
 			return "", fmt.Errorf("train: checkpoint: optimizer %T cannot save its state", t.Opt)
 		}
-		s := so.SaveState()
 		st.Optimizer = &optimizerState{Kind: s.Kind, LR: s.LR, Counts: s.Counts}
 		opt = map[string]*tensor.Tensor{}
 		for p, bufs := range s.Buffers {
@@ -137,7 +163,7 @@ func (t *Trainer) SaveCheckpoint(root string, c Checkpoint, keep int) (string, e
 		return "", fmt.Errorf("train: checkpoint: %w", err)
 	}
 	defer os.RemoveAll(tmp) // nothing left once renamed
-	if err := t.Store.SaveFile(filepath.Join(tmp, modelFile), c.Meta); err != nil {
+	if err := store.SaveFile(filepath.Join(tmp, modelFile), c.Meta); err != nil {
 		return "", fmt.Errorf("train: checkpoint: %w", err)
 	}
 	if opt != nil {
@@ -291,7 +317,7 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, string, error) {
 	var so optim.Stateful
 	if st.Optimizer != nil {
 		var ok bool
-		if so, ok = t.Opt.(optim.Stateful); !ok {
+		if so, ok = t.Opt.(optim.Stateful); !ok && t.Checkpointer == nil {
 			return Checkpoint{}, dir, fmt.Errorf("train: resume: optimizer %T cannot load a state", t.Opt)
 		}
 		saved = optim.SavedState{Kind: st.Optimizer.Kind, LR: st.Optimizer.LR, Counts: st.Optimizer.Counts, Buffers: map[string]map[string][]float32{}}
@@ -311,10 +337,21 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, string, error) {
 			saved.Buffers[p][b] = v.F32()
 		}
 	}
-	if err := t.Store.LoadFile(filepath.Join(dir, modelFile), true); err != nil {
+	if c := t.Checkpointer; c != nil {
+		if err := c.Store().LoadFile(filepath.Join(dir, modelFile), true); err != nil {
+			return Checkpoint{}, dir, fmt.Errorf("train: resume: %w", err)
+		}
+		var s *optim.SavedState
+		if st.Optimizer != nil {
+			s = &saved
+		}
+		if err := c.Load(s); err != nil {
+			return Checkpoint{}, dir, fmt.Errorf("train: resume: %s: %w", dir, err)
+		}
+	} else if err := t.Store.LoadFile(filepath.Join(dir, modelFile), true); err != nil {
 		return Checkpoint{}, dir, fmt.Errorf("train: resume: %w", err)
 	}
-	if so != nil {
+	if so != nil && t.Checkpointer == nil {
 		if err := so.LoadState(saved); err != nil {
 			return Checkpoint{}, dir, fmt.Errorf("train: resume: %s: %w", dir, err)
 		}

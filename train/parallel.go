@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/trace"
 )
 
 // Parallel is how a trainer takes part in data-parallel training
@@ -22,4 +23,13 @@ type Parallel interface {
 	// this rank's loss. It combines the gradients across ranks in place
 	// as the optimizer needs them and returns the global batch's loss.
 	Reduce(ctx context.Context, params []optim.Param, loss float64) (float64, error)
+}
+
+// Reorderer is implemented by a Parallel that chooses where some nodes of
+// its steps run (ZeRO-3's gather prefetch): Reorder gets each step after
+// the transform passes, just before it is scheduled and laid out, and
+// returns it with the same nodes in a valid order of its choosing, so the
+// plan is the reordered step's.
+type Reorderer interface {
+	Reorder(g *trace.Graph) (*trace.Graph, error)
 }

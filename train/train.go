@@ -54,6 +54,9 @@ type Trainer struct {
 	// per-node timings in profiles and benchmarks). They change how a
 	// step runs, not what is compiled.
 	RunOptions *exec.Options
+	// Checkpointer, when set, writes and reads the whole model and
+	// optimizer state of a trainer holding pieces of them (package dist).
+	Checkpointer Checkpointer
 
 	cfg Config
 	// gradBytes is what the gradient buffers took when last allocated:
@@ -394,6 +397,11 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 		return nil, err
 	}
 	reports = append(reports, passes...)
+	if r, ok := t.cfg.Parallel.(Reorderer); ok {
+		if g, err = r.Reorder(g); err != nil {
+			return nil, err
+		}
+	}
 	p, err := exec.CompileWith(g, t.Device, t.backend)
 	if err != nil {
 		return nil, err

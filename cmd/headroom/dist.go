@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
@@ -14,8 +13,6 @@ import (
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
-	"github.com/headroom-ml/headroom/transform"
-	"github.com/headroom-ml/headroom/zoo"
 )
 
 // distFlags are train's flags of data-parallel training, which runs when
@@ -34,12 +31,17 @@ type distFlags struct {
 	z3     *dist.Zero3
 	save   string
 	tp     comm.Comm // the rank's tensor group with several data groups (disthybrid.go)
+	// gatherPrefetch is --gather-prefetch (ZeRO 3: layers gathered ahead).
+	gatherPrefetch int
+	// ckpt gathers a sharded model's checkpoints (distzero3.go).
+	ckpt *dist.ShardCheckpoints
 }
 
 func addDistFlags(fs *flag.FlagSet, d *distFlags) {
 	fs.IntVar(&d.zero, "zero", 0, "under mpirun: ZeRO stage, 0 (every rank holds all gradients and optimizer state), 1 (optimizer state sharded across ranks) 2 (gradients sharded too; the optimizer runs in the backward pass) or 3 (parameters sharded too, gathered per layer in the step)")
 	fs.IntVar(&d.tensor, "tensor", 1, "under mpirun, GPT models: tensor-parallel ranks per layer (attention heads and MLP columns split); the ranks a multiple of it: data parallelism across the groups")
 	fs.StringVar(&d.bucket, "bucket-size", "25MiB", "under mpirun: the gradient bucket all-reduced at once (ZeRO 0 and 1)")
+	fs.IntVar(&d.gatherPrefetch, "gather-prefetch", 0, gatherPrefetchUsage)
 	fs.BoolVar(&d.overlap, "overlap", false, "under mpirun, ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it, while the backward pass goes on (one pass per step, fp32, no clipping; same results)")
 }
 
@@ -54,6 +56,9 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	}
 	if d.tensor < 0 {
 		return out, log, fmt.Errorf("--tensor %d: at least 1", d.tensor)
+	}
+	if err := checkGatherPrefetch(d.gatherPrefetch, d.zero, d.tensor); err != nil {
+		return out, log, err
 	}
 	if d.bucket != "" {
 		if _, err := device.ParseBytes(d.bucket); err != nil {
@@ -77,6 +82,9 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 		if d.tensor > 1 {
 			return out, log, fmt.Errorf("--tensor %d: only under mpirun (with as many ranks)", d.tensor)
 		}
+		if d.gatherPrefetch > 0 {
+			return out, log, fmt.Errorf("--gather-prefetch %d: only under mpirun, with --zero 3", d.gatherPrefetch)
+		}
 		return out, log, nil
 	}
 	d.c = c
@@ -87,14 +95,16 @@ func (f *trainFlags) setupDist(out, log io.Writer) (io.Writer, io.Writer, error)
 	switch {
 	case f.budget != "" && f.data != "":
 		return out, log, fmt.Errorf("--budget with --data on %d ranks: the data loader's buffers are not planned per rank yet (use --device cpu:mem=SIZE)", c.Size())
-	case f.budget != "" && (strings.Contains(f.precision, ",") || f.precision == "auto" || strings.Contains(f.compress, ",") || f.compress == "auto" || f.recompute == "auto"):
-		return out, log, fmt.Errorf("--budget with %d ranks chooses the passes per step only: name one --precision, --compress and --recompute (not auto or a list)", c.Size())
 	case isMeta(f.device):
 		return out, log, fmt.Errorf("--device %s with %d ranks: plan one rank with --device meta alone", f.device, c.Size())
 	case d.overlap && d.zero > 0:
 		return out, log, fmt.Errorf("--overlap with --zero %d: overlapping the all-reduce with the backward pass is for ZeRO 0", d.zero)
-	case d.zero > 0 && f.everyTime > 0:
-		return out, log, fmt.Errorf("--save-every %v with --zero %d: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, d.zero)
+	case (d.zero > 0 || d.tensor > 1) && f.everyTime > 0:
+		what := fmt.Sprintf("--zero %d", d.zero)
+		if d.tensor > 1 {
+			what = fmt.Sprintf("--tensor %d", d.tensor)
+		}
+		return out, log, fmt.Errorf("--save-every %v with %s: the ranks gather the optimizer's shards together at a checkpoint, which a time would place at different steps on different ranks (use --save-every STEPS)", f.everyTime, what)
 	case f.batch < c.Size() && d.tensor <= 1:
 		return out, log, fmt.Errorf("--batch-size %d: fewer samples than the %d ranks", f.batch, c.Size())
 	}
@@ -185,44 +195,6 @@ func (d *distFlags) finish(err error) error {
 	return comm.Close(d.c)
 }
 
-// fitRanks is --budget with several ranks: each rank plans itself under
-// the budget (dist.FitRank: on the meta device, by the code it runs) in
-// the fewest passes per step, the ranks agree on the most any needs, and
-// the device is capped at the budget. A rank that cannot meet it stops
-// every rank, naming itself and the smallest budget.
-func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform.Precision, compress transform.CompressPolicy, remat transform.Policy, accum int, out io.Writer) (int, error) {
-	b, err := device.ParseBytes(f.budget)
-	if err != nil {
-		return 0, fmt.Errorf("train: --budget: %w", err)
-	}
-	st, err := train.StorageOf(compress)
-	if err != nil {
-		return 0, err
-	}
-	var bucket int64
-	if f.dist.bucket != "" {
-		bucket, _ = device.ParseBytes(f.dist.bucket)
-	}
-	c := f.dist.c
-	job := dist.Job{
-		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
-		Example:      spec.Example,
-		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
-		Batch:        f.batch,
-		Config:       train.Config{Accumulation: accum, Precision: prec, Recompute: train.MustRecompute(remat), Storage: st},
-	}
-	k, p, err := dist.FitRank(ctx, c, job, dist.Layout{Ranks: c.Size(), Zero: f.dist.zero, BucketBytes: bucket, Overlap: f.dist.overlap}, b)
-	if err != nil {
-		return 0, fmt.Errorf("train: --budget %s: %w", f.budget, err)
-	}
-	fmt.Fprintf(out, "budget %s per rank: every rank runs its share in %d pass(es) per step; rank %d plans %s allocated, %s reserved\n",
-		device.FormatBytes(b), k, c.Rank(), device.FormatBytes(p.Memory.Total()), device.FormatBytes(p.Reserved))
-	if !strings.Contains(f.device, "mem=") {
-		f.device = fmt.Sprintf("%s:mem=%d", f.device, b)
-	}
-	return k, nil
-}
-
 // checkpoint is this rank's part in a checkpoint: under ZeRO every rank
 // gathers the optimizer state's shards (a collective; the same steps on
 // every rank), and rank 0 alone writes (write false on the others), the
@@ -231,6 +203,9 @@ func (f *trainFlags) fitRanks(ctx context.Context, spec zoo.Spec, prec transform
 func (d *distFlags) checkpoint(why string) (write bool, err error) {
 	if d.c == nil {
 		return true, nil
+	}
+	if d.sharded() {
+		return d.checkpointSharded(why)
 	}
 	if d.zero > 0 {
 		if why == "interrupted" {

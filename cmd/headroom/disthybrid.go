@@ -49,6 +49,12 @@ func (f *trainFlags) checkHybrid(size int) error {
 		return fmt.Errorf("--tensor %d on %d ranks: the ranks must be a multiple of the tensor-parallel ranks (groups of %d, data parallelism across them)", d.tensor, size, d.tensor)
 	case d.zero == 3:
 		return fmt.Errorf("--tensor %d with --zero 3 on %d ranks: ZeRO 3 across tensor-parallel groups is not available (it gathers whole parameters, not a layer's pieces); use --zero 0, 1 or 2", d.tensor, size)
+	case f.budget != "":
+		return fmt.Errorf("--budget with --tensor %d on %d ranks: not supported across tensor-parallel groups yet (plan the ranks with `headroom plan --ranks %d --tensor %d --budget B`)", d.tensor, size, size, d.tensor)
+	case f.ckptDir != "" || f.resume != "":
+		return fmt.Errorf("--checkpoint-dir/--resume with --tensor %d on %d ranks: checkpoints across tensor-parallel groups are not supported yet (--save writes the gathered weights at the end)", d.tensor, size)
+	case f.data != "":
+		return fmt.Errorf("--data with --tensor %d on %d ranks: not supported across tensor-parallel groups yet (generated data only)", d.tensor, size)
 	case f.batch < size/d.tensor:
 		return fmt.Errorf("--batch-size %d: fewer samples than the %d tensor-parallel groups", f.batch, size/d.tensor)
 	}

@@ -166,7 +166,9 @@ func TestTrainRanksHybridTensorRefused(t *testing.T) {
 		{"not a multiple", 3, func(f *trainFlags) { f.dist.tensor = 2 }, "--tensor 2 on 3 ranks: the ranks must be a multiple"},
 		{"zero 3", 4, func(f *trainFlags) { f.dist.tensor = 2; f.dist.zero = 3 }, "--tensor 2 with --zero 3 on 4 ranks: ZeRO 3 across tensor-parallel groups is not available"},
 		{"batch", 4, func(f *trainFlags) { f.dist.tensor = 2; f.batch = 1 }, "--batch-size 1: fewer samples than the 2 tensor-parallel groups"},
-		{"checkpoints", 4, func(f *trainFlags) { f.dist.tensor = 2; f.ckptDir = "x" }, "checkpoints of sharded models"},
+		{"checkpoints", 4, func(f *trainFlags) { f.dist.tensor = 2; f.ckptDir = "x" }, "checkpoints across tensor-parallel groups"},
+		{"budget", 4, func(f *trainFlags) { f.dist.tensor = 2; f.budget = "64MiB" }, "--budget with --tensor 2 on 4 ranks"},
+		{"data", 4, func(f *trainFlags) { f.dist.tensor = 2; f.data = "x.csv" }, "--data with --tensor 2 on 4 ranks"},
 		{"overlap", 4, func(f *trainFlags) { f.dist.tensor = 2; f.dist.overlap = true }, "--overlap with --tensor 2"},
 	}
 	for _, c := range cases {

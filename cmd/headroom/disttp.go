@@ -67,16 +67,10 @@ func (f *trainFlags) checkSharded(size int) error {
 		return fmt.Errorf("--tensor %d with --zero %d: ZeRO shards over data-parallel ranks, and a tensor-parallel job has one", d.tensor, d.zero)
 	case d.overlap:
 		return fmt.Errorf("--overlap with %s: overlap is for ZeRO 0", what)
-	case f.budget != "":
-		return fmt.Errorf("--budget with %s: not supported yet (plan the ranks with `headroom plan --ranks %d %s --budget B`)", what, size, what)
-	case f.ckptDir != "" || f.resume != "":
-		return fmt.Errorf("--checkpoint-dir/--resume with %s: checkpoints of sharded models are not supported yet (--save writes the gathered weights at the end)", what)
 	case f.clipGrad > 0:
 		return fmt.Errorf("--clip-grad with %s: clipping needs every gradient whole", what)
 	case f.inBack:
 		return fmt.Errorf("--optimizer-in-backward with %s: not supported", what)
-	case f.data != "":
-		return fmt.Errorf("--data with %s: not supported yet (synthetic data only)", what)
 	}
 	return nil
 }
@@ -106,11 +100,16 @@ func (d *distFlags) newShardedTrainer(ctx context.Context, out io.Writer, dev *d
 		for _, p := range full.Params() {
 			decl.Add(&nn.Param{Name: p.Name, DType: p.DType, Shape: p.Shape.Clone(), Trainable: p.Trainable, Init: p.Init})
 		}
-		tr, z, err := dist.NewZero3Trainer(ctx, d.c, dev, decl, model, loss, opt, cfg, dist.Zero3Options{Weights: weights, Agree: d.agree})
+		tr, z, err := dist.NewZero3Trainer(ctx, d.c, dev, decl, model, loss, opt, cfg, dist.Zero3Options{Weights: weights, Agree: d.agree, Prefetch: d.gatherPrefetch})
 		if err != nil {
 			return nil, nil, err
 		}
 		d.z3 = z
+		if d.ckpt, err = z.Checkpoints(full); err != nil {
+			tr.Close()
+			z.Close()
+			return nil, nil, err
+		}
 		fmt.Fprintf(out, "data parallel: %d ranks (MPI), each on its share of every batch, ZeRO stage 3 (parameters sharded, gathered per layer in the step); rank 0 prints, saves and logs\n", d.c.Size())
 		return tr, func() { tr.Close(); z.Close() }, nil
 	}
@@ -136,6 +135,11 @@ func (d *distFlags) newShardedTrainer(ctx context.Context, out io.Writer, dev *d
 	}
 	tr, err := dist.NewTensorTrainer(ctx, d.c, dev, s, tp, loss, opt, cfg)
 	if err != nil {
+		s.Release()
+		return nil, nil, err
+	}
+	if d.ckpt, err = dist.TensorCheckpoints(d.c, tr, full); err != nil {
+		tr.Close()
 		s.Release()
 		return nil, nil, err
 	}

@@ -53,6 +53,7 @@ func planRanksMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	bucket := fs.String("bucket-size", "25MiB", "the gradient bucket all-reduced at once (ZeRO 0 and 1), and the pieces ZeRO scatters and gathers")
 	accum := fs.Int("accumulate", 1, "micro-batches each rank splits its share into (gradient accumulation)")
 	precision := fs.String("precision", "fp32", "numeric precision of every rank: "+strings.Join(budget.Names(budget.AutoPrecisions), ", ")+", ...")
+	gatherPrefetch := fs.Int("gather-prefetch", 0, gatherPrefetchUsage)
 	overlap := fs.Bool("overlap", false, "ZeRO 0: all-reduce each gradient bucket as soon as the backward pass has finished it (train --overlap)")
 	exact := fs.Bool("bytes", false, "print exact byte counts instead of KiB, MiB, GiB")
 	clip := fs.Float64("clip-grad", 0, "gradient clipping as train will use it (ZeRO-2 cannot clip: not chosen then)")
@@ -168,6 +169,9 @@ Flags:
 	}
 	if b > 0 && *zero == "" && !flagSet(fs, "tensor") && *pipeline == 1 {
 		layouts = append(layouts, moreLayouts(job, *ranks, bucketBytes, *clip > 0)...)
+	}
+	if layouts, err = withGatherPrefetch(layouts, *gatherPrefetch, *zero); err != nil {
+		return fmt.Errorf("plan: %w", err)
 	}
 	s := nn.NewStore()
 	spec.New(s.Root())

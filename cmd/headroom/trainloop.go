@@ -257,9 +257,11 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	if f.budget != "" && f.dist.c != nil {
 		// Several ranks: each plans itself under the budget (dist.go).
-		if accum, err = f.fitRanks(ctx, spec, prec, compress, remat, accum, out); err != nil {
+		fit, err := f.fitRanks(ctx, spec, precs, comps, accum, out)
+		if err != nil {
 			return err
 		}
+		accum, prec, compress, remat, policy = fit.accum, fit.prec, fit.compress, fit.remat, fit.policy
 	} else if f.budget != "" {
 		b, err := device.ParseBytes(f.budget)
 		if err != nil {
