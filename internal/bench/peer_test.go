@@ -126,6 +126,23 @@ func TestTablePeak(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
+	// The fastest step's fraction is in brackets: a shared machine's
+	// median step is slowed by other processes, the peak (best of its
+	// tries) is not.
+	spread := Comparison{Workload: sg, Headroom: Merge([]Result{{Workload: "sgemm", Engine: Headroom, Work: 2e9, Flops: 2e9, Unit: "flop", Steps: []float64{0.04, 0.02, 0.03}}})}
+	if got := spread.BestPeakFraction(spread.Headroom, 200e9); !near(got, 0.5) {
+		t.Errorf("best-step fraction %v, want 0.5", got)
+	}
+	if got := spread.PeakFraction(spread.Headroom, 200e9); !near(got, 1.0/3) {
+		t.Errorf("median-step fraction %v, want 1/3", got)
+	}
+	b.Reset()
+	if err := (Table{Peak: 200e9}).Write(&b, []Comparison{spread}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "33% [50%]") {
+		t.Errorf("table lacks the median and best fractions %q:\n%s", "33% [50%]", b.String())
+	}
 	b.Reset()
 	if err := (Table{}).Write(&b, rows); err != nil {
 		t.Fatal(err)

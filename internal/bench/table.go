@@ -103,6 +103,28 @@ func (c Comparison) PeakFraction(m Measurement, peak float64) float64 {
 	return flops / m.Summary().Median / peak
 }
 
+// BestPeakFraction is PeakFraction at m's fastest step. The peak is the
+// best of many short tries (FMAPeak), so on a shared machine this is the
+// like-for-like figure (both measured when the cores were least taken by
+// other processes); PeakFraction's median step is the cautious one.
+func (c Comparison) BestPeakFraction(m Measurement, peak float64) float64 {
+	flops := max(c.Headroom.Flops, m.Flops)
+	if !m.Ok() || peak <= 0 || flops <= 0 || m.Summary().Min <= 0 {
+		return 0
+	}
+	return flops / m.Summary().Min / peak
+}
+
+// peakCell is the fraction of the peak at the median step and, in
+// brackets, at the fastest.
+func (c Comparison) peakCell(m Measurement, peak float64) string {
+	f := c.PeakFraction(m, peak)
+	if f <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s [%s]", percent(f), percent(c.BestPeakFraction(m, peak)))
+}
+
 // MemRatio is headroom's training memory over PyTorch's (0 if unknown).
 func (c Comparison) MemRatio() float64 {
 	if !c.Headroom.Ok() || !c.PyTorch.Ok() || c.PyTorch.RSSDelta <= 0 || c.Workload.Model == nil {
@@ -151,7 +173,8 @@ func percent(f float64) string {
 type Table struct {
 	Markdown bool
 	// Peak is the machine's measured arithmetic peak (FLOPS, FMAPeak);
-	// when set the table has the fraction of it each engine reached.
+	// when set the table has the fraction of it each engine reached at
+	// its median step and, in brackets, at its fastest.
 	Peak float64
 }
 
@@ -193,9 +216,9 @@ func (t Table) Write(w io.Writer, rows []Comparison) error {
 			l = []string{r.Workload.Name, steps(h), FormatThroughput(h.Throughput(), h.Unit), mem(h, training), planned}
 		}
 		if t.Peak > 0 {
-			l = append(l, percent(r.PeakFraction(h, t.Peak)))
+			l = append(l, r.peakCell(h, t.Peak))
 			if withPT {
-				l = append(l, percent(r.PeakFraction(p, t.Peak)))
+				l = append(l, r.peakCell(p, t.Peak))
 			}
 		}
 		lines = append(lines, l)

@@ -114,3 +114,91 @@ func TestPackRows6Asm(t *testing.T) {
 		}
 	}
 }
+
+// Products split into column slices (one a thread, each with its own
+// packed B) give the one-thread result bit for bit, whether op(B) is
+// stored, transposed, packed by a function (by rows or by panels) or
+// 16-bit; slices start on panel boundaries, the last may end inside one.
+func TestColumnSlicesBitwise(t *testing.T) {
+	shapes := []struct {
+		m, n, k int
+		tA, tB  bool
+	}{
+		{70, 790, 300, false, false}, // 400 + 390 columns; 272 + 272 + 246
+		{37, 1030, 515, true, true},  // 3 slices, K blocks, N edge tile
+		{130, 1024, 256, false, true},
+	}
+	for _, s := range shapes {
+		if columnSlices(2, s.n) < 2 || columnSlices(3, s.n) < 3 {
+			t.Fatalf("%dx%dx%d: not split into column slices", s.m, s.n, s.k)
+		}
+		rng := rand.New(rand.NewPCG(uint64(s.n), uint64(s.k)))
+		a := make([]float32, s.m*s.k)
+		b := make([]float32, s.k*s.n)
+		b16 := make([]uint16, s.k*s.n)
+		c0 := make([]float32, s.m*s.n)
+		for _, x := range [][]float32{a, b, c0} {
+			for i := range x {
+				x[i] = rng.Float32() - 0.5
+			}
+		}
+		for i := range b16 {
+			b16[i] = uint16(rng.Uint32())&0x7fff | 0x3000 // finite bfloat16
+		}
+		lda, ldb := s.k, s.n
+		if s.tA {
+			lda = s.m
+		}
+		if s.tB {
+			ldb = s.k
+		}
+		products := map[string]func(c []float32, pool *parallel.Pool){
+			"Sgemm": func(c []float32, pool *parallel.Pool) {
+				Sgemm(s.tA, s.tB, s.m, s.n, s.k, 1.5, a, lda, b, ldb, 0.5, c, s.n, pool)
+			},
+			"SgemmMixed/bf16 B": func(c []float32, pool *parallel.Pool) {
+				SgemmMixed(s.tA, s.tB, s.m, s.n, s.k, 1, F32(a), lda, BF16(b16), ldb, 0, c, s.n, pool)
+			},
+		}
+		if !s.tB {
+			for _, byRows := range []bool{true, false} {
+				products[fmt.Sprintf("SgemmFunc/byRows=%v", byRows)] = func(c []float32, pool *parallel.Pool) {
+					SgemmFunc(s.tA, s.m, s.n, s.k, 1, a, lda, packStored(b, s.n, byRows), 1, c, s.n, pool)
+				}
+			}
+		}
+		for _, kern := range kernels32() {
+			for name, product := range products {
+				var want []float32
+				for _, threads := range []int{1, 2, 3} {
+					got := append([]float32(nil), c0...)
+					withKernel(kern, func() { product(got, parallel.NewPool(threads)) })
+					if want == nil {
+						want = got
+						continue
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s %s %dx%dx%d t%d: element %d is %g, %g with one thread", kern.name, name, s.m, s.n, s.k, threads, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestColumnSlices(t *testing.T) {
+	for _, c := range []struct{ threads, n, want int }{
+		{1, 4096, 1},
+		{2, 511, 1}, // a slice would be narrower than minSliceCols
+		{2, 512, 2},
+		{3, 767, 1},
+		{3, 768, 3},
+		{2, 64, 1},
+	} {
+		if got := columnSlices(c.threads, c.n); got != c.want {
+			t.Errorf("columnSlices(%d, %d) = %d, want %d", c.threads, c.n, got, c.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,6 +38,10 @@ type Peak struct {
 	ISA     string  // "avx512", "avx2" or "go": the widest FMA loop the CPU runs
 	Threads int     // threads that ran it at once
 	FLOPS   float64 // all threads together, multiply-adds counted as 2
+	// Median is the median try's rate, FLOPS the best one's: on a shared
+	// machine the gap between them is what other processes took.
+	Median float64
+	Tries  int
 }
 
 // FMAPeak measures the machine's peak float32 FMA rate: threads goroutines,
@@ -64,7 +69,7 @@ func FMAPeak(threads int, d time.Duration) Peak {
 	}
 	n = max(n, 1)
 	tries := max(1, int(d/(10*time.Millisecond)))
-	best := 0.0
+	rates := make([]float64, 0, tries)
 	for range tries {
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -79,8 +84,13 @@ func FMAPeak(threads int, d time.Duration) Peak {
 		}
 		wg.Wait()
 		if el := time.Since(start).Seconds(); el > 0 {
-			best = max(best, float64(threads)*float64(n)*l.flops/el)
+			rates = append(rates, float64(threads)*float64(n)*l.flops/el)
 		}
 	}
-	return Peak{ISA: l.isa, Threads: threads, FLOPS: best}
+	p := Peak{ISA: l.isa, Threads: threads, Tries: len(rates)}
+	if len(rates) > 0 {
+		slices.Sort(rates)
+		p.FLOPS, p.Median = rates[len(rates)-1], rates[len(rates)/2]
+	}
+	return p
 }

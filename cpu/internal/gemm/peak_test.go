@@ -12,6 +12,9 @@ func TestFMAPeakRuns(t *testing.T) {
 	if p.FLOPS <= 0 || p.Threads != 2 {
 		t.Fatalf("FMAPeak = %+v", p)
 	}
+	if p.Tries != 2 || p.Median <= 0 || p.Median > p.FLOPS {
+		t.Errorf("FMAPeak = %+v: want the median of 2 tries, at most the best", p)
+	}
 	want := "go"
 	if ls := peakLoops(); len(ls) > 0 {
 		want = ls[0].isa
