@@ -94,7 +94,10 @@ func augment(r *rand.Rand, v []float32, s int, tmp []float32) {
 }
 
 // pixelBatch makes a training batch: random crops of random photos,
-// augmented, and their bicubic downscales.
+// augmented, and their bicubic downscales rounded to 8-bit levels: the
+// upscaler's inputs are 8-bit images (BasicSR trains on saved LR PNGs), and
+// a model that never saw the rounding takes its one-level steps on smooth
+// skies for edges to sharpen.
 func pixelBatch(r *rand.Rand, photos []photo, batch, crop, scale int) (lq, gt *tensor.Tensor) {
 	l := crop / scale
 	gt = tensor.New(tensor.Float32, tensor.Shape{batch, 3, crop, crop})
@@ -109,6 +112,7 @@ func pixelBatch(r *rand.Rand, photos []photo, batch, crop, scale int) (lq, gt *t
 		augment(r, dst, crop, tmp)
 		dataset.BicubicDown{Factor: scale}.Down(dst, 3, crop, crop, q[i*3*l*l:(i+1)*3*l*l])
 	}
+	gan.Quantize(q)
 	return lq, gt
 }
 
@@ -192,6 +196,22 @@ func (v *valSet) eval(ctx context.Context, tr *train.Trainer) (valMetrics, error
 	}, nil
 }
 
+// annealProgress is how far the run is through its budget, in [0, 1]: the
+// largest of the fractions of --steps, of --time (cpu seconds) and of
+// --wall used, so that a cosine reaches 0 at whichever limit ends the run.
+// On a shared machine the steps a time limit allows are not known in
+// advance; annealing over --steps alone would stop a run at a high rate.
+func annealProgress(step int64, steps int, cpu float64, cpuLimit time.Duration, wall, wallLimit time.Duration) float64 {
+	p := float64(step) / float64(steps)
+	if cpuLimit > 0 {
+		p = max(p, cpu/cpuLimit.Seconds())
+	}
+	if wallLimit > 0 {
+		p = max(p, wall.Seconds()/wallLimit.Seconds())
+	}
+	return min(p, 1)
+}
+
 // cpuSeconds is the process's user+sys time.
 func cpuSeconds() float64 { return cputime.Process().Seconds() }
 
@@ -266,6 +286,9 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 	schedule := "constant"
 	if f.cosine {
 		schedule = fmt.Sprintf("cosine to 0 over %d steps", f.steps)
+		if f.duration > 0 || f.wall > 0 {
+			schedule += " or the --time/--wall limit, whichever is nearer"
+		}
 	}
 	var logw *runner
 	if f.logPath != "" {
@@ -313,7 +336,7 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		}
 		lr := f.lr
 		if f.cosine {
-			lr = f.lr * (1 + math.Cos(math.Pi*float64(stepN)/float64(f.steps))) / 2
+			lr = f.lr * (1 + math.Cos(math.Pi*annealProgress(stepN, f.steps, cpuSeconds()-cpu0, f.duration, time.Since(start), f.wall))) / 2
 			opt.SetLR(lr)
 		}
 		t0 := time.Now()

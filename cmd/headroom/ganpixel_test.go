@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/headroom-ml/headroom/gan"
 	"github.com/headroom-ml/headroom/internal/runreport"
 	"github.com/headroom-ml/headroom/safetensors"
+	"github.com/headroom-ml/headroom/tensor"
 )
 
 // writePhotos makes an image folder (one class) of n random w×h PNGs.
@@ -136,6 +138,50 @@ func TestGANPixelOnly(t *testing.T) {
 		err := ganMain(context.Background(), c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// A training batch's inputs are 8-bit levels, as the upscaler's are (a
+// saved LR image): bicubic downscales of a smooth ramp are not, so the
+// rounding must be there.
+func TestPixelBatchInputs8Bit(t *testing.T) {
+	const h, w = 48, 40
+	p := photo{x: make([]float32, 3*h*w), h: h, w: w}
+	for i := range p.x {
+		p.x[i] = float32(i%w)/float32(3*w) + float32(i/w%h)/float32(5*h) + 0.1
+	}
+	lq, gt := pixelBatch(rand.New(rand.NewSource(1)), []photo{p}, 4, 16, 4)
+	if !lq.Shape.Equal(tensor.Shape{4, 3, 4, 4}) || !gt.Shape.Equal(tensor.Shape{4, 3, 16, 16}) {
+		t.Fatalf("shapes %v %v", lq.Shape, gt.Shape)
+	}
+	for i, v := range lq.F32() {
+		if l := float64(v) * 255; math.Abs(l-math.Round(l)) > 1e-4 {
+			t.Fatalf("input value %d is %v, %v levels: not 8-bit", i, v, l)
+		}
+	}
+}
+
+// The cosine's progress is the largest fraction of the run's limits used,
+// so that a run stopped by --time or --wall ends annealed.
+func TestAnnealProgress(t *testing.T) {
+	m := time.Minute
+	for _, c := range []struct {
+		step              int64
+		steps             int
+		cpu               float64
+		cpuLim, wall, wLm time.Duration
+		want              float64
+	}{
+		{0, 100, 0, 0, 0, 0, 0},
+		{25, 100, 999, 0, 99 * m, 0, 0.25},      // no time limits: steps only
+		{25, 100, 30, m, 0, 0, 0.5},             // --time nearer
+		{25, 100, 30, m, 45 * m, 60 * m, 0.75},  // --wall nearer
+		{10, 1000, 0, 0, 90 * m, 60 * m, 1},     // past a limit: clamped
+		{100, 100, 1, 10 * m, 1 * m, 60 * m, 1}, // --steps reached
+	} {
+		if got := annealProgress(c.step, c.steps, c.cpu, c.cpuLim, c.wall, c.wLm); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("annealProgress(%+v) = %v, want %v", c, got, c.want)
 		}
 	}
 }
