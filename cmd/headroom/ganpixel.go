@@ -212,6 +212,49 @@ func annealProgress(step int64, steps int, cpu float64, cpuLimit time.Duration, 
 	return min(p, 1)
 }
 
+// weightEMA is BasicSR's model_ema: an exponential moving average of the
+// generator's weights, updated after every step (ema = d·ema + (1-d)·w),
+// which validation and --save use. It smooths the step-to-step noise of
+// the weights, which on flat skies shows as colour shifts.
+type weightEMA struct {
+	decay float64
+	avg   map[string]*tensor.Tensor
+}
+
+// update folds the store's weights into the average (the first call
+// copies them).
+func (e *weightEMA) update(gs *nn.Store) {
+	sd := gs.StateDict()
+	if e.avg == nil {
+		e.avg = sd
+		return
+	}
+	d := float32(e.decay)
+	for k, w := range sd {
+		a := e.avg[k].F32()
+		for i, v := range w.F32() {
+			a[i] = d*a[i] + (1-d)*v
+		}
+	}
+}
+
+// with runs f with the average loaded into the store, then puts the
+// trained weights back.
+func (e *weightEMA) with(gs *nn.Store, f func() error) error {
+	if e == nil || e.avg == nil {
+		return f()
+	}
+	own := gs.StateDict()
+	if err := gs.LoadStateDict(e.avg, true); err != nil {
+		return err
+	}
+	ferr := f()
+	if err := gs.LoadStateDict(own, true); err != nil {
+		return err
+	}
+	return ferr
+}
+
 // cpuSeconds is the process's user+sys time.
 func cpuSeconds() float64 { return cputime.Process().Seconds() }
 
@@ -304,11 +347,23 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			return err
 		}
 	}
-	validate := func(stepN int64) error {
+	var ema *weightEMA
+	if f.ema > 0 {
+		if f.ema >= 1 {
+			return fmt.Errorf("gan: --ema %g: the decay must be in [0, 1)", f.ema)
+		}
+		ema = &weightEMA{decay: f.ema}
+		ema.update(gs)
+	}
+	validate := func(ctx context.Context, stepN int64) error {
 		if val == nil {
 			return nil
 		}
-		m, err := val.eval(ctx, tr)
+		var m valMetrics
+		err := ema.with(gs, func() (err error) {
+			m, err = val.eval(ctx, tr)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -321,7 +376,7 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		return nil
 	}
 	if f.from == 0 { // a second leg's start is the first's end, validated there
-		if err := validate(0); err != nil {
+		if err := validate(ctx, 0); err != nil {
 			return err
 		}
 	}
@@ -347,6 +402,9 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			return err
 		}
 		stepN++
+		if ema != nil {
+			ema.update(gs)
+		}
 		el := time.Since(t0)
 		if logw != nil {
 			st := dev.Alloc.Stats()
@@ -360,21 +418,28 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			fmt.Fprintf(out, "step %d: L1 %.5f, lr %.3g, %.2fs\n", int64(f.from)+stepN, loss, lr, el.Seconds())
 		}
 		if f.valEvery > 0 && stepN%int64(f.valEvery) == 0 {
-			if err := validate(int64(f.from) + stepN); err != nil {
+			if err := validate(ctx, int64(f.from)+stepN); err != nil {
 				return err
 			}
 			lastVal = stepN
 		}
 	}
+	// An interrupted run still validates and saves what it trained: the
+	// context's cancellation stops the steps, not the ending.
 	if lastVal != stepN {
-		if err := validate(int64(f.from) + stepN); err != nil {
+		if err := validate(context.WithoutCancel(ctx), int64(f.from)+stepN); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintf(out, "trained %d steps in %.0fs wall, %.0fs cpu (user+sys of the process, validation included)\n",
 		stepN, time.Since(start).Seconds(), cpuSeconds()-cpu0)
 	if f.save != "" {
-		if err := safetensors.WriteFile(f.save, gs.StateDict(), map[string]string{"format": "pt", "model": model}); err != nil {
+		sd := gs.StateDict()
+		if ema != nil {
+			sd = ema.avg
+			model += fmt.Sprintf(", EMA %g", f.ema)
+		}
+		if err := safetensors.WriteFile(f.save, sd, map[string]string{"format": "pt", "model": model}); err != nil {
 			return fmt.Errorf("gan: --save: %w", err)
 		}
 		fmt.Fprintf(out, "wrote %s\n", f.save)
