@@ -47,7 +47,10 @@ half the baseline's peak.
 
 --pixel-only trains the generator alone with the L1 loss (ESRGAN's
 PSNR-oriented pre-training), validating PSNR against bicubic upsampling on
-the held-out photos of --val, logged to --log for headroom report.
+the held-out photos of --val, logged to --log for headroom report. Its
+inputs are 8-bit, as a saved LR image is; --ema validates and saves a
+moving average of the weights; an interrupt (Ctrl-C) ends it with a
+validation and --save.
 
 Flags:
 `
