@@ -124,29 +124,46 @@ func window(n, core, o int) int { return min(n, core+2*o) }
 // forward pass, with overlap o, fits budget for an h×w image; a core of
 // max(h, w) is the untiled pass. It plans on the upscaler's device (the
 // meta device: nothing runs).
+//
+// Planned memory does not grow monotonically with the window: the conv
+// workspace depends on the shape (nf 16: a 400×400 window plans 472 MiB,
+// 401×400 316 MiB), so a bisection can stop far below the largest tile.
+// PlanTile scans the cores downward and returns the first that fits,
+// skipping without planning those whose MemoryFloor is over the budget:
+// the floor is close, so only a few windows are planned.
 func (u *Upscaler) PlanTile(h, w, o int, budget int64) (int, error) {
-	fits := func(core int) (bool, error) {
-		m, err := u.Memory(window(h, core, o), window(w, core, o))
-		return m <= budget, err
+	n := max(h, w)
+	if m, err := u.Memory(h, w); err != nil {
+		return 0, err
+	} else if m <= budget {
+		return n, nil
 	}
-	lo, hi := 0, max(h, w)
-	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		ok, err := fits(mid)
+	for core := n - 1; core >= 1; core-- {
+		wh, ww := window(h, core, o), window(w, core, o)
+		if (wh == h && ww == w) || u.MemoryFloor(wh, ww) > budget {
+			continue // the untiled windows, or too large to plan
+		}
+		m, err := u.Memory(wh, ww)
 		if err != nil {
 			return 0, err
 		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid - 1
+		if m <= budget {
+			return core, nil
 		}
 	}
-	if lo == 0 {
-		m, _ := u.Memory(window(h, 1, o), window(w, 1, o))
-		return 0, fmt.Errorf("%w: a 1-pixel tile with overlap %d needs %s, over %s", ErrTileBudget, o, device.FormatBytes(m), device.FormatBytes(budget))
-	}
-	return lo, nil
+	m, _ := u.Memory(window(h, 1, o), window(w, 1, o))
+	return 0, fmt.Errorf("%w: a 1-pixel tile with overlap %d needs %s, over %s", ErrTileBudget, o, device.FormatBytes(m), device.FormatBytes(budget))
+}
+
+// MemoryFloor is a lower bound of Memory(h, w) that grows with the window,
+// found without planning: the weights and the arena segment that holds at
+// least HRconv's input and output together (nf channels each at 4h×4w,
+// float32; a 3×3 convolution cannot write over its input). The segment
+// mapped for the arena is at least its size, though not monotonically
+// more (an arena under 10 MiB maps 20 MiB), so the floor counts the size.
+func (u *Upscaler) MemoryFloor(h, w int) int64 {
+	act := 2 * int64(u.Config.NF) * 16 * int64(h) * int64(w) * 4
+	return u.weights + device.RoundSize(act)
 }
 
 // span is one tile along an axis: the input window [ws, ws+size) and its

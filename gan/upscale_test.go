@@ -135,3 +135,69 @@ func TestUpscaleTiles(t *testing.T) {
 		})
 	}
 }
+
+// PlanTile's tile is the largest that fits for every budget, though the
+// planned memory does not grow monotonically with the window (the conv
+// workspace depends on the shape); MemoryFloor, with which it skips
+// windows, is below the planned memory of every window and grows with it.
+func TestPlanTileLargest(t *testing.T) {
+	sd := smallRRDBNet(t)
+	meta, err := gan.NewUpscaler(device.Meta(), sd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer meta.Close()
+	const h, w = 72, 97
+	o := gan.Overlap(meta.Config)
+	win := func(n, core int) int { return min(n, core+2*o) }
+	mem := make([]int64, w+1) // by core; mem[w] is the untiled pass
+	var floor0 int64
+	drops := 0
+	for core := 1; core <= w; core++ {
+		wh, ww := win(h, core), win(w, core)
+		m, err := meta.Memory(wh, ww)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem[core] = m
+		f := meta.MemoryFloor(wh, ww)
+		if f > m || f < floor0 {
+			t.Fatalf("core %d (%d×%d): floor %d, memory %d, previous floor %d", core, wh, ww, f, m, floor0)
+		}
+		floor0 = f
+		if core > 1 && m < mem[core-1] {
+			drops++
+		}
+	}
+	if drops == 0 {
+		t.Fatal("planned memory grows monotonically here: the test cannot see a bisection's error")
+	}
+	budgets := map[int64]bool{}
+	for _, m := range mem[1:] {
+		budgets[m], budgets[m-1] = true, true
+	}
+	for b := range budgets {
+		want := 0
+		for core := w; core >= 1; core-- {
+			if mem[core] <= b {
+				want = core
+				break
+			}
+		}
+		got, err := meta.PlanTile(h, w, o, b)
+		if want == 0 {
+			if !errors.Is(err, gan.ErrTileBudget) {
+				t.Errorf("budget %d: tile %d, %v; want ErrTileBudget", b, got, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("budget %d: %v", b, err)
+		}
+		// Cores whose windows are the untiled ones plan alike: any of
+		// them is the untiled pass.
+		if got != want && !(win(h, got) == win(h, want) && win(w, got) == win(w, want)) {
+			t.Errorf("budget %d: tile %d (plans %d), want %d (plans %d)", b, got, mem[got], want, mem[want])
+		}
+	}
+}

@@ -47,7 +47,10 @@ half the baseline's peak.
 
 --pixel-only trains the generator alone with the L1 loss (ESRGAN's
 PSNR-oriented pre-training), validating PSNR against bicubic upsampling on
-the held-out photos of --val, logged to --log for headroom report.
+the held-out photos of --val, logged to --log for headroom report. Its
+inputs are 8-bit, as a saved LR image is; --ema validates and saves a
+moving average of the weights; an interrupt (Ctrl-C) ends it with a
+validation and --save.
 
 Flags:
 `
@@ -75,6 +78,7 @@ type ganFlags struct {
 	duration, wall   time.Duration
 	init             string
 	cosine           bool
+	ema              float64
 	from             int
 }
 
@@ -133,7 +137,8 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&f.duration, "time", 0, "with --pixel-only: stop after this much process cpu time (user+sys), or at --steps, whichever is first")
 	fs.StringVar(&f.init, "init", "", "with --pixel-only: start from these generator weights (a --save file) instead of random ones")
 	fs.IntVar(&f.from, "from-step", 0, "with --init: the step the weights were saved at; steps are numbered on from it and --log is appended to (a second leg of one run)")
-	fs.BoolVar(&f.cosine, "cosine", false, "with --pixel-only: anneal the learning rate from --lr to 0 over --steps on a cosine (BasicSR's CosineAnnealingRestartLR, one period)")
+	fs.Float64Var(&f.ema, "ema", 0, "with --pixel-only: validate and --save an exponential moving average of the weights with this decay (BasicSR's ema_decay: 0.999; 0: the weights themselves)")
+	fs.BoolVar(&f.cosine, "cosine", false, "with --pixel-only: anneal the learning rate from --lr to 0 on a cosine (BasicSR's CosineAnnealingRestartLR, one period) over --steps, or over --time or --wall where one of those is nearer (the larger fraction used)")
 	fs.DurationVar(&f.wall, "wall", 0, "with --pixel-only: stop after this much wall-clock time too (on a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return err

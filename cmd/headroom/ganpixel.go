@@ -94,7 +94,10 @@ func augment(r *rand.Rand, v []float32, s int, tmp []float32) {
 }
 
 // pixelBatch makes a training batch: random crops of random photos,
-// augmented, and their bicubic downscales.
+// augmented, and their bicubic downscales rounded to 8-bit levels: the
+// upscaler's inputs are 8-bit images (BasicSR trains on saved LR PNGs), and
+// a model that never saw the rounding takes its one-level steps on smooth
+// skies for edges to sharpen.
 func pixelBatch(r *rand.Rand, photos []photo, batch, crop, scale int) (lq, gt *tensor.Tensor) {
 	l := crop / scale
 	gt = tensor.New(tensor.Float32, tensor.Shape{batch, 3, crop, crop})
@@ -109,6 +112,7 @@ func pixelBatch(r *rand.Rand, photos []photo, batch, crop, scale int) (lq, gt *t
 		augment(r, dst, crop, tmp)
 		dataset.BicubicDown{Factor: scale}.Down(dst, 3, crop, crop, q[i*3*l*l:(i+1)*3*l*l])
 	}
+	gan.Quantize(q)
 	return lq, gt
 }
 
@@ -192,6 +196,65 @@ func (v *valSet) eval(ctx context.Context, tr *train.Trainer) (valMetrics, error
 	}, nil
 }
 
+// annealProgress is how far the run is through its budget, in [0, 1]: the
+// largest of the fractions of --steps, of --time (cpu seconds) and of
+// --wall used, so that a cosine reaches 0 at whichever limit ends the run.
+// On a shared machine the steps a time limit allows are not known in
+// advance; annealing over --steps alone would stop a run at a high rate.
+func annealProgress(step int64, steps int, cpu float64, cpuLimit time.Duration, wall, wallLimit time.Duration) float64 {
+	p := float64(step) / float64(steps)
+	if cpuLimit > 0 {
+		p = max(p, cpu/cpuLimit.Seconds())
+	}
+	if wallLimit > 0 {
+		p = max(p, wall.Seconds()/wallLimit.Seconds())
+	}
+	return min(p, 1)
+}
+
+// weightEMA is BasicSR's model_ema: an exponential moving average of the
+// generator's weights, updated after every step (ema = d·ema + (1-d)·w),
+// which validation and --save use. It smooths the step-to-step noise of
+// the weights, which on flat skies shows as colour shifts.
+type weightEMA struct {
+	decay float64
+	avg   map[string]*tensor.Tensor
+}
+
+// update folds the store's weights into the average (the first call
+// copies them).
+func (e *weightEMA) update(gs *nn.Store) {
+	sd := gs.StateDict()
+	if e.avg == nil {
+		e.avg = sd
+		return
+	}
+	d := float32(e.decay)
+	for k, w := range sd {
+		a := e.avg[k].F32()
+		for i, v := range w.F32() {
+			a[i] = d*a[i] + (1-d)*v
+		}
+	}
+}
+
+// with runs f with the average loaded into the store, then puts the
+// trained weights back.
+func (e *weightEMA) with(gs *nn.Store, f func() error) error {
+	if e == nil || e.avg == nil {
+		return f()
+	}
+	own := gs.StateDict()
+	if err := gs.LoadStateDict(e.avg, true); err != nil {
+		return err
+	}
+	ferr := f()
+	if err := gs.LoadStateDict(own, true); err != nil {
+		return err
+	}
+	return ferr
+}
+
 // cpuSeconds is the process's user+sys time.
 func cpuSeconds() float64 { return cputime.Process().Seconds() }
 
@@ -266,6 +329,9 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 	schedule := "constant"
 	if f.cosine {
 		schedule = fmt.Sprintf("cosine to 0 over %d steps", f.steps)
+		if f.duration > 0 || f.wall > 0 {
+			schedule += " or the --time/--wall limit, whichever is nearer"
+		}
 	}
 	var logw *runner
 	if f.logPath != "" {
@@ -281,11 +347,23 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			return err
 		}
 	}
-	validate := func(stepN int64) error {
+	var ema *weightEMA
+	if f.ema > 0 {
+		if f.ema >= 1 {
+			return fmt.Errorf("gan: --ema %g: the decay must be in [0, 1)", f.ema)
+		}
+		ema = &weightEMA{decay: f.ema}
+		ema.update(gs)
+	}
+	validate := func(ctx context.Context, stepN int64) error {
 		if val == nil {
 			return nil
 		}
-		m, err := val.eval(ctx, tr)
+		var m valMetrics
+		err := ema.with(gs, func() (err error) {
+			m, err = val.eval(ctx, tr)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -298,7 +376,7 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		return nil
 	}
 	if f.from == 0 { // a second leg's start is the first's end, validated there
-		if err := validate(0); err != nil {
+		if err := validate(ctx, 0); err != nil {
 			return err
 		}
 	}
@@ -313,7 +391,7 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 		}
 		lr := f.lr
 		if f.cosine {
-			lr = f.lr * (1 + math.Cos(math.Pi*float64(stepN)/float64(f.steps))) / 2
+			lr = f.lr * (1 + math.Cos(math.Pi*annealProgress(stepN, f.steps, cpuSeconds()-cpu0, f.duration, time.Since(start), f.wall))) / 2
 			opt.SetLR(lr)
 		}
 		t0 := time.Now()
@@ -324,6 +402,9 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			return err
 		}
 		stepN++
+		if ema != nil {
+			ema.update(gs)
+		}
 		el := time.Since(t0)
 		if logw != nil {
 			st := dev.Alloc.Stats()
@@ -337,21 +418,28 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			fmt.Fprintf(out, "step %d: L1 %.5f, lr %.3g, %.2fs\n", int64(f.from)+stepN, loss, lr, el.Seconds())
 		}
 		if f.valEvery > 0 && stepN%int64(f.valEvery) == 0 {
-			if err := validate(int64(f.from) + stepN); err != nil {
+			if err := validate(ctx, int64(f.from)+stepN); err != nil {
 				return err
 			}
 			lastVal = stepN
 		}
 	}
+	// An interrupted run still validates and saves what it trained: the
+	// context's cancellation stops the steps, not the ending.
 	if lastVal != stepN {
-		if err := validate(int64(f.from) + stepN); err != nil {
+		if err := validate(context.WithoutCancel(ctx), int64(f.from)+stepN); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintf(out, "trained %d steps in %.0fs wall, %.0fs cpu (user+sys of the process, validation included)\n",
 		stepN, time.Since(start).Seconds(), cpuSeconds()-cpu0)
 	if f.save != "" {
-		if err := safetensors.WriteFile(f.save, gs.StateDict(), map[string]string{"format": "pt", "model": model}); err != nil {
+		sd := gs.StateDict()
+		if ema != nil {
+			sd = ema.avg
+			model += fmt.Sprintf(", EMA %g", f.ema)
+		}
+		if err := safetensors.WriteFile(f.save, sd, map[string]string{"format": "pt", "model": model}); err != nil {
 			return fmt.Errorf("gan: --save: %w", err)
 		}
 		fmt.Fprintf(out, "wrote %s\n", f.save)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"image"
 	"image/color"
 	"image/png"
@@ -12,10 +13,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/gan"
 	"github.com/headroom-ml/headroom/internal/runreport"
+	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/safetensors"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/zoo"
 )
 
 // writePhotos makes an image folder (one class) of n random w×h PNGs.
@@ -137,5 +143,135 @@ func TestGANPixelOnly(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// A training batch's inputs are 8-bit levels, as the upscaler's are (a
+// saved LR image): bicubic downscales of a smooth ramp are not, so the
+// rounding must be there.
+func TestPixelBatchInputs8Bit(t *testing.T) {
+	const h, w = 48, 40
+	p := photo{x: make([]float32, 3*h*w), h: h, w: w}
+	for i := range p.x {
+		p.x[i] = float32(i%w)/float32(3*w) + float32(i/w%h)/float32(5*h) + 0.1
+	}
+	lq, gt := pixelBatch(rand.New(rand.NewSource(1)), []photo{p}, 4, 16, 4)
+	if !lq.Shape.Equal(tensor.Shape{4, 3, 4, 4}) || !gt.Shape.Equal(tensor.Shape{4, 3, 16, 16}) {
+		t.Fatalf("shapes %v %v", lq.Shape, gt.Shape)
+	}
+	for i, v := range lq.F32() {
+		if l := float64(v) * 255; math.Abs(l-math.Round(l)) > 1e-4 {
+			t.Fatalf("input value %d is %v, %v levels: not 8-bit", i, v, l)
+		}
+	}
+}
+
+// The cosine's progress is the largest fraction of the run's limits used,
+// so that a run stopped by --time or --wall ends annealed.
+func TestAnnealProgress(t *testing.T) {
+	m := time.Minute
+	for _, c := range []struct {
+		step              int64
+		steps             int
+		cpu               float64
+		cpuLim, wall, wLm time.Duration
+		want              float64
+	}{
+		{0, 100, 0, 0, 0, 0, 0},
+		{25, 100, 999, 0, 99 * m, 0, 0.25},      // no time limits: steps only
+		{25, 100, 30, m, 0, 0, 0.5},             // --time nearer
+		{25, 100, 30, m, 45 * m, 60 * m, 0.75},  // --wall nearer
+		{10, 1000, 0, 0, 90 * m, 60 * m, 1},     // past a limit: clamped
+		{100, 100, 1, 10 * m, 1 * m, 60 * m, 1}, // --steps reached
+	} {
+		if got := annealProgress(c.step, c.steps, c.cpu, c.cpuLim, c.wall, c.wLm); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("annealProgress(%+v) = %v, want %v", c, got, c.want)
+		}
+	}
+}
+
+// The weight average is BasicSR's model_ema: the first update copies the
+// weights, each later one moves it (1-decay) of the way to them; with
+// loads it for the call and puts the trained weights back.
+func TestWeightEMA(t *testing.T) {
+	gs := nn.NewStore()
+	zoo.NewRRDBNet(gs.Root(), zoo.RRDBNetConfig{InNC: 3, OutNC: 3, NF: 4, NB: 1, GC: 4})
+	if err := gs.Materialize(device.CPU(), 1); err != nil {
+		t.Fatal(err)
+	}
+	w0 := gs.StateDict()
+	e := &weightEMA{decay: 0.75}
+	e.update(gs)
+	w1 := gs.StateDict()
+	for _, v := range w1 {
+		for i := range v.F32() {
+			v.F32()[i] += 1
+		}
+	}
+	if err := gs.LoadStateDict(w1, true); err != nil {
+		t.Fatal(err)
+	}
+	e.update(gs)
+	for k, a := range e.avg {
+		for i, v := range a.F32() {
+			if want := w0[k].F32()[i] + 0.25; math.Abs(float64(v-want)) > 1e-6 {
+				t.Fatalf("%s[%d]: average %v, want %v", k, i, v, want)
+			}
+		}
+	}
+	var seen map[string]*tensor.Tensor
+	if err := e.with(gs, func() error { seen = gs.StateDict(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	after := gs.StateDict()
+	for k := range w0 {
+		if seen[k].F32()[0] != e.avg[k].F32()[0] || after[k].F32()[0] != w1[k].F32()[0] {
+			t.Fatalf("%s: inside with %v (average %v), after %v (trained %v)", k, seen[k].F32()[0], e.avg[k].F32()[0], after[k].F32()[0], w1[k].F32()[0])
+		}
+	}
+}
+
+// cancelOn cancels a context when its output shows mark: an interrupt at
+// a known step, without timing.
+type cancelOn struct {
+	bytes.Buffer
+	mark   string
+	cancel func()
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.Buffer.Write(p)
+	if strings.Contains(c.String(), c.mark) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// An interrupted run (its context cancelled after step 10) still
+// validates and writes --save: the steps it trained are not lost.
+func TestGANPixelInterruptedSaves(t *testing.T) {
+	dir := t.TempDir()
+	trainDir, val := filepath.Join(dir, "train"), filepath.Join(dir, "val")
+	writePhotos(t, trainDir, 1, 40, 36, 1)
+	writePhotos(t, val, 1, 16, 16, 2)
+	weights := filepath.Join(dir, "g.safetensors")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{mark: "step 10: L1", cancel: cancel}
+	err := ganMain(ctx, []string{"--pixel-only", "--data", trainDir, "--val", val, "--nf", "4", "--nb", "1", "--gc", "4",
+		"--batch", "1", "--crop", "16", "--val-crop", "16", "--val-grid", "1", "--steps", "1000", "--val-every", "0",
+		"--ema", "0.9", "--threads", "1", "--save", weights}, out)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "step 10: val PSNR") {
+		t.Errorf("no validation at the end:\n%s", out.String())
+	}
+	if _, err := safetensors.Load(weights); err != nil {
+		t.Fatalf("--save after an interrupt: %v\n%s", err, out.String())
+	}
+	var o bytes.Buffer
+	if err := ganMain(context.Background(), []string{"--pixel-only", "--data", trainDir, "--crop", "16", "--ema", "1"}, &o); err == nil || !strings.Contains(err.Error(), "--ema") {
+		t.Errorf("--ema 1: %v", err)
 	}
 }
