@@ -53,6 +53,8 @@ func wantsPipeline(args []string) bool {
 // the first count does not fit) and caps each rank's device at it;
 // --save gathers the stages on rank 0 into one file that train --load
 // (one process) reads, and --load reads such a file into the stages.
+// --checkpoint-dir, --save-every, --keep and --resume are single-process
+// train's checkpoints, written by rank 0 (pipeckpt.go).
 func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -190,6 +192,9 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 			first = k
 			if r == 0 {
 				fmt.Fprintf(stdout, "resumed from %s: step %d\n", dir, k)
+				if k >= *steps {
+					fmt.Fprintf(stdout, "the checkpoint is at step %d: nothing left to train (raise --steps)\n", k)
+				}
 			}
 		}
 		saved := first // the step of the newest checkpoint (written or resumed)
