@@ -53,6 +53,8 @@ func wantsPipeline(args []string) bool {
 // the first count does not fit) and caps each rank's device at it;
 // --save gathers the stages on rank 0 into one file that train --load
 // (one process) reads, and --load reads such a file into the stages.
+// --checkpoint-dir, --save-every, --keep and --resume are single-process
+// train's checkpoints, written by rank 0 (pipeckpt.go).
 func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -72,6 +74,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	load := fs.String("load", "", "start from these weights (a safetensors file of the whole model, as train --save writes it, with or without --pipeline): each rank reads its stage's")
 	save := fs.String("save", "", "write the trained weights, gathered from every stage on rank 0, to this safetensors file (the single-process model's names)")
 	rf := addReplicaFlags(fs)
+	ckf := addPipeCkptFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -93,6 +96,9 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fmt.Errorf("--budget %s and --device %s: give only --budget (each rank's device is then capped at it)", *budgetFlag, *devSpec)
 		}
 		budget, *devSpec = b, fmt.Sprintf("cpu:mem=%d", b)
+	}
+	if err := ckf.check(rf.zero); err != nil {
+		return fmt.Errorf("train --pipeline: %w", err)
 	}
 	if *save != "" {
 		if err := checkOutputPath(*save); err != nil {
@@ -147,6 +153,16 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("--val-split %v of %d samples holds out %d, leaving fewer than --batch-size %d to train on", *valSplit, n, held, *batch)
 	}
 	nTrain := n - held
+	meta := pipeMeta(*model, *opt, *lr, *seed, *batch, nTrain, *P, N, *micro, pj.Schedule.String(), cuts)
+	if ckf.on() {
+		if c == nil || c.Rank() == 0 {
+			if k, err := train.CleanCheckpoints(ckf.dir); err != nil {
+				return fmt.Errorf("--checkpoint-dir: %w", err)
+			} else if k > 0 {
+				fmt.Fprintf(stdout, "removed %d unfinished checkpoint file(s) of an earlier run from %s\n", k, ckf.dir)
+			}
+		}
+	}
 	var mu sync.Mutex
 	// Each rank's peak line: on stderr for the ranks of mpirun but the
 	// first, whose stdout is the job's.
@@ -167,7 +183,28 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 		}
 		r := c.Rank()
-		for step := range *steps {
+		first := 0
+		if ckf.resume != "" {
+			k, dir, err := resumePipe(p, spec, ckf, meta)
+			if err != nil {
+				return err
+			}
+			first = k
+			if r == 0 {
+				fmt.Fprintf(stdout, "resumed from %s: step %d\n", dir, k)
+				if k >= *steps {
+					fmt.Fprintf(stdout, "the checkpoint is at step %d: nothing left to train (raise --steps)\n", k)
+				}
+			}
+		}
+		saved := first // the step of the newest checkpoint (written or resumed)
+		stepCtx := ctx
+		if ckf.on() {
+			// The ranks stop together between steps (stopAgreed), so a
+			// step is not cut short by the interruption.
+			stepCtx = context.WithoutCancel(ctx)
+		}
+		for step := first; step < *steps; step++ {
 			idx := make([]int, *batch)
 			for i := range idx {
 				idx[i] = (step**batch + i) % nTrain
@@ -187,7 +224,7 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 					pipeline.ErrBudget, r, r%*P, sp[0].Lo, sp[0].Hi-1, device.FormatBytes(sp[0].Peak), device.FormatBytes(budget))
 			}
 			dev.Alloc.ResetPeak()
-			loss, err := p.Step(ctx, x, y)
+			loss, err := p.Step(stepCtx, x, y)
 			if err != nil {
 				return err
 			}
@@ -195,10 +232,44 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 			if r == 0 {
 				fmt.Fprintf(stdout, "step %d: loss %.6f\n", step+1, loss)
 			}
-			if step == 0 {
+			if step == first {
 				fmt.Fprintf(peakOut, "rank %d, stage %d (layers %d-%d): planned peak %d, measured %d\n", r, r%*P, sp[0].Lo, sp[0].Hi-1, sp[0].Peak, dev.Alloc.MaxMemoryAllocated())
 			}
 			mu.Unlock()
+			if !ckf.on() {
+				continue
+			}
+			stop, err := stopAgreed(ctx, c)
+			if err != nil {
+				return err
+			}
+			why := "interrupted"
+			if !stop {
+				if ckf.every == 0 || (step+1)%ckf.every != 0 {
+					continue
+				}
+				why = fmt.Sprintf("every %d steps", ckf.every)
+			}
+			if err := savePipeCheckpoint(stepCtx, p, c, spec, ckf, meta, step+1, why, stdout); err != nil {
+				return err
+			}
+			saved = step + 1
+			if stop {
+				// Every rank returns an error now, which ends the job
+				// (comm.Run, mpirun): not before rank 0 has written.
+				if err := c.Barrier(stepCtx); err != nil {
+					return err
+				}
+				if r == 0 {
+					fmt.Fprintf(stdout, "resume with: headroom train --pipeline %d --resume %s (and the same flags)\n", *P, ckf.dir)
+				}
+				return fmt.Errorf("interrupted after step %d, saved in %s: %w", step+1, ckf.dir, context.Cause(ctx))
+			}
+		}
+		if ckf.on() && saved < *steps {
+			if err := savePipeCheckpoint(stepCtx, p, c, spec, ckf, meta, *steps, "end of training", stdout); err != nil {
+				return err
+			}
 		}
 		if held > 0 {
 			var sum float64
