@@ -14,13 +14,14 @@ import (
 )
 
 // mayImportOp lists the packages whose non-test code may import op (the
-// model-facing API): op, the model layer, train (it builds the loss), the
+// model-facing API): op, the model layer, train (it builds the loss),
+// pipeline (it runs the zoo models' blocks as stages), the
 // commands and the helpers that build models for tests and benchmarks.
 // Everything else (autodiff, transform, schedule, plan, exec, the backends,
 // budget, ...) works on the IR and imports prim. scripts/primrewrite keeps
 // the same list (TestAllowListMatchesOpTest there keeps them equal).
 var mayImportOp = []string{
-	"op", "nn", "zoo", "train", "gan",
+	"op", "nn", "zoo", "train", "gan", "pipeline",
 	"cmd/...",
 	"internal/check", "internal/testkit", "internal/bench",
 }

@@ -56,7 +56,7 @@ const (
 // that build models for tests and benchmarks. Keep it equal to the list in
 // op/imports_test.go.
 var mayImportOp = []string{
-	"op", "nn", "zoo", "train", "gan",
+	"op", "nn", "zoo", "train", "gan", "pipeline",
 	"cmd/...",
 	"internal/check", "internal/testkit", "internal/bench",
 }
