@@ -155,7 +155,7 @@ func newPlanner(j Job, l Layout) (planner, error) {
 	switch {
 	case l.Tensor > 1:
 		if l.Pipeline > 1 {
-			return nil, fmt.Errorf("%w: tensor parallelism with pipeline stages", ErrNotAvailable)
+			return newTP3DPlanner(j, l) // plan_tp3d.go
 		}
 		if l.Ranks != l.Tensor {
 			return newHybridTPPlanner(j, l) // plan_hybridtp.go
