@@ -17,8 +17,9 @@ import (
 // and meet in the all-reduces inside the stage's programs; the P stages
 // of a replica pass activations and their gradients by Send/Recv; the D
 // ranks holding the same piece of the same stage sum their gradients
-// (ZeRO 0 or 1 over them, as across pipelines). Only plans exist so far:
-// the stage's programs do not yet run on a tensor group's communicator.
+// (ZeRO 0 or 1 over them, as across pipelines): SplitTP3D makes the
+// three groups, NewReplica the stage on the layers of TPGPTLayers, with
+// the tensor group as the pipeline's TensorComm.
 
 // tp3dPlanner plans the ranks of tensor × pipeline layouts, each by the
 // code a replica's stage runs (NewReplica on the pipeline cut of the
@@ -97,17 +98,25 @@ func (p *tp3dPlanner) replica(ctx context.Context, rank int) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	stages, err := comm.Meta(s, p.l.Pipeline)
+	world, err := comm.Meta(rank, p.l.Ranks)
 	if err != nil {
 		return nil, err
 	}
-	data, err := comm.Meta(d, p.replicas())
+	tp, stages, data, err := SplitTP3D(ctx, world, p.l.Pipeline, p.l.Tensor)
 	if err != nil {
 		return nil, err
+	}
+	if tp.Rank() != t || stages.Rank() != s || data.Rank() != d {
+		return nil, fmt.Errorf("rank %d split as tensor %d, stage %d, replica %d, not %d, %d, %d", rank, tp.Rank(), stages.Rank(), data.Rank(), t, s, d)
 	}
 	pj := p.j.Pipeline
 	o := ReplicaOptions{Zero: p.l.Zero, BucketBytes: p.l.BucketBytes, Schedule: pj.Schedule}
-	return NewReplica(ctx, stages, data, layers, pj.Loss, p.cuts, device.Meta(), p.j.NewOptimizer, pj.Micro, 1, o)
+	r, err := NewReplica(ctx, stages, data, layers, pj.Loss, p.cuts, device.Meta(), p.j.NewOptimizer, pj.Micro, 1, o)
+	if err != nil {
+		return nil, err
+	}
+	r.TensorComm = tp
+	return r, nil
 }
 
 func (p *tp3dPlanner) plan(ctx context.Context, rank int) (RankPlan, error) {
