@@ -119,9 +119,9 @@ func TestPlanTP3DRefusals(t *testing.T) {
 		l    dist.Layout
 		want error
 	}{
-		{dist.Layout{Ranks: 6, Pipeline: 2, Tensor: 2}, dist.ErrConfig},         // not a multiple of 4
-		{dist.Layout{Ranks: 8, Pipeline: 2, Tensor: 4}, dist.ErrConfig},         // 6 heads on 4 ranks
-		{dist.Layout{Ranks: 6, Pipeline: 3, Tensor: 2}, dist.ErrConfig},         // 2 blocks, 3 stages
+		{dist.Layout{Ranks: 6, Pipeline: 2, Tensor: 2}, dist.ErrConfig}, // not a multiple of 4
+		{dist.Layout{Ranks: 8, Pipeline: 2, Tensor: 4}, dist.ErrConfig}, // 6 heads on 4 ranks
+		{dist.Layout{Ranks: 6, Pipeline: 3, Tensor: 2}, dist.ErrConfig}, // 2 blocks, 3 stages
 		{dist.Layout{Ranks: 8, Pipeline: 2, Tensor: 2, Zero: 2}, dist.ErrNotAvailable},
 		{dist.Layout{Ranks: 4, Pipeline: 2, Tensor: 2, Zero: 1}, dist.ErrConfig}, // one replica
 		{dist.Layout{Ranks: 8, Pipeline: 2, Tensor: 2, Overlap: true}, dist.ErrNotAvailable},
@@ -133,7 +133,10 @@ func TestPlanTP3DRefusals(t *testing.T) {
 	}
 	// A model that is not a GPT.
 	j := tp3dJob(cfg, 8, 2, pipeline.GPipe, pipeAdam)
-	j.Build = func(s *nn.Store) (train.Model, train.LossFunc) { m := pipeline.Sequential(s, pipeLayers()); return m, zoo.CrossEntropyLoss }
+	j.Build = func(s *nn.Store) (train.Model, train.LossFunc) {
+		m := pipeline.Sequential(s, pipeLayers())
+		return m, zoo.CrossEntropyLoss
+	}
 	if _, err := dist.PlanRanks(context.Background(), j, dist.Layout{Ranks: 4, Pipeline: 2, Tensor: 2}); !errors.Is(err, dist.ErrConfig) {
 		t.Errorf("a non-GPT model: %v", err)
 	}
