@@ -88,7 +88,7 @@ func TestPlanTP3DByConstruction(t *testing.T) {
 					t.Errorf("%v: rank %d in the plan of stage %d: %v", l, r, s, g.Ranks)
 				}
 			}
-			w := whole[slices0(whole, s*tc.D)]
+			w := whole[groupOf(whole, s*tc.D)]
 			if g.Memory.Parameters >= w.Memory.Parameters || g.Memory.Total() >= w.Memory.Total() {
 				t.Errorf("%v, stage %d: %d parameters, peak %d; the whole stage's %d, %d", l, s, g.Memory.Parameters, g.Memory.Total(), w.Memory.Parameters, w.Memory.Total())
 			}
@@ -102,8 +102,8 @@ func TestPlanTP3DByConstruction(t *testing.T) {
 	}
 }
 
-// slices0 is the index of the group holding rank r.
-func slices0(groups []dist.RankPlan, r int) int {
+// groupOf is the index of the group holding rank r.
+func groupOf(groups []dist.RankPlan, r int) int {
 	for i, g := range groups {
 		if g.Has(r) {
 			return i
@@ -139,5 +139,22 @@ func TestPlanTP3DRefusals(t *testing.T) {
 	}
 	if _, err := dist.PlanRanks(context.Background(), j, dist.Layout{Ranks: 4, Pipeline: 2, Tensor: 2}); !errors.Is(err, dist.ErrConfig) {
 		t.Errorf("a non-GPT model: %v", err)
+	}
+}
+
+// A stage's tensor groups in the replicas are equal spans at a stride.
+func TestRanksStringStridedSpans(t *testing.T) {
+	for _, tc := range []struct {
+		spans []dist.Span
+		want  string
+	}{
+		{[]dist.Span{{0, 3}, {16, 19}, {32, 35}, {48, 51}, {64, 67}}, "0–3, 16–19, …, 64–67"},
+		{[]dist.Span{{0, 3}, {16, 19}, {32, 35}, {48, 51}}, "0–3, 16–19, 32–35, 48–51"},
+		{[]dist.Span{{0, 3}, {16, 19}, {32, 35}, {48, 51}, {64, 66}}, "0–3, 16–19, 32–35, 48–51, 64–66"},
+		{[]dist.Span{{1, 1}, {5, 5}, {9, 9}, {13, 13}, {17, 17}}, "1, 5, …, 17"},
+	} {
+		if got := (dist.RankPlan{Ranks: tc.spans}).RanksString(); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.spans, got, tc.want)
+		}
 	}
 }
