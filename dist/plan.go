@@ -108,18 +108,19 @@ func (p RankPlan) Count() int {
 	return n
 }
 
-// RanksString is the group's ranks, "0–511, 768"; single ranks at a
-// constant stride, more than 4 (a pipeline stage's replicas), as "1, 5, …,
-// 1021".
+// RanksString is the group's ranks, "0–511, 768"; more than 4 single
+// ranks or equal spans at a constant stride (a pipeline stage's replicas,
+// a stage's tensor groups) as "1, 5, …, 1021" or "0–3, 16–19, …,
+// 1008–1011".
 func (p RankPlan) RanksString() string {
 	if n := len(p.Ranks); n > 4 {
-		k := p.Ranks[1].Lo - p.Ranks[0].Lo
+		k, w := p.Ranks[1].Lo-p.Ranks[0].Lo, p.Ranks[0].Hi-p.Ranks[0].Lo
 		strided := true
 		for i, s := range p.Ranks {
-			strided = strided && s.Lo == s.Hi && s.Lo == p.Ranks[0].Lo+i*k
+			strided = strided && s.Hi-s.Lo == w && s.Lo == p.Ranks[0].Lo+i*k
 		}
 		if strided {
-			return fmt.Sprintf("%d, %d, …, %d", p.Ranks[0].Lo, p.Ranks[1].Lo, p.Ranks[n-1].Lo)
+			return fmt.Sprintf("%v, %v, …, %v", p.Ranks[0], p.Ranks[1], p.Ranks[n-1])
 		}
 	}
 	var b strings.Builder
@@ -163,7 +164,7 @@ func newPlanner(j Job, l Layout) (planner, error) {
 	switch {
 	case l.Tensor > 1:
 		if l.Pipeline > 1 {
-			return nil, fmt.Errorf("%w: tensor parallelism with pipeline stages", ErrNotAvailable)
+			return newTP3DPlanner(j, l) // plan_tp3d.go
 		}
 		if l.Ranks != l.Tensor {
 			return newHybridTPPlanner(j, l) // plan_hybridtp.go

@@ -180,7 +180,7 @@ func (p *Pipeline) rankEval(ctx context.Context, x, y *tensor.Tensor) (float64, 
 		}
 		var res map[string]*tensor.Tensor
 		if err == nil {
-			res, err = prog.Run(ctx, st.arena, st.Store, feed, nil)
+			res, err = prog.Run(ctx, st.arena, st.Store, feed, p.runOptions())
 		}
 		in.free(st.Device)
 		if err != nil {

@@ -121,6 +121,21 @@ type Pipeline struct {
 	// cuts are the ranks' layers.
 	peers []int
 	cuts  []int
+
+	// TensorComm, on a pipeline of ranks, is the communicator the
+	// collectives inside the stage's programs run on: the rank's tensor
+	// group when the stage is a piece of a tensor-parallel model
+	// (TPGPTLayers); nil for stages without collectives.
+	TensorComm comm.Comm
+}
+
+// runOptions are the options of a run of the stage's programs on a
+// pipeline of ranks.
+func (p *Pipeline) runOptions() *exec.Options {
+	if p.TensorComm == nil {
+		return nil
+	}
+	return &exec.Options{Comm: p.TensorComm}
 }
 
 // New builds layers[cuts[s]:cuts[s+1]] on devs[s] (cuts from 0 to

@@ -38,6 +38,10 @@ type StagePlan struct {
 	// Sent is the bytes the stage sends per step: its outputs forward and
 	// the gradients of its inputs back.
 	Sent int64
+	// Collectives is the bytes the stage's programs send per step in the
+	// collectives of their graphs (a tensor-parallel stage's
+	// all-reduces, to its tensor group); 0 for a stage without them.
+	Collectives int64
 }
 
 func (sp StagePlan) String() string {
@@ -140,6 +144,7 @@ func (st *Stage) plan(loss train.LossFunc, sched Schedule, ops []devOp, xs, ys [
 			outs[m] = prog.Graph.Outputs[0].Meta
 			msg[m] = device.RoundSize(outs[m].Bytes())
 			sp.Forward = max(sp.Forward, prog.Plan.PeakBytes)
+			sp.Collectives += collectiveSent(prog)
 		}
 		var ym trace.Meta
 		if st.last {
@@ -150,6 +155,7 @@ func (st *Stage) plan(loss train.LossFunc, sched Schedule, ops []devOp, xs, ys [
 			return sp, nil, err
 		}
 		sp.Backward = max(sp.Backward, prog.Plan.PeakBytes)
+		sp.Collectives += collectiveSent(prog)
 	}
 	var inputs int64
 	for _, o := range ops {

@@ -226,7 +226,7 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 			if err := wait(); err != nil {
 				return 0, err
 			}
-			res, err := prog.Run(ctx, st.arena, st.Store, map[string]*tensor.Tensor{"x": in.t}, nil)
+			res, err := prog.Run(ctx, st.arena, st.Store, map[string]*tensor.Tensor{"x": in.t}, p.runOptions())
 			if err != nil {
 				return 0, fmt.Errorf("pipeline: rank %d forward, micro-batch %d: %w", s, m, err)
 			}
@@ -260,7 +260,7 @@ func (p *Pipeline) rankStep(ctx context.Context, x, y *tensor.Tensor) (float64, 
 			return 0, err
 		}
 		restore := st.keepBuffers()
-		res, err := prog.Run(ctx, st.arena, st.Store, feed, nil)
+		res, err := prog.Run(ctx, st.arena, st.Store, feed, p.runOptions())
 		restore()
 		for _, h := range []*held{&ins[m], &grads[m]} {
 			if h.blk != nil {

@@ -73,10 +73,14 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	valSplit := fs.Float64("val-split", 0, "hold out this fraction of the samples (0 to 1): after the last step every rank evaluates them (evaluation mode, batches of --batch-size) and rank 0 prints the validation loss")
 	load := fs.String("load", "", "start from these weights (a safetensors file of the whole model, as train --save writes it, with or without --pipeline): each rank reads its stage's")
 	save := fs.String("save", "", "write the trained weights, gathered from every stage on rank 0, to this safetensors file (the single-process model's names)")
+	tp := fs.Int("tensor", 1, "tensor-parallel ranks per stage: planned (plan --ranks N --pipeline P --tensor T), not yet trained")
 	rf := addReplicaFlags(fs)
 	ckf := addPipeCkptFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *tp > 1 {
+		return fmt.Errorf("train --pipeline %d --tensor %d: %w: tensor × pipeline is planned (headroom plan --ranks N --pipeline %d --tensor %d) and runs in package dist (SplitTP3D), but train does not run it yet", *P, *tp, dist.ErrNotAvailable, *P, *tp)
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })

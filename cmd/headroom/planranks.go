@@ -80,7 +80,10 @@ T ranks with data parallelism across them (T dividing N and the heads;
 ZeRO 0 and 2 across the groups) are tried as well;
 of the layouts whose every rank fits, the one whose ranks send the fewest
 bytes per step is chosen (as planned from each step's collectives), the
-earlier of the order above on a tie.
+earlier of the order above on a tie. With --pipeline P and --tensor T
+(GPT models) each stage's blocks are split across T ranks (Megatron's
+tensor × pipeline layout, N = D×P×T); with --pipeline, --budget and no
+--tensor, the tensor degrees that divide N/P and the heads are tried too.
 
 Flags:
 `)
@@ -169,6 +172,9 @@ Flags:
 	}
 	if b > 0 && *zero == "" && !flagSet(fs, "tensor") && *pipeline == 1 {
 		layouts = append(layouts, moreLayouts(job, *ranks, bucketBytes, *clip > 0)...)
+	}
+	if b > 0 && *zero == "" && !flagSet(fs, "tensor") && *pipeline > 1 {
+		layouts = append(layouts, pipeTensorLayouts(job, *ranks, *pipeline, bucketBytes)...) // plan_tp3d.go
 	}
 	if layouts, err = withGatherPrefetch(layouts, *gatherPrefetch, *zero); err != nil {
 		return fmt.Errorf("plan: %w", err)
