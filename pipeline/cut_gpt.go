@@ -32,12 +32,32 @@ func GPTLayers(cfg zoo.GPTConfig) ([]Layer, error) {
 		return nil, fmt.Errorf("%w: the GPT's dropout is %g", ErrDropout, cfg.Dropout)
 	}
 	build := func(b nn.Builder) *zoo.GPT { return zoo.NewGPT(b, cfg) }
+	return gptLayers(cfg.NLayer, build, func(m *zoo.GPT) gptParts {
+		return gptParts{m.WTE, m.WPE, m.Drop, m.LNF, m.Path, func(k int) nn.Layer { return m.H[k] }}
+	}), nil
+}
+
+// gptParts are what gptLayers cuts of a GPT, whole (zoo.GPT) or a tensor
+// rank's part of it (zoo.TPGPT): both have nanoGPT's names.
+type gptParts struct {
+	wte, wpe *nn.Embedding
+	drop     *nn.Dropout
+	lnf      *nn.LayerNorm
+	path     string
+	block    func(k int) nn.Layer
+}
+
+// gptLayers cuts the GPT that build makes into one layer per block, the
+// embeddings in the first and the final layer norm and tied LM head in
+// the last (GPTLayers, TPGPTLayers).
+func gptLayers[M any](nLayer int, build func(nn.Builder) M, parts func(M) gptParts) []Layer {
 	var ls []Layer
-	for k := range cfg.NLayer {
-		first, last := k == 0, k == cfg.NLayer-1
+	for k := range nLayer {
+		first, last := k == 0, k == nLayer-1
 		ls = append(ls, func(b nn.Builder) train.Model {
-			return unit(b, build, func(m *zoo.GPT) (train.Model, []string) {
-				blk := m.H[k]
+			return unit(b, build, func(mm M) (train.Model, []string) {
+				m := parts(mm)
+				blk := m.block(k)
 				prefixes := []string{"transformer.h." + strconv.Itoa(k)}
 				if first {
 					prefixes = append(prefixes, "transformer.wte", "transformer.wpe")
@@ -54,15 +74,15 @@ func GPTLayers(cfg zoo.GPTConfig) ([]Layer, error) {
 						for i := range pos {
 							pos[i] = int64(i)
 						}
-						x = op.Add(m.WTE.Forward(x), m.WPE.Forward(g.Const(tensor.FromInt64(tensor.Shape{t}, pos))))
-						x = m.Drop.Forward(x)
+						x = op.Add(m.wte.Forward(x), m.wpe.Forward(g.Const(tensor.FromInt64(tensor.Shape{t}, pos))))
+						x = m.drop.Forward(x)
 					}
 					x = blk.Forward(x)
 					if last {
-						x = m.LNF.Forward(x)
+						x = m.lnf.Forward(x)
 						var logits *trace.Tensor
-						g.AtModule(m.Path, func() {
-							g.WithModule("lm_head", func() { logits = op.Linear(x, m.WTE.Weight.T(g), nil) })
+						g.AtModule(m.path, func() {
+							g.WithModule("lm_head", func() { logits = op.Linear(x, m.wte.Weight.T(g), nil) })
 						})
 						x = logits
 					}
@@ -72,7 +92,7 @@ func GPTLayers(cfg zoo.GPTConfig) ([]Layer, error) {
 				const wte = "transformer.wte.weight"
 				switch {
 				case first && !last:
-					model = tiedModel{Model: model, tied: map[string][]int{wte: {cfg.NLayer - 1}}}
+					model = tiedModel{Model: model, tied: map[string][]int{wte: {nLayer - 1}}}
 				case last && !first:
 					model = tiedModel{Model: model, tied: map[string][]int{wte: {0}}}
 				}
@@ -80,5 +100,5 @@ func GPTLayers(cfg zoo.GPTConfig) ([]Layer, error) {
 			})
 		})
 	}
-	return ls, nil
+	return ls
 }

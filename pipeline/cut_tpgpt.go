@@ -2,13 +2,8 @@ package pipeline
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/headroom-ml/headroom/nn"
-	"github.com/headroom-ml/headroom/op"
-	"github.com/headroom-ml/headroom/tensor"
-	"github.com/headroom-ml/headroom/trace"
-	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -37,51 +32,7 @@ func TPGPTLayers(cfg zoo.GPTConfig, rank, size int) ([]Layer, error) {
 		m, _ := zoo.NewTPGPT(b, cfg, rank, size) // checked above
 		return m
 	}
-	var ls []Layer
-	for k := range cfg.NLayer {
-		first, last := k == 0, k == cfg.NLayer-1
-		ls = append(ls, func(b nn.Builder) train.Model {
-			return unit(b, build, func(m *zoo.TPGPT) (train.Model, []string) {
-				blk := m.H[k]
-				prefixes := []string{"transformer.h." + strconv.Itoa(k)}
-				if first {
-					prefixes = append(prefixes, "transformer.wte", "transformer.wpe")
-				}
-				if last {
-					prefixes = append(prefixes, "transformer.wte", "transformer.ln_f")
-				}
-				var model train.Model = forward(func(x *trace.Tensor) *trace.Tensor {
-					g := x.Graph()
-					if first {
-						t := x.Dim(1)
-						pos := make([]int64, t)
-						for i := range pos {
-							pos[i] = int64(i)
-						}
-						x = op.Add(m.WTE.Forward(x), m.WPE.Forward(g.Const(tensor.FromInt64(tensor.Shape{t}, pos))))
-						x = m.Drop.Forward(x)
-					}
-					x = blk.Forward(x)
-					if last {
-						x = m.LNF.Forward(x)
-						var logits *trace.Tensor
-						g.AtModule(m.Path, func() {
-							g.WithModule("lm_head", func() { logits = op.Linear(x, m.WTE.Weight.T(g), nil) })
-						})
-						x = logits
-					}
-					return x
-				})
-				const wte = "transformer.wte.weight"
-				switch {
-				case first && !last:
-					model = tiedModel{Model: model, tied: map[string][]int{wte: {cfg.NLayer - 1}}}
-				case last && !first:
-					model = tiedModel{Model: model, tied: map[string][]int{wte: {0}}}
-				}
-				return model, prefixes
-			})
-		})
-	}
-	return ls, nil
+	return gptLayers(cfg.NLayer, build, func(m *zoo.TPGPT) gptParts {
+		return gptParts{m.WTE, m.WPE, m.Drop, m.LNF, m.Path, func(k int) nn.Layer { return m.H[k] }}
+	}), nil
 }
