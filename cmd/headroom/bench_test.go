@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/transform"
@@ -107,5 +108,22 @@ func TestBenchChild(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "time per step by op") || !strings.Contains(log.String(), "matmul") {
 		t.Errorf("no op profile in the log:\n%s", log.String())
+	}
+}
+
+// The table's peak is the higher of the two measurements: a first one
+// taken while a neighbour held a core (half the peak) must not double
+// every fraction of it.
+func TestHigherPeak(t *testing.T) {
+	disturbed, quiet := cpu.Peak{FLOPS: 96.6e9}, cpu.Peak{FLOPS: 191.2e9}
+	for _, c := range []struct {
+		first, second cpu.Peak
+		want          float64
+		again         bool
+	}{{disturbed, quiet, 191.2e9, true}, {quiet, disturbed, 191.2e9, false}, {quiet, quiet, 191.2e9, false}} {
+		got, again := higherPeak(c.first, c.second)
+		if got.FLOPS != c.want || again != c.again {
+			t.Errorf("higherPeak(%v, %v) = %v, %v", c.first.FLOPS, c.second.FLOPS, got.FLOPS, again)
+		}
 	}
 }
