@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/budget"
+	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -685,7 +686,7 @@ func (r *runner) run(ctx context.Context) error {
 			// a forward pass at that size needs less than a training step,
 			// so evaluating never raises the run's peak (at 500 samples a
 			// batch it mapped 6x the training peak for the default cnn).
-			res, err := evaluate(ctx, tr, e, r.evalBatch)
+			res, err := evaluate(ctx, tr, e, r.evalBatch, r.f.dist.evalComm())
 			if err != nil && ctx.Err() != nil {
 				return r.interrupted(fmt.Sprintf("in epoch %d while evaluating %s", epoch+1, e.name), err, false)
 			}
@@ -742,21 +743,38 @@ func (e evalResult) format(name string) string {
 // evaluate scores the samples of e in batches of batch. A batch whose
 // forward pass does not fit in the device's memory is split in two, and
 // again, as training steps are (train.Trainer.runResilient): evaluation
-// runs under the same capacity as training.
-func evaluate(ctx context.Context, tr *train.Trainer, e evalSet, batch int) (evalResult, error) {
+// runs under the same capacity as training. With c (evalComm: forward
+// passes collective over its ranks) the ranks agree first whether the
+// batch fits on every one of them and split it all alike.
+func evaluate(ctx context.Context, tr *train.Trainer, e evalSet, batch int, c comm.Comm) (evalResult, error) {
 	var acc evalResult
 	var lossSum float64
 	var weight float64
 	var run func(idx []int) error
+	split := func(idx []int) error {
+		h := len(idx) / 2
+		if err := run(idx[:h]); err != nil {
+			return err
+		}
+		return run(idx[h:])
+	}
 	run = func(idx []int) error {
 		x, y, err := e.src.Batch(idx)
 		if err != nil {
 			return err
 		}
+		if c != nil {
+			fits, err := agreeFits(ctx, tr, c, e.name, idx, x) // evalranks.go
+			if err != nil {
+				return err
+			}
+			if !fits {
+				return split(idx)
+			}
+		}
 		out, err := tr.Predict(ctx, x)
-		if errors.Is(err, device.ErrOutOfMemory) && len(idx) > 1 {
-			h := len(idx) / 2
-			return errors.Join(run(idx[:h]), run(idx[h:]))
+		if errors.Is(err, device.ErrOutOfMemory) && len(idx) > 1 && c == nil {
+			return split(idx)
 		}
 		if err != nil {
 			return err
