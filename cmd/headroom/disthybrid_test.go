@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -15,6 +14,7 @@ import (
 	"github.com/headroom-ml/headroom/dist"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
@@ -40,56 +40,33 @@ func TestPlanRanksHybridTensorPrinted(t *testing.T) {
 				t.Fatal(err)
 			}
 			x, y := testkit.SpecBatch(spec, batch, 1)
-			var mu sync.Mutex
-			err = comm.Run(context.Background(), 4, func(ctx context.Context, cm comm.Comm) error {
+			peaksEqualPrinted(t, 4, printed, func(ctx context.Context, cm comm.Comm, dev *device.Device, opt optim.Optimizer, release func(func())) (*train.Trainer, train.Batch, error) {
 				tp, dp, err := dist.HybridGroups(ctx, cm, 2)
 				if err != nil {
-					return err
-				}
-				dev := device.CPU()
-				opt, err := newOptimizer("adam", 1e-3, -1)
-				if err != nil {
-					return err
+					return nil, train.Batch{}, err
 				}
 				cfg, err := dist.TensorGPTConfig(dist.Job{Build: testkit.Build(spec)})
 				if err != nil {
-					return err
+					return nil, train.Batch{}, err
 				}
 				s := nn.NewStore()
 				m, err := zoo.NewTPGPT(s.Root(), cfg, tp.Rank(), tp.Size())
 				if err != nil {
-					return err
+					return nil, train.Batch{}, err
 				}
 				if err := s.Materialize(dev, 1); err != nil {
-					return err
+					return nil, train.Batch{}, err
 				}
-				defer s.Release()
+				release(s.Release)
 				tr, par, err := dist.NewHybridTrainer(ctx, tp, dp, dev, s, m, spec.Loss, opt, train.Config{}, dist.Options{Stage: zero, BucketBytes: 25 << 20})
 				if err != nil {
-					return err
+					return nil, train.Batch{}, err
 				}
-				defer par.Close()
-				defer tr.Close()
+				release(par.Close)
+				release(tr.Close)
 				part, err := dist.ShardBatch(train.Batch{X: x, Y: y}, dp.Rank(), dp.Size())
-				if err != nil {
-					return err
-				}
-				for range 2 {
-					dev.Alloc.ResetPeak()
-					if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-						return err
-					}
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if peak := dev.Alloc.MaxMemoryAllocated(); peak != printed[cm.Rank()] {
-					t.Errorf("rank %d: measured peak %d, printed plan %d", cm.Rank(), peak, printed[cm.Rank()])
-				}
-				return nil
+				return tr, part, err
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -12,6 +11,7 @@ import (
 	"github.com/headroom-ml/headroom/dist"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -49,60 +49,38 @@ func TestPlanRanksZero3TensorPrinted(t *testing.T) {
 				t.Fatal(err)
 			}
 			x, y := testkit.SpecBatch(spec, c.batch, 1)
-			var mu sync.Mutex
-			err = comm.Run(context.Background(), c.ranks, func(ctx context.Context, cm comm.Comm) error {
-				dev := device.CPU()
-				opt, err := newOptimizer("adam", 1e-3, -1)
-				if err != nil {
-					return err
-				}
-				var tr *train.Trainer
+			peaksEqualPrinted(t, c.ranks, printed, func(ctx context.Context, cm comm.Comm, dev *device.Device, opt optim.Optimizer, release func(func())) (*train.Trainer, train.Batch, error) {
 				part := train.Batch{X: x, Y: y}
 				s := nn.NewStore()
 				if c.tensor > 1 {
 					cfg, err := dist.TensorGPTConfig(dist.Job{Build: testkit.Build(spec)})
 					if err != nil {
-						return err
+						return nil, part, err
 					}
 					m, err := zoo.NewTPGPT(s.Root(), cfg, cm.Rank(), cm.Size())
 					if err != nil {
-						return err
+						return nil, part, err
 					}
 					if err := s.Materialize(dev, 1); err != nil {
-						return err
+						return nil, part, err
 					}
-					defer s.Release()
-					if tr, err = dist.NewTensorTrainer(ctx, cm, dev, s, m, spec.Loss, opt, train.Config{}); err != nil {
-						return err
-					}
-				} else {
-					t3, z, err := dist.NewZero3Trainer(ctx, cm, dev, s, spec.New(s.Root()), spec.Loss, opt, train.Config{}, dist.Zero3Options{Seed: 1})
+					release(s.Release)
+					tr, err := dist.NewTensorTrainer(ctx, cm, dev, s, m, spec.Loss, opt, train.Config{})
 					if err != nil {
-						return err
+						return nil, part, err
 					}
-					defer z.Close()
-					tr = t3
-					if part, err = dist.ShardBatch(part, cm.Rank(), cm.Size()); err != nil {
-						return err
-					}
+					release(tr.Close)
+					return tr, part, nil
 				}
-				defer tr.Close()
-				for range 2 {
-					dev.Alloc.ResetPeak()
-					if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-						return err
-					}
+				tr, z, err := dist.NewZero3Trainer(ctx, cm, dev, s, spec.New(s.Root()), spec.Loss, opt, train.Config{}, dist.Zero3Options{Seed: 1})
+				if err != nil {
+					return nil, part, err
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				if peak := dev.Alloc.MaxMemoryAllocated(); peak != printed[cm.Rank()] {
-					t.Errorf("rank %d: measured peak %d, printed plan %d", cm.Rank(), peak, printed[cm.Rank()])
-				}
-				return nil
+				release(z.Close)
+				release(tr.Close)
+				part, err = dist.ShardBatch(part, cm.Rank(), cm.Size())
+				return tr, part, err
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
 		})
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -54,40 +53,17 @@ func TestPlanRanksGatherPrefetchPrinted(t *testing.T) {
 				} else {
 					t.Logf("rank 0 planned %d, %d without prefetch", printed[0], base[0])
 				}
-				var mu sync.Mutex
-				err := comm.Run(context.Background(), c.ranks, func(ctx context.Context, cm comm.Comm) error {
-					dev := device.CPU()
-					opt, err := newOptimizer("adam", 1e-3, -1)
-					if err != nil {
-						return err
-					}
+				peaksEqualPrinted(t, c.ranks, printed, func(ctx context.Context, cm comm.Comm, dev *device.Device, opt optim.Optimizer, release func(func())) (*train.Trainer, train.Batch, error) {
 					s := nn.NewStore()
 					tr, z, err := dist.NewZero3Trainer(ctx, cm, dev, s, spec.New(s.Root()), spec.Loss, opt, train.Config{Precision: prec}, dist.Zero3Options{Seed: 1, Prefetch: depth})
 					if err != nil {
-						return err
+						return nil, train.Batch{}, err
 					}
-					defer z.Close()
-					defer tr.Close()
+					release(z.Close)
+					release(tr.Close)
 					part, err := dist.ShardBatch(train.Batch{X: x, Y: y}, cm.Rank(), cm.Size())
-					if err != nil {
-						return err
-					}
-					for range 2 {
-						dev.Alloc.ResetPeak()
-						if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-							return err
-						}
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if peak := dev.Alloc.MaxMemoryAllocated(); peak != printed[cm.Rank()] {
-						t.Errorf("rank %d: measured peak %d, printed plan %d", cm.Rank(), peak, printed[cm.Rank()])
-					}
-					return nil
+					return tr, part, err
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
 			})
 		}
 	}

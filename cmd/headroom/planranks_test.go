@@ -64,6 +64,52 @@ func printedPeaks(t *testing.T, ranks int, args ...string) (map[int]int64, strin
 	return peaks, out.String()
 }
 
+// rankSetup makes one in-process rank's trainer on dev with opt and the
+// part of the batch it steps on; what it makes it releases through
+// release (deferred, last first, as the function's own defers would be).
+type rankSetup func(ctx context.Context, c comm.Comm, dev *device.Device, opt optim.Optimizer, release func(func())) (*train.Trainer, train.Batch, error)
+
+// peaksEqualPrinted runs ranks in-process ranks (comm.Local, as mpirun's
+// ranks run the trainer setup makes, with Adam at 1e-3), steps each twice
+// on its part and checks that the second step's measured peak equals the
+// peak printed for the rank, to the byte.
+func peaksEqualPrinted(t *testing.T, ranks int, printed map[int]int64, setup rankSetup) {
+	t.Helper()
+	var mu sync.Mutex
+	err := comm.Run(context.Background(), ranks, func(ctx context.Context, c comm.Comm) error {
+		var releases []func()
+		defer func() {
+			for i := len(releases) - 1; i >= 0; i-- {
+				releases[i]()
+			}
+		}()
+		dev := device.CPU()
+		opt, err := newOptimizer("adam", 1e-3, -1)
+		if err != nil {
+			return err
+		}
+		tr, part, err := setup(ctx, c, dev, opt, func(f func()) { releases = append(releases, f) })
+		if err != nil {
+			return err
+		}
+		for range 2 {
+			dev.Alloc.ResetPeak()
+			if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if peak := dev.Alloc.MaxMemoryAllocated(); peak != printed[c.Rank()] {
+			t.Errorf("rank %d: measured peak %d, printed plan %d", c.Rank(), peak, printed[c.Rank()])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Each rank's measured peak equals the peak `headroom plan --ranks`
 // printed for it, to the byte: ZeRO 0–2, 2 and 3 ranks sharing a batch of
 // 5 unevenly, the zoo's mlp and cnn, in-process ranks (comm.Local) running
@@ -82,45 +128,22 @@ func TestPlanRanksPrintedEqualsMeasured(t *testing.T) {
 						t.Fatal(err)
 					}
 					x, y := testkit.SpecBatch(spec, 5, 1)
-					var mu sync.Mutex
-					err = comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
-						dev := device.CPU()
+					peaksEqualPrinted(t, n, printed, func(ctx context.Context, c comm.Comm, dev *device.Device, opt optim.Optimizer, release func(func())) (*train.Trainer, train.Batch, error) {
 						s := nn.NewStore()
 						m := spec.New(s.Root())
 						if err := s.Materialize(dev, 1); err != nil {
-							return err
+							return nil, train.Batch{}, err
 						}
-						defer s.Release()
-						opt, err := newOptimizer("adam", 1e-3, -1)
-						if err != nil {
-							return err
-						}
+						release(s.Release)
 						tr, dp, err := dist.NewTrainer(ctx, c, dev, s, m, spec.Loss, opt, train.Config{}, dist.Options{Stage: zero, BucketBytes: 4096})
 						if err != nil {
-							return err
+							return nil, train.Batch{}, err
 						}
-						defer dp.Close()
-						defer tr.Close()
+						release(dp.Close)
+						release(tr.Close)
 						part, err := dist.ShardBatch(train.Batch{X: x, Y: y}, c.Rank(), n)
-						if err != nil {
-							return err
-						}
-						for range 2 {
-							dev.Alloc.ResetPeak()
-							if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-								return err
-							}
-						}
-						mu.Lock()
-						defer mu.Unlock()
-						if peak := dev.Alloc.MaxMemoryAllocated(); peak != printed[c.Rank()] {
-							t.Errorf("rank %d: measured peak %d, printed plan %d", c.Rank(), peak, printed[c.Rank()])
-						}
-						return nil
+						return tr, part, err
 					})
-					if err != nil {
-						t.Fatal(err)
-					}
 				})
 			}
 		}
