@@ -34,20 +34,44 @@ type zero3Result struct {
 	gathers, regathers, scatters int
 }
 
+// zero3Run is what zero3Train trains under ZeRO-3: the model, a new
+// optimizer for each rank, the configuration and ZeRO-3's options; meta
+// also plans each rank on the meta device (PlanZero3Rank).
+type zero3Run struct {
+	build func(*nn.Store) (train.Model, train.LossFunc, error)
+	opt   func() optim.Optimizer
+	cfg   train.Config
+	opts  dist.Zero3Options
+	meta  bool
+}
+
+// mlpBuild is the test MLP with cross-entropy.
+func mlpBuild(s *nn.Store) (train.Model, train.LossFunc, error) {
+	return zoo.NewMLP(s.Root(), widths...), zoo.CrossEntropyLoss, nil
+}
+
 // zero3Ranks trains the test MLP under ZeRO-3 on n Local ranks, each on
 // its share of every global batch, and reports what each rank saw.
 func zero3Ranks(t *testing.T, n int, opt string, cfg train.Config, batches []train.Batch) []zero3Result {
 	t.Helper()
+	return zero3Train(t, n, zero3Run{build: mlpBuild, opt: func() optim.Optimizer { return newOpt(t, opt) }, cfg: cfg, opts: dist.Zero3Options{Seed: 1}, meta: true}, batches)
+}
+
+// zero3Train trains run on n Local ranks, each on its share of every
+// global batch, and reports what each rank saw: the plans and the
+// measured peak are those of the last batch.
+func zero3Train(t *testing.T, n int, run zero3Run, batches []train.Batch) []zero3Result {
+	t.Helper()
 	res := make([]zero3Result, n)
 	var mu sync.Mutex
-	build := func(s *nn.Store) (train.Model, train.LossFunc, error) {
-		return zoo.NewMLP(s.Root(), widths...), zoo.CrossEntropyLoss, nil
-	}
 	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
 		dev := device.CPU()
 		full := nn.NewStore()
-		m, loss, _ := build(full)
-		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, newOpt(t, opt), cfg, dist.Zero3Options{Seed: 1})
+		m, loss, err := run.build(full)
+		if err != nil {
+			return err
+		}
+		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, run.opt(), run.cfg, run.opts)
 		if err != nil {
 			return err
 		}
@@ -60,18 +84,21 @@ func zero3Ranks(t *testing.T, n int, opt string, cfg train.Config, batches []tra
 				return err
 			}
 			if i == len(batches)-1 {
-				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
+				x, y := train.MetaOf(part.X), train.MetaOf(part.Y)
+				mp, err := tr.Plan(x, y)
 				if err != nil {
 					return err
 				}
 				r.planned = mp.Total()
-				meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: build, X: train.MetaOf(part.X), Y: train.MetaOf(part.Y), Train: cfg,
-					NewOptimizer: func() (optim.Optimizer, error) { return newOpt(t, opt), nil }})
-				if err != nil {
-					return err
+				if run.meta {
+					meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: run.build, X: x, Y: y, Train: run.cfg, Prefetch: run.opts.Prefetch,
+						NewOptimizer: func() (optim.Optimizer, error) { return run.opt(), nil }})
+					if err != nil {
+						return err
+					}
+					r.metaPlanned = meta.Total()
 				}
-				r.metaPlanned = meta.Total()
-				p, err := tr.TrainProgram(train.MetaOf(part.X), train.MetaOf(part.Y))
+				p, err := tr.TrainProgram(x, y)
 				if err != nil {
 					return err
 				}
@@ -248,55 +275,28 @@ func TestZero3GPT(t *testing.T) {
 		batches = append(batches, [2]*tensor.Tensor{tpTokens(4, 8, tpConfig.VocabSize, 2*i+1), tpTokens(4, 8, tpConfig.VocabSize, 2*i+2)})
 	}
 	sd, losses, _, want := tpFull(t, tpConfig, newSGD, batches)
-	const n = 2
-	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
-		dev := device.CPU()
-		full := nn.NewStore()
-		m := zoo.NewGPT(full.Root(), tpConfig)
-		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, zoo.GPTLoss, newSGD(), train.Config{}, dist.Zero3Options{Weights: sd})
-		if err != nil {
-			return err
-		}
-		defer z.Close()
-		defer tr.Close()
-		for i, b := range batches {
-			part, err := dist.ShardBatch(train.Batch{X: b[0], Y: b[1]}, c.Rank(), n)
-			if err != nil {
-				return err
-			}
-			var planned int64
-			if i == len(batches)-1 {
-				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
-				if err != nil {
-					return err
-				}
-				planned = mp.Total()
-				dev.Alloc.ResetPeak()
-			}
-			l, err := tr.Step(ctx, part.X, part.Y)
-			if err != nil {
-				return err
-			}
+	gpt := func(s *nn.Store) (train.Model, train.LossFunc, error) {
+		return zoo.NewGPT(s.Root(), tpConfig), zoo.GPTLoss, nil
+	}
+	var tb []train.Batch
+	for _, b := range batches {
+		tb = append(tb, train.Batch{X: b[0], Y: b[1]})
+	}
+	rs := zero3Train(t, 2, zero3Run{build: gpt, opt: newSGD, opts: dist.Zero3Options{Weights: sd}}, tb)
+	for r, res := range rs {
+		for i, l := range res.losses {
 			if d := l - losses[i]; d > 1e-5 || d < -1e-5 {
-				return fmt.Errorf("rank %d, step %d: loss %v, one process %v", c.Rank(), i, l, losses[i])
-			}
-			if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
-				return fmt.Errorf("rank %d: planned peak %d, measured %d", c.Rank(), planned, peak)
+				t.Errorf("rank %d, step %d: loss %v, one process %v", r, i, l, losses[i])
 			}
 		}
-		for _, p := range full.Trainable() {
-			v, err := z.Gather(ctx, p.Name)
-			if err != nil {
-				return err
-			}
-			if d := maxRel(v, want[p.Name]); d > 1e-5 {
-				return fmt.Errorf("rank %d: %s differs from one process's by %.3g", c.Rank(), p.Name, d)
+		if res.peak != res.planned {
+			t.Errorf("rank %d: planned peak %d, measured %d", r, res.planned, res.peak)
+		}
+		for name, v := range res.params {
+			if d := maxRel(tensor.FromFloat32(want[name].Shape, v), want[name]); d > 1e-5 {
+				t.Errorf("rank %d: %s differs from one process's by %.3g", r, name, d)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

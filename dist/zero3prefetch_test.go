@@ -1,14 +1,10 @@
 package dist_test
 
 import (
-	"context"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 
-	"github.com/headroom-ml/headroom/comm"
-	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
@@ -16,79 +12,12 @@ import (
 	"github.com/headroom-ml/headroom/zoo"
 )
 
-type prefetchResult struct {
-	params                     map[string][]float32
-	planned, metaPlanned, peak int64
-	live, gathers, regathers   int
-}
-
 // prefetchRanks trains the test MLP under ZeRO-3 with gather prefetch
 // depth on n Local ranks and reports what each rank saw.
-func prefetchRanks(t *testing.T, n, depth int, cfg train.Config, batches []train.Batch) []prefetchResult {
+func prefetchRanks(t *testing.T, n, depth int, cfg train.Config, batches []train.Batch) []zero3Result {
 	t.Helper()
-	res := make([]prefetchResult, n)
-	var mu sync.Mutex
-	build := func(s *nn.Store) (train.Model, train.LossFunc, error) {
-		return zoo.NewMLP(s.Root(), widths...), zoo.CrossEntropyLoss, nil
-	}
-	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
-		dev := device.CPU()
-		full := nn.NewStore()
-		m, loss, _ := build(full)
-		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, newOpt(t, "adam"), cfg, dist.Zero3Options{Seed: 1, Prefetch: depth})
-		if err != nil {
-			return err
-		}
-		defer z.Close()
-		defer tr.Close()
-		var r prefetchResult
-		for i, b := range batches {
-			part, err := dist.ShardBatch(b, c.Rank(), n)
-			if err != nil {
-				return err
-			}
-			if i == len(batches)-1 {
-				x, y := train.MetaOf(part.X), train.MetaOf(part.Y)
-				mp, err := tr.Plan(x, y)
-				if err != nil {
-					return err
-				}
-				r.planned = mp.Total()
-				meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: build, X: x, Y: y, Train: cfg, Prefetch: depth,
-					NewOptimizer: func() (optim.Optimizer, error) { return newOpt(t, "adam"), nil }})
-				if err != nil {
-					return err
-				}
-				r.metaPlanned = meta.Total()
-				p, err := tr.TrainProgram(x, y)
-				if err != nil {
-					return err
-				}
-				r.live, r.gathers, r.regathers, _ = gatheredLive(p.Plan.Order, p.Plan.Buffers)
-				dev.Alloc.ResetPeak()
-			}
-			if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-				return err
-			}
-		}
-		r.peak = dev.Alloc.MaxMemoryAllocated()
-		r.params = map[string][]float32{}
-		for _, p := range full.Trainable() {
-			v, err := z.Gather(ctx, p.Name)
-			if err != nil {
-				return err
-			}
-			r.params[p.Name] = v.F32()
-		}
-		mu.Lock()
-		res[c.Rank()] = r
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	adam := func() optim.Optimizer { return newOpt(t, "adam") }
+	return zero3Train(t, n, zero3Run{build: mlpBuild, opt: adam, cfg: cfg, opts: dist.Zero3Options{Seed: 1, Prefetch: depth}, meta: true}, batches)
 }
 
 // TestZero3Prefetch: gathering 1 and 2 layers ahead (forward and
@@ -122,8 +51,8 @@ func TestZero3Prefetch(t *testing.T) {
 					if res.peak < base[r].peak {
 						t.Errorf("rank %d: peak %d with prefetch, %d without", r, res.peak, base[r].peak)
 					}
-					if want := min(1+depth, 3); res.live != want {
-						t.Errorf("rank %d: %d gathered weight matrices live at once, want %d", r, res.live, want)
+					if want := min(1+depth, 3); res.maxGatheredLive != want {
+						t.Errorf("rank %d: %d gathered weight matrices live at once, want %d", r, res.maxGatheredLive, want)
 					}
 					if res.gathers != base[r].gathers || res.regathers != base[r].regathers {
 						t.Errorf("rank %d: %d gathers, %d again for backward; without prefetch %d, %d", r, res.gathers, res.regathers, base[r].gathers, base[r].regathers)
@@ -149,66 +78,11 @@ func TestZero3PrefetchGPT(t *testing.T) {
 	for i := range 2 {
 		batches = append(batches, train.Batch{X: tpTokens(4, 8, tpConfig.VocabSize, 2*i+1), Y: tpTokens(4, 8, tpConfig.VocabSize, 2*i+2)})
 	}
-	type result struct {
-		params        map[string][]float32
-		planned, peak int64
-		live          int
+	gpt := func(s *nn.Store) (train.Model, train.LossFunc, error) {
+		return zoo.NewGPT(s.Root(), tpConfig), zoo.GPTLoss, nil
 	}
-	run := func(depth int) []result {
-		res := make([]result, 2)
-		var mu sync.Mutex
-		err := comm.Run(context.Background(), 2, func(ctx context.Context, c comm.Comm) error {
-			dev := device.CPU()
-			full := nn.NewStore()
-			m := zoo.NewGPT(full.Root(), tpConfig)
-			tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, zoo.GPTLoss, sgd(), train.Config{}, dist.Zero3Options{Seed: 3, Prefetch: depth})
-			if err != nil {
-				return err
-			}
-			defer z.Close()
-			defer tr.Close()
-			var r result
-			for i, b := range batches {
-				part, err := dist.ShardBatch(b, c.Rank(), 2)
-				if err != nil {
-					return err
-				}
-				if i == len(batches)-1 {
-					x, y := train.MetaOf(part.X), train.MetaOf(part.Y)
-					mp, err := tr.Plan(x, y)
-					if err != nil {
-						return err
-					}
-					r.planned = mp.Total()
-					p, err := tr.TrainProgram(x, y)
-					if err != nil {
-						return err
-					}
-					r.live, _, _, _ = gatheredLive(p.Plan.Order, p.Plan.Buffers)
-					dev.Alloc.ResetPeak()
-				}
-				if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-					return err
-				}
-			}
-			r.peak = dev.Alloc.MaxMemoryAllocated()
-			r.params = map[string][]float32{}
-			for _, p := range full.Trainable() {
-				v, err := z.Gather(ctx, p.Name)
-				if err != nil {
-					return err
-				}
-				r.params[p.Name] = v.F32()
-			}
-			mu.Lock()
-			res[c.Rank()] = r
-			mu.Unlock()
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+	run := func(depth int) []zero3Result {
+		return zero3Train(t, 2, zero3Run{build: gpt, opt: sgd, opts: dist.Zero3Options{Seed: 3, Prefetch: depth}}, batches)
 	}
 	base := run(0)
 	prev := base
@@ -223,11 +97,11 @@ func TestZero3PrefetchGPT(t *testing.T) {
 			}
 			// Layer norms (vectors only) sit between the matrices, so two
 			// layers ahead may add vectors, not matrices.
-			if res.live < prev[r].live || depth == 1 && res.live <= prev[r].live || res.peak < prev[r].peak {
-				t.Errorf("prefetch %d, rank %d: %d weight matrices live at once and peak %d; with less prefetch %d and %d", depth, r, res.live, res.peak, prev[r].live, prev[r].peak)
+			if res.maxGatheredLive < prev[r].maxGatheredLive || depth == 1 && res.maxGatheredLive <= prev[r].maxGatheredLive || res.peak < prev[r].peak {
+				t.Errorf("prefetch %d, rank %d: %d weight matrices live at once and peak %d; with less prefetch %d and %d", depth, r, res.maxGatheredLive, res.peak, prev[r].maxGatheredLive, prev[r].peak)
 			}
 		}
-		t.Logf("prefetch %d: rank 0 peak %d (%d without), %d weight matrices live at once (%d without)", depth, rs[0].peak, base[0].peak, rs[0].live, base[0].live)
+		t.Logf("prefetch %d: rank 0 peak %d (%d without), %d weight matrices live at once (%d without)", depth, rs[0].peak, base[0].peak, rs[0].maxGatheredLive, base[0].maxGatheredLive)
 		prev = rs
 	}
 }
