@@ -7,52 +7,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/headroom-ml/headroom/comm"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 )
-
-// workerEnv marks a process started by TestMPI under mpirun: it is a rank
-// and runs the named part of the test.
-const workerEnv = "HEADROOM_MPI_WORKER"
-
-// MPIRun runs this test binary under mpirun --oversubscribe -np n as
-// rank processes that run test (with workerEnv=mode), and returns their
-// combined output. It skips the test when mpirun is absent.
-func mpiRun(t *testing.T, n int, test, mode string) (string, error) {
-	t.Helper()
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found, the MPI transport is not tested: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "-np", fmt.Sprint(n), os.Args[0], "-test.run=^"+test+"$")
-	cmd.Env = append(os.Environ(), workerEnv+"="+mode, MPIRootEnv[0], MPIRootEnv[1])
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("mpirun -np %d did not end within 2 minutes:\n%s", n, out)
-	}
-	return string(out), err
-}
-
-// MPIRootEnv lets mpirun start ranks as root (CI containers).
-var MPIRootEnv = [2]string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}
 
 // worker runs fn as a rank when this process is one, and reports whether
 // it was.
 func worker(t *testing.T, fn func(ctx context.Context, c comm.Comm) error) bool {
-	mode := os.Getenv(workerEnv)
-	if mode == "" {
+	if mpitest.Mode() == "" {
 		return false
 	}
-	c, err := comm.Open()
-	if err != nil || c == nil {
-		t.Fatalf("Open under mpirun: %v, %v", c, err)
-	}
+	c := mpitest.Join(t)
 	if err := fn(context.Background(), c); err != nil {
 		t.Fatalf("rank %d: %v", c.Rank(), err)
 	}
@@ -68,7 +37,7 @@ func TestMPICollectives(t *testing.T) {
 		return
 	}
 	for _, n := range []int{2, 3} {
-		out, err := mpiRun(t, n, "TestMPICollectives", "collectives")
+		out, err := mpitest.Test(t, n, "TestMPICollectives", "collectives")
 		if err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
 		}
@@ -79,7 +48,7 @@ func TestMPICollectives(t *testing.T) {
 // job within a bounded time, and the output names that rank.
 func TestMPIRankFailure(t *testing.T) {
 	if worker(t, func(ctx context.Context, c comm.Comm) error {
-		switch os.Getenv(workerEnv) {
+		switch mpitest.Mode() {
 		case "die":
 			if c.Rank() == 1 {
 				os.Exit(3) // without MPI_Finalize: mpirun ends the job
@@ -107,7 +76,7 @@ func TestMPIRankFailure(t *testing.T) {
 		{"die", "exit"},
 		{"cancel", "rank 0 of 2 aborts the job: rank 0 in all-reduce: context canceled"},
 	} {
-		out, err := mpiRun(t, 2, "TestMPIRankFailure", tc.mode)
+		out, err := mpitest.Test(t, 2, "TestMPIRankFailure", tc.mode)
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("%s: err %v, output without %q:\n%s", tc.mode, err, tc.want, out)
 		}
@@ -145,7 +114,7 @@ func TestMPISplit(t *testing.T) {
 		return
 	}
 	for _, n := range []int{3, 4} {
-		out, err := mpiRun(t, n, "TestMPISplit", "split")
+		out, err := mpitest.Test(t, n, "TestMPISplit", "split")
 		if err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
 		}

@@ -5,8 +5,6 @@ package dist_test
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/safetensors"
@@ -29,18 +28,15 @@ import (
 // measured peak of the last step equals the plan dist.PlanRank makes for
 // it on the meta device, under ZeRO 0, 1 and 2 across the groups.
 func TestMPIHybridTensor(t *testing.T) {
-	if os.Getenv(workerEnv) == "" {
-		out, err := mpirun(t, 4, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIHybridTensor$", "-test.v")
+	if mpitest.Mode() == "" {
+		out, err := mpitest.Test(t, 4, "TestMPIHybridTensor", "1", "-test.v")
 		if err != nil {
 			t.Fatalf("mpirun -np 4: %v\n%s", err, out)
 		}
 		t.Logf("%s", out)
 		return
 	}
-	c, err := comm.Open()
-	if err != nil || c == nil {
-		t.Fatalf("Open under mpirun: %v, %v", c, err)
-	}
+	c := mpitest.Join(t)
 	defer comm.Close(c)
 	ctx := context.Background()
 	var batches [][2]*tensor.Tensor
@@ -119,16 +115,10 @@ func TestMPIHybridTensor(t *testing.T) {
 // tensor-parallel ranks, and rank 0 saves the weights gathered from its
 // group; `mpirun -np 3 ... --tensor 2` is refused on every rank.
 func TestMPITrainHybridTensor(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := buildMPI(t)
+	bin := mpitest.Headroom(t)
 	gpt := filepath.Join(t.TempDir(), "gpt.safetensors")
 	args := []string{bin, "train", "--model", "gpt-shakespeare-char", "--limit", "4", "--batch-size", "2", "--steps", "1", "--threads", "1", "--tensor", "2"}
-	out, err := mpirun(t, 4, nil, append(args, "--zero", "1", "--save", gpt)...)
+	out, err := mpitest.Run(t, 4, nil, append(args, "--zero", "1", "--save", gpt)...)
 	if err != nil || strings.Count(out, "data × tensor parallel: 4 ranks (MPI) as 2 groups of 2") != 1 || strings.Count(out, "gathered from 2 ranks") != 1 {
 		t.Fatalf("mpirun -np 4 headroom train --tensor 2: %v\n%s", err, out)
 	}
@@ -136,7 +126,7 @@ func TestMPITrainHybridTensor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s", out)
-	out, err = mpirun(t, 3, nil, args...)
+	out, err = mpitest.Run(t, 3, nil, args...)
 	if err == nil || !strings.Contains(out, "--tensor 2 on 3 ranks: the ranks must be a multiple") {
 		t.Fatalf("mpirun -np 3 headroom train --tensor 2: %v\n%s", err, out)
 	}

@@ -4,13 +4,13 @@ package dist_test
 
 import (
 	"math"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/headroom-ml/headroom/internal/mpitest"
 )
 
 // `mpirun -np 4 headroom train --pipeline 2` (built with -tags mpi): 2
@@ -20,18 +20,7 @@ import (
 // of the 4 ranks' planned peak equals its measured one and the peak
 // `headroom plan --ranks 4 --pipeline 2` printed for it.
 func TestMPITrainReplicas(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := filepath.Join(t.TempDir(), "headroom")
-	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
-	}
+	bin := mpitest.Headroom(t)
 	losses := regexp.MustCompile(`(?m)^step \d+: loss (\S+)$`)
 	peak := regexp.MustCompile(`(?m)^rank (\d+), stage \d+ \(layers [^)]*\): planned peak (\d+), measured (\d+)$`)
 	parse := func(out string) []float64 {
@@ -54,7 +43,7 @@ func TestMPITrainReplicas(t *testing.T) {
 			t.Fatalf("headroom %v: %v\n%s", common, err, one)
 		}
 		args := append(append([]string{bin}, common...), "--zero", tc.zero, "--bucket-size", "256KiB")
-		four, err := mpirun(t, 4, nil, args...)
+		four, err := mpitest.Run(t, 4, nil, args...)
 		if err != nil {
 			t.Fatalf("mpirun -np 4 %v: %v\n%s", args, err, four)
 		}

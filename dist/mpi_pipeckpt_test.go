@@ -3,11 +3,12 @@
 package dist_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/headroom-ml/headroom/internal/mpitest"
 )
 
 // `mpirun -np 4 headroom train --pipeline 2` (2 replicas of 2 stages)
@@ -15,18 +16,7 @@ import (
 // uninterrupted run's, and the checkpoint written over MPI resumes as
 // well in one process (in-process ranks, --replicas 2).
 func TestMPITrainPipelineResume(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := filepath.Join(t.TempDir(), "headroom")
-	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
-	}
+	bin := mpitest.Headroom(t)
 	loss := regexp.MustCompile(`(?m)^step (\d+): loss (\S+)$`)
 	losses := func(out string) map[string]string {
 		m := map[string]string{}
@@ -37,16 +27,16 @@ func TestMPITrainPipelineResume(t *testing.T) {
 	}
 	args := []string{bin, "train", "--pipeline", "2", "--model", "cnn", "--schedule", "1f1b", "--batch-size", "24", "--limit", "96"}
 	with := func(more ...string) []string { return append(append([]string{}, args...), more...) }
-	out, err := mpirun(t, 4, nil, with("--steps", "4")...)
+	out, err := mpitest.Run(t, 4, nil, with("--steps", "4")...)
 	whole := losses(out)
 	if err != nil || len(whole) != 4 {
 		t.Fatalf("uninterrupted: %v, losses %v\n%s", err, whole, out)
 	}
 	dir := t.TempDir()
-	if out, err := mpirun(t, 4, nil, with("--steps", "2", "--checkpoint-dir", dir)...); err != nil {
+	if out, err := mpitest.Run(t, 4, nil, with("--steps", "2", "--checkpoint-dir", dir)...); err != nil {
 		t.Fatalf("first half: %v\n%s", err, out)
 	}
-	out, err = mpirun(t, 4, nil, with("--steps", "4", "--resume", dir)...)
+	out, err = mpitest.Run(t, 4, nil, with("--steps", "4", "--resume", dir)...)
 	got := losses(out)
 	if err != nil || len(got) != 2 || got["3"] != whole["3"] || got["4"] != whole["4"] {
 		t.Fatalf("resumed over MPI: %v, losses %v, uninterrupted %v\n%s", err, got, whole, out)

@@ -4,29 +4,18 @@ package dist_test
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/headroom-ml/headroom/internal/mpitest"
 )
 
 // `mpirun -np P headroom train --pipeline P` (P = 2, 3; built with -tags mpi), one
 // stage per process, prints the losses the same command prints with
 // in-process ranks, and each rank's planned peak equals its measured one.
 func TestMPITrainPipeline(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := filepath.Join(t.TempDir(), "headroom")
-	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
-	}
+	bin := mpitest.Headroom(t)
 	losses := regexp.MustCompile(`(?m)^step \d+: loss \S+$`)
 	peak := regexp.MustCompile(`(?m)^rank (\d+), stage \d+ \(layers [^)]*\): planned peak (\d+), measured (\d+)$`)
 	for _, tc := range []struct {
@@ -39,7 +28,7 @@ func TestMPITrainPipeline(t *testing.T) {
 		if err != nil {
 			t.Fatalf("headroom %v: %v\n%s", args, err, one)
 		}
-		two, err := mpirun(t, tc.np, nil, append([]string{bin}, args...)...)
+		two, err := mpitest.Run(t, tc.np, nil, append([]string{bin}, args...)...)
 		if err != nil {
 			t.Fatalf("mpirun -np %d headroom %v: %v\n%s", tc.np, args, err, two)
 		}

@@ -5,7 +5,6 @@ package dist_test
 import (
 	"context"
 	"math/rand"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/safetensors"
@@ -26,18 +26,15 @@ import (
 // ZeRO-3 (the mlp and a small GPT, uneven shares of the batch) and tensor
 // parallelism (the small GPT over all the ranks).
 func TestMPIPlanRanksZero3Tensor(t *testing.T) {
-	if os.Getenv(workerEnv) == "" {
-		if out, err := mpirun(t, 2, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIPlanRanksZero3Tensor$", "-test.v"); err != nil {
+	if mpitest.Mode() == "" {
+		if out, err := mpitest.Test(t, 2, "TestMPIPlanRanksZero3Tensor", "1", "-test.v"); err != nil {
 			t.Fatalf("mpirun -np 2: %v\n%s", err, out)
 		} else {
 			t.Logf("%s", out)
 		}
 		return
 	}
-	c, err := comm.Open()
-	if err != nil || c == nil {
-		t.Fatalf("Open under mpirun: %v, %v", c, err)
-	}
+	c := mpitest.Join(t)
 	defer comm.Close(c)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -107,13 +104,7 @@ func TestMPIPlanRanksZero3Tensor(t *testing.T) {
 // one process saves (within 1e-5); `--tensor 2` trains the GPT split
 // across the ranks and saves its gathered weights.
 func TestMPITrainZero3Tensor(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := buildMPI(t)
+	bin := mpitest.Headroom(t)
 	dir := t.TempDir()
 	args := []string{"train", "--model", "mlp", "--limit", "256", "--batch-size", "64", "--steps", "4", "--threads", "1"}
 	one := filepath.Join(dir, "one.safetensors")
@@ -121,7 +112,7 @@ func TestMPITrainZero3Tensor(t *testing.T) {
 		t.Fatalf("headroom train: %v\n%s", err, out)
 	}
 	two := filepath.Join(dir, "two.safetensors")
-	out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", "3", "--save", two)...)...)
+	out, err := mpitest.Run(t, 2, nil, append([]string{bin}, append(args, "--zero", "3", "--save", two)...)...)
 	if err != nil || strings.Count(out, "ZeRO stage 3") != 1 || strings.Count(out, "gathered from 2 ranks") != 1 {
 		t.Fatalf("mpirun -np 2 headroom train --zero 3: %v\n%s", err, out)
 	}
@@ -144,7 +135,7 @@ func TestMPITrainZero3Tensor(t *testing.T) {
 		t.Logf("--zero 3: weights within %.3g of one process's", d)
 	}
 	gpt := filepath.Join(dir, "gpt.safetensors")
-	out, err = mpirun(t, 2, nil, bin, "train", "--model", "gpt-shakespeare-char", "--limit", "4", "--batch-size", "2", "--steps", "1", "--threads", "1", "--tensor", "2", "--save", gpt)
+	out, err = mpitest.Run(t, 2, nil, bin, "train", "--model", "gpt-shakespeare-char", "--limit", "4", "--batch-size", "2", "--steps", "1", "--threads", "1", "--tensor", "2", "--save", gpt)
 	if err != nil || strings.Count(out, "tensor parallel: 2 ranks") != 1 || strings.Count(out, "gathered from 2 ranks") != 1 {
 		t.Fatalf("mpirun -np 2 headroom train --tensor 2: %v\n%s", err, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/safetensors"
 )
 
@@ -33,13 +34,7 @@ func loadWeights(t *testing.T, file string) map[string][]float32 {
 // same ranks the run ends with the uninterrupted run's weights bit for
 // bit; the ZeRO-3 checkpoint resumed in one process, within 1e-6.
 func TestMPIShardCheckpoint(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := buildMPI(t)
+	bin := mpitest.Headroom(t)
 	for _, c := range []struct {
 		n     int
 		args  []string
@@ -55,7 +50,7 @@ func TestMPIShardCheckpoint(t *testing.T) {
 			args := append([]string{bin, "train", "--threads", "1"}, c.args...)
 			run := func(more ...string) string {
 				t.Helper()
-				out, err := mpirun(t, c.n, nil, append(append([]string(nil), args...), more...)...)
+				out, err := mpitest.Run(t, c.n, nil, append(append([]string(nil), args...), more...)...)
 				if err != nil {
 					t.Fatalf("mpirun -np %d %v: %v\n%s", c.n, more, err, out)
 				}
@@ -96,19 +91,13 @@ func TestMPIShardCheckpoint(t *testing.T) {
 // passes (24 MiB); at 1 MiB every rank stops, naming the ranks and the
 // smallest budget.
 func TestMPITrainBudgetZero3(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := buildMPI(t)
+	bin := mpitest.Headroom(t)
 	args := []string{bin, "train", "--model", "cnn", "--limit", "256", "--batch-size", "256", "--steps", "1", "--threads", "1", "--zero", "3"}
-	out, err := mpirun(t, 2, nil, append(args, "--budget", "46137343")...)
+	out, err := mpitest.Run(t, 2, nil, append(args, "--budget", "46137343")...)
 	if err != nil || !strings.Contains(out, "every rank runs its share in 2 pass(es) per step") {
 		t.Fatalf("--budget 44MiB-1: %v\n%s", err, out)
 	}
-	out, err = mpirun(t, 2, nil, append(args, "--budget", "1MiB")...)
+	out, err = mpitest.Run(t, 2, nil, append(args, "--budget", "1MiB")...)
 	if err == nil || !strings.Contains(out, "rank 0 needs") || !strings.Contains(out, "the smallest budget every rank meets is") {
 		t.Fatalf("--budget 1MiB: %v\n%s", err, out)
 	}

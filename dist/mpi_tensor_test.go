@@ -5,12 +5,12 @@ package dist_test
 import (
 	"context"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
@@ -22,11 +22,8 @@ import (
 // gradients' pieces (within float32 rounding), and its planned peak equals
 // its measured one and the meta device's plan.
 func TestMPITensorParallel(t *testing.T) {
-	if os.Getenv(workerEnv) != "" {
-		c, err := comm.Open()
-		if err != nil || c == nil {
-			t.Fatalf("Open under mpirun: %v, %v", c, err)
-		}
+	if mpitest.Mode() != "" {
+		c := mpitest.Join(t)
 		defer comm.Close(c)
 		x, y := tpTokens(2, 8, tpConfig.VocabSize, 1), tpTokens(2, 8, tpConfig.VocabSize, 2)
 		sd, losses, grads, _ := tpFull(t, tpConfig, nil, [][2]*tensor.Tensor{{x, y}})
@@ -80,7 +77,7 @@ func TestMPITensorParallel(t *testing.T) {
 		return
 	}
 	for _, n := range []int{2, 3} {
-		if out, err := mpirun(t, n, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPITensorParallel$"); err != nil {
+		if out, err := mpitest.Test(t, n, "TestMPITensorParallel", "1"); err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
 		}
 	}

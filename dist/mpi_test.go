@@ -6,16 +6,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/safetensors"
@@ -23,39 +22,12 @@ import (
 	"github.com/headroom-ml/headroom/zoo"
 )
 
-const workerEnv = "HEADROOM_MPI_WORKER"
-
-// rootEnv lets mpirun start ranks as root (CI containers).
-var rootEnv = []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}
-
-// mpirun runs args under mpirun --oversubscribe -np n with env added,
-// within two minutes; it skips the test when mpirun is absent.
-func mpirun(t *testing.T, n int, env []string, args ...string) (string, error) {
-	t.Helper()
-	path, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found, data parallelism over MPI is not tested: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append([]string{"--oversubscribe", "-np", fmt.Sprint(n)}, args...)...)
-	cmd.Env = append(append(os.Environ(), rootEnv...), env...)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("mpirun -np %d did not end within 2 minutes:\n%s", n, out)
-	}
-	return string(out), err
-}
-
 // Over MPI, each rank trains its half and ends with the weights of one
 // process on the whole batch (within 1e-5), and its planned peak equals
 // its measured one, for ZeRO stages 0, 1 and 2.
 func TestMPIDataParallel(t *testing.T) {
-	if os.Getenv(workerEnv) != "" {
-		c, err := comm.Open()
-		if err != nil || c == nil {
-			t.Fatalf("Open under mpirun: %v, %v", c, err)
-		}
+	if mpitest.Mode() != "" {
+		c := mpitest.Join(t)
 		defer comm.Close(c)
 		batches := data(3)
 		want, _ := single(t, "adam", batches)
@@ -102,7 +74,7 @@ func TestMPIDataParallel(t *testing.T) {
 		return
 	}
 	for _, n := range []int{2, 3} {
-		if out, err := mpirun(t, n, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIDataParallel$"); err != nil {
+		if out, err := mpitest.Test(t, n, "TestMPIDataParallel", "1"); err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
 		}
 	}
@@ -111,19 +83,8 @@ func TestMPIDataParallel(t *testing.T) {
 // `mpirun -np 2 headroom train` (built with -tags mpi) saves, from rank 0,
 // the weights that one process training on the same batches saves.
 func TestMPITrainCommand(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
+	bin := mpitest.Headroom(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "headroom")
-	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
-	}
 	args := []string{"train", "--model", "mlp", "--limit", "256", "--batch-size", "64", "--steps", "4", "--threads", "1"}
 	one := filepath.Join(dir, "one.safetensors")
 	if out, err := exec.Command(bin, append(args, "--save", one)...).CombinedOutput(); err != nil {
@@ -135,7 +96,7 @@ func TestMPITrainCommand(t *testing.T) {
 	}
 	for _, zero := range []string{"0", "2"} {
 		two := filepath.Join(dir, "two"+zero+".safetensors")
-		out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", zero, "--save", two)...)...)
+		out, err := mpitest.Run(t, 2, nil, append([]string{bin}, append(args, "--zero", zero, "--save", two)...)...)
 		if err != nil {
 			t.Fatalf("mpirun -np 2 headroom train --zero %s: %v\n%s", zero, err, out)
 		}
@@ -158,7 +119,7 @@ func TestMPITrainCommand(t *testing.T) {
 		}
 	}
 	// A mismatched configuration stops every rank, naming the rank.
-	out, err := mpirun(t, 2, nil, "sh", "-c", fmt.Sprintf(`if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec %s %s --optimizer sgd; else exec %s %s; fi`, bin, strings.Join(args, " "), bin, strings.Join(args, " ")))
+	out, err := mpitest.Run(t, 2, nil, "sh", "-c", fmt.Sprintf(`if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec %s %s --optimizer sgd; else exec %s %s; fi`, bin, strings.Join(args, " "), bin, strings.Join(args, " ")))
 	if err == nil || !strings.Contains(out, "rank(s) 1 differ from rank 0 in the model") {
 		t.Errorf("ranks with different optimizers: %v\n%s", err, out)
 	}
@@ -168,18 +129,15 @@ func TestMPITrainCommand(t *testing.T) {
 // for it on the meta device (what `headroom plan --ranks` prints), for
 // ZeRO 0–2, the mlp and a small GPT, with uneven shares of the batch.
 func TestMPIPlanRanks(t *testing.T) {
-	if os.Getenv(workerEnv) == "" {
-		if out, err := mpirun(t, 2, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIPlanRanks$", "-test.v"); err != nil {
+	if mpitest.Mode() == "" {
+		if out, err := mpitest.Test(t, 2, "TestMPIPlanRanks", "1", "-test.v"); err != nil {
 			t.Fatalf("mpirun -np 2: %v\n%s", err, out)
 		} else {
 			t.Logf("%s", out)
 		}
 		return
 	}
-	c, err := comm.Open()
-	if err != nil || c == nil {
-		t.Fatalf("Open under mpirun: %v, %v", c, err)
-	}
+	c := mpitest.Join(t)
 	defer comm.Close(c)
 	ctx := context.Background()
 	for _, name := range []string{"mlp", "gpt"} {
@@ -229,55 +187,31 @@ func TestMPIPlanRanks(t *testing.T) {
 // under B and train within it; a budget the ranks cannot meet stops the
 // job with a message naming the rank and the smallest budget.
 func TestMPITrainBudget(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := buildMPI(t)
+	bin := mpitest.Headroom(t)
 	args := []string{bin, "train", "--model", "mlp", "--limit", "1024", "--batch-size", "1024", "--steps", "1", "--threads", "1"}
-	out, err := mpirun(t, 2, nil, append(args, "--budget", "27262975")...) // just under one pass's 26 MiB
+	out, err := mpitest.Run(t, 2, nil, append(args, "--budget", "27262975")...) // just under one pass's 26 MiB
 	if err != nil || !strings.Contains(out, "every rank runs its share in 16 pass(es) per step") {
 		t.Fatalf("--budget 26MiB-1: %v\n%s", err, out)
 	}
-	out, err = mpirun(t, 2, nil, append(args, "--budget", "1MiB")...)
+	out, err = mpitest.Run(t, 2, nil, append(args, "--budget", "1MiB")...)
 	if err == nil || !strings.Contains(out, "rank 0 needs") || !strings.Contains(out, "the smallest budget every rank meets is") {
 		t.Fatalf("--budget 1MiB: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 }
 
-// buildMPI builds headroom with -tags mpi into a temporary directory.
-func buildMPI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "headroom")
-	build := exec.Command("go", "build", "-tags", "mpi", "-o", bin, "github.com/headroom-ml/headroom/cmd/headroom")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // `mpirun -np 2 headroom train --zero 2 --checkpoint-dir`: the checkpoint
 // (the optimizer's shards gathered to rank 0) resumes in one process with
 // the weights of the uninterrupted ZeRO-2 run within 1e-6.
 func TestMPIZeroCheckpoint(t *testing.T) {
-	if _, err := exec.LookPath("mpirun"); err != nil {
-		t.Skip("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	if testing.Short() {
-		t.Skip("builds headroom with -tags mpi")
-	}
-	bin := buildMPI(t)
+	bin := mpitest.Headroom(t)
 	dir := t.TempDir()
 	args := []string{"train", "--model", "mlp", "--limit", "256", "--batch-size", "64", "--threads", "1"}
 	straight, resumed, ckpt := filepath.Join(dir, "straight.safetensors"), filepath.Join(dir, "resumed.safetensors"), filepath.Join(dir, "ckpt")
-	if out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", "2", "--steps", "4", "--save", straight)...)...); err != nil {
+	if out, err := mpitest.Run(t, 2, nil, append([]string{bin}, append(args, "--zero", "2", "--steps", "4", "--save", straight)...)...); err != nil {
 		t.Fatalf("uninterrupted: %v\n%s", err, out)
 	}
-	if out, err := mpirun(t, 2, nil, append([]string{bin}, append(args, "--zero", "2", "--steps", "2", "--checkpoint-dir", ckpt)...)...); err != nil || strings.Count(out, "saved checkpoint") != 1 {
+	if out, err := mpitest.Run(t, 2, nil, append([]string{bin}, append(args, "--zero", "2", "--steps", "2", "--checkpoint-dir", ckpt)...)...); err != nil || strings.Count(out, "saved checkpoint") != 1 {
 		t.Fatalf("checkpointed: %v\n%s", err, out)
 	}
 	if out, err := exec.Command(bin, append(args, "--steps", "4", "--resume", ckpt, "--save", resumed)...).CombinedOutput(); err != nil {
@@ -307,16 +241,13 @@ func TestMPIZeroCheckpoint(t *testing.T) {
 // goroutine: MPI_THREAD_SERIALIZED, the step makes no other call until it
 // ends) gives one process's weights within 1e-5 and the planned peak.
 func TestMPIOverlap(t *testing.T) {
-	if os.Getenv(workerEnv) == "" {
-		if out, err := mpirun(t, 2, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIOverlap$"); err != nil {
+	if mpitest.Mode() == "" {
+		if out, err := mpitest.Test(t, 2, "TestMPIOverlap", "1"); err != nil {
 			t.Fatalf("mpirun -np 2: %v\n%s", err, out)
 		}
 		return
 	}
-	c, err := comm.Open()
-	if err != nil || c == nil {
-		t.Fatalf("Open under mpirun: %v, %v", c, err)
-	}
+	c := mpitest.Join(t)
 	defer comm.Close(c)
 	batches := data(3)
 	want, _ := single(t, "adam", batches)

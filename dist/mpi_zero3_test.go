@@ -4,12 +4,12 @@ package dist_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/train"
@@ -20,11 +20,8 @@ import (
 // (within 1e-5), each rank's parameters are its shards as its allocator
 // counts them, and its planned peak equals its measured one.
 func TestMPIZero3(t *testing.T) {
-	if os.Getenv(workerEnv) != "" {
-		c, err := comm.Open()
-		if err != nil || c == nil {
-			t.Fatalf("Open under mpirun: %v, %v", c, err)
-		}
+	if mpitest.Mode() != "" {
+		c := mpitest.Join(t)
 		defer comm.Close(c)
 		batches := data(3)
 		want, _ := single(t, "adam", batches)
@@ -78,7 +75,7 @@ func TestMPIZero3(t *testing.T) {
 		return
 	}
 	for _, n := range []int{2, 3} {
-		if out, err := mpirun(t, n, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIZero3$"); err != nil {
+		if out, err := mpitest.Test(t, n, "TestMPIZero3", "1"); err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
 		}
 	}

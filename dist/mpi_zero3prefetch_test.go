@@ -5,12 +5,12 @@ package dist_test
 import (
 	"context"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/dist"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
@@ -20,11 +20,8 @@ import (
 // ahead ends with the weights of no prefetch bit for bit, and each rank's
 // planned peak equals its measured one, with and without prefetch.
 func TestMPIZero3Prefetch(t *testing.T) {
-	if os.Getenv(workerEnv) != "" {
-		c, err := comm.Open()
-		if err != nil || c == nil {
-			t.Fatalf("Open under mpirun: %v, %v", c, err)
-		}
+	if mpitest.Mode() != "" {
+		c := mpitest.Join(t)
 		defer comm.Close(c)
 		ctx := context.Background()
 		batches := data(3)
@@ -80,7 +77,7 @@ func TestMPIZero3Prefetch(t *testing.T) {
 		return
 	}
 	for _, n := range []int{2, 3} {
-		if out, err := mpirun(t, n, []string{workerEnv + "=1"}, os.Args[0], "-test.run=^TestMPIZero3Prefetch$"); err != nil {
+		if out, err := mpitest.Test(t, n, "TestMPIZero3Prefetch", "1"); err != nil {
 			t.Fatalf("mpirun -np %d: %v\n%s", n, err, out)
 		}
 	}

@@ -5,30 +5,23 @@ package pipeline_test
 import (
 	"context"
 	"math"
-	"os"
-	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/pipeline"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
-
-const workerEnv = "HEADROOM_PIPELINE_MPI_WORKER"
 
 // Over `mpirun -np 2`, each process runs one stage (GPipe, then 1F1B):
 // the losses and each stage's weights are one device's within float
 // tolerance, and each rank's measured peak equals its plan at every
 // step.
 func TestMPIPipeline(t *testing.T) {
-	if os.Getenv(workerEnv) != "" {
-		c, err := comm.Open()
-		if err != nil || c == nil {
-			t.Fatalf("Open under mpirun: %v, %v", c, err)
-		}
+	if mpitest.Mode() != "" {
+		c := mpitest.Join(t)
 		defer comm.Close(c)
 		data := batches(3, 12)
 		init, want, wantLoss := oneDevice(t, data)
@@ -69,15 +62,7 @@ func TestMPIPipeline(t *testing.T) {
 		}
 		return
 	}
-	path, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found, pipeline stages over MPI are not tested: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "--oversubscribe", "-np", "2", os.Args[0], "-test.run=^TestMPIPipeline$")
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", workerEnv+"=1")
-	out, err := cmd.CombinedOutput()
+	out, err := mpitest.Test(t, 2, "TestMPIPipeline", "1")
 	if err != nil {
 		t.Fatalf("mpirun -np 2: %v\n%s", err, out)
 	}

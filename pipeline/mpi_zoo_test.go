@@ -5,18 +5,15 @@ package pipeline_test
 import (
 	"context"
 	"math"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/mpitest"
 	"github.com/headroom-ml/headroom/pipeline"
 	"github.com/headroom-ml/headroom/train"
 )
-
-const zooWorkerEnv = "HEADROOM_PIPELINE_MPI_ZOO_WORKER"
 
 // Over `mpirun -np 2`, the GPT (its tied token embedding summed between
 // the two processes), a ResNet and RRDBNet (its skip sent with the
@@ -25,11 +22,8 @@ const zooWorkerEnv = "HEADROOM_PIPELINE_MPI_ZOO_WORKER"
 // tied copies are equal bit for bit, and each rank's measured peak
 // equals its plan.
 func TestMPIZooPipeline(t *testing.T) {
-	if os.Getenv(zooWorkerEnv) != "" {
-		c, err := comm.Open()
-		if err != nil || c == nil {
-			t.Fatalf("Open under mpirun: %v, %v", c, err)
-		}
+	if mpitest.Mode() != "" {
+		c := mpitest.Join(t)
 		defer comm.Close(c)
 		for _, zc := range zooCases() {
 			if zc.name == "bottleneck" {
@@ -81,15 +75,7 @@ func TestMPIZooPipeline(t *testing.T) {
 		}
 		return
 	}
-	path, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found, pipeline stages over MPI are not tested: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "--oversubscribe", "-np", "2", os.Args[0], "-test.run=^TestMPIZooPipeline$", "-test.v")
-	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", zooWorkerEnv+"=1")
-	out, err := cmd.CombinedOutput()
+	out, err := mpitest.TestWithin(t, 4*time.Minute, 2, "TestMPIZooPipeline", "1", "-test.v")
 	if err != nil {
 		t.Fatalf("mpirun -np 2: %v\n%s", err, out)
 	}
