@@ -22,6 +22,34 @@ import (
 	"github.com/headroom-ml/headroom/zoo"
 )
 
+// stepShares steps tr on this rank's share of each of batches and checks
+// that the last step's measured peak equals tr's plan for it; what names
+// the run in the message ("rank 1, ZeRO-2"). An error aborts the job.
+func stepShares(t *testing.T, ctx context.Context, c comm.Comm, tr *train.Trainer, dev *device.Device, batches []train.Batch, what string) {
+	t.Helper()
+	for i, b := range batches {
+		part, err := dist.ShardBatch(b, c.Rank(), c.Size())
+		if err != nil {
+			comm.Abort(c, err)
+		}
+		var planned int64
+		if i == len(batches)-1 {
+			mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
+			if err != nil {
+				comm.Abort(c, err)
+			}
+			planned = mp.Total()
+			dev.Alloc.ResetPeak()
+		}
+		if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
+			comm.Abort(c, err)
+		}
+		if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
+			t.Errorf("%s: planned peak %d, measured %d", what, planned, peak)
+		}
+	}
+}
+
 // Over MPI, each rank trains its half and ends with the weights of one
 // process on the whole batch (within 1e-5), and its planned peak equals
 // its measured one, for ZeRO stages 0, 1 and 2.
@@ -43,27 +71,7 @@ func TestMPIDataParallel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, b := range batches {
-				part, err := dist.ShardBatch(b, c.Rank(), c.Size())
-				if err != nil {
-					t.Fatal(err)
-				}
-				var planned int64
-				if i == len(batches)-1 {
-					mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
-					if err != nil {
-						t.Fatal(err)
-					}
-					planned = mp.Total()
-					dev.Alloc.ResetPeak()
-				}
-				if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-					comm.Abort(c, err)
-				}
-				if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
-					t.Errorf("rank %d, ZeRO-%d: planned peak %d, measured %d", c.Rank(), stage, planned, peak)
-				}
-			}
+			stepShares(t, ctx, c, tr, dev, batches, fmt.Sprintf("rank %d, ZeRO-%d", c.Rank(), stage))
 			if d := relDiff(params(s), want); d > 1e-5 {
 				t.Errorf("rank %d, ZeRO-%d: weights differ from one process's by %.3g relative", c.Rank(), stage, d)
 			}
@@ -262,27 +270,7 @@ func TestMPIOverlap(t *testing.T) {
 	if err != nil {
 		comm.Abort(c, err)
 	}
-	for i, b := range batches {
-		part, err := dist.ShardBatch(b, c.Rank(), c.Size())
-		if err != nil {
-			comm.Abort(c, err)
-		}
-		var planned int64
-		if i == len(batches)-1 {
-			mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
-			if err != nil {
-				comm.Abort(c, err)
-			}
-			planned = mp.Total()
-			dev.Alloc.ResetPeak()
-		}
-		if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-			comm.Abort(c, err)
-		}
-		if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
-			t.Errorf("rank %d: planned peak %d, measured %d", c.Rank(), planned, peak)
-		}
-	}
+	stepShares(t, ctx, c, tr, dev, batches, fmt.Sprintf("rank %d", c.Rank()))
 	if d := relDiff(params(s), want); d > 1e-5 {
 		t.Errorf("rank %d: weights differ from one process's by %.3g relative", c.Rank(), d)
 	}

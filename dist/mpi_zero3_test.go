@@ -4,6 +4,7 @@ package dist_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -35,27 +36,7 @@ func TestMPIZero3(t *testing.T) {
 		}
 		defer z.Close()
 		defer tr.Close()
-		for i, b := range batches {
-			part, err := dist.ShardBatch(b, c.Rank(), c.Size())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var planned int64
-			if i == len(batches)-1 {
-				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
-				if err != nil {
-					t.Fatal(err)
-				}
-				planned = mp.Total()
-				dev.Alloc.ResetPeak()
-			}
-			if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
-				comm.Abort(c, err)
-			}
-			if peak := dev.Alloc.MaxMemoryAllocated(); planned != 0 && peak != planned {
-				t.Errorf("rank %d: planned peak %d, measured %d", c.Rank(), planned, peak)
-			}
-		}
+		stepShares(t, ctx, c, tr, dev, batches, fmt.Sprintf("rank %d", c.Rank()))
 		got := map[string][]float32{}
 		var shards int64
 		for _, p := range full.Trainable() {
