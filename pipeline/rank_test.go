@@ -3,12 +3,14 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/pipeline"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/train"
@@ -21,14 +23,28 @@ import (
 // with its measured peak.
 func rankRun(t *testing.T, ls []pipeline.Layer, cuts []int, sched pipeline.Schedule, micro int, init map[string]*tensor.Tensor, data [][2]*tensor.Tensor) (losses []float64, final map[string][]float32, plans [][]pipeline.StagePlan, peaks [][]int64) {
 	t.Helper()
-	R := len(cuts) - 1
+	losses, stages, plans, peaks := pipelineRanks(t, ls, zoo.CrossEntropyLoss, adam, cuts, sched, micro, init, data)
 	final = map[string][]float32{}
+	for _, w := range stages {
+		maps.Copy(final, w)
+	}
+	return losses, final, plans, peaks
+}
+
+// pipelineRanks trains data on a pipeline of ls on len(cuts)-1 ranks
+// (comm.Run, one goroutine and one device each; optimizers from newOpt)
+// from init, and returns the losses rank 0 saw, each rank's stage's final
+// weights, and each rank's plan of every step with its measured peak.
+func pipelineRanks(t *testing.T, ls []pipeline.Layer, loss train.LossFunc, newOpt func() (optim.Optimizer, error), cuts []int, sched pipeline.Schedule, micro int, init map[string]*tensor.Tensor, data [][2]*tensor.Tensor) (losses []float64, final []map[string][]float32, plans [][]pipeline.StagePlan, peaks [][]int64) {
+	t.Helper()
+	R := len(cuts) - 1
+	final = make([]map[string][]float32, R)
 	plans, peaks = make([][]pipeline.StagePlan, R), make([][]int64, R)
 	var mu sync.Mutex
 	err := comm.Run(context.Background(), R, func(ctx context.Context, c comm.Comm) error {
 		r := c.Rank()
 		dev := device.CPU()
-		p, err := pipeline.NewRank(c, ls, zoo.CrossEntropyLoss, cuts, dev, adam, micro, 9)
+		p, err := pipeline.NewRank(c, ls, loss, cuts, dev, newOpt, micro, 9)
 		if err != nil {
 			return err
 		}
@@ -57,11 +73,13 @@ func rankRun(t *testing.T, ls []pipeline.Layer, cuts []int, sched pipeline.Sched
 			peaks[r] = append(peaks[r], dev.Alloc.MaxMemoryAllocated())
 			mu.Unlock()
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		w := map[string][]float32{}
 		for _, q := range p.Stages[0].Store.Trainable() {
-			final[q.Name] = append([]float32(nil), q.Value.F32()...)
+			w[q.Name] = append([]float32(nil), q.Value.F32()...)
 		}
+		mu.Lock()
+		final[r] = w
+		mu.Unlock()
 		return nil
 	})
 	if err != nil {

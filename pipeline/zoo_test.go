@@ -128,55 +128,7 @@ func zooRanks(t *testing.T, c zooCase, cuts []int, sched pipeline.Schedule, micr
 	if err != nil {
 		t.Fatal(err)
 	}
-	R := len(cuts) - 1
-	final = make([]map[string][]float32, R)
-	plans, peaks = make([][]pipeline.StagePlan, R), make([][]int64, R)
-	var mu sync.Mutex
-	err = comm.Run(context.Background(), R, func(ctx context.Context, cm comm.Comm) error {
-		r := cm.Rank()
-		dev := device.CPU()
-		p, err := pipeline.NewRank(cm, ls, c.spec.Loss, cuts, dev, sgd, micro, 9)
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		p.Schedule = sched
-		if init != nil {
-			if err := p.Load(init); err != nil {
-				return err
-			}
-		}
-		for _, b := range data {
-			sp, err := p.Plan(train.MetaOf(b[0]), train.MetaOf(b[1]))
-			if err != nil {
-				return err
-			}
-			dev.Alloc.ResetPeak()
-			l, err := p.Step(ctx, b[0], b[1])
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			if r == 0 {
-				losses = append(losses, l)
-			}
-			plans[r] = append(plans[r], sp[0])
-			peaks[r] = append(peaks[r], dev.Alloc.MaxMemoryAllocated())
-			mu.Unlock()
-		}
-		w := map[string][]float32{}
-		for _, q := range p.Stages[0].Store.Trainable() {
-			w[q.Name] = append([]float32(nil), q.Value.F32()...)
-		}
-		mu.Lock()
-		final[r] = w
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return losses, final, plans, peaks
+	return pipelineRanks(t, ls, c.spec.Loss, sgd, cuts, sched, micro, init, data)
 }
 
 // sgd is plain SGD: a weight's change over the steps is the learning
