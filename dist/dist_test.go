@@ -8,7 +8,6 @@ import (
 	"math/rand"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -107,24 +106,38 @@ type rankResult struct {
 	optStateExpect   int64
 }
 
+// onRanks runs fn on n Local ranks (comm.Run) and returns what each
+// returned, in rank order; a rank's error fails t.
+func onRanks[T any](t *testing.T, n int, fn func(ctx context.Context, c comm.Comm) (T, error)) []T {
+	t.Helper()
+	res := make([]T, n)
+	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+		r, err := fn(ctx, c)
+		res[c.Rank()] = r // each rank its own element; read after Run returns
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // ranks trains on the global batches with n Local ranks, each on its
 // share, and checks each rank's planned peak against its measured one on
 // the last step.
 func ranks(t *testing.T, n, stage int, opt string, batches []train.Batch) []rankResult {
-	res := make([]rankResult, n)
-	var mu sync.Mutex
-	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+	return onRanks(t, n, func(ctx context.Context, c comm.Comm) (rankResult, error) {
 		dev := device.CPU()
 		s := nn.NewStore()
 		m := zoo.NewMLP(s.Root(), widths...)
 		// Another seed on every rank: rank 0's weights are broadcast.
 		if err := s.Materialize(dev, int64(1+c.Rank())); err != nil {
-			return err
+			return rankResult{}, err
 		}
 		defer s.Release()
 		tr, dp, err := dist.NewTrainer(ctx, c, dev, s, m, zoo.CrossEntropyLoss, newOpt(t, opt), train.Config{}, dist.Options{Stage: stage, BucketBytes: 1000})
 		if err != nil {
-			return err
+			return rankResult{}, err
 		}
 		defer dp.Close()
 		defer tr.Close()
@@ -132,19 +145,19 @@ func ranks(t *testing.T, n, stage int, opt string, batches []train.Batch) []rank
 		for i, b := range batches {
 			part, err := dist.ShardBatch(b, c.Rank(), n)
 			if err != nil {
-				return err
+				return rankResult{}, err
 			}
 			if i == len(batches)-1 {
 				mp, err := tr.Plan(train.MetaOf(part.X), train.MetaOf(part.Y))
 				if err != nil {
-					return err
+					return rankResult{}, err
 				}
 				r.plan, r.planned = mp, mp.Total()
 				dev.Alloc.ResetPeak()
 			}
 			l, err := tr.Step(ctx, part.X, part.Y)
 			if err != nil {
-				return err
+				return rankResult{}, err
 			}
 			r.losses = append(r.losses, l)
 		}
@@ -164,15 +177,8 @@ func ranks(t *testing.T, n, stage int, opt string, batches []train.Batch) []rank
 				r.optStateExpect += per / int64(4*(hi-lo)) * device.RoundSize(int64(4*(hi-lo)))
 			}
 		}
-		mu.Lock()
-		res[c.Rank()] = r
-		mu.Unlock()
-		return nil
+		return r, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }
 
 // relDiff is max over parameters of |a-b|/|b| in the L2 norm.

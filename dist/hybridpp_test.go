@@ -8,7 +8,6 @@ import (
 	"math/rand"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -88,27 +87,25 @@ type replicaResult struct {
 // split by dist.SplitPipelines) and returns what each rank saw.
 func replicaRun(t *testing.T, D, P int, cuts []int, newOpt func() (optim.Optimizer, error), o dist.ReplicaOptions, micro int, init map[string]*tensor.Tensor, batches []train.Batch) []replicaResult {
 	t.Helper()
-	res := make([]replicaResult, D*P)
-	var mu sync.Mutex
-	err := comm.Run(context.Background(), D*P, func(ctx context.Context, world comm.Comm) error {
+	return onRanks(t, D*P, func(ctx context.Context, world comm.Comm) (replicaResult, error) {
 		stages, data, err := dist.SplitPipelines(ctx, world, P)
 		if err != nil {
-			return err
+			return replicaResult{}, err
 		}
 		dev := device.CPU()
 		r, err := dist.NewReplica(ctx, stages, data, pipeLayers(), zoo.CrossEntropyLoss, cuts, dev, newOpt, micro, int64(7+world.Rank()), o)
 		if err != nil {
-			return err
+			return replicaResult{}, err
 		}
 		defer r.Close()
 		if err := r.Load(init); err != nil {
-			return err
+			return replicaResult{}, err
 		}
 		var out replicaResult
 		for i, b := range batches {
 			sp, err := r.Plan(train.MetaOf(b.X), train.MetaOf(b.Y))
 			if err != nil {
-				return err
+				return replicaResult{}, err
 			}
 			if i == 0 {
 				out.first = sp[0]
@@ -116,22 +113,15 @@ func replicaRun(t *testing.T, D, P int, cuts []int, newOpt func() (optim.Optimiz
 			dev.Alloc.ResetPeak()
 			l, err := r.Step(ctx, b.X, b.Y)
 			if err != nil {
-				return err
+				return replicaResult{}, err
 			}
 			out.losses = append(out.losses, l)
 			out.planned = append(out.planned, sp[0].Peak)
 			out.peak = append(out.peak, dev.Alloc.MaxMemoryAllocated())
 		}
 		out.params = params(r.Stages[0].Store)
-		mu.Lock()
-		res[world.Rank()] = out
-		mu.Unlock()
-		return nil
+		return out, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }
 
 // D replicas of a P-stage pipeline (D×P in-process ranks), GPipe and

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -62,30 +61,28 @@ type hybridRank struct {
 // of the last step.
 func hybridRanks(t *testing.T, j dist.Job, l dist.Layout, sd map[string]*tensor.Tensor, batches [][2]*tensor.Tensor) []hybridRank {
 	t.Helper()
-	res := make([]hybridRank, l.Ranks)
-	var mu sync.Mutex
-	err := comm.Run(context.Background(), l.Ranks, func(ctx context.Context, c comm.Comm) error {
+	return onRanks(t, l.Ranks, func(ctx context.Context, c comm.Comm) (hybridRank, error) {
 		tp, dp, err := dist.HybridGroups(ctx, c, l.Tensor)
 		if err != nil {
-			return err
+			return hybridRank{}, err
 		}
 		dev := device.CPU()
 		s := nn.NewStore()
 		m, err := zoo.NewTPGPT(s.Root(), tpConfig, tp.Rank(), tp.Size())
 		if err != nil {
-			return err
+			return hybridRank{}, err
 		}
 		if err := s.Materialize(dev, 0); err != nil {
-			return err
+			return hybridRank{}, err
 		}
 		defer s.Release()
 		if err := m.LoadFull(sd, true); err != nil {
-			return err
+			return hybridRank{}, err
 		}
 		opt, _ := j.NewOptimizer()
 		tr, d, err := dist.NewHybridTrainer(ctx, tp, dp, dev, s, m, zoo.GPTLoss, opt, j.Config, dist.Options{Stage: l.Zero})
 		if err != nil {
-			return err
+			return hybridRank{}, err
 		}
 		defer d.Close()
 		defer tr.Close()
@@ -93,14 +90,14 @@ func hybridRanks(t *testing.T, j dist.Job, l dist.Layout, sd map[string]*tensor.
 		for i, b := range batches {
 			part, err := dist.ShardBatch(train.Batch{X: b[0], Y: b[1]}, dp.Rank(), dp.Size())
 			if err != nil {
-				return err
+				return hybridRank{}, err
 			}
 			if i == len(batches)-1 {
 				dev.Alloc.ResetPeak()
 			}
 			loss, err := tr.Step(ctx, part.X, part.Y)
 			if err != nil {
-				return err
+				return hybridRank{}, err
 			}
 			r.losses = append(r.losses, loss)
 		}
@@ -109,15 +106,8 @@ func hybridRanks(t *testing.T, j dist.Job, l dist.Layout, sd map[string]*tensor.
 		for _, p := range s.Trainable() {
 			r.params[p.Name] = p.Value.Clone()
 		}
-		mu.Lock()
-		res[c.Rank()] = r
-		mu.Unlock()
-		return nil
+		return r, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }
 
 // TestHybridTensorMatchesOneProcess: 4 ranks as 2 data-parallel groups of

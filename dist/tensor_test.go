@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -81,21 +80,19 @@ type tpRank struct {
 func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tensor, newOpt func() optim.Optimizer, batches [][2]*tensor.Tensor, tc ...train.Config) []tpRank {
 	tcfg := append(tc, train.Config{})[0]
 	t.Helper()
-	res := make([]tpRank, n)
-	var mu sync.Mutex
-	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+	return onRanks(t, n, func(ctx context.Context, c comm.Comm) (tpRank, error) {
 		dev := device.CPU()
 		s := nn.NewStore()
 		m, err := zoo.NewTPGPT(s.Root(), cfg, c.Rank(), n)
 		if err != nil {
-			return err
+			return tpRank{}, err
 		}
 		if err := s.Materialize(dev, 0); err != nil {
-			return err
+			return tpRank{}, err
 		}
 		defer s.Release()
 		if err := m.LoadFull(sd, true); err != nil {
-			return err
+			return tpRank{}, err
 		}
 		var opt optim.Optimizer
 		if newOpt != nil {
@@ -103,7 +100,7 @@ func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tenso
 		}
 		tr, err := dist.NewTensorTrainer(ctx, c, dev, s, m, zoo.GPTLoss, opt, tcfg)
 		if err != nil {
-			return err
+			return tpRank{}, err
 		}
 		defer tr.Close()
 		var r tpRank
@@ -111,14 +108,14 @@ func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tenso
 			if i == len(batches)-1 {
 				mp, err := tr.Plan(train.MetaOf(b[0]), train.MetaOf(b[1]))
 				if err != nil {
-					return err
+					return tpRank{}, err
 				}
 				r.planned = mp.Total()
 				dev.Alloc.ResetPeak()
 			}
 			l, err := tr.Step(ctx, b[0], b[1])
 			if err != nil {
-				return err
+				return tpRank{}, err
 			}
 			r.losses = append(r.losses, l)
 		}
@@ -131,22 +128,15 @@ func tpRanks(t *testing.T, cfg zoo.GPTConfig, n int, sd map[string]*tensor.Tenso
 				return newOpt(), nil
 			}})
 		if err != nil {
-			return err
+			return tpRank{}, err
 		}
 		r.metaPlan = mp.Total()
 		r.grads, r.params = map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
 		for _, p := range s.Trainable() {
 			r.grads[p.Name], r.params[p.Name] = p.Grad.Clone(), p.Value.Clone()
 		}
-		mu.Lock()
-		res[c.Rank()] = r
-		mu.Unlock()
-		return nil
+		return r, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }
 
 // gatherTP puts the ranks' pieces of every tensor back to full shapes.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/headroom-ml/headroom/comm"
@@ -62,18 +61,16 @@ func zero3Ranks(t *testing.T, n int, opt string, cfg train.Config, batches []tra
 // measured peak are those of the last batch.
 func zero3Train(t *testing.T, n int, run zero3Run, batches []train.Batch) []zero3Result {
 	t.Helper()
-	res := make([]zero3Result, n)
-	var mu sync.Mutex
-	err := comm.Run(context.Background(), n, func(ctx context.Context, c comm.Comm) error {
+	return onRanks(t, n, func(ctx context.Context, c comm.Comm) (zero3Result, error) {
 		dev := device.CPU()
 		full := nn.NewStore()
 		m, loss, err := run.build(full)
 		if err != nil {
-			return err
+			return zero3Result{}, err
 		}
 		tr, z, err := dist.NewZero3Trainer(ctx, c, dev, full, m, loss, run.opt(), run.cfg, run.opts)
 		if err != nil {
-			return err
+			return zero3Result{}, err
 		}
 		defer z.Close()
 		defer tr.Close()
@@ -81,33 +78,33 @@ func zero3Train(t *testing.T, n int, run zero3Run, batches []train.Batch) []zero
 		for i, b := range batches {
 			part, err := dist.ShardBatch(b, c.Rank(), n)
 			if err != nil {
-				return err
+				return zero3Result{}, err
 			}
 			if i == len(batches)-1 {
 				x, y := train.MetaOf(part.X), train.MetaOf(part.Y)
 				mp, err := tr.Plan(x, y)
 				if err != nil {
-					return err
+					return zero3Result{}, err
 				}
 				r.planned = mp.Total()
 				if run.meta {
 					meta, err := dist.PlanZero3Rank(dist.Zero3Rank{Rank: c.Rank(), Size: n, Build: run.build, X: x, Y: y, Train: run.cfg, Prefetch: run.opts.Prefetch,
 						NewOptimizer: func() (optim.Optimizer, error) { return run.opt(), nil }})
 					if err != nil {
-						return err
+						return zero3Result{}, err
 					}
 					r.metaPlanned = meta.Total()
 				}
 				p, err := tr.TrainProgram(x, y)
 				if err != nil {
-					return err
+					return zero3Result{}, err
 				}
 				r.maxGatheredLive, r.gathers, r.regathers, r.scatters = gatheredLive(p.Plan.Order, p.Plan.Buffers)
 				dev.Alloc.ResetPeak()
 			}
 			l, err := tr.Step(ctx, part.X, part.Y)
 			if err != nil {
-				return err
+				return zero3Result{}, err
 			}
 			r.losses = append(r.losses, l)
 		}
@@ -118,20 +115,13 @@ func zero3Train(t *testing.T, n int, run zero3Run, batches []train.Batch) []zero
 		for _, p := range full.Trainable() {
 			v, err := z.Gather(ctx, p.Name)
 			if err != nil {
-				return err
+				return zero3Result{}, err
 			}
 			r.params[p.Name] = v.F32()
 			r.shardBytes += device.RoundSize(int64(prim.ShardLen(int(p.Numel()), n)) * 4)
 		}
-		mu.Lock()
-		res[c.Rank()] = r
-		mu.Unlock()
-		return nil
+		return r, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
 }
 
 // gatheredLive is the most ZeRO-3 gathers of weight matrices (2-D) whose
