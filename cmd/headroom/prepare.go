@@ -91,28 +91,6 @@ Flags:
 	return prepareImages(ctx, f, limit, stdout, stderr)
 }
 
-// prepProgress prints a line of progress on log at most twice a second,
-// overwriting the last, and a final one.
-type prepProgress struct {
-	log  io.Writer
-	last time.Time
-	used bool
-}
-
-func (p *prepProgress) show(format string, args ...any) {
-	if time.Since(p.last) < 500*time.Millisecond {
-		return
-	}
-	p.last, p.used = time.Now(), true
-	fmt.Fprintf(p.log, "\r"+format+"   ", args...)
-}
-
-func (p *prepProgress) done() {
-	if p.used {
-		fmt.Fprintln(p.log)
-	}
-}
-
 // prepareChunk is how much text is read at a time: the context is checked
 // and progress shown between chunks.
 const prepareChunk = 1 << 20
@@ -185,7 +163,8 @@ func prepareText(ctx context.Context, f prepareFlags, stdout, stderr io.Writer) 
 		return fmt.Errorf("prepare: --text: %w", err)
 	}
 	size := fi.Size()
-	p := &prepProgress{log: stderr}
+	p := newProgress(stderr, progressFlags{}) // train's: a line in place on a terminal, plain lines in a log
+	var line string
 	seen := map[rune]bool{}
 	var chars int64
 	err = forEachChunk(ctx, f.text, func(chunk []byte, done int64) error {
@@ -198,10 +177,11 @@ func prepareText(ctx context.Context, f prepareFlags, stdout, stderr io.Writer) 
 			chars++
 			off += w
 		}
-		p.show("prepare: vocabulary: %s of %s read", device.FormatBytes(done), device.FormatBytes(size))
+		line = fmt.Sprintf("prepare: vocabulary: %s of %s read", device.FormatBytes(done), device.FormatBytes(size))
+		p.note(line)
 		return nil
 	})
-	p.done()
+	p.endNote(line)
 	if err != nil {
 		return fmt.Errorf("prepare: --text: %w", err)
 	}
@@ -266,10 +246,11 @@ func prepareText(ctx context.Context, f prepareFlags, stdout, stderr io.Writer) 
 			}
 			o.n++
 		}
-		p.show("prepare: tokens: %s of %s read, %d tokens written", device.FormatBytes(done), device.FormatBytes(size), k)
+		line = fmt.Sprintf("prepare: tokens: %s of %s read, %d tokens written", device.FormatBytes(done), device.FormatBytes(size), k)
+		p.note(line)
 		return nil
 	})
-	p.done()
+	p.endNote(line)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
@@ -327,7 +308,8 @@ func prepareImages(ctx context.Context, f prepareFlags, limit int64, stdout, std
 	}
 	n := folder.Len()
 	order := dataset.Sampler{N: n, BatchSize: 1, Shuffle: true, Seed: f.seed}.Order(0)
-	p := &prepProgress{log: stderr}
+	p := newProgress(stderr, progressFlags{}) // train's: a line in place on a terminal, plain lines in a log
+	var line string
 	var cur *safefile.File
 	var bw *bufio.Writer
 	var tw *tar.Writer
@@ -395,9 +377,10 @@ func prepareImages(ctx context.Context, f prepareFlags, limit int64, stdout, std
 		}
 		shardBytes += rec
 		total += int64(len(data))
-		p.show("prepare: %d/%d images, %d shard(s), %s", k+1, n, len(names), device.FormatBytes(total))
+		line = fmt.Sprintf("prepare: %d/%d images, %d shard(s), %s", k+1, n, len(names), device.FormatBytes(total))
+		p.note(line)
 	}
-	p.done()
+	p.endNote(line)
 	if err := finish(); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}

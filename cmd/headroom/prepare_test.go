@@ -219,3 +219,20 @@ func TestPrepareImages(t *testing.T) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
+
+// prepare's progress written to a log (not a terminal) is plain lines, as
+// train's is: it was one line rewritten with carriage returns.
+func TestPrepareProgressInALog(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "input.txt")
+	if err := os.WriteFile(in, []byte(strings.Repeat("hello world\n", 100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	if err := prepareMain(t.Context(), []string{"--text", in, "--out", filepath.Join(dir, "train.bin")}, &out, &log); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := log.String(), "prepare: vocabulary: 1.17 KiB of 1.17 KiB read\nprepare: tokens: 1.17 KiB of 1.17 KiB read, 1200 tokens written\n"; got != want {
+		t.Errorf("progress in a log:\n got %q\nwant %q", got, want)
+	}
+}

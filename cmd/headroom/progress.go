@@ -57,8 +57,9 @@ type progress struct {
 	start, last            time.Time
 	shown                  int // the step last shown, -1: none this epoch
 	drawn                  bool
-	first                  int // the step the epoch started from (resumed mid-epoch)
-	totalLeft, totalFactor int // steps of later epochs, for the run's ETA
+	first                  int    // the step the epoch started from (resumed mid-epoch)
+	totalLeft, totalFactor int    // steps of later epochs, for the run's ETA
+	noted                  string // note's line last shown ("": none)
 }
 
 // newProgress makes the progress display for w under the flags: auto is
@@ -140,6 +141,42 @@ func (p *progress) endEpoch(s progressStat) {
 		fmt.Fprintln(p.w)
 		p.drawn = false
 	}
+}
+
+// note shows line, the state of work other than training steps (headroom
+// prepare), by the rules of steps: the first at once, then at most once
+// an interval, redrawn in place on a terminal, a line each in a log.
+func (p *progress) note(line string) {
+	if p.off || p.noted != "" && p.now().Sub(p.last) < p.every {
+		return
+	}
+	p.put(line)
+}
+
+// endNote shows the work's last state, line, unless it was the last
+// shown ("": nothing to show), and ends the bar's line.
+func (p *progress) endNote(line string) {
+	if p.off {
+		return
+	}
+	if line != p.noted {
+		p.put(line)
+	}
+	if p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+	p.noted = "" // the next work's first note shows at once
+}
+
+func (p *progress) put(line string) {
+	p.last, p.noted = p.now(), line
+	if p.bar {
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+		p.drawn = true
+		return
+	}
+	fmt.Fprintln(p.w, line)
 }
 
 // clear removes the bar so that a message can be printed on a clean line;

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -163,4 +164,39 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// Work other than steps (headroom prepare) is shown by the same rules:
+// in a log, the first note at once, then one per interval, the last state
+// at the end (unless just shown), and the next work's first note at once;
+// on a terminal, one line redrawn in place and ended; none: nothing.
+func TestProgressNotes(t *testing.T) {
+	p, buf, c := newTestProgress("plain", 0)
+	for i := 1; i <= 30; i++ { // a second each: shown at 1, 11 and 21
+		c.t = c.t.Add(time.Second)
+		p.note(fmt.Sprintf("prepare: %d/30", i))
+	}
+	p.endNote("prepare: 30/30")
+	p.note("prepare: next 1") // straight after: a new work's first
+	p.endNote("prepare: next 1")
+	if got, want := buf.String(), "prepare: 1/30\nprepare: 11/30\nprepare: 21/30\nprepare: 30/30\nprepare: next 1\n"; got != want {
+		t.Errorf("plain notes:\n got %q\nwant %q", got, want)
+	}
+
+	p, buf, c = newTestProgress("bar", 0)
+	for i := 1; i <= 3; i++ {
+		c.t = c.t.Add(time.Second)
+		p.note(fmt.Sprintf("prepare: %d/3", i))
+	}
+	p.endNote("prepare: 3/3")
+	if got, want := buf.String(), "\rprepare: 1/3\x1b[K\rprepare: 2/3\x1b[K\rprepare: 3/3\x1b[K\n"; got != want {
+		t.Errorf("bar notes:\n got %q\nwant %q", got, want)
+	}
+
+	p, buf, _ = newTestProgress("none", 0)
+	p.note("prepare: 1/1")
+	p.endNote("prepare: 1/1")
+	if buf.Len() != 0 {
+		t.Errorf("--progress none: %q", buf.String())
+	}
 }
