@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -21,7 +22,9 @@ import (
 // precision (no faster matmuls: the cpu kernels compute in float32), a
 // compressing node after each compressed value and a restoring one before
 // its backward readers, each at the measured rate of format conversions
-// (Convert).
+// (Convert). A node's arithmetic is what its op declares (prim.Cost, the
+// textbook algorithm) unless the backend that runs it says its kernel does
+// other arithmetic (On): the cpu's Winograd convolutions.
 type CostModel struct {
 	FLOPS     float64 // multiply-adds count as 2
 	Bandwidth float64 // bytes per second
@@ -45,6 +48,21 @@ type CostModel struct {
 	// autocast class prim.AutocastLow (matmul, convolution, attention and
 	// their gradients) run in the low type (ForPrecision).
 	low bool
+	// kernels is the backend whose account of its kernels' arithmetic
+	// replaces the ops' declarations where it gives one (On); nil: the
+	// declarations alone.
+	kernels backend.Coster
+}
+
+// On is c for steps run by backend b: where b's kernel for a node does
+// other arithmetic than the op declares (backend.Coster: the cpu's
+// Winograd convolutions), the node is charged b's count. Which algorithm
+// runs is the backend's fact alone; the planner asks the backend of the
+// device it plans on (Fit does, with the meta device's backend, which is
+// the cpu's). A backend that is not a Coster leaves c's declarations.
+func (c CostModel) On(b backend.Backend) CostModel {
+	c.kernels, _ = b.(backend.Coster)
+	return c
 }
 
 // ForPrecision is c for a step in precision p: under bf16/fp16 modes the
@@ -111,10 +129,16 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	if _, alias := n.Op.(trace.Aliaser); alias {
 		return 0
 	}
-	k := prim.NodeCost(n)
+	var k prim.Cost
 	rate := c.FLOPS
 	if c.HalfFLOPS > 0 && (halfInputs(n) || c.low && prim.TraitsOf(n.Op).Autocast == prim.AutocastLow) {
+		// A native 16-bit kernel: its products are direct ones (the
+		// backend's faster algorithms are float32 kernels), at the 16-bit
+		// rate.
 		rate = c.HalfFLOPS
+		k = prim.NodeCost(n)
+	} else {
+		k = prim.NodeCostOn(n, c.arithmetic())
 	}
 	t := max(k.Flops/rate, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
@@ -131,6 +155,14 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		t = max(t, k.Convert*e/c.Convert)
 	}
 	return t + c.Overhead
+}
+
+// arithmetic is the backend's account of its kernels (nil for none).
+func (c CostModel) arithmetic() prim.Arithmetic {
+	if c.kernels == nil {
+		return nil
+	}
+	return c.kernels.Flops
 }
 
 // halfInputs reports whether n has floating-point inputs and all are
