@@ -8,15 +8,16 @@ import (
 // CPUCost is the cost model of headroom's cpu kernels on a CPU with
 // features f running kernel families k: DefaultCost with the compute
 // rates the cpu backend gives for them (cpu.ThroughputOf: float32 by
-// vector width; 16-bit products at the float32 rate wherever bf16 is
-// emulated, faster only where a native bf16 kernel runs), and the name of
-// the row. On an AVX2 machine it is DefaultCost.
+// vector width; bf16 products at the float32 rate and conversions at the
+// emulation's rate wherever bf16 is emulated, both faster only where a
+// native bf16 kernel runs), and the name of the row. On an AVX2 machine
+// it is DefaultCost.
 func CPUCost(f cpuid.Features, k cpu.Capabilities) (CostModel, string) {
 	r := cpu.ThroughputOf(f, k)
 	c := DefaultCost
 	c.FLOPS = DefaultCost.FLOPS * r.FLOPS
-	if r.Half != r.FLOPS {
-		c.HalfFLOPS = DefaultCost.FLOPS * r.Half
+	if r.BF16 != r.FLOPS {
+		c.BF16FLOPS = DefaultCost.FLOPS * r.BF16
 	}
 	return c, r.Name
 }

@@ -61,9 +61,9 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 type Throughput struct {
 	Name  string
 	FLOPS float64 // float32 arithmetic
-	// Half is the rate of the products autocast runs on 16-bit operands
-	// (matmuls, convolutions, attention, in bf16 or fp16).
-	Half float64
+	// BF16 is the rate of the products on bfloat16 operands (bf16-true,
+	// and the matmuls, convolutions and attention autocast runs in bf16).
+	BF16 float64
 }
 
 // throughputs is the table, most capable row first; the first row that
@@ -74,13 +74,16 @@ type Throughput struct {
 // kernels; sgemm 1024³ reached 193 GFLOP/s on 2 Xeon cores against about
 // 110 on 2 Zen 3 cores.
 //
-// 16-bit operands: the products widen bf16 and fp16 to float32 while
+// bfloat16 operands: the products widen bf16 (and fp16) to float32 while
 // packing and run the float32 micro-kernel, so wherever bf16 is emulated
-// they are no faster than float32 (Half = FLOPS): the precision only adds
+// they are no faster than float32 (BF16 = FLOPS): the precision only adds
 // autocast's casts and roundings, which the cost model charges as format
-// conversions. A CPU that has AVX512-BF16 is no exception until a native
-// kernel runs there (Capabilities.NativeBF16, VDPBF16PS: twice the float32
-// products per instruction); then its row makes 16-bit products cheaper.
+// conversions at the emulation's element-by-element rate. A CPU that has
+// AVX512-BF16 is no exception until a native kernel runs there
+// (Capabilities.NativeBF16: VDPBF16PS, twice the float32 products per
+// instruction, and VCVTNEPS2BF16 conversions at memory speed); then its
+// row makes bf16 products cheaper (BF16 > FLOPS), and the cost model
+// charges bf16 conversions by the roofline.
 var throughputs = []struct {
 	Throughput
 	match func(f cpuid.Features, k Capabilities) bool

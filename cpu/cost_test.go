@@ -158,7 +158,7 @@ func TestThroughputOf(t *testing.T) {
 		{"no vector extensions", cpuid.Features{}, Capabilities{}, "portable", false},
 	} {
 		r := ThroughputOf(c.f, c.k)
-		if r.Name != c.row || (r.Half > r.FLOPS) != c.halfFaster || r.Half < r.FLOPS {
+		if r.Name != c.row || (r.BF16 > r.FLOPS) != c.halfFaster || r.BF16 < r.FLOPS {
 			t.Errorf("%s: %+v; want row %q, 16-bit faster %v", c.name, r, c.row, c.halfFaster)
 		}
 	}

@@ -3,6 +3,7 @@ package prim
 import (
 	"fmt"
 
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -189,6 +190,12 @@ type Cost struct {
 	// a cast to 16 bits per element of its largest input or output, as
 	// measured on the reference machine; 0 for other ops.
 	Convert float64
+	// Format is, for a conversion to or from a 16-bit float type (casts,
+	// roundings to bf16 or fp16 values), that type; tensor.Invalid for
+	// every other op. A CPU with native instructions for the type
+	// converts at memory speed where the emulation loops element by
+	// element (budget.CostModel).
+	Format tensor.DType
 }
 
 func numel(m trace.Meta) float64 { return float64(m.Shape.NumElements()) }
