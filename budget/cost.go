@@ -22,9 +22,10 @@ import (
 // precision (no faster matmuls where the cpu kernels compute in float32),
 // a compressing node after each compressed value and a restoring one
 // before its backward readers, each at the measured rate of format
-// conversions (Convert). A node's arithmetic is what its op declares (prim.Cost, the
-// textbook algorithm) unless the backend that runs it says its kernel does
-// other arithmetic (On): the cpu's Winograd convolutions.
+// conversions (Convert). A node's arithmetic is what its op declares
+// (prim.Cost, the textbook algorithm) unless the backend that runs it
+// says its kernel does other arithmetic (On): the cpu's Winograd
+// convolutions.
 type CostModel struct {
 	FLOPS     float64 // multiply-adds count as 2
 	Bandwidth float64 // bytes per second
@@ -139,7 +140,7 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	in, out := metas(n.Inputs), metas(n.Outputs)
 	k := prim.CostOn(c.arithmetic(), n.Op, in, out)
 	rate := c.FLOPS
-	if c.BF16FLOPS > 0 && (bf16Inputs(n) || c.low && prim.TraitsOf(n.Op).Autocast == prim.AutocastLow) {
+	if c.BF16FLOPS > 0 && (bf16Inputs(n) || c.low && lowProduct(n.Op)) {
 		// A native bf16 kernel runs it, at its rate, with the arithmetic
 		// the backend does on bfloat16 operands (its Winograd paths, for
 		// one, are float32 only). The emulation's graph feeds some of
@@ -192,6 +193,15 @@ func (c CostModel) arithmetic() prim.Arithmetic {
 		return nil
 	}
 	return c.kernels.Flops
+}
+
+// lowProduct reports whether o is, or is headed by (a fused node's
+// producer), an op autocast runs in the low type (prim.AutocastLow).
+func lowProduct(o trace.Op) bool {
+	if f, ok := o.(*prim.Fused); ok && f.Producer != nil {
+		o = f.Producer
+	}
+	return prim.TraitsOf(o).Autocast == prim.AutocastLow
 }
 
 // bf16Inputs reports whether n has floating-point inputs and all are

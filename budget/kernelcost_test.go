@@ -28,6 +28,12 @@ func TestNodeCostFromBackend(t *testing.T) {
 	x := g.Input("x", tensor.Float32, tensor.Shape{2, 64, 32, 32})
 	w := g.Input("w", tensor.Float32, tensor.Shape{64, 64, 3, 3})
 	conv := g.Apply1(&prim.Conv2dOp{Opts: prim.ConvOpts{Padding: [2]int{1, 1}}.Normalized()}, x, w).Node
+	// The convolution with a ReLU fused after it (transform.Fuse's node).
+	y := conv.Outputs[0]
+	fused := g.Apply1(&prim.Fused{Producer: conv.Op, NProd: 2, NProdOut: 1, Elems: y.Shape().NumElements(),
+		Prog: []prim.FusedInstr{{Op: &prim.Unary{Kind: prim.ReLUKind}, Args: []int{0}}},
+		Outs: []prim.FusedOut{{Value: 1, Shape: y.Shape()}}}, x, w).Node
+	relu := 2.0 * float64(y.Shape().NumElements())
 	v := g.Input("v", tensor.Float32, tensor.Shape{1 << 20})
 	cast := g.Apply1(&prim.Cast{To: tensor.BFloat16}, v).Node
 	quant := g.Apply(&prim.Quantize{Axis: -1}, v)[0].Node
@@ -55,6 +61,9 @@ func TestNodeCostFromBackend(t *testing.T) {
 		{"conv on the cpu, fp32, native bf16 CPU", native.On(cpu.Backend()), conv, winograd / d.FLOPS},
 		{"conv on the cpu under bf16-mixed, native bf16 kernel", native.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), conv, direct / native.BF16FLOPS},
 		{"conv on the cpu under fp16-mixed, native bf16 CPU", native.On(cpu.Backend()).ForPrecision(transform.FP16Mixed), conv, winograd / d.FLOPS},
+		{"fused conv+relu on the cpu", d.On(cpu.Backend()), fused, (winograd + relu) / d.FLOPS},
+		{"fused conv+relu, declarations alone", d, fused, (direct + relu) / d.FLOPS},
+		{"fused conv+relu under bf16-mixed, native bf16 kernel", native.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), fused, (direct + relu) / native.BF16FLOPS},
 		{"cast to bf16, emulated", d, cast, elems / d.Convert},
 		{"cast to bf16, native", native, cast, 6 * elems / d.Bandwidth},
 		{"int8 quantization, native bf16 CPU", native, quant, 3 * elems / d.Convert},

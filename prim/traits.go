@@ -268,13 +268,6 @@ func CostOn(a Arithmetic, o trace.Op, in, out []trace.Meta) Cost {
 	return Of(o).Cost(in, out)
 }
 
-// NodeCostOn is the cost of running node n on a backend whose kernels do
-// the arithmetic a reports (CostOn); a nil is NodeCost.
-func NodeCostOn(n *trace.Node, a Arithmetic) Cost {
-	in, out := nodeMetas(n)
-	return CostOn(a, n.Op, in, out)
-}
-
 func nodeMetas(n *trace.Node) (in, out []trace.Meta) {
 	in = make([]trace.Meta, len(n.Inputs))
 	for i, t := range n.Inputs {
