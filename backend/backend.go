@@ -46,6 +46,19 @@ type Threaded interface {
 	WithThreads(n int) Backend
 }
 
+// Coster is implemented by backends whose kernels, for some ops, do other
+// arithmetic than the op declares (prim's Cost counts the textbook
+// algorithm): the cpu runs large 3×3 convolutions as Winograd products.
+// The budget planner's cost model asks the backend of the device it plans
+// on (budget.CostModel.On), so the choice of algorithm stays a fact of the
+// backend alone.
+type Coster interface {
+	// Flops is the arithmetic (a multiply-add counts 2) the kernel for op
+	// o does on inputs in producing out; false where the op's declaration
+	// holds. It must depend on metadata only, as Workspace does.
+	Flops(o trace.Op, in, out []trace.Meta) (float64, bool)
+}
+
 // NonFinite finds the first NaN or infinity of a tensor.
 type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
 

@@ -39,7 +39,9 @@ type Problem struct {
 	// NewOptimizer returns the optimizer (its state counts against the budget).
 	NewOptimizer func() (optim.Optimizer, error)
 	// Cost ranks candidate plans; zero means HostCost(), this CPU's row
-	// of the throughput table (DefaultCost on AVX2 machines).
+	// of the throughput table (DefaultCost on AVX2 machines). Fit charges
+	// each node the arithmetic of the kernel the planning device's
+	// backend runs for it (CostModel.On).
 	Cost CostModel
 	// Policies restricts the recomputation policies tried (default: all,
 	// Policies).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -18,10 +19,13 @@ import (
 // It is charged node by node on the step as it will run (recomputed,
 // cast, compressed and fused), so what a precision or a compression adds is
 // whatever nodes it adds: the cast pairs and rounds of emulated low
-// precision (no faster matmuls: the cpu kernels compute in float32), a
-// compressing node after each compressed value and a restoring one before
-// its backward readers, each at the measured rate of format conversions
-// (Convert).
+// precision (no faster matmuls where the cpu kernels compute in float32),
+// a compressing node after each compressed value and a restoring one
+// before its backward readers, each at the measured rate of format
+// conversions (Convert). A node's arithmetic is what its op declares
+// (prim.Cost, the textbook algorithm) unless the backend that runs it
+// says its kernel does other arithmetic (On): the cpu's Winograd
+// convolutions.
 type CostModel struct {
 	FLOPS     float64 // multiply-adds count as 2
 	Bandwidth float64 // bytes per second
@@ -36,23 +40,45 @@ type CostModel struct {
 	// offloaded activations, bytes per second; 0 means Bandwidth/2 (on
 	// the cpu the pool is the same memory, and a copy reads and writes).
 	HostBandwidth float64
-	// HalfFLOPS is the compute rate of ops whose floating-point inputs
-	// are all 16-bit (bf16-true, or the matmuls and convolutions autocast
-	// runs in bf16/fp16); 0 means FLOPS. It is where a CPU with native
-	// bf16 arithmetic makes low precision faster (CPUCost).
-	HalfFLOPS float64
-	// low: the step runs in a mixed or low precision, where the ops of
+	// BF16FLOPS is the compute rate of a native bfloat16 kernel: of ops
+	// whose floating-point inputs are all bfloat16, and of the matmuls,
+	// convolutions and attention autocast runs in bf16 (bf16-mixed,
+	// bf16-true); 0 means there is none: they run at FLOPS, as emulated
+	// bf16 does (the products widen their operands to float32). It is
+	// where a CPU with native bf16 arithmetic makes low precision faster
+	// (CPUCost). Such a CPU also converts to and from bfloat16 with
+	// instructions (AVX512-BF16's VCVTNEPS2BF16) at memory speed, so
+	// where BF16FLOPS is set those conversions are charged by the
+	// roofline, not at Convert. fp16 has no native kernel here.
+	BF16FLOPS float64
+	// low: the step runs in bf16-mixed or bf16-true, where the ops of
 	// autocast class prim.AutocastLow (matmul, convolution, attention and
-	// their gradients) run in the low type (ForPrecision).
+	// their gradients) run in bfloat16 (ForPrecision).
 	low bool
+	// kernels is the backend whose account of its kernels' arithmetic
+	// replaces the ops' declarations where it gives one (On); nil: the
+	// declarations alone.
+	kernels backend.Coster
 }
 
-// ForPrecision is c for a step in precision p: under bf16/fp16 modes the
-// ops autocast runs in the low type are charged at HalfFLOPS, as a native
-// 16-bit kernel would run them (the emulation reads float32 copies of
-// some of their operands, so their input types do not say).
+// On is c for steps run by backend b: where b's kernel for a node does
+// other arithmetic than the op declares (backend.Coster: the cpu's
+// Winograd convolutions), the node is charged b's count. Which algorithm
+// runs is the backend's fact alone; the planner asks the backend of the
+// device it plans on (Fit does, with the meta device's backend, which is
+// the cpu's). A backend that is not a Coster leaves c's declarations.
+func (c CostModel) On(b backend.Backend) CostModel {
+	c.kernels, _ = b.(backend.Coster)
+	return c
+}
+
+// ForPrecision is c for a step in precision p: under bf16-mixed and
+// bf16-true the ops autocast runs in the low type are charged at
+// BF16FLOPS, as a native bf16 kernel would run them (the emulation reads
+// float32 copies of some of their operands, so their input types do not
+// say). fp16-mixed runs at FLOPS: no CPU row has a native fp16 kernel.
 func (c CostModel) ForPrecision(p transform.Precision) CostModel {
-	c.low = p != transform.FP32
+	c.low = p == transform.BF16Mixed || p == transform.BF16True
 	return c
 }
 
@@ -70,7 +96,7 @@ func (c CostModel) check() error {
 		name string
 		v    float64
 		zero bool
-	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}, {"HalfFLOPS", c.HalfFLOPS, true}} {
+	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}, {"BF16FLOPS", c.BF16FLOPS, true}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v == 0 && !f.zero {
 			return fmt.Errorf("%w: %s is %v (start from DefaultCost and change what you measured)", ErrCost, f.name, f.v)
 		}
@@ -111,16 +137,23 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	if _, alias := n.Op.(trace.Aliaser); alias {
 		return 0
 	}
-	k := prim.NodeCost(n)
+	in, out := metas(n.Inputs), metas(n.Outputs)
+	k := prim.CostOn(c.arithmetic(), n.Op, in, out)
 	rate := c.FLOPS
-	if c.HalfFLOPS > 0 && (halfInputs(n) || c.low && prim.TraitsOf(n.Op).Autocast == prim.AutocastLow) {
-		rate = c.HalfFLOPS
+	if c.BF16FLOPS > 0 && (bf16Inputs(n) || c.low && lowProduct(n.Op)) {
+		// A native bf16 kernel runs it, at its rate, with the arithmetic
+		// the backend does on bfloat16 operands (its Winograd paths, for
+		// one, are float32 only). The emulation's graph feeds some of
+		// these ops float32 copies, so the types are the kernel's, not
+		// the graph's; the bytes stay the graph's.
+		rate = c.BF16FLOPS
+		k.Flops = prim.CostOn(c.arithmetic(), n.Op, asBF16(in), asBF16(out)).Flops
 	}
 	t := max(k.Flops/rate, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
 		t = max(t, k.HostBytes/c.host())
 	}
-	if k.Convert > 0 && c.Convert > 0 {
+	if k.Convert > 0 && c.Convert > 0 && !(c.BF16FLOPS > 0 && k.Format == tensor.BFloat16) {
 		var e float64
 		for _, x := range n.Inputs {
 			e = max(e, numel(x))
@@ -133,15 +166,53 @@ func (c CostModel) Node(n *trace.Node) float64 {
 	return t + c.Overhead
 }
 
-// halfInputs reports whether n has floating-point inputs and all are
-// 16-bit.
-func halfInputs(n *trace.Node) bool {
+func metas(ts []*trace.Tensor) []trace.Meta {
+	ms := make([]trace.Meta, len(ts))
+	for i, t := range ts {
+		ms[i] = t.Meta
+	}
+	return ms
+}
+
+// asBF16 is ms with float32 and float16 retyped bfloat16: the operands of
+// a native bf16 kernel.
+func asBF16(ms []trace.Meta) []trace.Meta {
+	r := make([]trace.Meta, len(ms))
+	for i, m := range ms {
+		if m.DType == tensor.Float32 || m.DType == tensor.Float16 {
+			m.DType = tensor.BFloat16
+		}
+		r[i] = m
+	}
+	return r
+}
+
+// arithmetic is the backend's account of its kernels (nil for none).
+func (c CostModel) arithmetic() prim.Arithmetic {
+	if c.kernels == nil {
+		return nil
+	}
+	return c.kernels.Flops
+}
+
+// lowProduct reports whether o is, or is headed by (a fused node's
+// producer), an op autocast runs in the low type (prim.AutocastLow).
+func lowProduct(o trace.Op) bool {
+	if f, ok := o.(*prim.Fused); ok && f.Producer != nil {
+		o = f.Producer
+	}
+	return prim.TraitsOf(o).Autocast == prim.AutocastLow
+}
+
+// bf16Inputs reports whether n has floating-point inputs and all are
+// bfloat16.
+func bf16Inputs(n *trace.Node) bool {
 	half := false
 	for _, x := range n.Inputs {
 		switch x.DType() {
-		case tensor.BFloat16, tensor.Float16:
+		case tensor.BFloat16:
 			half = true
-		case tensor.Float32, tensor.Float64:
+		case tensor.Float16, tensor.Float32, tensor.Float64:
 			return false
 		}
 	}

@@ -94,6 +94,10 @@ func newFitter(p Problem) (*fitter, error) {
 	if err := f.cost.check(); err != nil {
 		return nil, err
 	}
+	dev := device.Meta()
+	// The step's nodes are charged the arithmetic of the kernels that
+	// would run them: the meta device plans for the cpu backend.
+	f.cost = f.cost.On(dev.Backend)
 	if p.Build == nil || p.Example == nil || p.NewOptimizer == nil {
 		return nil, fmt.Errorf("%w: Build, Example and NewOptimizer are required", ErrProblem)
 	}
@@ -101,7 +105,7 @@ func newFitter(p Problem) (*fitter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.tr, err = train.Setup(device.Meta(), 0, p.Build, opt); err != nil {
+	if f.tr, err = train.Setup(dev, 0, p.Build, opt); err != nil {
 		return nil, err
 	}
 	if p.OptimizerInBackward {

@@ -44,7 +44,12 @@ func init() {
 // convNodeGeom returns the forward geometry of any of the three conv ops
 // from the shapes of its node's inputs.
 func convNodeGeom(n *trace.Node, in0, in1 tensor.Shape) (prim.ConvGeom, error) {
-	switch o := n.Op.(type) {
+	return convOpGeom(n.Op, in0, in1)
+}
+
+// convOpGeom is convNodeGeom for op o.
+func convOpGeom(op trace.Op, in0, in1 tensor.Shape) (prim.ConvGeom, error) {
+	switch o := op.(type) {
 	case *prim.Conv2dOp:
 		return prim.ConvGeometry(in0, in1, o.Opts)
 	case *prim.Conv2dBackwardInput:
@@ -52,7 +57,7 @@ func convNodeGeom(n *trace.Node, in0, in1 tensor.Shape) (prim.ConvGeom, error) {
 	case *prim.Conv2dBackwardWeight:
 		return o.Geom(in1)
 	}
-	return prim.ConvGeom{}, fmt.Errorf("cpu: %T is not a convolution", n.Op)
+	return prim.ConvGeom{}, fmt.Errorf("cpu: %T is not a convolution", op)
 }
 
 // convTargetCols is the number of output positions (columns of the product)

@@ -89,7 +89,10 @@ func (o *Fused) Traits() Traits {
 
 // Cost: the producer's arithmetic plus a couple of operations per element
 // and instruction of the chain.
-func (o *Fused) Cost(in, out []trace.Meta) Cost {
+func (o *Fused) Cost(in, out []trace.Meta) Cost { return o.costOn(nil, in, out) }
+
+// costOn is Cost with the producer's arithmetic as a reports it (CostOn).
+func (o *Fused) costOn(a Arithmetic, in, out []trace.Meta) Cost {
 	c := Cost{Flops: 2 * float64(o.Elems) * float64(len(o.Prog)), Bytes: ioBytes(in, out)}
 	if o.Producer == nil || o.NProd > len(in) {
 		return c
@@ -98,7 +101,7 @@ func (o *Fused) Cost(in, out []trace.Meta) Cost {
 	if err != nil {
 		return c
 	}
-	c.Flops += Of(o.Producer).Cost(in[:o.NProd], pout).Flops
+	c.Flops += CostOn(a, o.Producer, in[:o.NProd], pout).Flops
 	return c
 }
 

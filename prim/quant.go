@@ -259,7 +259,7 @@ func (o *RoundState) Traits() Traits {
 
 func (o *RoundState) Cost(in, out []trace.Meta) Cost {
 	c := elementwiseCost(in, out)
-	c.Convert = 1
+	c.Convert, c.Format = 1, o.To
 	return c
 }
 
@@ -303,7 +303,7 @@ func (o *Round) Traits() Traits {
 
 func (o *Round) Cost(in, out []trace.Meta) Cost {
 	c := elementwiseCost(in, out)
-	c.Convert = 1
+	c.Convert, c.Format = 1, o.To
 	return c
 }
 
@@ -348,7 +348,7 @@ func (o *AccumulateRounded) Traits() Traits {
 
 func (o *AccumulateRounded) Cost(in, out []trace.Meta) Cost {
 	c := elementwiseCost(in, out)
-	c.Convert = 1
+	c.Convert, c.Format = 1, o.To
 	return c
 }
 

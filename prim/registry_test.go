@@ -185,8 +185,9 @@ func TestCost(t *testing.T) {
 		{"conv2d", &Conv2dOp{Opts: ConvOpts{Stride: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}}, []trace.Meta{f32(1, 2, 5, 5), f32(3, 2, 3, 3)},
 			Cost{Flops: 2 * 27 * 18, Bytes: 4 * (50 + 54 + 27)}},
 		{"relu", &Unary{Kind: ReLUKind}, []trace.Meta{f32(6)}, Cost{Flops: 12, Bytes: 48}},
-		{"cast to bf16", &Cast{To: tensor.BFloat16}, []trace.Meta{f32(8)}, Cost{Flops: 16, Bytes: 32 + 16, Convert: 1}},
-		{"cast from bf16", &Cast{To: tensor.Float32}, []trace.Meta{bf16(8)}, Cost{Flops: 16, Bytes: 16 + 32, Convert: 0.6}},
+		{"cast to bf16", &Cast{To: tensor.BFloat16}, []trace.Meta{f32(8)}, Cost{Flops: 16, Bytes: 32 + 16, Convert: 1, Format: tensor.BFloat16}},
+		{"cast from bf16", &Cast{To: tensor.Float32}, []trace.Meta{bf16(8)}, Cost{Flops: 16, Bytes: 16 + 32, Convert: 0.6, Format: tensor.BFloat16}},
+		{"round to fp16", &Round{To: tensor.Float16}, []trace.Meta{f32(8)}, Cost{Flops: 16, Bytes: 64, Convert: 1, Format: tensor.Float16}},
 		{"cast f32", &Cast{To: tensor.Float32}, []trace.Meta{f32(8)}, Cost{Flops: 16, Bytes: 64}},
 		// Quantize reads its input twice.
 		{"quantize", &Quantize{Axis: 0}, []trace.Meta{f32(2, 4)}, Cost{Flops: 2 * (8 + 2), Bytes: 2*32 + 8 + 8, Convert: 3}},

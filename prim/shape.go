@@ -171,9 +171,9 @@ func (o *Cast) Cost(in, out []trace.Meta) Cost {
 	c := elementwiseCost(in, out)
 	switch low := func(d tensor.DType) bool { return d == tensor.BFloat16 || d == tensor.Float16 }; {
 	case low(o.To):
-		c.Convert = 1
+		c.Convert, c.Format = 1, o.To
 	case o.To == tensor.Float32 && low(in[0].DType):
-		c.Convert = 0.6 // widening is cheaper than rounding
+		c.Convert, c.Format = 0.6, in[0].DType // widening is cheaper than rounding
 	}
 	return c
 }

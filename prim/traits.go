@@ -3,6 +3,7 @@ package prim
 import (
 	"fmt"
 
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -189,6 +190,12 @@ type Cost struct {
 	// a cast to 16 bits per element of its largest input or output, as
 	// measured on the reference machine; 0 for other ops.
 	Convert float64
+	// Format is, for a conversion to or from a 16-bit float type (casts,
+	// roundings to bf16 or fp16 values), that type; tensor.Invalid for
+	// every other op. A CPU with native instructions for the type
+	// converts at memory speed where the emulation loops element by
+	// element (budget.CostModel).
+	Format tensor.DType
 }
 
 func numel(m trace.Meta) float64 { return float64(m.Shape.NumElements()) }
@@ -232,15 +239,45 @@ func TraitsOf(o trace.Op) Traits { return Of(o).Traits() }
 
 // NodeCost is the cost of running node n's op on its inputs and outputs.
 func NodeCost(n *trace.Node) Cost {
-	in := make([]trace.Meta, len(n.Inputs))
+	in, out := nodeMetas(n)
+	return Of(n.Op).Cost(in, out)
+}
+
+// Arithmetic is a backend's account of the arithmetic (a multiply-add
+// counts 2) its kernel for op o does on inputs in producing out, where it
+// differs from the op's declaration: Cost counts the textbook algorithm,
+// and only the backend knows whether it runs a faster one (the cpu's
+// Winograd convolutions). ok is false where the declaration holds.
+// backend.Coster's Flops method has this signature.
+type Arithmetic func(o trace.Op, in, out []trace.Meta) (flops float64, ok bool)
+
+// CostOn is o's Cost on a backend whose kernels do the arithmetic a
+// reports: Flops replaced where a reports them, for a Fused node its
+// producer's. a nil is Of(o).Cost.
+func CostOn(a Arithmetic, o trace.Op, in, out []trace.Meta) Cost {
+	if a != nil {
+		if f, ok := a(o, in, out); ok {
+			c := Of(o).Cost(in, out)
+			c.Flops = f
+			return c
+		}
+		if fu, ok := o.(*Fused); ok {
+			return fu.costOn(a, in, out)
+		}
+	}
+	return Of(o).Cost(in, out)
+}
+
+func nodeMetas(n *trace.Node) (in, out []trace.Meta) {
+	in = make([]trace.Meta, len(n.Inputs))
 	for i, t := range n.Inputs {
 		in[i] = t.Meta
 	}
-	out := make([]trace.Meta, len(n.Outputs))
+	out = make([]trace.Meta, len(n.Outputs))
 	for i, t := range n.Outputs {
 		out[i] = t.Meta
 	}
-	return Of(n.Op).Cost(in, out)
+	return in, out
 }
 
 // registry holds samples of every op type, in registration order.

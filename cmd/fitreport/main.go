@@ -246,10 +246,13 @@ func recomputeProfile(tr *train.Trainer, x, y *tensor.Tensor) error {
 	}
 	byOp := map[string]*acc{}
 	var step, rec, est, estStep float64
+	// Charged as budget.Fit charges them: each node at the arithmetic of
+	// the cpu kernel that runs it (Winograd convolutions).
+	cost := budget.DefaultCost.On(device.Meta().Backend)
 	tr.RunOptions = &exec.Options{Observe: func(_ int, n *trace.Node, d time.Duration) {
 		s := d.Seconds()
 		step += s
-		estStep += budget.DefaultCost.Node(n)
+		estStep += cost.Node(n)
 		if !n.Recompute {
 			return
 		}
@@ -260,9 +263,9 @@ func recomputeProfile(tr *train.Trainer, x, y *tensor.Tensor) error {
 		}
 		a.n++
 		a.meas += s
-		a.est += budget.DefaultCost.Node(n)
+		a.est += cost.Node(n)
 		rec += s
-		est += budget.DefaultCost.Node(n)
+		est += cost.Node(n)
 	}}
 	defer func() { tr.RunOptions = nil }()
 	if _, err := tr.Step(context.Background(), x, y); err != nil {

@@ -1,0 +1,114 @@
+package cpu
+
+import (
+	"github.com/headroom-ml/headroom/internal/cpuid"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// What the cpu backend tells the planner's cost model (budget.CostModel)
+// about its kernels: the arithmetic of the algorithms it picks where they
+// are not the op's declared one, and the rates of its kernel families on a
+// CPU, float32 and 16-bit. The facts stay here, next to the kernels that
+// decide them; the planner asks (backend.Coster, ThroughputOf).
+
+// Flops is the arithmetic of the cpu kernel of op o on inputs in producing
+// out where it is not the op's declaration (backend.Coster): float32 3×3
+// convolutions, their input gradients and weight gradients that run as
+// Winograd F(4×4, 3×3), decided by the predicates the kernels and their
+// workspaces use (winogradFor, winogradInputGrad, winogradWgrad). The
+// other paths (direct, im2col and sgemm, col2im) do the declared
+// arithmetic.
+func (*cpuBackend) Flops(o trace.Op, in, out []trace.Meta) (float64, bool) {
+	return kernelFlops(o, in, out)
+}
+
+func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
+	switch o.(type) {
+	case *prim.Conv2dOp, *prim.Conv2dBackwardInput, *prim.Conv2dBackwardWeight:
+	default:
+		return 0, false
+	}
+	// The kernels take Winograd in their float32 instance only (Floats
+	// dispatches on the output's type).
+	if len(in) < 2 || len(out) == 0 || out[0].DType != tensor.Float32 {
+		return 0, false
+	}
+	g, err := convOpGeom(o, in[0].Shape, in[1].Shape)
+	if err != nil {
+		return 0, false
+	}
+	switch o.(type) {
+	case *prim.Conv2dOp:
+		if w, ok := winogradFor(g); ok {
+			return w.flops(), true
+		}
+	case *prim.Conv2dBackwardInput:
+		if w, ok := winogradInputGrad(g); ok {
+			return w.flops(), true
+		}
+	case *prim.Conv2dBackwardWeight:
+		if w, ok := winogradWgrad(g); ok {
+			return w.flops(), true
+		}
+	}
+	return 0, false
+}
+
+// Throughput is the speed of the cpu kernels on some CPU, relative to the
+// AVX2 kernels on 2 Zen 3 cores (the machine of budget.DefaultCost).
+type Throughput struct {
+	Name  string
+	FLOPS float64 // float32 arithmetic
+	// BF16 is the rate of the products on bfloat16 operands (bf16-true,
+	// and the matmuls, convolutions and attention autocast runs in bf16).
+	BF16 float64
+}
+
+// throughputs is the table, most capable row first; the first row that
+// matches a CPU is its row.
+//
+// Float32: the AVX-512 kernels (24x16 sgemm tile, ZMM convolution tiles)
+// ran the issue-17 workloads about 1.7 times as fast per core as the AVX2
+// kernels; sgemm 1024³ reached 193 GFLOP/s on 2 Xeon cores against about
+// 110 on 2 Zen 3 cores.
+//
+// bfloat16 operands: the products widen bf16 (and fp16) to float32 while
+// packing and run the float32 micro-kernel, so wherever bf16 is emulated
+// they are no faster than float32 (BF16 = FLOPS): the precision only adds
+// autocast's casts and roundings, which the cost model charges as format
+// conversions at the emulation's element-by-element rate. A CPU that has
+// AVX512-BF16 is no exception until a native kernel runs there
+// (Capabilities.NativeBF16: VDPBF16PS, twice the float32 products per
+// instruction, and VCVTNEPS2BF16 conversions at memory speed); then its
+// row makes bf16 products cheaper (BF16 > FLOPS), and the cost model
+// charges bf16 conversions by the roofline.
+var throughputs = []struct {
+	Throughput
+	match func(f cpuid.Features, k Capabilities) bool
+}{
+	{Throughput{"avx512-bf16 (native bf16 kernel)", 1.7, 3.4},
+		func(f cpuid.Features, k Capabilities) bool { return f.AVX512BF16 && k.NativeBF16 }},
+	{Throughput{"avx512", 1.7, 1.7},
+		func(f cpuid.Features, k Capabilities) bool { return f.AVX512F && k.AVX512 }},
+	{Throughput{"avx2", 1, 1},
+		func(f cpuid.Features, k Capabilities) bool { return f.AVX2 && f.FMA }},
+	// Portable Go kernels: scalar, about a tenth of the AVX2 rate.
+	{Throughput{"portable", 0.1, 0.1},
+		func(cpuid.Features, Capabilities) bool { return true }},
+}
+
+// ThroughputOf is the speed of the cpu kernels on a CPU with features f
+// running kernel families k (Caps on this machine; tests inject others).
+func ThroughputOf(f cpuid.Features, k Capabilities) Throughput {
+	for _, row := range throughputs {
+		if row.match(f, k) {
+			return row.Throughput
+		}
+	}
+	return throughputs[len(throughputs)-1].Throughput
+}
+
+// HostThroughput is ThroughputOf this machine and the kernels chosen on it.
+func HostThroughput() Throughput { return ThroughputOf(cpuid.X86, Caps()) }
