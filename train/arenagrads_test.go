@@ -2,9 +2,12 @@ package train_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand"
 	"testing"
 
+	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/nn"
@@ -339,4 +342,97 @@ func TestArenaGradientsAfterTheStep(t *testing.T) {
 			t.Errorf("%s: gradient kept by Close differs at %d", s.Trainable()[i].Name, k)
 		}
 	}
+}
+
+// A non-finite loss with the gradients in the arena stops the step before
+// the optimizer runs and names the first bad tensor, as the usual step
+// does.
+func TestArenaGradientsNonFiniteLoss(t *testing.T) {
+	opt, _ := optim.NewSGD(optim.SGDConfig{LR: 0.1})
+	tr, err := train.SetupConfig(device.CPU(), 1, func(s *nn.Store) (train.Model, train.LossFunc) {
+		m := &logNet{fc1: nn.NewLinear(s.Root().Sub("fc1"), 4, 4, true), fc2: nn.NewLinear(s.Root().Sub("fc2"), 4, 2, true)}
+		return m, sse
+	}, opt, train.Config{ArenaGradients: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if !tr.GradientsInArena(1) {
+		t.Fatal("the step does not keep its gradients in the arena")
+	}
+	before := append([]float32(nil), tr.Store.Trainable()[0].Value.F32()...)
+	x := tensor.FromFloat32(tensor.Shape{2, 4}, []float32{1, -2, 3, -4, 5, -6, 7, -8})
+	y := tensor.New(tensor.Float32, tensor.Shape{2, 2})
+	_, err = tr.Step(context.Background(), x, y)
+	var nf *train.NonFiniteError
+	if !errors.As(err, &nf) || nf.First == nil || nf.First.Node.Module != "head.act" {
+		t.Fatalf("want a NonFiniteError naming the log in head.act, got %v", err)
+	}
+	if k, ok := sameBits(tr.Store.Trainable()[0].Value.F32(), before); !ok {
+		t.Fatalf("the weights changed (at %d) in a step with a non-finite loss", k)
+	}
+}
+
+// A step with its gradients in the arena that does not fit the device
+// takes the usual path, which splits it (with gradient buffers): it
+// succeeds within the capacity.
+func TestArenaGradientsOutOfMemoryIsSplit(t *testing.T) {
+	spec, _ := zoo.Lookup("cnn")
+	prob := budget.Problem{
+		Build:        testkit.Build(spec),
+		Example:      spec.Example,
+		Batch:        64,
+		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1}) },
+	}
+	// A capacity that holds a batch of 8 to 48 samples with gradient
+	// buffers: 16 samples' activations (4 MiB) more than the 1.6 MiB of
+	// gradients the arena saves short of 64.
+	var capacity int64
+	for b := int64(16 << 20); b < 256<<20; b += 1 << 20 {
+		prob.Budget = b
+		n, err := budget.MaxBatch(context.Background(), prob, budget.RecomputeNone)
+		if err == nil && n >= 8 && n <= 48 {
+			capacity = b
+			break
+		}
+	}
+	if capacity == 0 {
+		t.Fatal("no capacity found that fits a batch of 8 to 48")
+	}
+	r := rand.New(rand.NewSource(2))
+	x, y := testkit.Classification(r, tensor.Shape{64, 1, 28, 28}, 10)
+	step := func(spec string) (*train.Trainer, float64) {
+		dev, err := device.New(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, _ := prob.NewOptimizer()
+		tr, err := train.SetupConfig(dev, 3, prob.Build, opt, train.Config{ArenaGradients: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tr.Close)
+		l, err := tr.Step(context.Background(), x, y)
+		if err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		return tr, l
+	}
+	capped, lc := step(fmt.Sprintf("cpu:mem=%d", capacity))
+	free, lf := step("cpu")
+	if capped.Splits == 0 || free.Splits != 0 {
+		t.Fatalf("%d splits capped, %d free", capped.Splits, free.Splits)
+	}
+	if d := lc - lf; d > 1e-5*lf || d < -1e-5*lf {
+		t.Fatalf("loss %v split, %v whole", lc, lf)
+	}
+	for i, p := range capped.Store.Trainable() {
+		if e := relErr(p.Value.F32(), free.Store.Trainable()[i].Value.F32()); e > 1e-5 {
+			t.Errorf("%s: relative error %.3g", p.Name, e)
+		}
+	}
+	if peak := capped.Device.Alloc.Stats().ReservedBytes.Peak; peak > capacity {
+		t.Fatalf("reserved %d beyond the capacity %d", peak, capacity)
+	}
+	t.Logf("capacity %s: %d splits", device.FormatBytes(capacity), capped.Splits)
 }
