@@ -250,6 +250,16 @@ type Options struct {
 	// here, at run time, so that a compiled program holds no memory of
 	// its own.
 	Host prim.HostStore
+	// Finish, when set, is called once the last node has run, while the
+	// buffers live at the end (the graph's outputs) are still counted:
+	// outs holds views of the outputs in the arena, not copies. Run
+	// returns copies of the outputs Finish leaves in outs; those it
+	// deletes are its own, valid until the arena runs again or is
+	// released. A trainer whose gradients are arena values
+	// (train.Config.ArenaGradients) runs its optimizer here, so that they
+	// are counted live exactly as long as they are read, and are never
+	// copied to the host.
+	Finish func(outs map[string]*tensor.Tensor) error
 	// Comm is the communicator the step's collectives (prim.Collective:
 	// all-reduce, all-gather, reduce-scatter inside the graph) run on: this
 	// rank's view of the group. Bound here, at run time, like Host; a step
@@ -466,19 +476,31 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			}
 		}
 	}
-	results := map[string]*tensor.Tensor{}
+	outs := map[string]*tensor.Tensor{}
 	for k, t := range p.Graph.Outputs {
-		res := tensor.New(t.Meta.DType, t.Meta.Shape)
+		v := &tensor.Tensor{DType: t.Meta.DType, Shape: t.Meta.Shape}
 		if hasData {
-			v, err := view(t)
-			if err != nil {
+			var err error
+			if v, err = view(t); err != nil {
 				return nil, err
 			}
+		}
+		outs[p.Graph.OutputNames[k]] = v
+	}
+	if opts != nil && opts.Finish != nil {
+		if err := opts.Finish(outs); err != nil {
+			return nil, err
+		}
+	}
+	results := make(map[string]*tensor.Tensor, len(outs))
+	for name, v := range outs {
+		res := tensor.New(v.DType, v.Shape)
+		if hasData {
 			copy(res.Data, v.Data)
 		} else {
 			res.Data = nil
 		}
-		results[p.Graph.OutputNames[k]] = res
+		results[name] = res
 	}
 	return results, nil
 }

@@ -47,6 +47,26 @@ type Config struct {
 	// gradient buffers. A step that does not fit in memory is retried on
 	// the usual path, which splits it.
 	OptimizerInBackward bool
+	// ArenaGradients makes each step's gradients values of the step's
+	// arena instead of persistent buffers: a gradient takes memory from
+	// the moment the backward pass produces it until the optimizer (with
+	// the GradScaler and ClipNorm, which need every gradient first) has
+	// read it at the end of the step, so the peak is the largest sum of
+	// live activations and the gradients produced so far, where gradient
+	// buffers add every gradient to it. It is PyTorch's
+	// zero_grad(set_to_none=True) before each step. Results are bit for
+	// bit the usual step's (any optimizer, clipping and loss scaling).
+	//
+	// After a step the parameters' Grad are views of the arena, readable
+	// until the trainer next runs (Step, Predict), ReleaseMemory or
+	// Close, which copies them into gradient buffers of the store.
+	//
+	// It applies to steps of one micro-batch in fp32 on one process (no
+	// Parallel); others keep gradient buffers: accumulation adds micro-
+	// batches' gradients into them, and under the bf16 and fp16 modes
+	// gradients are rounded as they reach them. OptimizerInBackward, where
+	// it applies, comes first. (Left out of JSON when false.)
+	ArenaGradients bool `json:",omitempty"`
 	// Outputs keeps the model's outputs of every step for Trainer.Outputs
 	// (training metrics without a second forward pass). They stay in the
 	// step's arena until its end, which the memory plan counts.
@@ -85,6 +105,9 @@ func (c Config) String() string {
 	}
 	if c.OptimizerInBackward {
 		s += " in-backward"
+	}
+	if c.ArenaGradients {
+		s += " arena-grads"
 	}
 	if c.Outputs {
 		s += " outputs"

@@ -19,8 +19,10 @@ type MemoryPlan struct {
 	Communication int64
 	Activations   int64 // the step's arena bytes live at the peak
 	// TransientGradients is the part of Activations that is gradients
-	// waiting for their update inside the step (OptimizerInBackward); the
-	// persistent Gradients are then zero.
+	// in the step's arena at the peak: waiting for their update inside the
+	// step (OptimizerInBackward), or produced so far and kept for the
+	// optimizer at the step's end (ArenaGradients); the persistent
+	// Gradients are then zero.
 	TransientGradients int64
 	ArenaBytes         int64 // the arena's size (peak plus packing overhead)
 	PeakStep           string
@@ -50,11 +52,7 @@ func (t *Trainer) PlanConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (
 
 // planConfig is PlanConfig with a MultiModel's extra inputs.
 func (t *Trainer) planConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (MemoryPlan, *Compiled, error) {
-	inBackward := cfg.OptimizerInBackward && t.checkInBackward(cfg, 1) == nil
-	mode := writeGrads
-	if inBackward {
-		mode = gradsToOptimizer
-	}
+	mode := t.gradMode(cfg, 1)
 	c, err := t.compile(cfg, x, y, mode, extra...)
 	if err != nil {
 		return MemoryPlan{}, nil, err
@@ -68,13 +66,13 @@ func (t *Trainer) planConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (
 	m.Parameters = st.ByCategory[device.Parameter]
 	m.OptimizerState = st.ByCategory[device.OptimizerState]
 	m.Communication = st.ByCategory[device.Communication]
-	if inBackward {
+	if mode != writeGrads {
 		// Gradient buffers other than the parameters' own (the shards
 		// of ZeRO stage 2, say) are held through such steps too.
 		m.Gradients = st.ByCategory[device.Gradient] - t.heldGradBytes()
 	} else {
-		// Steps with the optimizer in the backward pass hold no gradient
-		// buffers; the usual step holds them.
+		// Steps with the optimizer in the backward pass or gradients in
+		// the arena hold no gradient buffers; the usual step holds them.
 		m.Gradients = st.ByCategory[device.Gradient]
 		if m.Gradients == 0 {
 			m.Gradients = t.gradBytes
@@ -92,11 +90,12 @@ func (t *Trainer) planConfig(cfg Config, x, y trace.Meta, extra ...trace.Meta) (
 	return m, c, nil
 }
 
-// heldGradBytes is what the parameters' gradient buffers take now.
+// heldGradBytes is what the parameters' gradient buffers take now (not
+// counting gradients the last step left in the arena).
 func (t *Trainer) heldGradBytes() int64 {
 	var n int64
-	for _, p := range t.Store.Trainable() {
-		if p.Grad != nil {
+	for i, p := range t.Store.Trainable() {
+		if p.Grad != nil && !t.isGradView(i, p) {
 			n += device.RoundSize(p.Bytes())
 		}
 	}
@@ -121,7 +120,7 @@ func (m MemoryPlan) Print(w io.Writer) {
 	row("parameters", m.Parameters)
 	row("gradients", m.Gradients)
 	if m.TransientGradients > 0 {
-		fmt.Fprintf(w, "  %-22s %12s   (in the arena at the peak, freed by their update)\n", "gradients (transient)", device.FormatBytes(m.TransientGradients))
+		fmt.Fprintf(w, "  %-22s %12s   (in the arena at the peak, freed once the optimizer read them)\n", "gradients (transient)", device.FormatBytes(m.TransientGradients))
 	}
 	row("optimizer state", m.OptimizerState)
 	if m.Communication > 0 {

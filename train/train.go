@@ -15,6 +15,7 @@ import (
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
+	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -75,6 +76,10 @@ type Trainer struct {
 	step       int64            // steps taken; seeds dropout masks
 	share      float64          // this rank's share of the step's global batch (Config.Parallel), else 1
 	outs       []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
+	// gradViews are the gradients the last step left in the arena
+	// (Config.ArenaGradients), by trainable parameter: the store's Grad
+	// while it still points at them.
+	gradViews []*tensor.Tensor
 	// ownsStore: Close releases the store (trainers made by Setup).
 	ownsStore bool
 }
@@ -167,11 +172,31 @@ func (t *Trainer) SetConfig(c Config) error {
 	if c.Precision.NeedsScaler() && t.Scaler == nil {
 		t.Scaler = NewGradScaler()
 	}
-	if t.inBackward(1) {
+	if t.gradMode(c, 1) != writeGrads {
 		t.Store.ReleaseGrads()
 		return nil
 	}
 	return t.allocGrads()
+}
+
+// GradientsInArena reports whether a step of microBatches micro-batches
+// keeps its gradients in the step's arena under the trainer's
+// configuration (Config.ArenaGradients, where it applies).
+func (t *Trainer) GradientsInArena(microBatches int) bool {
+	return t.gradMode(t.cfg, microBatches) == gradsInArena
+}
+
+// gradMode is where the gradients of a step of microBatches micro-batches
+// go under cfg: to an update in the backward pass (OptimizerInBackward),
+// to the arena (ArenaGradients), or to gradient buffers.
+func (t *Trainer) gradMode(cfg Config, microBatches int) gradMode {
+	switch {
+	case cfg.OptimizerInBackward && t.checkInBackward(cfg, microBatches) == nil:
+		return gradsToOptimizer
+	case cfg.ArenaGradients && microBatches == 1 && cfg.Accumulation <= 1 && cfg.Precision == transform.FP32 && cfg.Parallel == nil:
+		return gradsInArena
+	}
+	return writeGrads
 }
 
 // allocGrads allocates missing gradient buffers and remembers their bytes.
@@ -192,9 +217,16 @@ func (t *Trainer) inBackward(microBatches int) bool {
 }
 
 // Close releases the trainer's arena and optimizer state (and the store,
-// for trainers made by Setup).
+// for trainers made by Setup). Gradients the last step left in the arena
+// (Config.ArenaGradients) are copied into gradient buffers of a store
+// that outlives the trainer, so that they stay readable as they were
+// before ArenaGradients; where those do not fit they are dropped.
 func (t *Trainer) Close() {
 	t.closeBackend()
+	if !t.ownsStore {
+		t.keepGrads()
+	}
+	t.dropGradViews()
 	t.arena.Release()
 	for _, b := range t.optBlks {
 		t.Device.Alloc.Free(b)
@@ -256,9 +288,15 @@ type Compiled struct {
 const LossScaleInput = "loss_scale"
 
 // TrainProgram returns the compiled training step for inputs and targets
-// of these shapes, tracing it on first use.
+// of these shapes, tracing it on first use: the step of one micro-batch
+// with its gradients in the arena under Config.ArenaGradients (where it
+// applies), else the one writing the gradient buffers.
 func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
-	c, err := t.compile(t.cfg, x, y, writeGrads)
+	mode := writeGrads
+	if t.gradMode(t.cfg, 1) == gradsInArena {
+		mode = gradsInArena
+	}
+	c, err := t.compile(t.cfg, x, y, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -283,11 +321,15 @@ const (
 	writeGrads       gradMode = iota // overwrite the gradient buffers
 	accumulateGrads                  // add to them (micro-batches after the first)
 	gradsToOptimizer                 // to an optimizer update inside the step
+	gradsInArena                     // graph outputs in the arena, read by the optimizer at the step's end
 )
 
 func (m gradMode) kind() string {
-	if m == gradsToOptimizer {
+	switch m {
+	case gradsToOptimizer:
 		return "train/in-backward"
+	case gradsInArena:
+		return "train/arena-grads"
 	}
 	return fmt.Sprintf("train/acc=%v", m == accumulateGrads)
 }
@@ -337,6 +379,10 @@ func (t *Trainer) trace(x, y trace.Meta, extra []trace.Meta, mode gradMode, outp
 			}
 			return
 		}
+		if mode == gradsInArena {
+			outputGrads(g, params, wrt, grads)
+			return
+		}
 		accumulate := mode == accumulateGrads
 		for i, p := range params {
 			gs := g.State(nn.GradName(p.Name), "gradient", p.DType, p.Shape)
@@ -352,6 +398,37 @@ func (t *Trainer) trace(x, y trace.Meta, extra []trace.Meta, mode gradMode, outp
 	}
 	return g, nil
 }
+
+// outputGrads makes each parameter's gradient an output of the step
+// (named nn.GradName of the parameter), so that it lives in the arena from
+// where the backward pass produces it to the step's end, where the
+// optimizer reads it (exec.Options.Finish). Each gets bytes of its own,
+// computed in the step: the optimizer, the GradScaler and ClipNorm scale
+// gradients in place, and an unused parameter's is zeros, as the usual
+// step writes. A gradient that another output already holds (two
+// parameters given one tensor, say), or that is not computed in the step
+// (a state's or an input's bytes), is copied (x·1, exact).
+func outputGrads(g *trace.Graph, params []*nn.Param, wrt, grads []*trace.Tensor) {
+	held := map[*trace.Tensor]bool{}
+	for _, o := range g.Outputs {
+		held[trace.Root(o)] = true
+	}
+	for i, p := range params {
+		gi := grads[i]
+		if gi == nil {
+			gi = op.FullLike(wrt[i], 0)
+		}
+		if r := trace.Root(gi); r.Node.Kind != trace.KindOp || held[r] {
+			g.AtModule(p.Name[:max(0, strings.LastIndexByte(p.Name, '.'))], func() { gi = op.Scale(gi, 1) })
+		}
+		held[trace.Root(gi)] = true
+		g.Output(nn.GradName(p.Name), gi)
+	}
+}
+
+// gradOutput reports whether an output of a training step is a gradient
+// (outputGrads).
+func gradOutput(name string) bool { return strings.HasPrefix(name, nn.GradName("")) }
 
 // ErrSize is matched by errors.Is when a tensor of a step is too large to
 // be sized (an impossible batch size): the graph checks every value's shape
@@ -405,6 +482,13 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 	p, err := exec.CompileWith(g, t.Device, t.backend)
 	if err != nil {
 		return nil, err
+	}
+	// Gradients that are outputs are the step's gradients in the arena
+	// (outputGrads): counted as gradients, in the plan and the allocator.
+	for k, name := range g.OutputNames {
+		if b, ok := p.Plan.Of[trace.Root(g.Outputs[k])]; ok && gradOutput(name) {
+			b.Category = plan.Gradient
+		}
 	}
 	reports = append(reports,
 		transform.PassReport{Name: "schedule", NodesBefore: len(g.Nodes), NodesAfter: len(p.Plan.Order),
@@ -471,7 +555,7 @@ func (e *NonFiniteError) Unwrap() error {
 // (same dropout masks and the same kind of step), checking every node's
 // output, and returns the first non-finite one. The optimizer has not run,
 // so the weights are the same.
-func (t *Trainer) diagnose(ctx context.Context, micro []Batch, step int64, inBackward bool) *exec.NonFiniteError {
+func (t *Trainer) diagnose(ctx context.Context, micro []Batch, step int64, mode gradMode) *exec.NonFiniteError {
 	saved, savedStep := t.RunOptions, t.step
 	opts := exec.Options{}
 	if saved != nil {
@@ -483,14 +567,20 @@ func (t *Trainer) diagnose(ctx context.Context, micro []Batch, step int64, inBac
 	defer func() { t.RunOptions, t.step = saved, savedStep }()
 	for i, b := range micro {
 		var err error
-		if inBackward {
+		switch {
+		case mode == gradsToOptimizer:
 			// The loss is not finite, so the check stops the run at or
 			// before the loss, which every update reads; refuse updates
 			// all the same.
 			_, err = t.runInBackward(ctx, b, func(string, *tensor.Tensor, *tensor.Tensor) error {
 				return errors.New("train: no update while diagnosing")
 			})
-		} else {
+		case mode == gradsInArena:
+			_, err = t.runArena(ctx, b, 1, func(outs map[string]*tensor.Tensor) error {
+				t.bindGrads(outs)
+				return nil
+			})
+		default:
 			_, err = t.run(ctx, b, i > 0, 1)
 		}
 		var nf *exec.NonFiniteError
@@ -563,6 +653,13 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		}
 		// Out of memory before any update: the usual path, which splits.
 	}
+	if t.gradMode(t.cfg, len(micro)) == gradsInArena {
+		// One micro-batch, so its weight is 1 (par is nil: one process).
+		if l, done, err := t.stepArena(ctx, micro[0], t.share); done {
+			return l, err
+		}
+		// Out of memory before any node ran: the usual path, which splits.
+	}
 	if err := t.allocGrads(); err != nil {
 		return 0, err
 	}
@@ -600,24 +697,135 @@ func (t *Trainer) StepAccumulate(ctx context.Context, micro []Batch) (float64, e
 		}
 	}
 	if t.Device.HasData() && (math.IsNaN(loss) || math.IsInf(loss, 0)) && t.Scaler == nil {
-		return loss, &NonFiniteError{Step: int(first), Loss: loss, First: t.diagnose(ctx, micro, first, false)}
+		return loss, &NonFiniteError{Step: int(first), Loss: loss, First: t.diagnose(ctx, micro, first, writeGrads)}
 	}
+	return loss, t.update()
+}
+
+// update applies the optimizer to the parameters from the store's
+// gradients: unscaled by the GradScaler (a step with inf/NaN gradients is
+// skipped and the scale lowered), clipped to ClipNorm, then stepped.
+func (t *Trainer) update() error {
 	if t.Opt == nil || !t.Device.HasData() {
-		return loss, nil
+		return nil
 	}
 	for i, pr := range t.Store.Trainable() {
 		t.params[i].Value = pr.Value.F32()
 		t.params[i].Grad = pr.Grad.F32()
 	}
 	if t.Scaler != nil && !t.Scaler.unscale(t.params) {
-		return loss, nil // inf/NaN gradients: the step is skipped, the scale lowered
+		return nil // inf/NaN gradients: the step is skipped, the scale lowered
 	}
 	if t.ClipNorm > 0 {
 		if _, err := optim.ClipGradNorm(t.params, t.ClipNorm, 2); err != nil {
-			return loss, fmt.Errorf("train: step %d: %w", t.step, err)
+			return fmt.Errorf("train: step %d: %w", t.step, err)
 		}
 	}
-	return loss, t.Opt.Step(t.params)
+	return t.Opt.Step(t.params)
+}
+
+// stepArena runs one step of b with its gradients in the arena
+// (Config.ArenaGradients): the optimizer runs at the step's end, while
+// they are live. done is false when the step ran out of memory before any
+// node ran: nothing has changed and the usual path can take the batch.
+func (t *Trainer) stepArena(ctx context.Context, b Batch, scale float64) (loss float64, done bool, err error) {
+	first := t.step
+	// The gradients are the step's own; buffers would only hold memory
+	// the arena needs (zero_grad(set_to_none=True)).
+	t.Store.ReleaseGrads()
+	finished, nonFinite := false, false
+	if t.Scaler != nil {
+		scale *= t.Scaler.Scale
+	}
+	loss, err = t.runArena(ctx, b, scale, func(outs map[string]*tensor.Tensor) error {
+		finished = true
+		t.bindGrads(outs)
+		if !t.Device.HasData() {
+			return nil
+		}
+		if l := outs["loss"].Float64s()[0]; (math.IsNaN(l) || math.IsInf(l, 0)) && t.Scaler == nil {
+			nonFinite = true // no update; diagnosed below, after the run
+			return nil
+		}
+		return t.update()
+	})
+	switch {
+	case err != nil && !finished && errors.Is(err, device.ErrOutOfMemory):
+		t.step = first
+		return 0, false, nil
+	case err != nil:
+		return loss, true, err
+	case nonFinite:
+		return loss, true, &NonFiniteError{Step: int(first), Loss: loss, First: t.diagnose(ctx, []Batch{b}, first, gradsInArena)}
+	}
+	return loss, true, nil
+}
+
+// runArena runs b's step with its gradients in the arena; finish gets the
+// step's outputs while they are live (exec.Options.Finish).
+func (t *Trainer) runArena(ctx context.Context, b Batch, seed float64, finish func(map[string]*tensor.Tensor) error) (float64, error) {
+	c, err := t.compile(t.cfg, MetaOf(b.X), MetaOf(b.Y), gradsInArena, metasOf(b.Inputs)...)
+	if err != nil {
+		return 0, err
+	}
+	opts := exec.Options{}
+	if t.RunOptions != nil {
+		opts = *t.RunOptions
+	}
+	opts.Finish = finish
+	return t.runProgram(ctx, c.Program, b, seed, &opts)
+}
+
+// bindGrads makes the step's gradient outputs the parameters' Grad (views
+// of the arena) and takes them out of outs, so that they are not copied.
+func (t *Trainer) bindGrads(outs map[string]*tensor.Tensor) {
+	ps := t.Store.Trainable()
+	t.gradViews = make([]*tensor.Tensor, len(ps))
+	for i, p := range ps {
+		name := nn.GradName(p.Name)
+		t.gradViews[i] = outs[name]
+		p.Grad = outs[name]
+		delete(outs, name)
+	}
+}
+
+// isGradView reports whether trainable parameter i's Grad is a view of
+// the arena left by the last step.
+func (t *Trainer) isGradView(i int, p *nn.Param) bool {
+	return i < len(t.gradViews) && p.Grad != nil && p.Grad == t.gradViews[i]
+}
+
+// dropGradViews sets the gradients left in the arena to none: the arena
+// is about to be written or released.
+func (t *Trainer) dropGradViews() {
+	for i, p := range t.Store.Trainable() {
+		if t.isGradView(i, p) {
+			p.Grad = nil
+		}
+	}
+	t.gradViews = nil
+}
+
+// keepGrads copies the gradients left in the arena into gradient buffers
+// of the store (or drops them where those do not fit).
+func (t *Trainer) keepGrads() {
+	if t.gradViews == nil || t.Store.Device() == nil {
+		return
+	}
+	ps := t.Store.Trainable()
+	views := make([]*tensor.Tensor, len(ps))
+	for i, p := range ps {
+		if t.isGradView(i, p) {
+			views[i] = p.Grad
+			p.Grad = nil // AllocGrads allocates where none is held
+		}
+	}
+	_ = t.Store.AllocGrads() // out of memory: those without a buffer are dropped
+	for i, p := range ps {
+		if v := views[i]; v != nil && p.Grad != nil && v.Data != nil {
+			copy(p.Grad.Data, v.Data)
+		}
+	}
 }
 
 // CheckOptimizerInBackward returns nil when OptimizerInBackward applies to
@@ -740,7 +948,7 @@ func (t *Trainer) stepInBackward(ctx context.Context, b Batch) (loss float64, do
 	case updated > 0:
 		return 0, true, fmt.Errorf("train: step %d failed after %d parameter updates: %w", first, updated, err)
 	case errors.As(err, &nl):
-		return nl.Loss, true, &NonFiniteError{Step: int(first), Loss: nl.Loss, First: t.diagnose(ctx, []Batch{b}, first, true)}
+		return nl.Loss, true, &NonFiniteError{Step: int(first), Loss: nl.Loss, First: t.diagnose(ctx, []Batch{b}, first, gradsToOptimizer)}
 	case errors.Is(err, device.ErrOutOfMemory):
 		// The arena is reserved before the first node runs, and no update
 		// ran: the usual path gets the batch, with its step number.
@@ -813,6 +1021,7 @@ func (t *Trainer) weight(b Batch) float64 {
 // then empties the allocator's cache so the process's resident memory falls
 // to parameters and optimizer state. The next step allocates them again.
 func (t *Trainer) ReleaseMemory() {
+	t.dropGradViews()
 	t.arena.Release()
 	t.Store.ReleaseGrads()
 	t.Device.Alloc.EmptyCache()
@@ -843,6 +1052,7 @@ func (t *Trainer) runProgram(ctx context.Context, p *exec.Program, b Batch, seed
 		feed[op.StepInput] = tensor.FromInt64(tensor.Shape{1}, []int64{t.step})
 	}
 	t.step++
+	t.dropGradViews() // the run writes the arena they are in
 	res, err := p.Run(ctx, t.arena, t.Store, feed, opts)
 	if err != nil {
 		return 0, err
@@ -885,6 +1095,7 @@ func (t *Trainer) PredictInputs(ctx context.Context, xs []*tensor.Tensor) (*tens
 	if t.RunOptions != nil && t.RunOptions.Comm != nil {
 		opts = &exec.Options{Comm: t.RunOptions.Comm}
 	}
+	t.dropGradViews() // the run writes the arena they are in
 	res, err := p.Run(ctx, t.arena, t.Store, feed, opts)
 	if err != nil {
 		return nil, err

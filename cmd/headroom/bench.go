@@ -13,6 +13,7 @@ import (
 	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/cpuid"
+	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
@@ -23,6 +24,8 @@ type benchFlags struct {
 	batch      int
 	precision  string
 	inBack     bool
+	gradBufs   bool
+	recompute  string
 	steps      int
 	warmup     int
 	threads    int
@@ -51,6 +54,8 @@ func benchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.batch, "batch", 0, "batch size for --model (default: the standard workload's batch for that model, else 8)")
 	fs.StringVar(&f.precision, "precision", "fp32", "precision of both engines' training steps: fp32 or bf16-mixed (PyTorch: torch.autocast to bfloat16 on the cpu; the sgemm workload stays float32)")
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "headroom only: update each parameter in the backward pass as soon as its gradient is final and free the gradient (train's --optimizer-in-backward: the same weights, no gradient buffers); PyTorch 1.13 has no such mode and keeps its gradients, so say so when quoting the memory ratio")
+	fs.BoolVar(&f.gradBufs, "gradient-buffers", false, "headroom only: keep every gradient in a buffer of its own for the whole step; by default gradients live in the step's arena from the backward pass to the optimizer step (train.Config.ArenaGradients: the same weights), as the PyTorch script's zero_grad(set_to_none=True) has them")
+	fs.StringVar(&f.recompute, "recompute", "none", "headroom only: activations to recompute in the backward pass: none, or selective (activations and norms: less memory, more time; PyTorch recomputes nothing, so say so when quoting ratios)")
 	fs.IntVar(&f.steps, "steps", 7, "timed steps per workload and round (the issue's comparison asks for at least 5)")
 	fs.IntVar(&f.warmup, "warmup", 2, "untimed steps before the timed ones")
 	fs.IntVar(&f.threads, "threads", 0, "worker threads, for both engines (default $HEADROOM_NUM_THREADS or all cores)")
@@ -161,6 +166,9 @@ func benchMain(ctx context.Context, f benchFlags, fs *flag.FlagSet) error {
 	if _, err := benchPrecision(f.precision); err != nil {
 		return err
 	}
+	if _, err := benchRecompute(f.recompute); err != nil {
+		return err
+	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	if f.batch < 0 || given["batch"] && f.batch == 0 {
@@ -227,6 +235,17 @@ func benchPrecision(s string) (transform.Precision, error) {
 	return 0, fmt.Errorf("bench: --precision %q: want fp32 or bf16-mixed (PyTorch's autocast has no cpu counterpart of the others)", s)
 }
 
+// benchRecompute parses --recompute.
+func benchRecompute(s string) (train.Recompute, error) {
+	switch s {
+	case "", "none":
+		return train.NoRecompute, nil
+	case "selective":
+		return train.Selective, nil
+	}
+	return train.NoRecompute, fmt.Errorf("bench: --recompute %q: want none or selective", s)
+}
+
 // machineLine describes the CPU and what headroom's kernels use on it.
 func machineLine() string {
 	feats := strings.Join(cpuid.X86.List(), " ")
@@ -263,6 +282,12 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 			}
 			if f.inBack {
 				argv = append(argv, "--optimizer-in-backward")
+			}
+			if f.gradBufs {
+				argv = append(argv, "--gradient-buffers")
+			}
+			if f.recompute != "" && f.recompute != "none" {
+				argv = append(argv, "--recompute", f.recompute)
 			}
 			if prof != nil {
 				argv = append(argv, prof.childArgs(name)...)
@@ -363,7 +388,12 @@ func benchChild(ctx context.Context, f benchFlags, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log, Precision: prec, InBackward: f.inBack}
+	remat, err := benchRecompute(f.recompute)
+	if err != nil {
+		return err
+	}
+	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log, Precision: prec, InBackward: f.inBack,
+		GradientBuffers: f.gradBufs, Recompute: remat}
 	if f.opProfile {
 		o.OpProfile = log
 	}

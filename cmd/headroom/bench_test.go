@@ -9,6 +9,7 @@ import (
 	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/bench"
 	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
 )
 
@@ -124,6 +125,47 @@ func TestHigherPeak(t *testing.T) {
 		got, again := higherPeak(c.first, c.second)
 		if got.FLOPS != c.want || again != c.again {
 			t.Errorf("higherPeak(%v, %v) = %v, %v", c.first.FLOPS, c.second.FLOPS, got.FLOPS, again)
+		}
+	}
+}
+
+// --recompute takes none or selective; a child measures with gradients in
+// the arena unless --gradient-buffers, and with the recomputation asked
+// for, and its result says so.
+func TestBenchRecomputeAndGradientBuffers(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want train.Recompute
+		ok   bool
+	}{{"", train.NoRecompute, true}, {"none", train.NoRecompute, true}, {"selective", train.Selective, true}, {"regions", train.NoRecompute, false}, {"auto", train.NoRecompute, false}} {
+		got, err := benchRecompute(c.in)
+		if (err == nil) != c.ok || c.ok && got != c.want {
+			t.Errorf("benchRecompute(%q) = %v, %v", c.in, got, err)
+		}
+	}
+	if err := run(context.Background(), []string{"bench", "--recompute", "regions"}); err == nil || !strings.Contains(err.Error(), "--recompute") {
+		t.Errorf("--recompute regions: %v", err)
+	}
+	defer parallel.SetThreads(parallel.Threads())
+	for _, c := range []struct {
+		bufs      bool
+		recompute string
+	}{{false, "none"}, {true, "selective"}} {
+		var out, log bytes.Buffer
+		f := benchFlags{child: "zoo:cnn:4", steps: 1, warmup: 0, threads: 1, seed: 1, precision: "fp32", gradBufs: c.bufs, recompute: c.recompute}
+		if err := benchChild(context.Background(), f, &out, &log); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		rs, err := bench.ScanResults(&out, nil)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("results %v, %v:\n%s", rs, err, out.String())
+		}
+		want := c.recompute
+		if want == "none" {
+			want = ""
+		}
+		if r := rs[0]; r.ArenaGradients == c.bufs || r.Recompute != want || r.Planned != r.Allocated {
+			t.Errorf("--gradient-buffers %v --recompute %s: result %+v", c.bufs, c.recompute, r)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -53,7 +54,7 @@ func readTrace(t *testing.T, path string) []traceEvent {
 	return tr.TraceEvents
 }
 
-// kernelsOf is the number of nodes a training step of the zoo model at
+// kernelsOf is the number of nodes bench's training step of the zoo model at
 // batch runs kernels for (views run none).
 func kernelsOf(t *testing.T, model string, batch int) int {
 	t.Helper()
@@ -61,6 +62,10 @@ func kernelsOf(t *testing.T, model string, batch int) int {
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
 	trainer := testkit.Trainer(t, device.CPU(), 1, testkit.Build(spec), opt)
 	defer trainer.Close()
+	// bench's step: gradients in the arena (no copies into buffers).
+	if err := trainer.SetConfig(train.Config{ArenaGradients: true}); err != nil {
+		t.Fatal(err)
+	}
 	xm, ym := spec.Example(batch)
 	prog, err := trainer.TrainProgram(xm, ym)
 	if err != nil {

@@ -40,6 +40,13 @@ type Result struct {
 	// InBackward: headroom updated parameters in the backward pass (no
 	// gradient buffers; bench --optimizer-in-backward).
 	InBackward bool `json:"optimizer_in_backward,omitempty"`
+	// ArenaGradients: headroom's gradients were values of the step's
+	// arena (train.Config.ArenaGradients: bench's default, off with
+	// --gradient-buffers), not buffers held for the whole step.
+	ArenaGradients bool `json:"arena_gradients,omitempty"`
+	// Recompute is headroom's recomputation policy ("" for none; bench
+	// --recompute).
+	Recompute string `json:"recompute,omitempty"`
 	// Warmup steps ran untimed before Steps, the timed step times (s).
 	Warmup int       `json:"warmup"`
 	Steps  []float64 `json:"step_seconds"`

@@ -51,6 +51,14 @@ type Options struct {
 	// its gradient (train.Config.OptimizerInBackward) where the step
 	// allows it; the result says whether it did.
 	InBackward bool
+	// GradientBuffers keeps every gradient in a buffer of its own for the
+	// whole step. By default gradients are values of the step's arena
+	// (train.Config.ArenaGradients) where the step allows it, alive from
+	// the backward pass until the optimizer read them: what PyTorch's
+	// zero_grad(set_to_none=True), which the PyTorch script calls, does.
+	GradientBuffers bool
+	// Recompute is headroom's recomputation policy (zero value: none).
+	Recompute train.Recompute
 	// Watch, if set, is told of every step, warm-up ones included
 	// (headroom bench --profile); not for sgemm, which has no trainer.
 	Watch Watcher
@@ -138,12 +146,14 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 	if err != nil {
 		return res, err
 	}
-	tr, err := train.New(dev, store, model, w.Loss, opt)
+	// Made under the configuration, so that gradient buffers a step will
+	// not hold are never allocated.
+	cfg := train.Config{Precision: o.Precision, ArenaGradients: !o.GradientBuffers, Recompute: o.Recompute}
+	tr, err := train.NewConfig(dev, store, model, w.Loss, opt, cfg)
 	if err != nil {
 		return res, err
 	}
 	defer tr.Close()
-	cfg := train.Config{Precision: o.Precision}
 	if o.InBackward {
 		if err := tr.CheckOptimizerInBackward(1); err != nil {
 			o.progress("  %s: --optimizer-in-backward does not apply, keeping gradient buffers: %v\n", w.Name, err)
@@ -151,13 +161,17 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 			cfg.OptimizerInBackward = true
 		}
 	}
-	if cfg != (train.Config{}) {
+	if cfg != tr.Config() {
 		if err := tr.SetConfig(cfg); err != nil {
 			return res, err
 		}
 	}
 	res.Precision = o.Precision.String()
 	res.InBackward = cfg.OptimizerInBackward
+	res.ArenaGradients = tr.GradientsInArena(1)
+	if cfg.Recompute != train.NoRecompute {
+		res.Recompute = cfg.Recompute.String()
+	}
 	xm, ym := trace.Meta{DType: x.DType, Shape: x.Shape}, trace.Meta{DType: y.DType, Shape: y.Shape}
 	mp, comp, err := tr.PlanConfig(tr.Config(), xm, ym)
 	if err != nil {
@@ -165,9 +179,13 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 	}
 	res.Planned = mp.Total() - mp.Parameters
 	res.Flops = StepFlops(comp.Program.Graph)
+	grads := device.FormatBytes(mp.Gradients)
+	if res.ArenaGradients {
+		grads = "in the arena, " + device.FormatBytes(mp.TransientGradients) + " at the peak"
+	}
 	o.progress("  %s: %d parameters, planned training memory %s (gradients %s, optimizer state %s, activations %s)\n",
-		w.Name, store.NumParams(), device.FormatBytes(res.Planned), device.FormatBytes(mp.Gradients),
-		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations))
+		w.Name, store.NumParams(), device.FormatBytes(res.Planned), grads,
+		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations-mp.TransientGradients))
 
 	prof := newOpProfile()
 	if o.Watch != nil {
