@@ -141,8 +141,9 @@ type kernel[T float] struct {
 	fn     func(k int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
 	// fnTiles, if not nil, is fn for tiles full tiles one above the
 	// other (A panels consecutive in a, C tiles mr rows apart), with fn's
-	// arithmetic: one call per column of tiles.
-	fnTiles func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
+	// arithmetic: one call per column of tiles. bnext, if not nil, is the
+	// B panel of the next call, which it may prefetch.
+	fnTiles func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool, bnext []T)
 
 	// packBT, if not nil, packs nr full columns of a transposed B:
 	// dst[nr*p+r] = x[off+r*ld+p] for p < kc.
@@ -444,7 +445,11 @@ func macroKernel[T float](kern *kernel[T], mcur, ncur, kcur int, ap, bp []T, jpL
 		bpan := bp[jp*nr*kcur : (jp+1)*nr*kcur]
 		i0 := 0
 		if full := mcur / mr; nn == nr && full > 0 && kern.fnTiles != nil {
-			kern.fnTiles(kcur, full, ap, bpan, c[coff+j0:], ldc, alpha, beta, beta0)
+			var bnext []T
+			if jp+1 < jpHi {
+				bnext = bp[(jp+1)*nr*kcur : (jp+2)*nr*kcur]
+			}
+			kern.fnTiles(kcur, full, ap, bpan, c[coff+j0:], ldc, alpha, beta, beta0, bnext)
 			i0 = full * mr
 		}
 		for ; i0 < mcur; i0 += mr {
