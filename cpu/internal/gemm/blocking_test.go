@@ -208,18 +208,20 @@ func TestColumnSlices(t *testing.T) {
 
 func TestSlicesPay(t *testing.T) {
 	for _, c := range []struct {
-		threads, n, k int
-		want          bool
+		threads, m, n, k int
+		want             bool
 	}{
-		{2, 1024, 1024, false}, // 256×512 B block: 512 KiB
-		{2, 1024, 128, true},   // 128×512: 256 KiB
-		{2, 1024, 784, false},  // K blocks of 196: 392 KiB
-		{2, 4096, 576, true},   // 2048 wide
-		{2, 2048, 2048, false},
-		{3, 1536, 100, true},
+		{2, 1024, 1024, 1024, false}, // 256×512 B block: 512 KiB
+		{2, 1024, 1024, 128, true},   // 128×512: 256 KiB
+		{2, 1024, 1024, 784, false},  // K blocks of 196: 392 KiB
+		{2, 512, 4096, 576, true},    // 2048 wide
+		{2, 2048, 2048, 2048, false},
+		{2, 128, 1024, 1152, true}, // 64 rows a thread
+		{2, 288, 1024, 1152, false},
+		{3, 1000, 1536, 100, true},
 	} {
-		if got := slicesPay(c.threads, c.n, c.k); got != c.want {
-			t.Errorf("slicesPay(%d, %d, %d) = %v, want %v", c.threads, c.n, c.k, got, c.want)
+		if got := slicesPay(c.threads, c.m, c.n, c.k); got != c.want {
+			t.Errorf("slicesPay(%d, %d, %d, %d) = %v, want %v", c.threads, c.m, c.n, c.k, got, c.want)
 		}
 	}
 }

@@ -258,7 +258,7 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 	if 2*float64(m)*float64(n)*float64(k) < parallelMinFlops {
 		threads = 1
 	}
-	if slices := columnSlices(threads, n); slices > 1 && (forceSlices || slicesPay(threads, n, k)) {
+	if slices := columnSlices(threads, n); slices > 1 && (forceSlices || slicesPay(threads, m, n, k)) {
 		w := roundUp(ceilDiv(n, slices), kern.nr)
 		pool.For(slices, 1, func(lo, hi int) {
 			for s := lo; s < hi; s++ {
@@ -288,20 +288,23 @@ func columnSlices(threads, n int) int {
 const minSliceCols = 256
 
 // slicesPay reports whether column slices (columnSlices) beat splitting C's
-// rows over threads that share one packed B, for an op(B) of k×n. A slice
-// packs all of A for itself, so A is packed once a thread, a cost that
-// falls with the slice's width; what it buys is a B block (KC×width) of the
-// thread's own, which pays while that block fits in half of a core's L2
-// (256 KiB on Zen 3), the A block taking much of the rest. Past that, B
-// streams from the shared L3 either way and sharing it saves the
-// duplicated A. Measured on 2 Zen 3 cores, by CPU time, paired runs: 1024³
-// 2-4% faster sharing B (a 512 KiB slice block); 784×1024×128 (128 KiB) 7%
-// and 512×4096×576 (2048 wide) 10% faster in slices; 2048³ and
-// 128×1024×784 even.
-func slicesPay(threads, n, k int) bool {
+// rows over threads that share one packed B, for an m×k by k×n product. A
+// slice packs all of A for itself, so A is packed once a thread, a cost
+// that falls with the slice's width; what it buys is a B block (KC×width)
+// of the thread's own, which pays while that block fits in half of a
+// core's L2 (256 KiB on Zen 3), the A block taking much of the rest, and
+// every B panel serving all m rows (split rows, a thread's panel serves
+// m/threads, and fewer than MC rows a thread load B more often). Past
+// that, B streams from the shared L3 either way and sharing it saves the
+// duplicated A. Measured on 2 Zen 3 cores, by CPU time, paired runs:
+// 1024³ 2-4% faster sharing B (a 512 KiB slice block); 784×1024×128
+// (256 KiB) 7%, 512×4096×576 (2048 wide) 10% and 128×1024×1152 (64 rows
+// a thread) 10% faster in slices; 2048³, 128×1024×784 and 256×1024×2304
+// even.
+func slicesPay(threads, m, n, k int) bool {
 	w := n / threads
 	kc := ceilDiv(k, ceilDiv(k, blockKC))
-	return w >= minWideSlice || kc*w*4 <= sliceBBytes
+	return m < threads*blockMC || w >= minWideSlice || kc*w*4 <= sliceBBytes
 }
 
 const (
