@@ -128,6 +128,9 @@ func TestColumnSlicesBitwise(t *testing.T) {
 		{37, 1030, 515, true, true},  // 3 slices, K blocks, N edge tile
 		{130, 1024, 256, false, true},
 	}
+	// Slices whether or not they pay (slicesPay) for these shapes.
+	forceSlices = true
+	defer func() { forceSlices = false }()
 	for _, s := range shapes {
 		if columnSlices(2, s.n) < 2 || columnSlices(3, s.n) < 3 {
 			t.Fatalf("%dx%dx%d: not split into column slices", s.m, s.n, s.k)
@@ -199,6 +202,26 @@ func TestColumnSlices(t *testing.T) {
 	} {
 		if got := columnSlices(c.threads, c.n); got != c.want {
 			t.Errorf("columnSlices(%d, %d) = %d, want %d", c.threads, c.n, got, c.want)
+		}
+	}
+}
+
+func TestSlicesPay(t *testing.T) {
+	for _, c := range []struct {
+		threads, m, n, k int
+		want             bool
+	}{
+		{2, 1024, 1024, 1024, false}, // 256×512 B block: 512 KiB
+		{2, 1024, 1024, 128, true},   // 128×512: 256 KiB
+		{2, 1024, 1024, 784, false},  // K blocks of 196: 392 KiB
+		{2, 512, 4096, 576, true},    // 2048 wide
+		{2, 2048, 2048, 2048, false},
+		{2, 128, 1024, 1152, true}, // 64 rows a thread
+		{2, 288, 1024, 1152, false},
+		{3, 1000, 1536, 100, true},
+	} {
+		if got := slicesPay(c.threads, c.m, c.n, c.k); got != c.want {
+			t.Errorf("slicesPay(%d, %d, %d, %d) = %v, want %v", c.threads, c.m, c.n, c.k, got, c.want)
 		}
 	}
 }

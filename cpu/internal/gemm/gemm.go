@@ -6,7 +6,8 @@
 // panels MR tall; a register-blocked MR×NR micro-kernel multiplies one A panel
 // by one B panel. With more than one thread, a wide C is split into column
 // slices, one a thread, each a single-threaded product with a packed B of
-// its own; otherwise blocks of C are split across the worker pool of
+// its own, where that pays (slicesPay); otherwise blocks of C are split
+// across the worker pool of
 // package parallel, and B is packed for several K blocks at once (up to 4
 // MiB) so that each M block runs through all of them between two waits
 // for the pool. On amd64 the single-precision micro-kernel is assembly, 24×16
@@ -141,8 +142,9 @@ type kernel[T float] struct {
 	fn     func(k int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
 	// fnTiles, if not nil, is fn for tiles full tiles one above the
 	// other (A panels consecutive in a, C tiles mr rows apart), with fn's
-	// arithmetic: one call per column of tiles.
-	fnTiles func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
+	// arithmetic: one call per column of tiles. bnext, if not nil, is the
+	// B panel of the next call, which it may prefetch.
+	fnTiles func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool, bnext []T)
 
 	// packBT, if not nil, packs nr full columns of a transposed B:
 	// dst[nr*p+r] = x[off+r*ld+p] for p < kc.
@@ -256,7 +258,7 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 	if 2*float64(m)*float64(n)*float64(k) < parallelMinFlops {
 		threads = 1
 	}
-	if slices := columnSlices(threads, n); slices > 1 {
+	if slices := columnSlices(threads, n); slices > 1 && (forceSlices || slicesPay(threads, m, n, k)) {
 		w := roundUp(ceilDiv(n, slices), kern.nr)
 		pool.For(slices, 1, func(lo, hi int) {
 			for s := lo; s < hi; s++ {
@@ -274,8 +276,7 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 // B, splitting C's rows). Slices keep each core's B in its own caches
 // (written and read by one core, half the footprint) and need no wait
 // between K blocks; the price is A packed once a slice, small next to a
-// slice at least minSliceCols wide. Measured on 2 cores (Zen 3, 1024³):
-// 6–10% more flops per CPU second than sharing B.
+// wide slice. slicesPay says which shapes gain.
 func columnSlices(threads, n int) int {
 	if threads < 2 || n/threads < minSliceCols {
 		return 1
@@ -285,6 +286,39 @@ func columnSlices(threads, n int) int {
 
 // minSliceCols is the narrowest column slice columnSlices gives a thread.
 const minSliceCols = 256
+
+// slicesPay reports whether column slices (columnSlices) beat splitting C's
+// rows over threads that share one packed B, for an m×k by k×n product. A
+// slice packs all of A for itself, so A is packed once a thread, a cost
+// that falls with the slice's width; what it buys is a B block (KC×width)
+// of the thread's own, which pays while that block fits in half of a
+// core's L2 (256 KiB on Zen 3), the A block taking much of the rest, and
+// every B panel serving all m rows (split rows, a thread's panel serves
+// m/threads, and fewer than MC rows a thread load B more often). Past
+// that, B streams from the shared L3 either way and sharing it saves the
+// duplicated A. Measured on 2 Zen 3 cores, by CPU time, paired runs:
+// 1024³ 2-4% faster sharing B (a 512 KiB slice block); 784×1024×128
+// (256 KiB) 7%, 512×4096×576 (2048 wide) 10% and 128×1024×1152 (64 rows
+// a thread) 10% faster in slices; 2048³, 128×1024×784 and 256×1024×2304
+// even.
+func slicesPay(threads, m, n, k int) bool {
+	w := n / threads
+	kc := ceilDiv(k, ceilDiv(k, blockKC))
+	return m < threads*blockMC || w >= minWideSlice || kc*w*4 <= sliceBBytes
+}
+
+const (
+	// minWideSlice is the slice width from which A's duplicated packing
+	// no longer matters.
+	minWideSlice = 2048
+	// sliceBBytes is the largest slice B block (bytes) that stays in a
+	// core's L2 next to the A block.
+	sliceBBytes = 256 << 10
+)
+
+// forceSlices makes every product columnSlices allows run as slices
+// (tests of the slice path).
+var forceSlices bool
 
 // blocked runs the blocked product on columns [jLo, jHi) of C with threads
 // threads of pool.
@@ -444,7 +478,11 @@ func macroKernel[T float](kern *kernel[T], mcur, ncur, kcur int, ap, bp []T, jpL
 		bpan := bp[jp*nr*kcur : (jp+1)*nr*kcur]
 		i0 := 0
 		if full := mcur / mr; nn == nr && full > 0 && kern.fnTiles != nil {
-			kern.fnTiles(kcur, full, ap, bpan, c[coff+j0:], ldc, alpha, beta, beta0)
+			var bnext []T
+			if jp+1 < jpHi {
+				bnext = bp[(jp+1)*nr*kcur : (jp+2)*nr*kcur]
+			}
+			kern.fnTiles(kcur, full, ap, bpan, c[coff+j0:], ldc, alpha, beta, beta0, bnext)
 			i0 = full * mr
 		}
 		for ; i0 < mcur; i0 += mr {

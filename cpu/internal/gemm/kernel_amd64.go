@@ -16,10 +16,11 @@ func sgemmKernel6x16(k int, a, b, c *float32, ldc int, alpha, beta float32, beta
 
 // sgemmKernel6x16Tiles is sgemmKernel6x16 for a column of tiles: tile t
 // multiplies the panel at a + 6*k*t by b into the tile at c + 6*ldc*t,
-// with the same arithmetic (bitwise the same results).
+// with the same arithmetic (bitwise the same results). During the last
+// tiles it prefetches the k×16 panel at bnext (nil: none), the next call's.
 //
 //go:noescape
-func sgemmKernel6x16Tiles(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int)
+func sgemmKernel6x16Tiles(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int, bnext *float32)
 
 // hasAVX2FMA reports whether the CPU and OS support AVX2 and FMA3.
 func hasAVX2FMA() bool { return cpuid.X86.AVX2FMA() }
@@ -63,9 +64,9 @@ var (
 )
 
 // withTiles gives an mr-row assembly kernel its tile-column form.
-func withTiles(k *kernel[float32], f func(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int)) *kernel[float32] {
+func withTiles(k *kernel[float32], f func(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int, bnext *float32)) *kernel[float32] {
 	mr := k.mr
-	k.fnTiles = func(kk, tiles int, a, b, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+	k.fnTiles = func(kk, tiles int, a, b, c []float32, ldc int, alpha, beta float32, beta0 bool, bnext []float32) {
 		// Bounds the assembly relies on.
 		_ = a[tiles*mr*kk-1]
 		_ = b[16*kk-1]
@@ -74,7 +75,11 @@ func withTiles(k *kernel[float32], f func(k int, a, b, c *float32, ldc int, alph
 		if beta0 {
 			z = 1
 		}
-		f(kk, &a[0], &b[0], &c[0], ldc, alpha, beta, z, tiles)
+		var next *float32
+		if len(bnext) >= 16*kk {
+			next = &bnext[0]
+		}
+		f(kk, &a[0], &b[0], &c[0], ldc, alpha, beta, z, tiles, next)
 	}
 	return k
 }

@@ -48,8 +48,6 @@
 // KSTEP4 runs 4 steps of k.
 #define KSTEP4 \
 	PREFETCHT0 384(SI) \
-	PREFETCHT0 1024(DI) \
-	PREFETCHT0 1088(DI) \
 	VMOVUPS 0(DI), Y12 \
 	VMOVUPS 32(DI), Y13 \
 	VBROADCASTSS 0(SI), Y14 \
@@ -280,17 +278,24 @@ store0:
 	VZEROUPPER
 	RET
 
-// func sgemmKernel6x16Tiles(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int)
+// func sgemmKernel6x16Tiles(k int, a, b, c *float32, ldc int, alpha, beta float32, beta0 int, tiles int, bnext *float32)
 //
 // sgemmKernel6x16 for tiles tiles, one above the other: tile t multiplies
 // the 6-row panel at a + 6*k*t by the same panel of b into the tile at
 // c + 6*ldc*t. One call per column of tiles saves a call, its argument
 // copies and its checks per tile; the arithmetic is sgemmKernel6x16's.
-TEXT ·sgemmKernel6x16Tiles(SB), NOSPLIT, $0-64
+//
+// bnext, if not nil, is the B panel (k steps, 64 bytes each) the next call
+// will read: the last 4 tiles prefetch it, a line every 4 steps of k, so
+// that the next column's first tile finds it in L1 rather than waiting on
+// L2/L3 (PREFETCHT1/T2 fill L1 too on Zen 3, so the prefetch comes late,
+// when the current panel has few tiles left to serve).
+TEXT ·sgemmKernel6x16Tiles(SB), NOSPLIT, $0-72
 	MOVQ a+8(FP), SI
 	MOVQ c+24(FP), DX
 	MOVQ ldc+32(FP), R8
 	SHLQ $2, R8
+	MOVQ bnext+64(FP), R13
 	MOVQ tiles+56(FP), R11
 	TESTQ R11, R11
 	JLE done
@@ -303,6 +308,17 @@ tile:
 	MOVQ CX, R9
 	SHRQ $2, R9
 	JZ tail
+	TESTQ R13, R13
+	JZ loop4
+	CMPQ R11, $4
+	JGT loop4
+loop4pf:
+	PREFETCHT0 (R13)
+	ADDQ $64, R13
+	KSTEP4
+	DECQ R9
+	JNZ loop4pf
+	JMP tail
 loop4:
 	KSTEP4
 	DECQ R9
