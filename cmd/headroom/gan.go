@@ -49,8 +49,8 @@ half the baseline's peak.
 PSNR-oriented pre-training), validating PSNR against bicubic upsampling on
 the held-out photos of --val, logged to --log for headroom report. Its
 inputs are 8-bit, as a saved LR image is; --ema validates and saves a
-moving average of the weights; an interrupt (Ctrl-C) ends it with a
-validation and --save.
+moving average of the weights; --rgb-permute shuffles the colour channels
+of some crops; an interrupt (Ctrl-C) ends it with a validation and --save.
 
 Flags:
 `
