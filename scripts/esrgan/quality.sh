@@ -7,7 +7,8 @@
 #
 # Writes into WORK: pixel.jsonl (the --log), train*.out, rrdb.safetensors
 # (the trained generator, 0.6 MB), the held-out photos' LR inputs and 4×
-# outputs, the report's SVG charts, and side-by-side crops.
+# outputs, the report's SVG charts, side-by-side crops, each leg's PSNR on
+# the held-out photos (legs-psnr.out) and the colour checks (color-*.out).
 set -eu
 work=${1:-/tmp/esrgan-quality}
 photos=/tmp/esrgan-photos
