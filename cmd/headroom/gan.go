@@ -49,8 +49,8 @@ half the baseline's peak.
 PSNR-oriented pre-training), validating PSNR against bicubic upsampling on
 the held-out photos of --val, logged to --log for headroom report. Its
 inputs are 8-bit, as a saved LR image is; --ema validates and saves a
-moving average of the weights; an interrupt (Ctrl-C) ends it with a
-validation and --save.
+moving average of the weights; --rgb-permute shuffles the colour channels
+of some crops; an interrupt (Ctrl-C) ends it with a validation and --save.
 
 Flags:
 `
@@ -79,6 +79,7 @@ type ganFlags struct {
 	init             string
 	cosine           bool
 	ema              float64
+	rgbPermute       float64
 	from             int
 }
 
@@ -139,6 +140,7 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&f.from, "from-step", 0, "with --init: the step the weights were saved at; steps are numbered on from it and --log is appended to (a second leg of one run)")
 	fs.Float64Var(&f.ema, "ema", 0, "with --pixel-only: validate and --save an exponential moving average of the weights with this decay (BasicSR's ema_decay: 0.999; 0: the weights themselves)")
 	fs.BoolVar(&f.cosine, "cosine", false, "with --pixel-only: anneal the learning rate from --lr to 0 on a cosine (BasicSR's CosineAnnealingRestartLR, one period) over --steps, or over --time or --wall where one of those is nearer (the larger fraction used)")
+	fs.Float64Var(&f.rgbPermute, "rgb-permute", 0, "with --pixel-only: shuffle a training crop's colour channels by a random permutation with this probability (CutBlur's RGB permutation; widens the colours ten photos cover)")
 	fs.DurationVar(&f.wall, "wall", 0, "with --pixel-only: stop after this much wall-clock time too (on a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -152,8 +154,8 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("gan: %w", err)
 	}
 	if f.pixelOnly {
-		if f.batch < 1 || f.steps < 0 || f.scale != 4 {
-			return fmt.Errorf("gan: --batch must be at least 1, --steps at least 0 and --scale 4")
+		if f.batch < 1 || f.steps < 0 || f.scale != 4 || f.rgbPermute < 0 || f.rgbPermute > 1 {
+			return fmt.Errorf("gan: --batch must be at least 1, --steps at least 0, --scale 4 and --rgb-permute in [0, 1]")
 		}
 		return ganPixel(ctx, out, f)
 	}

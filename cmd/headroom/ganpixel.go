@@ -93,23 +93,42 @@ func augment(r *rand.Rand, v []float32, s int, tmp []float32) {
 	}
 }
 
+// permuteChannels reorders the planes of a [3, s, s] crop: channel c of
+// the result is channel perm[c] of v.
+func permuteChannels(v []float32, s int, perm []int, tmp []float32) {
+	n := s * s
+	copy(tmp[:3*n], v[:3*n])
+	for c, from := range perm {
+		copy(v[c*n:(c+1)*n], tmp[from*n:(from+1)*n])
+	}
+}
+
 // pixelBatch makes a training batch: random crops of random photos,
 // augmented, and their bicubic downscales rounded to 8-bit levels: the
 // upscaler's inputs are 8-bit images (BasicSR trains on saved LR PNGs), and
 // a model that never saw the rounding takes its one-level steps on smooth
-// skies for edges to sharpen.
-func pixelBatch(r *rand.Rand, photos []photo, batch, crop, scale int) (lq, gt *tensor.Tensor) {
+// skies for edges to sharpen. With probability rgbPermute a crop's colour
+// channels are shuffled by a random permutation before the downscale (the
+// "RGB permutation" of Yoo et al., CVPR 2020, CutBlur's rgb augment): ten
+// photos cover little of the colour space, and a generator trained on
+// them alone reproduces a colour it never saw, such as a deep blue sky
+// with red near 0, with a shift of up to 3 levels (docs/esrgan.md). With 0
+// no extra random numbers are drawn: batches are those of earlier runs.
+func pixelBatch(r *rand.Rand, photos []photo, batch, crop, scale int, rgbPermute float64) (lq, gt *tensor.Tensor) {
 	l := crop / scale
 	gt = tensor.New(tensor.Float32, tensor.Shape{batch, 3, crop, crop})
 	lq = tensor.New(tensor.Float32, tensor.Shape{batch, 3, l, l})
 	g, q := gt.F32(), lq.F32()
-	tmp := make([]float32, crop*crop)
+	tmp := make([]float32, 3*crop*crop)
 	per := 3 * crop * crop
 	for i := range batch {
 		p := photos[r.Intn(len(photos))]
 		dst := g[i*per : (i+1)*per]
 		p.crop(r.Intn(p.h-crop+1), r.Intn(p.w-crop+1), crop, dst)
 		augment(r, dst, crop, tmp)
+		if rgbPermute > 0 && r.Float64() < rgbPermute {
+			permuteChannels(dst, crop, r.Perm(3), tmp)
+		}
 		dataset.BicubicDown{Factor: scale}.Down(dst, 3, crop, crop, q[i*3*l*l:(i+1)*3*l*l])
 	}
 	gan.Quantize(q)
@@ -395,7 +414,7 @@ func ganPixel(ctx context.Context, out io.Writer, f ganFlags) error {
 			opt.SetLR(lr)
 		}
 		t0 := time.Now()
-		lq, gt := pixelBatch(r, photos, f.batch, f.crop, f.scale)
+		lq, gt := pixelBatch(r, photos, f.batch, f.crop, f.scale, f.rgbPermute)
 		wait := time.Since(t0)
 		loss, err := tr.Step(ctx, lq, gt)
 		if err != nil {

@@ -155,7 +155,7 @@ func TestPixelBatchInputs8Bit(t *testing.T) {
 	for i := range p.x {
 		p.x[i] = float32(i%w)/float32(3*w) + float32(i/w%h)/float32(5*h) + 0.1
 	}
-	lq, gt := pixelBatch(rand.New(rand.NewSource(1)), []photo{p}, 4, 16, 4)
+	lq, gt := pixelBatch(rand.New(rand.NewSource(1)), []photo{p}, 4, 16, 4, 0)
 	if !lq.Shape.Equal(tensor.Shape{4, 3, 4, 4}) || !gt.Shape.Equal(tensor.Shape{4, 3, 16, 16}) {
 		t.Fatalf("shapes %v %v", lq.Shape, gt.Shape)
 	}
@@ -163,6 +163,96 @@ func TestPixelBatchInputs8Bit(t *testing.T) {
 		if l := float64(v) * 255; math.Abs(l-math.Round(l)) > 1e-4 {
 			t.Fatalf("input value %d is %v, %v levels: not 8-bit", i, v, l)
 		}
+	}
+}
+
+// A batch's inputs keep their targets' colour: per channel, the mean of
+// the 8-bit input over the batch equals the target's within 0.05 levels
+// (the downscale's weights sum to 1, rounding is to nearest), on a photo of
+// smooth colour gradients and fine texture, with and without the
+// permutation. A biased input would teach the generator a colour shift.
+func TestPixelBatchKeepsMeans(t *testing.T) {
+	const h, w = 96, 120
+	p := photo{x: make([]float32, 3*h*w), h: h, w: w}
+	for c := range 3 {
+		for y := range h {
+			for x := range w {
+				v := 0.25 + 0.25*float64(c) + 0.15*math.Sin(float64(x*(c+1))/17+float64(y)/23) + 0.04*math.Sin(float64(x*y)) // in [0.06, 0.94]
+				p.x[(c*h+y)*w+x] = float32(v)
+			}
+		}
+	}
+	for _, perm := range []float64{0, 0.5} {
+		lq, gt := pixelBatch(rand.New(rand.NewSource(2)), []photo{p}, 256, 32, 4, perm)
+		for c := range 3 {
+			var mq, mg float64
+			for i := range 256 {
+				for _, v := range lq.F32()[(i*3+c)*64:][:64] {
+					mq += 255 * float64(v) / (256 * 64)
+				}
+				for _, v := range gt.F32()[(i*3+c)*1024:][:1024] {
+					mg += 255 * float64(v) / (256 * 1024)
+				}
+			}
+			if math.Abs(mq-mg) > 0.05 {
+				t.Errorf("--rgb-permute %v, channel %d: input mean %.3f levels, target %.3f", perm, c, mq, mg)
+			}
+		}
+	}
+}
+
+// --rgb-permute shuffles a crop's colour planes, the same way in the
+// target and the input (the input is the downscale of the shuffled crop),
+// and draws every permutation; at 0 the channels stay in order.
+func TestPixelBatchRGBPermute(t *testing.T) {
+	const h, w = 32, 32
+	levels := [3]float32{20. / 255, 84. / 255, 141. / 255} // Kite's sky
+	p := photo{x: make([]float32, 3*h*w), h: h, w: w}
+	for c, v := range levels {
+		for i := range h * w {
+			p.x[c*h*w+i] = v
+		}
+	}
+	for _, c := range []struct {
+		prob      float64
+		wantPerms int // distinct channel orders seen over the batch
+	}{{0, 1}, {1, 6}, {0.5, 6}} {
+		lq, gt := pixelBatch(rand.New(rand.NewSource(3)), []photo{p}, 64, 16, 4, c.prob)
+		seen := map[[3]float32]bool{}
+		var kept int
+		for i := range 64 {
+			var order [3]float32
+			for ch := range 3 {
+				g := gt.F32()[(i*3+ch)*256:][:256]
+				q := lq.F32()[(i*3+ch)*16:][:16]
+				order[ch] = g[0]
+				for _, v := range g {
+					if v != g[0] {
+						t.Fatalf("p %v: crop %d channel %d is not one plane of the photo", c.prob, i, ch)
+					}
+				}
+				for _, v := range q {
+					if math.Abs(float64(v-g[0])) > 0.5/255 {
+						t.Fatalf("p %v: crop %d channel %d: input %v, target %v: not the downscale of the shuffled crop", c.prob, i, ch, v*255, g[0]*255)
+					}
+				}
+			}
+			seen[order] = true
+			if order == levels {
+				kept++
+			}
+		}
+		if len(seen) != c.wantPerms {
+			t.Errorf("p %v: %d channel orders seen, want %d", c.prob, len(seen), c.wantPerms)
+		}
+		// Kept in order: all at 0; 1/6 at 1; 1/2 + 1/12 at 0.5.
+		if c.prob == 0 && kept != 64 || c.prob == 1 && (kept < 3 || kept > 20) || c.prob == 0.5 && (kept < 25 || kept > 50) {
+			t.Errorf("p %v: %d of 64 crops in the photo's order", c.prob, kept)
+		}
+	}
+	err := ganMain(context.Background(), []string{"--pixel-only", "--data", "x", "--rgb-permute", "1.5"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--rgb-permute") {
+		t.Errorf("--rgb-permute 1.5: %v", err)
 	}
 }
 

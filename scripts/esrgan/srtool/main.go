@@ -3,12 +3,14 @@
 // upscaler's input), the PSNR of an upscaled image and of bicubic
 // upsampling against the photo (BasicSR's calculate_psnr: 8-bit images,
 // 4 border pixels cropped, Y of BT.601 and RGB), side-by-side crops, and
-// the largest difference between two float outputs of headroom upscale.
+// the largest difference between two float outputs of headroom upscale,
+// and a photo as headroom decodes it (for comparison with PIL's decode).
 //
 //	go run ./scripts/esrgan/srtool lr PHOTO LR.png
 //	go run ./scripts/esrgan/srtool psnr PHOTO LR.png SR.png
 //	go run ./scripts/esrgan/srtool crop PHOTO LR.png SR.png X Y SIZE OUT.png
 //	go run ./scripts/esrgan/srtool diff A.safetensors B.safetensors
+//	go run ./scripts/esrgan/srtool decode PHOTO OUT.png
 package main
 
 import (
@@ -95,7 +97,7 @@ func atoi(s string) int {
 func main() {
 	a := os.Args[1:]
 	if len(a) == 0 {
-		check(fmt.Errorf("usage: srtool lr|psnr|crop|diff ... (see the source)"))
+		check(fmt.Errorf("usage: srtool lr|psnr|crop|diff|decode ... (see the source)"))
 	}
 	switch {
 	case a[0] == "lr" && len(a) == 3:
@@ -104,6 +106,10 @@ func main() {
 		dataset.BicubicDown{Factor: 4}.Down(g.v, 3, g.h, g.w, lr.v)
 		write(a[2], lr)
 		fmt.Printf("%s: %d×%d → %s %d×%d\n", a[1], g.w, g.h, a[2], lr.w, lr.h)
+	case a[0] == "decode" && len(a) == 3:
+		// headroom's decode as an 8-bit PNG (exact: 8-bit values survive
+		// the float round trip), for scripts/esrgan/color_check.py.
+		write(a[2], read(a[1]))
 	case a[0] == "psnr" && len(a) == 4:
 		g, lr, sr := gt(a[1]), read(a[2]), read(a[3])
 		if sr.h != g.h || sr.w != g.w || lr.h*4 != g.h {
@@ -113,6 +119,21 @@ func main() {
 		fmt.Printf("%s: PSNR Y %.3f dB (bicubic %.3f), RGB %.3f dB (bicubic %.3f); border 4\n", a[1],
 			gan.PSNR(sr.v, g.v, g.h, g.w, 4, true), gan.PSNR(b.v, g.v, g.h, g.w, 4, true),
 			gan.PSNR(sr.v, g.v, g.h, g.w, 4, false), gan.PSNR(b.v, g.v, g.h, g.w, 4, false))
+		// A colour shift shows in the channels' mean errors and cancels
+		// partly in Y.
+		me := func(m img) (e [3]float64) {
+			P, n := g.h*g.w, float64((g.h-8)*(g.w-8))
+			for c := range 3 {
+				for y := 4; y < g.h-4; y++ {
+					for x := 4; x < g.w-4; x++ {
+						e[c] += 255 * float64(m.v[c*P+y*g.w+x]-g.v[c*P+y*g.w+x]) / n
+					}
+				}
+			}
+			return e
+		}
+		s, bb := me(sr), me(b)
+		fmt.Printf("%s: mean error R G B %+.3f %+.3f %+.3f levels (bicubic %+.3f %+.3f %+.3f)\n", a[1], s[0], s[1], s[2], bb[0], bb[1], bb[2])
 	case a[0] == "crop" && len(a) == 8:
 		// Four panels of SIZE px at (X, Y) of the photo, 4 px apart: the
 		// LR input (nearest, ×4), bicubic, the model's, the photo.
@@ -158,6 +179,6 @@ func main() {
 		}
 		fmt.Printf("max |a - b| = %.3g over %d values\n", worst, len(p.F32()))
 	default:
-		check(fmt.Errorf("usage: srtool lr|psnr|crop|diff ... (see the source)"))
+		check(fmt.Errorf("usage: srtool lr|psnr|crop|diff|decode ... (see the source)"))
 	}
 }
