@@ -183,3 +183,23 @@ func TestMinimumExactWithArenaGradients(t *testing.T) {
 		})
 	}
 }
+
+// Fit's memory of a plan without gradient buffers is the trainer's plan
+// exactly on a model whose large gradient buffers the allocator hands out
+// as whole blocks, larger than the request rounded to 512 bytes (the
+// planner's trainer holds them while planning): the whole batch with
+// gradients in the arena, and with the optimizer in the backward pass.
+func TestArenaGradientsPredictedIsPlannedLargeBlocks(t *testing.T) {
+	for _, inBack := range []bool{false, true} {
+		p := arenaGrads(zooProblem("resnet18-64", 32))
+		p.Budget, p.OptimizerInBackward = 250<<20, inBack
+		r, err := budget.Fit(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := r.Best; c.ArenaGradients == inBack || c.InBackward != inBack || c.Accumulation != 1 || c.Memory.Gradients != 0 {
+			t.Errorf("in backward %v: chose %s with gradient buffers %d", inBack, c.Describe(), c.Memory.Gradients)
+		}
+		predictedIsPlanned(t, p, r.Best)
+	}
+}
