@@ -354,8 +354,9 @@ func (f *fitter) finish(res *Result) (*Result, error) {
 // MaxBatch is the automatic batch size: the largest batch, up to p.Batch,
 // that fits the budget in one pass under policy, in the first allowed
 // precision and compression (fp32 and none by default), with the
-// optimizer in the backward pass when p allows it and that precision is
-// fp32 (one pass is one micro-batch), found from plans alone (no trial
+// optimizer in the backward pass, else the gradients in the arena, when
+// p allows it and that precision is fp32 (one pass is one micro-batch),
+// found from plans alone (no trial
 // steps): it fits and one more sample does not. It is 0 when not even one
 // sample fits.
 func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {
