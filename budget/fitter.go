@@ -27,8 +27,9 @@ type fitter struct {
 	arena bool
 	// full holds the persistent state of a run with gradient buffers
 	// (full[0]) and of one without them, with the optimizer in the
-	// backward pass or gradients in the arena (full[1], when noBufs) on uncapped meta devices; persistent is what
-	// parameters, gradients and optimizer state allocate.
+	// backward pass or gradients in the arena (full[1], when noBufs), on
+	// uncapped meta devices; persistent is what parameters, gradients and
+	// optimizer state allocate.
 	full       [2]*runState
 	persistent int64
 	// check is the same on meta devices capped at the budget (nil if the
