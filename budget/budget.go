@@ -64,6 +64,15 @@ type Problem struct {
 	// optimizer that updates one parameter at a time (SGD, Adam, AdamW);
 	// with another it changes nothing.
 	OptimizerInBackward bool
+	// ArenaGradients lets the planner keep gradients in the step's arena
+	// from the backward pass to the optimizer step instead of in buffers
+	// held for the whole step (train.Config.ArenaGradients): every plan of
+	// one micro-batch in fp32 that does not update in the backward pass
+	// then runs that way, since it gives the same results, takes no more
+	// time and never more memory (its peak counts only the gradients
+	// produced so far); plans that accumulate micro-batches or round to
+	// a lower precision keep gradient buffers.
+	ArenaGradients bool
 	// Outputs plans steps that keep the model's outputs to their end for
 	// train.Trainer.Outputs (train.Config.Outputs): they count against
 	// the budget.
@@ -95,8 +104,13 @@ type Choice struct {
 	// gradient freed by its parameter's update. Only with one micro-batch
 	// in fp32.
 	InBackward bool
-	Memory     train.MemoryPlan // of a full micro-batch
-	Time       float64          // estimated seconds per optimizer step
+	// ArenaGradients keeps the gradients in the step's arena from the
+	// backward pass to the optimizer step (train.Config.ArenaGradients):
+	// no gradient buffers. Only with one micro-batch in fp32, and not
+	// with InBackward (which frees them sooner).
+	ArenaGradients bool
+	Memory         train.MemoryPlan // of a full micro-batch
+	Time           float64          // estimated seconds per optimizer step
 	// Reserved is the device memory the run needs: the segments the
 	// allocator maps for parameters, gradients, optimizer state and the
 	// step's arena, simulated with the same allocator on the meta device
@@ -132,7 +146,7 @@ func (c Choice) Bytes() int64 { return c.Reserved }
 // where the optimizer runs.
 func (c Choice) Config() train.Config {
 	st, _ := train.StorageOf(c.Compress) // the planner makes only Compression values
-	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward, Outputs: c.Outputs}
+	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward, ArenaGradients: c.ArenaGradients, Outputs: c.Outputs}
 }
 
 // Apply configures tr to run the choice (tr.SetConfig(c.Config())). Step
@@ -166,6 +180,10 @@ type Result struct {
 	// Problem.OptimizerInBackward allowed otherwise ("" when not asked, or
 	// when Best runs the optimizer in the backward pass).
 	notInBackward string
+	// notArena says why Best keeps gradient buffers although
+	// Problem.ArenaGradients allowed otherwise ("" when not asked, or
+	// when it does not).
+	notArena string
 }
 
 // Slowdown is the best choice's estimated time over the baseline's.
@@ -209,7 +227,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 	if res.Baseline, err = f.plan(setting{prec: f.sets[0].prec, comp: "none"}, p.Batch, RecomputeNone, 0, 0, 0, false); err != nil {
 		return nil, err
 	}
-	if f.check[0] == nil && (!f.inBack || f.check[1] == nil) {
+	if f.check[0] == nil && (!f.noBufs() || f.check[1] == nil) {
 		// Nothing is searched at the budget: nothing else fits if these
 		// do not. Below it a tighter capacity may still fit.
 		c, ok, err := f.belowBudget(pols)
@@ -218,7 +236,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		}
 		if !ok {
 			reason := fmt.Sprintf("parameters, gradients and optimizer state alone (%s) do not fit", device.FormatBytes(f.persistent))
-			if f.inBack {
+			if f.noBufs() {
 				reason = fmt.Sprintf("parameters and optimizer state alone (%s) do not fit", device.FormatBytes(f.full[1].dev.Alloc.Stats().AllocatedBytes.Current))
 			}
 			return nil, f.tooSmall(pols, reason)
@@ -233,14 +251,14 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 			// Compressing fewer tensors costs less, down to nothing.
 			s = setting{prec: s.prec, comp: "none"}
 		}
-		// The whole batch in either optimizer mode: micro-batched plans
-		// keep gradient buffers.
+		// The whole batch with and without gradient buffers: micro-
+		// batched plans keep them.
 		for _, ib := range []bool{false, true} {
 			c, err := f.plan(s, p.Batch, RecomputeNone, 0, 0, 0, ib)
 			if err != nil {
 				return nil, err
 			}
-			if !ib || c.InBackward {
+			if !ib || c.noBuffers() {
 				if bound[i] == 0 || c.Time < bound[i] {
 					bound[i] = c.Time
 				}
@@ -321,14 +339,24 @@ func (f *fitter) finish(res *Result) (*Result, error) {
 			res.notInBackward = fmt.Sprintf("not with %v precision", b.Precision)
 		}
 	}
+	if b := res.Best; p.ArenaGradients && !b.noBuffers() {
+		// Accumulation adds micro-batches' gradients up in buffers; low
+		// precisions round gradients as they reach them (train.Config).
+		if b.Accumulation > 1 {
+			res.notArena = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
+		} else {
+			res.notArena = fmt.Sprintf("not with %v precision", b.Precision)
+		}
+	}
 	return res, nil
 }
 
 // MaxBatch is the automatic batch size: the largest batch, up to p.Batch,
 // that fits the budget in one pass under policy, in the first allowed
 // precision and compression (fp32 and none by default), with the
-// optimizer in the backward pass when p allows it and that precision is
-// fp32 (one pass is one micro-batch), found from plans alone (no trial
+// optimizer in the backward pass, else the gradients in the arena, when
+// p allows it and that precision is fp32 (one pass is one micro-batch),
+// found from plans alone (no trial
 // steps): it fits and one more sample does not. It is 0 when not even one
 // sample fits.
 func MaxBatch(ctx context.Context, p Problem, policy Policy) (int, error) {

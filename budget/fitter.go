@@ -22,10 +22,14 @@ type fitter struct {
 	// else inBackErr says why not.
 	inBack    bool
 	inBackErr *train.InBackwardError
+	// arena: Problem.ArenaGradients (where the optimizer does not run in
+	// the backward pass, gradients live in the step's arena).
+	arena bool
 	// full holds the persistent state of a run with gradient buffers
-	// (full[0]) and of one with the optimizer in the backward pass
-	// (full[1], when inBack) on uncapped meta devices; persistent is what
-	// parameters, gradients and optimizer state allocate.
+	// (full[0]) and of one without them, with the optimizer in the
+	// backward pass or gradients in the arena (full[1], when noBufs), on
+	// uncapped meta devices; persistent is what parameters, gradients and
+	// optimizer state allocate.
 	full       [2]*runState
 	persistent int64
 	// check is the same on meta devices capped at the budget (nil if the
@@ -61,6 +65,7 @@ type evalKey struct {
 	stride     int
 	minBytes   int64
 	inBackward bool
+	arena      bool
 }
 
 // runState is a run's persistent state, set up on a meta device in the
@@ -74,13 +79,21 @@ type runState struct {
 	floor int64
 }
 
-// mode indexes fitter.full and fitter.check.
-func mode(inBackward bool) int {
-	if inBackward {
+// mode indexes fitter.full and fitter.check: 1 for a run without
+// gradient buffers (Choice.noBuffers).
+func mode(noBuffers bool) int {
+	if noBuffers {
 		return 1
 	}
 	return 0
 }
+
+// noBufs reports whether some plans may run without gradient buffers
+// (the optimizer in the backward pass, or gradients in the arena).
+func (f *fitter) noBufs() bool { return f.inBack || f.arena }
+
+// noBuffers reports whether the choice holds no gradient buffers.
+func (c Choice) noBuffers() bool { return c.InBackward || c.ArenaGradients }
 
 func newFitter(p Problem) (*fitter, error) {
 	sets, err := settings(p)
@@ -118,8 +131,9 @@ func newFitter(p Problem) (*fitter, error) {
 			return nil, err
 		}
 	}
+	f.arena = p.ArenaGradients
 	for _, ib := range []bool{false, true} {
-		if ib && !f.inBack {
+		if ib && !f.noBufs() {
 			break
 		}
 		if f.full[mode(ib)], err = f.setup(0, ib); err != nil {
@@ -158,21 +172,25 @@ func (f *fitter) graph(m int) (*trace.Graph, error) {
 // prefix is how many candidates are recomputed (-1: all) and stride how
 // the residual chain is checkpointed (Choice.Stride); minBytes > 0 is
 // the compression size threshold (0: the setting's default). The
-// optimizer runs in the backward pass wherever it is allowed and applies.
+// optimizer runs in the backward pass, else the gradients stay in the
+// arena, wherever that is allowed and applies.
 func (f *fitter) eval(s setting, m int, pol Policy, prefix, stride int, minBytes int64) (Choice, error) {
-	return f.plan(s, m, pol, prefix, stride, minBytes, f.inBack)
+	return f.plan(s, m, pol, prefix, stride, minBytes, f.noBufs())
 }
 
-// plan is eval, with the optimizer in the backward pass only if
-// inBackward allows it (and it applies: one micro-batch in fp32).
-func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes int64, inBackward bool) (Choice, error) {
+// plan is eval, without gradient buffers (the optimizer in the backward
+// pass, else gradients in the arena, as allowed) only if noBuffers
+// allows it and it applies: one micro-batch in fp32.
+func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes int64, noBuffers bool) (Choice, error) {
 	// The trainer splits a batch into k near-equal micro-batches
 	// (train.Split); the largest has ceil(N/k) samples, at most m.
 	// (written so that no sum overflows, whatever the batch)
 	k := 1 + (f.p.Batch-1)/m
 	m = 1 + (f.p.Batch-1)/k
+	one := noBuffers && k == 1 && s.prec == transform.FP32 // as train's gradMode
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
-		InBackward: inBackward && f.inBack && k == 1 && s.prec == transform.FP32, Outputs: f.p.Outputs}
+		InBackward: one && f.inBack, Outputs: f.p.Outputs}
+	c.ArenaGradients = one && !c.InBackward && f.arena
 	switch pol {
 	case RecomputeSelective:
 		c.Remat = transform.CheapOps
@@ -204,7 +222,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 	default:
 		prefix, stride = 0, 0
 	}
-	key := evalKey{f.p.Batch, m, s.prec, s.comp, pol, prefix, stride, minBytes, c.InBackward}
+	key := evalKey{f.p.Batch, m, s.prec, s.comp, pol, prefix, stride, minBytes, c.InBackward, c.ArenaGradients}
 	if r, ok := f.memo[key]; ok {
 		return r, nil
 	}
@@ -236,12 +254,12 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 		if i == 0 {
 			c.Memory = mem
 			var ok bool
-			if c.Reserved, ok = f.reserved(mem.ArenaBytes, c.InBackward); !ok {
+			if c.Reserved, ok = f.reserved(mem.ArenaBytes, c.noBuffers()); !ok {
 				// Larger than any device's address space: fits no budget.
 				c.Reserved = math.MaxInt64
 				return c, nil
 			}
-			if r, ok := fits(f.check[mode(c.InBackward)], mem.ArenaBytes); ok {
+			if r, ok := fits(f.check[mode(c.noBuffers())], mem.ArenaBytes); ok {
 				c.Reserved, c.Fits, c.Capacity = r, true, f.p.Budget
 			}
 		}
@@ -256,10 +274,10 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 // the autocast's rounded values and the compression's saved tensors. The
 // step is planned with gradient buffers, whose saved tensors are the
 // forward pass's alone (an update in the backward pass also reads the
-// loss).
+// loss; gradients in the arena add nothing saved).
 func (f *fitter) describe(c *Choice) error {
 	cfg := c.Config()
-	cfg.Accumulation, cfg.OptimizerInBackward = 0, false
+	cfg.Accumulation, cfg.OptimizerInBackward, cfg.ArenaGradients = 0, false, false
 	x, y := f.p.Example(c.MicroBatch)
 	_, comp, err := f.tr.PlanConfig(cfg, x, y, f.p.extra(c.MicroBatch)...)
 	if err != nil {

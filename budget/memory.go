@@ -18,7 +18,7 @@ func (f *fitter) belowBudget(pols []Policy) (Choice, bool, error) {
 	if err != nil || lowest < 0 || lowest > f.p.Budget || f.p.Budget <= 0 {
 		return Choice{}, false, err
 	}
-	st, err := f.setup(lowest, c.InBackward)
+	st, err := f.setup(lowest, c.noBuffers())
 	if err != nil {
 		return Choice{}, false, nil
 	}
@@ -47,8 +47,11 @@ func (f *fitter) tooSmall(pols []Policy, reason string) error {
 	if reason == "" {
 		short = StepTooLarge
 		how := "one sample per micro-batch"
-		if best.InBackward {
+		switch {
+		case best.InBackward:
 			how = fmt.Sprintf("%d samples in one pass with the optimizer in the backward pass", best.MicroBatch)
+		case best.ArenaGradients:
+			how = fmt.Sprintf("%d samples in one pass with gradients in the arena", best.MicroBatch)
 		}
 		reason = fmt.Sprintf("even the plan that needs the least memory (%s, %s, saved activations %s, recomputation %s) allocates %s at its peak and needs %s of device memory with the allocator's segments",
 			how, best.Precision, best.Compression, best.Policy, device.FormatBytes(best.Memory.Total()), device.FormatBytes(lowest))
@@ -74,7 +77,7 @@ func (f *fitter) least(pols []Policy) (Choice, int64, error) {
 		if err != nil {
 			return err
 		}
-		if l := &least[mode(c.InBackward)]; l.MicroBatch == 0 || c.Memory.ArenaBytes < l.Memory.ArenaBytes {
+		if l := &least[mode(c.noBuffers())]; l.MicroBatch == 0 || c.Memory.ArenaBytes < l.Memory.ArenaBytes {
 			*l = c
 		}
 		return nil
@@ -84,7 +87,7 @@ func (f *fitter) least(pols []Policy) (Choice, int64, error) {
 			if err := consider(s, 1, pol); err != nil {
 				return Choice{}, 0, err
 			}
-			if f.inBack && s.prec == transform.FP32 && f.p.Batch > 1 {
+			if f.noBufs() && s.prec == transform.FP32 && f.p.Batch > 1 {
 				if err := consider(s, f.p.Batch, pol); err != nil {
 					return Choice{}, 0, err
 				}
@@ -97,7 +100,7 @@ func (f *fitter) least(pols []Policy) (Choice, int64, error) {
 		if c.MicroBatch == 0 {
 			continue
 		}
-		if m := f.minimum(c.Memory.ArenaBytes, c.Reserved, c.InBackward); lowest < 0 || m < lowest {
+		if m := f.minimum(c.Memory.ArenaBytes, c.Reserved, c.noBuffers()); lowest < 0 || m < lowest {
 			best, lowest = c, m
 		}
 	}
@@ -108,9 +111,10 @@ func (f *fitter) least(pols []Policy) (Choice, int64, error) {
 // setup allocates the run's persistent state on a meta device capped at
 // capacity (0: uncapped), in the order a real run allocates it: parameters
 // (nn.Store.Materialize), optimizer state (train.New), then, unless the
-// run updates in the backward pass, the gradient buffers (its first step
-// or plan); an error when it does not fit.
-func (f *fitter) setup(capacity int64, inBackward bool) (*runState, error) {
+// run holds none (noBuffers: it updates in the backward pass or keeps its
+// gradients in the arena), the gradient buffers (its first step or plan);
+// an error when it does not fit.
+func (f *fitter) setup(capacity int64, noBuffers bool) (*runState, error) {
 	dev := device.Meta()
 	if capacity > 0 {
 		var err error
@@ -123,8 +127,10 @@ func (f *fitter) setup(capacity int64, inBackward bool) (*runState, error) {
 		return nil, err
 	}
 	// Gradient buffers come after the optimizer state (train.NewConfig);
-	// a run that updates in the backward pass never has them.
-	if _, err := train.SetupConfig(dev, 0, f.p.Build, opt, train.Config{OptimizerInBackward: inBackward}); err != nil {
+	// a run that updates in the backward pass or keeps its gradients in
+	// the arena never has them.
+	cfg := train.Config{OptimizerInBackward: noBuffers && f.inBack, ArenaGradients: noBuffers && f.arena}
+	if _, err := train.SetupConfig(dev, 0, f.p.Build, opt, cfg); err != nil {
 		return nil, err
 	}
 	return &runState{dev: dev, floor: dev.Alloc.Stats().ReservedBytes.Current}, nil

@@ -16,7 +16,7 @@ import (
 // threshold above every tensor but the masks.
 func (c Choice) same(o Choice) bool {
 	return c.MicroBatch == o.MicroBatch && c.Precision == o.Precision && c.Policy == o.Policy && c.Recomputed == o.Recomputed &&
-		c.InBackward == o.InBackward && c.Memory.ArenaBytes == o.Memory.ArenaBytes && c.Time == o.Time
+		c.InBackward == o.InBackward && c.ArenaGradients == o.ArenaGradients && c.Memory.ArenaBytes == o.Memory.ArenaBytes && c.Time == o.Time
 }
 
 // Describe is one line naming the choice's micro-batching, precision,
@@ -36,6 +36,9 @@ func (c Choice) Describe() string {
 	}
 	if c.InBackward {
 		d += ", optimizer in backward"
+	}
+	if c.ArenaGradients {
+		d += ", gradients in arena"
 	}
 	return d
 }
@@ -61,6 +64,12 @@ func (r *Result) Print(w io.Writer, budget int64) {
 		fmt.Fprintf(w, "  optimizer: in the backward pass (each parameter updated once its gradient is final; gradients freed as consumed, no gradient buffers)\n")
 	case r.notInBackward != "":
 		fmt.Fprintf(w, "  optimizer: after the backward pass, with gradient buffers (not in the backward pass: %s)\n", r.notInBackward)
+	}
+	switch {
+	case b.ArenaGradients:
+		fmt.Fprintf(w, "  gradients: in the arena (held from backward to the optimizer step)\n")
+	case r.notArena != "":
+		fmt.Fprintf(w, "  gradients: in buffers held for the whole step (not in the arena: %s)\n", r.notArena)
 	}
 	b.Memory.Print(w)
 	fmt.Fprintf(w, "  %-22s %12s   (segments the allocator maps; budget %s)\n", "device memory needed", device.FormatBytes(b.Bytes()), device.FormatBytes(budget))

@@ -34,6 +34,7 @@ type Options struct {
 	Precisions          []transform.Precision
 	Compress            []transform.Compression
 	OptimizerInBackward bool
+	ArenaGradients      bool
 	// Outputs keeps every step's model outputs for Outputs (training
 	// metrics), planned within the budget.
 	Outputs bool
@@ -140,7 +141,8 @@ func NewTrainerInputs(ctx context.Context, build func(s *nn.Store) (train.Model,
 	res, err := Fit(ctx, Problem{
 		Build: build, Example: exampleOf(xms[0], ym), Inputs: inputsOf(xms[1:]), Batch: o.Batch, Budget: o.Budget, NewOptimizer: newOpt,
 		Cost: o.Cost, Policies: o.Policies, Precisions: o.Precisions, Compress: o.Compress, OptimizerInBackward: o.OptimizerInBackward,
-		Outputs: o.Outputs,
+		ArenaGradients: o.ArenaGradients,
+		Outputs:        o.Outputs,
 	})
 	if err != nil {
 		return nil, err

@@ -361,12 +361,16 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 		births[b.Start] = append(births[b.Start], b)
 		deaths[b.End] = append(deaths[b.End], b)
 	}
-	// Untrack whatever is still live if we leave early, so statistics stay
-	// true after an error.
+	// Untrack whatever is still live at the end (the outputs) or if we
+	// leave early, so statistics stay true after an error; in the plan's
+	// order, so that a run's allocation history is the same every time
+	// (a plan's snapshot equals the recorded step's, entry by entry).
 	live := map[*plan.Buffer]bool{}
 	defer func() {
-		for b := range live {
-			untrack(b)
+		for _, b := range p.Plan.Buffers {
+			if live[b] {
+				untrack(b)
+			}
 		}
 	}()
 

@@ -172,6 +172,16 @@ func (s *Store) AllocGrads() error {
 	return nil
 }
 
+// GradBlockBytes is what the allocator counts for the gradient buffer
+// AllocGrads gave p: the request rounded to 512 bytes, or more for a large
+// block handed out whole; 0 when it holds none.
+func (p *Param) GradBlockBytes() int64 {
+	if p.gradB == nil {
+		return 0
+	}
+	return p.gradB.Size
+}
+
 // ReleaseGrads frees every gradient (optimizer.zero_grad(set_to_none=True)):
 // between epochs, or whenever gradients are not needed, their memory goes
 // back to the allocator. AllocGrads brings them back.

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 
@@ -96,7 +97,9 @@ func (t *Trainer) heldGradBytes() int64 {
 	var n int64
 	for i, p := range t.Store.Trainable() {
 		if p.Grad != nil && !t.isGradView(i, p) {
-			n += device.RoundSize(p.Bytes())
+			// As the allocator counts it (a large block may be handed
+			// out whole, larger than the request rounded).
+			n += cmp.Or(p.GradBlockBytes(), device.RoundSize(p.Bytes()))
 		}
 	}
 	return n

@@ -19,6 +19,7 @@ import (
 	"github.com/headroom-ml/headroom/internal/testkit"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -189,6 +190,10 @@ func TestTrainProfile(t *testing.T) {
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
 	trainer := testkit.Trainer(t, device.CPU(), 1, testkit.Build(spec), opt)
 	defer trainer.Close()
+	// As the run: its gradients in the arena (train's default).
+	if err := trainer.SetConfig(train.Config{ArenaGradients: true}); err != nil {
+		t.Fatal(err)
+	}
 	xm, ym := spec.Example(32)
 	prog, err := trainer.TrainProgram(xm, ym)
 	if err != nil {

@@ -86,7 +86,9 @@ func TestTrainOptimizerInBackward(t *testing.T) {
 	t.Setenv(dataset.EnvDir, "")
 	run := func(inBack bool, accum int) (planned, peak float64, out, log string) {
 		var o, l bytes.Buffer
-		f := trainFlags{model: "mlp", epochs: 1, batch: 32, lr: 1e-3, optimizer: "adam", device: "cpu", seed: 1, limit: 128, inBack: inBack, accum: accum}
+		// With gradient buffers where the optimizer is not in the
+		// backward pass: the comparison is with them.
+		f := trainFlags{model: "mlp", epochs: 1, batch: 32, lr: 1e-3, optimizer: "adam", device: "cpu", seed: 1, limit: 128, inBack: inBack, accum: accum, gradBuffers: true}
 		if err := trainFashion(context.Background(), f, &o, &l); err != nil {
 			t.Fatalf("%v\n%s", err, l.String())
 		}

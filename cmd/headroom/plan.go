@@ -54,6 +54,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	passes := fs.Bool("passes", false, "also print what each compile pass did to the step (autodiff, recompute, autocast, compress, slicecat, readlow, fuse, schedule, arena): nodes before and after, and bytes where the pass knows them")
 	snapshot := fs.String("memory-snapshot", "", "also write the planned allocation timeline of one step as a memory snapshot (.json, or .pickle for PyTorch's memory_viz), the format train --memory-snapshot records, for headroom viz")
 	data := planDataFlags(fs)
+	gradBufs := fs.Bool("gradient-buffers", false, gradBuffersHelp)
 	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch in fp32: with --budget the planner uses it wherever that holds")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom plan [flags]
@@ -140,7 +141,7 @@ Flags:
 		return err
 	}
 	if *budgetFlag == "" {
-		err := printPlan(stdout, stderr, spec, build, newOpt, *batch, precs[0], comps[0], *inBack, *passes, func(w io.Writer) error {
+		err := printPlan(stdout, stderr, spec, build, newOpt, *batch, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack, ArenaGradients: !*gradBufs}, *passes, func(w io.Writer) error {
 			if loader == nil {
 				return nil
 			}
@@ -153,10 +154,10 @@ Flags:
 		if err != nil || *snapshot == "" {
 			return err
 		}
-		return writePlanSnapshot(ctx, *snapshot, spec, newOpt, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack}, *batch, 1, stdout)
+		return writePlanSnapshot(ctx, *snapshot, spec, newOpt, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack, ArenaGradients: !*gradBufs}, *batch, 1, stdout)
 	}
 	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
-		OptimizerInBackward: *inBack}
+		OptimizerInBackward: *inBack, ArenaGradients: !*gradBufs}
 	if *policy != "" {
 		prob.Policies = []budget.Policy{pol}
 	}
@@ -235,7 +236,8 @@ func parseNumerics(precision, compress string, haveBudget bool) (precs []transfo
 	return precs, comps, nil
 }
 
-func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, prec transform.Precision, storage transform.Compression, inBack, passes bool, rows func(io.Writer) error) error {
+func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Model, train.LossFunc), newOpt func() (optim.Optimizer, error), batch int, cfg train.Config, passes bool, rows func(io.Writer) error) error {
+	prec, storage, inBack := cfg.Precision, cfg.Storage, cfg.OptimizerInBackward
 	dev := device.Meta()
 	store := nn.NewStore()
 	m, loss := build(store)
@@ -246,7 +248,7 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 	if err != nil {
 		return err
 	}
-	tr, err := train.NewConfig(dev, store, m, loss, o, train.Config{Precision: prec, Storage: storage, OptimizerInBackward: inBack})
+	tr, err := train.NewConfig(dev, store, m, loss, o, cfg)
 	if err != nil {
 		return err
 	}
@@ -265,6 +267,7 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 		return err
 	}
 	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, prec, storage, optimizer)
+	printGradients(w, tr, 1, !cfg.ArenaGradients)
 	mp.Print(w)
 	if err := rows(w); err != nil {
 		return err

@@ -126,7 +126,9 @@ func TestTrainBudgetPrecisionAuto(t *testing.T) {
 // step's plan without gradient buffers, or a warning where it does not
 // apply.
 func TestPlanOptimizerInBackward(t *testing.T) {
-	base := []string{"--model", "cnn", "--batch", "4"}
+	// Without the flag, gradient buffers (not the arena): the comparison
+	// is with them.
+	base := []string{"--model", "cnn", "--batch", "4", "--gradient-buffers"}
 	flagged := slices.Concat(base, []string{"--optimizer-in-backward"})
 	usual, ib := planMinimum(t, base...), planMinimum(t, flagged...)
 	if ib >= usual {
@@ -187,7 +189,7 @@ func TestTrainBudgetOptimizerInBackward(t *testing.T) {
 	}
 	t.Setenv(dataset.EnvDir, dir)
 	const batch = 4
-	base := []string{"--model", "cnn", "--batch", fmt.Sprint(batch)}
+	base := []string{"--model", "cnn", "--batch", fmt.Sprint(batch), "--gradient-buffers"}
 	usual := planMinimum(t, base...)
 	ib := planMinimum(t, slices.Concat(base, []string{"--optimizer-in-backward"})...)
 	if ib >= usual {

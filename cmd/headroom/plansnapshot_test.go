@@ -29,8 +29,8 @@ func TestPlanSnapshotEqualsRecordedStep(t *testing.T) {
 		accum int
 		cfg   train.Config
 	}{
-		{"cnn", 16, nil, 1, train.Config{}},
-		{"mlp", 512, []string{"--budget", "5MiB", "--recompute", "none"}, 0, train.Config{}},
+		{"cnn", 16, nil, 1, train.Config{ArenaGradients: true}},                              // plan's default
+		{"mlp", 512, []string{"--budget", "5MiB", "--recompute", "none"}, 0, train.Config{}}, // accumulates: gradient buffers
 	} {
 		t.Run(tt.model, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "plan.json")

@@ -45,6 +45,9 @@ type trainFlags struct {
 	recompute   string
 	accum       int
 	inBack      bool
+	// gradBuffers keeps gradient buffers for the whole step; by default
+	// a step of one fp32 micro-batch keeps its gradients in the arena.
+	gradBuffers bool
 	snapshot    string
 	watch       watchFlags // --live, --profile (live.go)
 	summary     bool
@@ -147,6 +150,7 @@ Flags:
 	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
+	fs.BoolVar(&f.gradBuffers, "gradient-buffers", false, gradBuffersHelp)
 	f.sched.define(fs)
 	f.progress.define(fs)
 	fs.BoolVar(&f.maxBatch, "max-batch", false, "with --budget: train with the largest batch that fits the budget in one pass (no accumulation), at most --batch-size when given, else at most the training samples; found from plans, as plan --max-batch")

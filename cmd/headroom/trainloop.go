@@ -232,6 +232,10 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		}
 	}
 	accum, remat, policy, inBack := max(f.accum, 1), policyByName(f.recompute), f.recompute, f.inBack
+	// Gradients in the arena (the default) where a step is one micro-batch
+	// on one process: accumulation adds micro-batches up in buffers, and
+	// the plan below is of one micro-batch's step.
+	arena := !f.gradBuffers && accum == 1 && f.dist.c == nil
 	precs, comps, err := parseNumerics(cmp.Or(f.precision, "fp32"), cmp.Or(f.compress, "none"), f.budget != "")
 	if err != nil {
 		return err
@@ -276,6 +280,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			Batch:   f.batch, Budget: b,
 			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
 			Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
+			ArenaGradients: !f.gradBuffers,
 		}
 		if f.recompute != "none" {
 			pol, _ := budget.ParsePolicy(f.recompute)
@@ -314,7 +319,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		prec, compress = res.Best.Precision, res.Best.Compress
 		// The plan says where the optimizer runs, and why not in the
 		// backward pass when it was asked for.
-		inBack = res.Best.InBackward
+		inBack, arena = res.Best.InBackward, res.Best.ArenaGradients
 		if !strings.Contains(f.device, "mem=") {
 			// The budget, or the tighter capacity the plan fits, and the
 			// loader's staging segments.
@@ -356,7 +361,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return err
 	}
 	tr, closeTrainer, err := f.dist.newRankTrainer(ctx, out, dev, store, model, spec.Loss, opt,
-		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack})
+		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack, ArenaGradients: arena})
 	if err != nil {
 		return err
 	}
@@ -382,6 +387,9 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 	}
 	if accum > 1 || remat != nil {
 		fmt.Fprintf(out, "micro-batch %d x %d accumulation steps; recomputation %s\n", micro, accum, policy)
+	}
+	if f.budget == "" { // else the budget's plan said it
+		printGradients(out, tr, accum, f.gradBuffers)
 	}
 	mp.Print(out)
 	if md != nil && f.budget == "" {
