@@ -207,7 +207,7 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		choice, opts, err := meta.Fit(budgetBytes, lq, gt, budget.DefaultCost)
+		choice, opts, err := meta.Fit(budgetBytes, lq, gt, ganCost())
 		meta.Close()
 		printOptions(out, opts, budgetBytes)
 		if err != nil {
@@ -450,7 +450,7 @@ func ganTable(ctx context.Context, w io.Writer, f ganFlags, vggSD map[string]*te
 		return err
 	}
 	half := base.Total() / 2
-	choice, opts, err := meta.Fit(half, lq, gt, budget.DefaultCost)
+	choice, opts, err := meta.Fit(half, lq, gt, ganCost())
 	meta.Close()
 	printOptions(w, opts, half)
 	if err != nil {
@@ -493,3 +493,8 @@ func ganTable(ctx context.Context, w io.Writer, f ganFlags, vggSD map[string]*te
 	}
 	return nil
 }
+
+// ganCost is the cost model budget.Fit charges a single model's step with:
+// this CPU's rates and the arithmetic of the kernels the cpu backend would
+// run (Winograd where it applies), so the two planners rank alike.
+func ganCost() budget.CostModel { return budget.HostCost().On(device.Meta().Backend) }
