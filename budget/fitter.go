@@ -187,10 +187,10 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 	// (written so that no sum overflows, whatever the batch)
 	k := 1 + (f.p.Batch-1)/m
 	m = 1 + (f.p.Batch-1)/k
-	one := noBuffers && k == 1 && s.prec == transform.FP32 // as train's gradMode
+	one := noBuffers && k == 1 && s.prec == transform.FP32 // as train's CheckOptimizerInBackward
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
 		InBackward: one && f.inBack, Outputs: f.p.Outputs}
-	c.ArenaGradients = one && !c.InBackward && f.arena
+	c.ArenaGradients = noBuffers && !c.InBackward && train.Config{ArenaGradients: f.arena, Precision: s.prec}.ArenaApplies(k)
 	switch pol {
 	case RecomputeSelective:
 		c.Remat = transform.CheapOps

@@ -98,6 +98,15 @@ func (c Config) compress() transform.CompressPolicy {
 }
 
 // String names the configuration (for messages and cache keys).
+// ArenaApplies reports whether ArenaGradients applies to a step of
+// microBatches micro-batches under c: asked for, one micro-batch, fp32,
+// one process. (OptimizerInBackward, where it applies, still comes first:
+// Trainer.GradientsInArena.) The one rule the trainer and the budget
+// planner both follow.
+func (c Config) ArenaApplies(microBatches int) bool {
+	return c.ArenaGradients && microBatches == 1 && c.Accumulation <= 1 && c.Precision == transform.FP32 && c.Parallel == nil
+}
+
 func (c Config) String() string {
 	s := fmt.Sprintf("acc=%d prec=%v recompute=%v storage=%v", max(c.Accumulation, 1), c.Precision, c.Recompute, c.Storage)
 	if b := c.Storage.MinBytes; b > 0 && c.Storage.To != transform.Keep {

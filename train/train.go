@@ -193,7 +193,7 @@ func (t *Trainer) gradMode(cfg Config, microBatches int) gradMode {
 	switch {
 	case cfg.OptimizerInBackward && t.checkInBackward(cfg, microBatches) == nil:
 		return gradsToOptimizer
-	case cfg.ArenaGradients && microBatches == 1 && cfg.Accumulation <= 1 && cfg.Precision == transform.FP32 && cfg.Parallel == nil:
+	case cfg.ArenaApplies(microBatches):
 		return gradsInArena
 	}
 	return writeGrads
@@ -213,7 +213,7 @@ func (t *Trainer) allocGrads() error {
 // inBackward reports whether a step of microBatches micro-batches runs
 // the optimizer in the backward pass under the trainer's configuration.
 func (t *Trainer) inBackward(microBatches int) bool {
-	return t.cfg.OptimizerInBackward && t.CheckOptimizerInBackward(microBatches) == nil
+	return t.gradMode(t.cfg, microBatches) == gradsToOptimizer
 }
 
 // Close releases the trainer's arena and optimizer state (and the store,

@@ -304,6 +304,8 @@ const minSliceCols = 256
 func slicesPay(threads, m, n, k int) bool {
 	w := n / threads
 	kc := ceilDiv(k, ceilDiv(k, blockKC))
+	// 4: float32's bytes, the measured case; float64 products take the
+	// same rule (a block twice the bytes), unmeasured.
 	return m < threads*blockMC || w >= minWideSlice || kc*w*4 <= sliceBBytes
 }
 
