@@ -137,10 +137,13 @@ binary, so it works from any directory), in a child process of their own,
 alternating with headroom round by round, with the same thread count, and
 the table gives the ratios headroom/PyTorch (below 1 is better for
 headroom). Before that, bench checks that PyTorch runs on its proper
-kernels: it reads the BLAS torch was built with and, for OpenBLAS, the core
-OpenBLAS chose (OPENBLAS_VERBOSE=2); when that core is narrower than the CPU
-(for example "Prescott" on an AVX-512 machine) it sets OPENBLAS_CORETYPE for
-PyTorch's processes only, and says so.
+kernels: it reads the BLAS torch was built with, the library file whose
+sgemm torch calls (Debian's torch links a generic libblas.so.3: with only
+libblas3 installed that is the reference BLAS, 10-40x slower, and bench
+refuses to compare; install libopenblas0-pthread) and, for OpenBLAS, the
+core OpenBLAS chose (OPENBLAS_VERBOSE=2); when that core is narrower than
+the CPU (for example "Prescott" on an AVX-512 machine) it sets
+OPENBLAS_CORETYPE for PyTorch's processes only, and says so.
 
 Examples:
   headroom bench --threads 2 --compare-pytorch

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -125,10 +126,52 @@ func ParseTorchConfig(out string) (blas string, onednn bool, capability string) 
 	return blas, onednn, capability
 }
 
+var blasLibraryLine = regexp.MustCompile(`(?m)^\s*BLAS library:\s*(\S+)\s*$`)
+
+// ParseBLASLibrary reads the file of the BLAS whose sgemm the peer calls
+// (the "BLAS library: /path" line of the script's --openblas-core mode).
+func ParseBLASLibrary(out string) (path string, ok bool) {
+	m := blasLibraryLine.FindStringSubmatch(out)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// BLASLibrary names the BLAS implementation of a library file (symlinks
+// resolved): "OpenBLAS", "MKL", "BLIS", "ATLAS", "reference" (netlib's,
+// which Debian's libblas3 installs under .../blas/, reached through
+// torch's generic libblas.so.3 when no optimized BLAS is installed) or ""
+// when it is not recognised.
+func BLASLibrary(path string) string {
+	low := strings.ToLower(path)
+	switch {
+	case strings.Contains(low, "openblas"):
+		return "OpenBLAS"
+	case strings.Contains(low, "mkl"):
+		return "MKL"
+	case strings.Contains(low, "blis"):
+		return "BLIS"
+	case strings.Contains(low, "atlas"):
+		return "ATLAS"
+	case filepath.Base(filepath.Dir(low)) == "blas" && strings.HasPrefix(filepath.Base(low), "libblas.so"):
+		return "reference"
+	}
+	return ""
+}
+
+// ErrReferenceBLAS is CheckPeer's error when PyTorch's matrix products run
+// on the unoptimized reference BLAS: a comparison with it would flatter
+// headroom by an order of magnitude.
+var ErrReferenceBLAS = errors.New("PyTorch's matrix products run on the reference BLAS")
+
 // PeerCheck is what CheckPeer found of the PyTorch peer's kernels.
 type PeerCheck struct {
-	BLAS   string // torch's BLAS_INFO ("open": OpenBLAS, "mkl", ...)
-	OneDNN bool   // convolutions through oneDNN (mkldnn)
+	BLAS string // torch's BLAS_INFO ("open": OpenBLAS, "mkl", ...)
+	// Library is the file of the BLAS whose sgemm the peer calls ("" if
+	// unknown) and Impl the implementation it is (BLASLibrary).
+	Library, Impl string
+	OneDNN        bool // convolutions through oneDNN (mkldnn)
 	// Capability is the vector code of ATen's own kernels ("AVX2").
 	Capability string
 	// Core is the OpenBLAS core it loaded with ("" if it did not say).
@@ -153,7 +196,11 @@ func (p PeerCheck) Env() []string {
 // String describes the check for the run's header.
 func (p PeerCheck) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "BLAS %s, oneDNN %v, ATen kernels %s", orDash(p.BLAS), p.OneDNN, orDash(p.Capability))
+	fmt.Fprintf(&b, "BLAS %s", orDash(p.BLAS))
+	if p.Impl != "" {
+		fmt.Fprintf(&b, " (%s: %s)", p.Impl, p.Library)
+	}
+	fmt.Fprintf(&b, ", oneDNN %v, ATen kernels %s", p.OneDNN, orDash(p.Capability))
 	switch {
 	case p.Core == "":
 		b.WriteString("; OpenBLAS did not report a core (OPENBLAS_VERBOSE=2)")
@@ -192,7 +239,8 @@ func DecidePeer(p PeerCheck, f cpuid.Features) PeerCheck {
 
 // CheckPeer runs the PyTorch script once with OPENBLAS_VERBOSE=2 and reads
 // the BLAS and the OpenBLAS core; if the core is a misdetection it decides
-// the OPENBLAS_CORETYPE to set and runs once more to confirm it.
+// the OPENBLAS_CORETYPE to set and runs once more to confirm it. It fails
+// with ErrReferenceBLAS when the peer's BLAS is the reference one.
 func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.Features) (PeerCheck, error) {
 	run := func(extra ...string) (string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -212,6 +260,12 @@ func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.
 	var p PeerCheck
 	p.BLAS, p.OneDNN, p.Capability = ParseTorchConfig(out)
 	p.Core, _ = ParseOpenBLASCore(out)
+	if lib, ok := ParseBLASLibrary(out); ok {
+		p.Library, p.Impl = lib, BLASLibrary(lib)
+	}
+	if p.Impl == "reference" {
+		return p, fmt.Errorf("bench: %w (%s), 10-40x slower than an optimized one, which would flatter headroom: install OpenBLAS for it (apt-get install libopenblas0-pthread) and run again", ErrReferenceBLAS, p.Library)
+	}
 	p.UserSet = os.Getenv("OPENBLAS_CORETYPE")
 	p = DecidePeer(p, f)
 	if p.Set != "" {

@@ -151,3 +151,29 @@ func TestTablePeak(t *testing.T) {
 		t.Errorf("table without a peak has its columns:\n%s", b.String())
 	}
 }
+
+// The implementation of the peer's BLAS, as Debian lays them out: torch
+// links the generic libblas.so.3, which the alternatives system points at
+// the reference BLAS unless an optimized one is installed.
+func TestBLASLibrary(t *testing.T) {
+	for _, c := range []struct {
+		name, out, impl string
+	}{
+		{"openblas through the generic link", "Core: Cooperlake\nBLAS library: /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3\n", "OpenBLAS"},
+		{"reference (libblas3 only)", "PyTorch built with:\n  - BLAS_INFO=generic\nBLAS library: /usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0\n", "reference"},
+		{"blis", "BLAS library: /usr/lib/x86_64-linux-gnu/blis-pthread/libblas.so.3\n", "BLIS"},
+		{"atlas", "BLAS library: /usr/lib/x86_64-linux-gnu/atlas/libblas.so.3\n", "ATLAS"},
+		{"mkl", "BLAS library: /opt/intel/lib/libmkl_rt.so.2\n", "MKL"},
+		{"a libblas elsewhere is not called the reference", "BLAS library: /opt/x/libblas.so.3\n", ""},
+		{"none reported", "Core: Zen\n", ""},
+	} {
+		lib, _ := ParseBLASLibrary(c.out)
+		if got := BLASLibrary(lib); got != c.impl {
+			t.Errorf("%s: %q, want %q", c.name, got, c.impl)
+		}
+	}
+	p := PeerCheck{BLAS: "generic", Impl: "OpenBLAS", Library: "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3", Core: "Cooperlake"}
+	if s := p.String(); !strings.Contains(s, "OpenBLAS: /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3") || !strings.Contains(s, "core Cooperlake") {
+		t.Errorf("String %q does not name the library and core", s)
+	}
+}

@@ -106,6 +106,12 @@ def main():
         # in the environment); one small product makes sure it is loaded.
         torch.mm(torch.ones(8, 8), torch.ones(8, 8))
         print(torch.__config__.show(), file=sys.stderr, flush=True)
+        # Which BLAS library the process loaded: Debian's torch links the
+        # generic libblas.so.3, which the alternatives system may point at
+        # the slow reference implementation.
+        lib = blas_library()
+        if lib:
+            print("BLAS library: " + lib, file=sys.stderr, flush=True)
         return
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -119,6 +125,28 @@ def main():
         print(PREFIX + json.dumps(res), flush=True)
         raise
     print(PREFIX + json.dumps(res), flush=True)
+
+
+def blas_library():
+    """The file of the BLAS whose sgemm torch calls (symlinks resolved), or
+    None: dlsym from libtorch_cpu's handle follows torch's own dependency
+    order, which a list of mapped libraries cannot tell (Debian's liblapack
+    may map OpenBLAS while sgemm comes from the reference libblas)."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    try:
+        with open("/proc/self/maps") as f:
+            torch_cpu = next(l.split()[-1] for l in f if "libtorch_cpu" in l)
+        h = ctypes.CDLL(torch_cpu, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        info = DlInfo()
+        if ctypes.CDLL("libc.so.6").dladdr(ctypes.cast(h.sgemm_, ctypes.c_void_p), ctypes.byref(info)) == 0:
+            return None
+        return os.path.realpath(info.dli_fname.decode())
+    except (OSError, StopIteration, AttributeError):
+        return None
 
 
 def run(args, res):
