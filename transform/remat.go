@@ -148,7 +148,9 @@ func (s Selective) Region(*trace.Node) int       { return 0 }
 // outputs hold, and saves everything else. Residual additions
 // (prim.RecomputeResidual) are kept: recomputing them would chain every
 // block's output to the one before, so the backward pass would recompute
-// the whole chain at once and hold all of it.
+// the whole chain at once and hold all of it. Of the ops it selects,
+// Rematerialize recomputes only those whose recomputation lowers the bytes
+// held for the backward pass (RematerializeFor).
 type Cheap struct{}
 
 func (Cheap) Recompute(n *trace.Node) bool {
