@@ -231,7 +231,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 		if err != nil {
 			return c, err
 		}
-		_, st, err := transform.Rematerialize(g, transform.CheapOps)
+		_, st, err := transform.RematerializeFor(g, transform.CheapOps, c.Compress)
 		if err != nil {
 			return c, err
 		}

@@ -78,6 +78,23 @@ func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Progr
 		return nil, fmt.Errorf("%w (device %s)", ErrNoBackend, dev)
 	}
 	order := schedule.Order(g)
+	// A second order, with the nodes that only make step outputs moved
+	// to the end (schedule.Defer), is kept when its plan peaks lower.
+	var p *plan.Plan
+	if later := schedule.Defer(g, order, func(t *trace.Tensor) int64 { return plan.Round(t.Meta.Bytes()) }); later != nil {
+		a, err := plan.Make(g, order, be.Workspace)
+		if err != nil {
+			return nil, err
+		}
+		b, err := plan.Make(g, later, be.Workspace)
+		if err != nil {
+			return nil, err
+		}
+		p = a
+		if b.ArenaBytes < a.ArenaBytes {
+			p, order = b, later
+		}
+	}
 	kernels := make([]backend.Kernel, len(order))
 	var colls []backend.CollectiveKernel
 	for i, n := range order {
@@ -101,9 +118,11 @@ func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Progr
 		}
 		kernels[i] = k
 	}
-	p, err := plan.Make(g, order, be.Workspace)
-	if err != nil {
-		return nil, err
+	if p == nil {
+		var err error
+		if p, err = plan.Make(g, order, be.Workspace); err != nil {
+			return nil, err
+		}
 	}
 	return &Program{Graph: g, Plan: p, Device: dev, Backend: be, kernels: kernels, colls: colls}, nil
 }

@@ -106,3 +106,68 @@ func computedReady(n *trace.Node) int {
 	}
 	return ready
 }
+
+// Defer returns order with the backward nodes that only produce step
+// outputs (nothing in the step reads them: the gradients of
+// train.Config.ArenaGradients) moved to the end, in their order, where
+// that shortens lives: a node moves when its outputs take more bytes than
+// the inputs it is the last reader of, which it then keeps alive to the
+// end instead. A ResNet's last-stage weight gradients are megabytes made
+// from kilobytes: made where autograd makes them, they are held through
+// the peak of the backward pass (where nearly every saved activation is
+// still alive); made at the end, they come when the activations are gone.
+// size is the bytes a value takes (the arena's rounding). It returns nil
+// when no node moves.
+func Defer(g *trace.Graph, order []*trace.Node, size func(t *trace.Tensor) int64) []*trace.Node {
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[trace.Root(t)] = true
+	}
+	last := map[*trace.Tensor]int{}
+	read := map[*trace.Tensor]bool{}
+	for i, n := range order {
+		for _, in := range n.Inputs {
+			r := trace.Root(in)
+			last[r] = i
+			read[r] = true
+		}
+	}
+	var moved, kept []*trace.Node
+	for i, n := range order {
+		if n.Kind != trace.KindOp || n.Phase != trace.Backward || len(n.Outputs) == 0 {
+			kept = append(kept, n)
+			continue
+		}
+		_, effect := n.Op.(trace.Effecter)
+		_, alias := n.Op.(trace.Aliaser)
+		sink := !effect && !alias
+		var out, in int64
+		for _, o := range n.Outputs {
+			if read[o] || !outputs[o] || trace.Root(o) != o {
+				sink = false
+				break
+			}
+			out += size(o)
+		}
+		if sink {
+			seen := map[*trace.Tensor]bool{}
+			for _, x := range n.Inputs {
+				r := trace.Root(x)
+				if seen[r] || r.Node.Kind == trace.KindState || r.Node.Kind == trace.KindConst || outputs[r] || last[r] != i {
+					continue
+				}
+				seen[r] = true
+				in += size(r)
+			}
+		}
+		if sink && out > in {
+			moved = append(moved, n)
+		} else {
+			kept = append(kept, n)
+		}
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	return append(kept, moved...)
+}

@@ -3,7 +3,10 @@ package schedule_test
 import (
 	"testing"
 
+	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/schedule"
 	"github.com/headroom-ml/headroom/tensor"
@@ -108,5 +111,69 @@ func TestUpdateRunsAfterEveryReaderOfItsState(t *testing.T) {
 	}
 	if pos[update] != pos[viaAlias.Node]+1 {
 		t.Errorf("update at %d, want right after the last reader at %d", pos[update], pos[viaAlias.Node])
+	}
+}
+
+// deferGraph has a backward node that makes a 256 KiB step output (a weight
+// gradient, say) from two 1 KiB values while a 32 KiB forward value is
+// still alive, read by a later backward node.
+func deferGraph(t *testing.T) (*trace.Graph, *trace.Node) {
+	t.Helper()
+	g := trace.New()
+	var dw *trace.Node
+	err := trace.Capture(func() {
+		x := g.Input("x", tensor.Float32, tensor.Shape{8192})
+		u := g.Input("u", tensor.Float32, tensor.Shape{256, 1})
+		v := g.Input("v", tensor.Float32, tensor.Shape{1, 256})
+		big := op.Exp(x)
+		g.SetPhase(trace.Backward)
+		u2, v2 := op.Tanh(u), op.Tanh(v)
+		w := op.MatMulT(u2, v2, false, false)
+		dw = w.Node
+		g.Output("grad:w", w)
+		g.Output("c", op.Sum(op.Tanh(big), false))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, dw
+}
+
+// Defer moves a node that only makes a step output, larger than the
+// inputs it last reads, to the end, and the plan of the new order peaks
+// lower; exec.Compile keeps it.
+func TestDeferMovesLargeOutputsLate(t *testing.T) {
+	g, dw := deferGraph(t)
+	order := schedule.Order(g)
+	later := schedule.Defer(g, order, func(t *trace.Tensor) int64 { return plan.Round(t.Meta.Bytes()) })
+	if len(later) != len(order) || later[len(later)-1] != dw {
+		t.Fatalf("deferred order %v, want %s last", later, dw.Label())
+	}
+	a, err := plan.Make(g, order, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plan.Make(g, later, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.PeakBytes >= a.PeakBytes {
+		t.Fatalf("peak %d deferred, %d in trace order", b.PeakBytes, a.PeakBytes)
+	}
+	p, err := exec.Compile(g, device.Meta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Plan.PeakBytes != b.PeakBytes {
+		t.Fatalf("compiled peak %d, deferred order's %d", p.Plan.PeakBytes, b.PeakBytes)
+	}
+	// A node whose inputs outweigh its output stays.
+	if got := schedule.Defer(g, order, func(t *trace.Tensor) int64 {
+		if t.Node == dw {
+			return 1
+		}
+		return plan.Round(t.Meta.Bytes())
+	}); got != nil {
+		t.Fatalf("deferred %v, want no change", got)
 	}
 }

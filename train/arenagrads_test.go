@@ -161,16 +161,18 @@ func TestArenaGradientsPlannedPeak(t *testing.T) {
 		name  string
 		batch int
 		// saved is the least share of the gradients' bytes the arena
-		// saves (measured: mlp 99%, cnn 80%, gpt 100%, resnet18-64 27%:
-		// its peak is late in the backward pass, resnet152-128 81%).
+		// saves (measured: mlp 99%, cnn 158%, gpt 100%, resnet18-64 39%:
+		// its peak is late in the backward pass, resnet152-128 102%;
+		// 27% and 81% before the weight gradients that only make step
+		// outputs were made at the end of the step, schedule.Defer).
 		saved    float64
 		metaOnly bool
 	}{
 		{"mlp", 8, 0.5, false},
 		{"cnn", 4, 0.5, false},
 		{"gpt-shakespeare-char", 2, 0.5, false},
-		{"resnet18-64", 4, 0.2, false},
-		{"resnet152-128", 8, 0.5, true}, // headroom bench's resnet152
+		{"resnet18-64", 4, 0.33, false},
+		{"resnet152-128", 8, 0.95, true}, // headroom bench's resnet152
 	} {
 		for _, kind := range []string{"meta", "cpu"} {
 			if kind == "cpu" && (c.metaOnly || testing.Short() && c.name == "resnet18-64") {

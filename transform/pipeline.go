@@ -81,7 +81,7 @@ func recomputePass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*tra
 		r.Skipped = true
 		return g, nil
 	}
-	out, s, err := Rematerialize(g, o.Recompute)
+	out, s, err := RematerializeFor(g, o.Recompute, o.Compress)
 	r.NodesAffected, r.Stats = s.Recomputed, s
 	r.Detail = fmt.Sprintf("%d forward nodes selected, %d copies for the backward pass", s.Marked, s.Recomputed)
 	return out, err

@@ -43,7 +43,21 @@ type Stats struct {
 // copy is made just before its first backward reader, so the forward value
 // dies at its last forward reader and the copy lives only through the
 // backward part that needs it.
+//
+// Under Cheap, nodes whose recomputation would not lower the bytes held
+// for the backward pass are left saved (see RematerializeFor).
 func Rematerialize(g *trace.Graph, p Policy) (*trace.Graph, Stats, error) {
+	return RematerializeFor(g, p, nil)
+}
+
+// RematerializeFor is Rematerialize for a step whose saved activations the
+// compress pass then stores as c says (nil: as produced): under Cheap it
+// recomputes only the nodes whose recomputation lowers the bytes held for
+// the backward pass, counted as c and SliceFromCat store them, so that
+// recomputing a cheap op never keeps its larger input alive in place of a
+// smaller saved form of its output (a LeakyReLU output read back from a
+// saved concatenation, a ReLU kept as a 1-bit mask).
+func RematerializeFor(g *trace.Graph, p Policy, c CompressPolicy) (*trace.Graph, Stats, error) {
 	var st Stats
 	out := trace.New()
 	mapped := map[*trace.Tensor]*trace.Tensor{}
@@ -52,6 +66,13 @@ func Rematerialize(g *trace.Graph, p Policy) (*trace.Graph, Stats, error) {
 	for _, n := range g.Nodes {
 		if Recomputable(n) && p.Recompute(n) {
 			marked[n.ID] = true
+		}
+	}
+	if _, cheap := p.(Cheap); cheap {
+		payingOnly(g, p, marked, c)
+	}
+	for _, m := range marked {
+		if m {
 			st.Marked++
 		}
 	}
@@ -127,7 +148,9 @@ func (s Selective) Region(*trace.Node) int       { return 0 }
 // outputs hold, and saves everything else. Residual additions
 // (prim.RecomputeResidual) are kept: recomputing them would chain every
 // block's output to the one before, so the backward pass would recompute
-// the whole chain at once and hold all of it.
+// the whole chain at once and hold all of it. Of the ops it selects,
+// Rematerialize recomputes only those whose recomputation lowers the bytes
+// held for the backward pass (RematerializeFor).
 type Cheap struct{}
 
 func (Cheap) Recompute(n *trace.Node) bool {
