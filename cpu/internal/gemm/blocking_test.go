@@ -57,14 +57,14 @@ func TestBlockingBitwise(t *testing.T) {
 			for _, v := range variants {
 				name := fmt.Sprintf("%s/%dx%dx%d/t%d/tiles=%v", kern.name, s.m, s.n, s.k, v.threads, v.tiles)
 				got := append([]float32(nil), c0...)
-				ft := kern.fnTiles
+				ft, fw := kern.fnTiles, kern.fnWide
 				if !v.tiles {
-					kern.fnTiles = nil
+					kern.fnTiles, kern.fnWide = nil, nil
 				}
 				withKernel(kern, func() {
 					Sgemm(s.tA, s.tB, s.m, s.n, s.k, s.alpha, a, lda, b, ldb, s.beta, got, s.n, parallel.NewPool(v.threads))
 				})
-				kern.fnTiles = ft
+				kern.fnTiles, kern.fnWide = ft, fw
 				if want == nil {
 					want = got
 					continue
