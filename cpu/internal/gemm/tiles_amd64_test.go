@@ -57,7 +57,9 @@ func TestWideTilesBitwise(t *testing.T) {
 	kern := kernAVX512
 	q, p := kern.wideQ, kern.wideP
 	rows, cols := q*kern.mr, p*kern.nr
-	for _, k := range []int{1, 3, 4, 5, 9, 64, 257} {
+	// k from 24 on takes both copies of the k loop (the last 6 iterations
+	// of 4 steps prefetch C); below, only the second.
+	for _, k := range []int{1, 3, 4, 5, 9, 24, 27, 28, 64, 257} {
 		for _, tiles := range []int{1, 2, 5} {
 			for _, beta0 := range []bool{false, true} {
 				a := make([]float32, rows*k*tiles)
