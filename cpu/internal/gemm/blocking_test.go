@@ -225,3 +225,47 @@ func TestSlicesPay(t *testing.T) {
 		}
 	}
 }
+
+// The assembly packing of a transposed A into 6-row panels writes what the
+// portable one does, the partial last panel included, and nothing past
+// the panels.
+func TestPackATRows6Asm(t *testing.T) {
+	if packATRows6Asm == nil {
+		t.Skip("no assembly packing on this CPU")
+	}
+	defer func(f func(x []float32, lda, off, kc, panels int, dst []float32)) { packATRows6Asm = f }(packATRows6Asm)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, kc := range []int{1, 2, 3, 7, 8, 256, 257} {
+		for _, mcur := range []int{1, 5, 6, 7, 12, 13, 144} {
+			for _, extra := range []int{0, 3, 1024} {
+				lda := mcur + 2 + extra
+				const p0, i0 = 1, 2
+				a := make([]float32, (p0+kc)*lda)
+				for i := range a {
+					a[i] = rng.Float32()
+				}
+				n := roundUp(mcur, 6) * kc
+				want := make([]float32, n)
+				asm := packATRows6Asm
+				packATRows6Asm = nil
+				packATRows6F32(a, lda, p0, kc, i0, mcur, want)
+				packATRows6Asm = asm
+				got := make([]float32, n+16)
+				for i := range got {
+					got[i] = -1
+				}
+				packATRows6F32(a, lda, p0, kc, i0, mcur, got[:n])
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("kc=%d mcur=%d lda=%d: element %d is %g, want %g", kc, mcur, lda, i, got[i], want[i])
+					}
+				}
+				for i := n; i < len(got); i++ {
+					if got[i] != -1 {
+						t.Fatalf("kc=%d mcur=%d lda=%d: wrote element %d past the panels", kc, mcur, lda, i)
+					}
+				}
+			}
+		}
+	}
+}

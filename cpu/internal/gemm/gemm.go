@@ -666,10 +666,17 @@ func packBRows[T float](b []T, ldb, p0, np, pOff, kc, j0, ncur, nr int, dst []T)
 // memmove).
 func packATRows6F32(a []float32, lda, p0, kc, i0, mcur int, dst []float32) {
 	full := mcur / 6 * 6
+	start := 0 // rows packed in assembly
+	if packATRows6Asm != nil && full > 0 {
+		// The Go loop below took up to a third of the time of the weight
+		// gradients (k = 2048, A transposed) on 2 Zen 4 threads.
+		packATRows6Asm(a, lda, p0*lda+i0, kc, full/6, dst)
+		start = full
+	}
 	for p := 0; p < kc; p++ {
 		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+mcur]
-		o := p * 6
-		for i := 0; i < full; i += 6 {
+		o := p*6 + start*kc
+		for i := start; i < full; i += 6 {
 			d, s := (*[6]float32)(dst[o:o+6]), (*[6]float32)(src[i:i+6])
 			d[0], d[1], d[2], d[3], d[4], d[5] = s[0], s[1], s[2], s[3], s[4], s[5]
 			o += 6 * kc
@@ -703,6 +710,10 @@ func packBRows16F32(b []float32, ldb, p0, np, pOff, kc, j0, ncur int, dst []floa
 // packRows6F32, if not nil, is packRows6 for float32 in assembly (set at
 // start-up where the CPU runs it).
 var packRows6F32 func(x []float32, ld, off, kc int, dst []float32)
+
+// packATRows6Asm, if not nil, packs the full panels of packATRows6F32 in
+// assembly: dst[ip*6*kc+6*p+r] = x[off+p*lda+6*ip+r], ip < panels.
+var packATRows6Asm func(x []float32, lda, off, kc, panels int, dst []float32)
 
 // packRows6 interleaves 6 rows of length kc, starting at x[off] with stride
 // ld, into dst: dst[6*p+i] = row i [p].

@@ -138,6 +138,9 @@ func init() {
 	if hasAVX2FMA() {
 		packRows6F32 = packA6AVX
 	}
+	if hasAVX512() {
+		packATRows6Asm = packAT6AVX512
+	}
 	ks := append(asmKernels(), kernGo32)
 	sgemmKern = ks[0]
 	if name, ok := env.Lookup(kernelEnv); ok {
@@ -160,6 +163,23 @@ func packT16(src *float32, ld int, blocks int, dst *float32)
 //
 //go:noescape
 func packA6(src *float32, ld int, blocks int, dst *float32)
+
+// packAT6 is in pack_amd64.s (AVX-512F): the full 6-row panels of a
+// transposed A, dst[ip*6*kc+6*p+r] = src[p*lda+6*ip+r].
+//
+//go:noescape
+func packAT6(src *float32, lda, kc, panels int, dst *float32)
+
+// packAT6AVX512 packs panels full 6-row panels of a transposed A for
+// packATRows6F32: dst[ip*6*kc+6*p+r] = x[off+p*lda+6*ip+r].
+func packAT6AVX512(x []float32, lda, off, kc, panels int, dst []float32) {
+	if kc <= 0 || panels <= 0 {
+		return
+	}
+	_ = x[off+(kc-1)*lda+6*panels-1]
+	_ = dst[6*kc*panels-1]
+	packAT6(&x[off], lda, kc, panels, &dst[0])
+}
 
 // packA6AVX interleaves 6 rows of length kc starting at x[off] (stride ld)
 // into dst (packRows6 for float32): dst[6*p+r] = x[off+r*ld+p].
