@@ -35,11 +35,13 @@ func hasAVX2FMA() bool { return cpuid.X86.AVX2FMA() }
 // the A panels 6 tall, so the A packers do too. 24 ZMM accumulators; each
 // step of k loads 4 rows of B and broadcasts 6 values of A for 24 FMAs.
 //
-// On Zen 4, whose 512-bit FMAs run as two 256-bit halves, it runs at the
-// 6x16 YMM kernel's speed (both about 95% of the FMA peak on packed
-// panels, and within 3% of each other on 1024³ and the zoo's shapes); on
-// cores with full-width 512-bit FMA units it does twice the work per
-// instruction. The 24x16 tile it replaced ran 10-20% slower on Zen 4
+// On Zen 4, whose 512-bit FMAs run as two 256-bit halves, both kernels
+// reach about 95% of the FMA peak on packed panels; in whole products
+// (1024³ and the mlp and gpt workloads' shapes, paired runs, CPU time) the
+// 6x64 kernel was 2-15% faster than the 6x16 one on one thread, mostly
+// from the late prefetch of its C tile, and -7% to +12% on two. On cores
+// with full-width 512-bit FMA units it does twice the work per
+// instruction (not measured: no such machine here). The 24x16 tile it replaced ran 10-20% slower on Zen 4
 // (likely: its C tile, 24 rows 4 KiB apart at ldc 1024, outnumbered the 8
 // ways of an L1 set; it had no tile-column form; its A packing was Go).
 //
