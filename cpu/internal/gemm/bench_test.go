@@ -9,7 +9,8 @@ import (
 )
 
 // Shapes as m×n×k: a square reference and training-shaped products (an MLP
-// layer on a batch of 128 MNIST images, an im2col convolution).
+// layer on a batch of 128 MNIST images, an im2col convolution, a layer of
+// the gpt workload: 8 sequences of 256 tokens, 384 wide).
 var benchShapes = []struct {
 	name    string
 	m, n, k int
@@ -20,6 +21,8 @@ var benchShapes = []struct {
 	{"128x784x1024_tB", 128, 784, 1024, false, true}, // backward dX = dY·Wᵀ
 	{"784x1024x128_tA", 784, 1024, 128, true, false}, // backward dW = Xᵀ·dY
 	{"8192x64x576", 8192, 64, 576, false, false},
+	{"2048x1152x384_tB", 2048, 1152, 384, false, true}, // gpt's qkv projection
+	{"1152x384x2048_tA", 1152, 384, 2048, true, false}, // its weight gradient
 	{"256x256x256", 256, 256, 256, false, false},
 	{"64x64x64", 64, 64, 64, false, false},
 }

@@ -57,14 +57,14 @@ func TestBlockingBitwise(t *testing.T) {
 			for _, v := range variants {
 				name := fmt.Sprintf("%s/%dx%dx%d/t%d/tiles=%v", kern.name, s.m, s.n, s.k, v.threads, v.tiles)
 				got := append([]float32(nil), c0...)
-				ft := kern.fnTiles
+				ft, fw := kern.fnTiles, kern.fnWide
 				if !v.tiles {
-					kern.fnTiles = nil
+					kern.fnTiles, kern.fnWide = nil, nil
 				}
 				withKernel(kern, func() {
 					Sgemm(s.tA, s.tB, s.m, s.n, s.k, s.alpha, a, lda, b, ldb, s.beta, got, s.n, parallel.NewPool(v.threads))
 				})
-				kern.fnTiles = ft
+				kern.fnTiles, kern.fnWide = ft, fw
 				if want == nil {
 					want = got
 					continue
@@ -222,6 +222,50 @@ func TestSlicesPay(t *testing.T) {
 	} {
 		if got := slicesPay(c.threads, c.m, c.n, c.k); got != c.want {
 			t.Errorf("slicesPay(%d, %d, %d, %d) = %v, want %v", c.threads, c.m, c.n, c.k, got, c.want)
+		}
+	}
+}
+
+// The assembly packing of a transposed A into 6-row panels writes what the
+// portable one does, the partial last panel included, and nothing past
+// the panels.
+func TestPackATRows6Asm(t *testing.T) {
+	if packATRows6Asm == nil {
+		t.Skip("no assembly packing on this CPU")
+	}
+	defer func(f func(x []float32, lda, off, kc, panels int, dst []float32)) { packATRows6Asm = f }(packATRows6Asm)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, kc := range []int{1, 2, 3, 7, 8, 256, 257} {
+		for _, mcur := range []int{1, 5, 6, 7, 12, 13, 144} {
+			for _, extra := range []int{0, 3, 1024} {
+				lda := mcur + 2 + extra
+				const p0, i0 = 1, 2
+				a := make([]float32, (p0+kc)*lda)
+				for i := range a {
+					a[i] = rng.Float32()
+				}
+				n := roundUp(mcur, 6) * kc
+				want := make([]float32, n)
+				asm := packATRows6Asm
+				packATRows6Asm = nil
+				packATRows6F32(a, lda, p0, kc, i0, mcur, want)
+				packATRows6Asm = asm
+				got := make([]float32, n+16)
+				for i := range got {
+					got[i] = -1
+				}
+				packATRows6F32(a, lda, p0, kc, i0, mcur, got[:n])
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("kc=%d mcur=%d lda=%d: element %d is %g, want %g", kc, mcur, lda, i, got[i], want[i])
+					}
+				}
+				for i := n; i < len(got); i++ {
+					if got[i] != -1 {
+						t.Fatalf("kc=%d mcur=%d lda=%d: wrote element %d past the panels", kc, mcur, lda, i)
+					}
+				}
+			}
 		}
 	}
 }

@@ -10,9 +10,10 @@
 // across the worker pool of
 // package parallel, and B is packed for several K blocks at once (up to 4
 // MiB) so that each M block runs through all of them between two waits
-// for the pool. On amd64 the single-precision micro-kernel is assembly, 24×16
-// with AVX-512 or 6×16 with AVX2 and FMA, chosen from the CPU's features at
-// start-up; elsewhere, and for float64, it is portable Go.
+// for the pool. On amd64 the single-precision micro-kernel is assembly, 6×64
+// with AVX-512 (four 16-wide B panels at once, the 6×16 kernel on the
+// columns left over) or 6×16 with AVX2 and FMA, chosen from the CPU's
+// features at start-up; elsewhere, and for float64, it is portable Go.
 //
 // All matrices are row-major. Scratch buffers come from sync.Pools and are
 // reused across calls. Results are bitwise the same for every thread count
@@ -145,6 +146,12 @@ type kernel[T float] struct {
 	// arithmetic: one call per column of tiles. bnext, if not nil, is the
 	// B panel of the next call, which it may prefetch.
 	fnTiles func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool, bnext []T)
+	// fnWide, if not nil, is fnTiles for wide tiles of wideQ A panels by
+	// wideP B panels (wideQ*mr × wideP*nr, the panels consecutive in a
+	// and b), with fn's arithmetic; the B panels stay nr wide, so every
+	// B packer serves it, and the columns and rows left over run on fn.
+	fnWide       func(k, tiles int, a, b, c []T, ldc int, alpha, beta T, beta0 bool)
+	wideQ, wideP int
 
 	// packBT, if not nil, packs nr full columns of a transposed B:
 	// dst[nr*p+r] = x[off+r*ld+p] for p < kc.
@@ -158,6 +165,16 @@ type kernel[T float] struct {
 // Blocking parameters (in elements). KC×NR of B (16 KiB for float32) stays
 // in L1, MC×KC of A (144 KiB) in L2, KC×NC of B (4 MiB) in L3. MC is a
 // multiple of every MR and NC of every NR in use.
+//
+// The AVX-512 6×64 tile reads KC×64 of B (64 KiB) a call from L2 (1 MiB a
+// core on Zen 4 and AVX-512 Intel cores), next to the A block, with its A
+// panel (6 KiB) in L1. On Zen 4 it measured 0-5% faster at KC = 512
+// (fewer passes over C), but the K blocks are where each element's sum is
+// rounded (alpha·AB + beta·C once per block), so every kernel keeps the
+// same KC and results stay bitwise the same on every machine; the 6×64
+// kernel's late prefetch of its C tile recovers most of that. MC = 96
+// measured even with 144, and NC = 4080 (not a multiple of 64: 3 panels
+// a block run on the 6×16 kernel) costs nothing measurable.
 const (
 	blockMC = 144
 	blockKC = 256
@@ -472,42 +489,62 @@ func blocked[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool, 
 // [jpLo, jpHi) of bp into C at c[coff:] (row stride ldc).
 func macroKernel[T float](kern *kernel[T], mcur, ncur, kcur int, ap, bp []T, jpLo, jpHi int, alpha, beta T, c []T, coff, ldc int, tmp []T) {
 	mr, nr := kern.mr, kern.nr
+	beta0 := beta == 0
+	q, wp := kern.wideQ, kern.wideP
+	for jp := jpLo; jp < jpHi; {
+		// Wide tiles where wideP full panels remain: their full-height
+		// tiles in one call, the rows below them panel by panel.
+		if kern.fnWide != nil && mcur >= q*mr && jp+wp <= jpHi && (jp+wp)*nr <= ncur {
+			wt := mcur / (q * mr)
+			kern.fnWide(kcur, wt, ap, bp[jp*nr*kcur:(jp+wp)*nr*kcur], c[coff+jp*nr:], ldc, alpha, beta, beta0)
+			for e := 0; e < wp; e++ {
+				panelColumn(kern, wt*q*mr, mcur, ncur, kcur, ap, bp, jp+e, jpHi, alpha, beta, c, coff, ldc, tmp)
+			}
+			jp += wp
+			continue
+		}
+		panelColumn(kern, 0, mcur, ncur, kcur, ap, bp, jp, jpHi, alpha, beta, c, coff, ldc, tmp)
+		jp++
+	}
+}
+
+// panelColumn multiplies rows [i0, mcur) of ap by B panel jp (of panels
+// up to jpHi) into C, with fnTiles for full tiles where there is one.
+func panelColumn[T float](kern *kernel[T], i0, mcur, ncur, kcur int, ap, bp []T, jp, jpHi int, alpha, beta T, c []T, coff, ldc int, tmp []T) {
+	mr, nr := kern.mr, kern.nr
 	fn := kern.fn
 	beta0 := beta == 0
-	for jp := jpLo; jp < jpHi; jp++ {
-		j0 := jp * nr
-		nn := min(nr, ncur-j0)
-		bpan := bp[jp*nr*kcur : (jp+1)*nr*kcur]
-		i0 := 0
-		if full := mcur / mr; nn == nr && full > 0 && kern.fnTiles != nil {
-			var bnext []T
-			if jp+1 < jpHi {
-				bnext = bp[(jp+1)*nr*kcur : (jp+2)*nr*kcur]
-			}
-			kern.fnTiles(kcur, full, ap, bpan, c[coff+j0:], ldc, alpha, beta, beta0, bnext)
-			i0 = full * mr
+	j0 := jp * nr
+	nn := min(nr, ncur-j0)
+	bpan := bp[jp*nr*kcur : (jp+1)*nr*kcur]
+	if full := (mcur - i0) / mr; nn == nr && full > 0 && kern.fnTiles != nil {
+		var bnext []T
+		if jp+1 < jpHi {
+			bnext = bp[(jp+1)*nr*kcur : (jp+2)*nr*kcur]
 		}
-		for ; i0 < mcur; i0 += mr {
-			mm := min(mr, mcur-i0)
-			apan := ap[i0*kcur : (i0+mr)*kcur]
-			off := coff + i0*ldc + j0
-			if mm == mr && nn == nr {
-				fn(kcur, apan, bpan, c[off:], ldc, alpha, beta, beta0)
-				continue
-			}
-			// Edge tile: the kernel runs on a full tile in tmp holding the
-			// valid part of C, so that every element is scaled and rounded
-			// as in a full tile (the result does not depend on where the
-			// tile edges fall, and so not on the kernel's tile size).
-			if !beta0 {
-				for i := 0; i < mm; i++ {
-					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
-				}
-			}
-			fn(kcur, apan, bpan, tmp, nr, alpha, beta, beta0)
+		kern.fnTiles(kcur, full, ap[i0*kcur:], bpan, c[coff+i0*ldc+j0:], ldc, alpha, beta, beta0, bnext)
+		i0 += full * mr
+	}
+	for ; i0 < mcur; i0 += mr {
+		mm := min(mr, mcur-i0)
+		apan := ap[i0*kcur : (i0+mr)*kcur]
+		off := coff + i0*ldc + j0
+		if mm == mr && nn == nr {
+			fn(kcur, apan, bpan, c[off:], ldc, alpha, beta, beta0)
+			continue
+		}
+		// Edge tile: the kernel runs on a full tile in tmp holding the
+		// valid part of C, so that every element is scaled and rounded
+		// as in a full tile (the result does not depend on where the
+		// tile edges fall, and so not on the kernel's tile size).
+		if !beta0 {
 			for i := 0; i < mm; i++ {
-				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
+				copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
 			}
+		}
+		fn(kcur, apan, bpan, tmp, nr, alpha, beta, beta0)
+		for i := 0; i < mm; i++ {
+			copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
 		}
 	}
 }
@@ -629,10 +666,17 @@ func packBRows[T float](b []T, ldb, p0, np, pOff, kc, j0, ncur, nr int, dst []T)
 // memmove).
 func packATRows6F32(a []float32, lda, p0, kc, i0, mcur int, dst []float32) {
 	full := mcur / 6 * 6
+	start := 0 // rows packed in assembly
+	if packATRows6Asm != nil && full > 0 {
+		// The Go loop below took up to a third of the time of the weight
+		// gradients (k = 2048, A transposed) on 2 Zen 4 threads.
+		packATRows6Asm(a, lda, p0*lda+i0, kc, full/6, dst)
+		start = full
+	}
 	for p := 0; p < kc; p++ {
 		src := a[(p0+p)*lda+i0 : (p0+p)*lda+i0+mcur]
-		o := p * 6
-		for i := 0; i < full; i += 6 {
+		o := p*6 + start*kc
+		for i := start; i < full; i += 6 {
 			d, s := (*[6]float32)(dst[o:o+6]), (*[6]float32)(src[i:i+6])
 			d[0], d[1], d[2], d[3], d[4], d[5] = s[0], s[1], s[2], s[3], s[4], s[5]
 			o += 6 * kc
@@ -666,6 +710,10 @@ func packBRows16F32(b []float32, ldb, p0, np, pOff, kc, j0, ncur int, dst []floa
 // packRows6F32, if not nil, is packRows6 for float32 in assembly (set at
 // start-up where the CPU runs it).
 var packRows6F32 func(x []float32, ld, off, kc int, dst []float32)
+
+// packATRows6Asm, if not nil, packs the full panels of packATRows6F32 in
+// assembly: dst[ip*6*kc+6*p+r] = x[off+p*lda+6*ip+r], ip < panels.
+var packATRows6Asm func(x []float32, lda, off, kc, panels int, dst []float32)
 
 // packRows6 interleaves 6 rows of length kc, starting at x[off] with stride
 // ld, into dst: dst[6*p+i] = row i [p].

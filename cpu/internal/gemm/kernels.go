@@ -11,7 +11,7 @@ func KernelSummary() string {
 		conv = convKernelName
 	}
 	return fmt.Sprintf("sgemm %s (%dx%d tile), direct convolution %s, bf16/fp16 products %s",
-		sgemmKern.name, sgemmKern.mr, sgemmKern.nr, conv, halfKernelName())
+		sgemmKern.name, sgemmKern.mr*max(1, sgemmKern.wideQ), sgemmKern.nr*max(1, sgemmKern.wideP), conv, halfKernelName())
 }
 
 // convKernelName names the direct-convolution kernels chosen at init.

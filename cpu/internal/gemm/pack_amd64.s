@@ -283,3 +283,61 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func packAT6(src *float32, lda, kc, panels int, dst *float32)
+//
+// AVX-512F packing of a transposed A into 6-row panels (packATRows for
+// mr = 6, full panels only): for p < kc and ip < panels,
+// dst[ip*6*kc + 6*p + r] = src[p*lda + 6*ip + r], r < 6. It reads each row
+// of the stored A (lda floats apart) along its length and writes two rows'
+// groups (12 floats) of a panel with one masked store; masked lanes are
+// neither read nor written, so nothing outside the panels is touched.
+TEXT ·packAT6(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ lda+8(FP), R8
+	MOVQ kc+16(FP), BX
+	MOVQ panels+24(FP), R10
+	MOVQ dst+32(FP), DI
+	SHLQ $2, R8
+	LEAQ (BX)(BX*2), R9
+	SHLQ $3, R9 // panel stride in bytes: 6*kc*4
+	MOVQ $0x3f, AX
+	KMOVW AX, K1 // lanes 0-5: row p
+	MOVQ $0xfc0, AX
+	KMOVW AX, K2 // lanes 6-11: row p+1
+	MOVQ $0xfff, AX
+	KMOVW AX, K3
+	TESTQ R10, R10
+	JLE done
+pairs:
+	CMPQ BX, $2
+	JLT single
+	MOVQ SI, R11
+	MOVQ DI, R12
+	MOVQ R10, CX
+pairloop:
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS -24(R11)(R8*1), K2, Z0
+	VMOVUPS Z0, K3, (R12)
+	ADDQ $24, R11
+	ADDQ R9, R12
+	DECQ CX
+	JNZ pairloop
+	LEAQ (SI)(R8*2), SI
+	ADDQ $48, DI
+	SUBQ $2, BX
+	JMP pairs
+single:
+	TESTQ BX, BX
+	JZ done
+	MOVQ R10, CX
+singleloop:
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS Z0, K1, (DI)
+	ADDQ $24, SI
+	ADDQ R9, DI
+	DECQ CX
+	JNZ singleloop
+done:
+	VZEROUPPER
+	RET
