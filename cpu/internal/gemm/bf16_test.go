@@ -454,3 +454,19 @@ func TestBF16Encoding(t *testing.T) {
 		t.Errorf("as assembles the comments to other bytes:\n as: %.200s\ngen: %.200s", got, strings.Join(want, " "))
 	}
 }
+
+// The summary and the capabilities say whether the native kernel runs.
+func TestBF16Reported(t *testing.T) {
+	for _, k := range []*bf16Kernel{nil, refBF16Kernel(4, 4)} {
+		func() {
+			defer useBF16Kern(k)()
+			s := KernelSummary()
+			if native := strings.Contains(s, "VDPBF16PS"); native != (k != nil) {
+				t.Errorf("kernel %v: KernelSummary() = %q", k != nil, s)
+			}
+			if Caps().NativeBF16 != (k != nil) {
+				t.Errorf("kernel %v: Caps().NativeBF16 = %v", k != nil, Caps().NativeBF16)
+			}
+		}()
+	}
+}

@@ -1,6 +1,8 @@
 package gemm
 
 import (
+	"unsafe"
+
 	"github.com/headroom-ml/headroom/internal/env"
 	"github.com/headroom-ml/headroom/internal/parallel"
 )
@@ -88,12 +90,14 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 				for jp := lo; jp < hi; jp++ {
 					j0 := jp * nr
 					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
-					if transB {
-						// Row j of the stored B is column j of op(B).
-						packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
-					} else {
-						packPairsIlv(dst, nr, b, pc*ldb+jc+j0, ldb, min(nr, ncur-j0), kcur)
-					}
+					// Row j of the stored B is column j of op(B).
+					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+				}
+			}
+			if !transB {
+				// Pair by pair over the panels: whole rows of B read in turn.
+				pack = func(lo, hi int) {
+					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
 				}
 			}
 			compute := func(lo, hi int) {
@@ -168,8 +172,15 @@ func packPairsAdj(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 	for r := 0; r < lanes; r++ {
 		s := src[off+r*ld : off+r*ld+kcur]
 		d := dst[r:]
-		for q := 0; q < full; q++ {
-			d[q*w] = uint32(s[2*q]) | uint32(s[2*q+1])<<16
+		if p := pairsOf(s[:2*full]); p != nil {
+			// The pairs as they lie in memory (little endian: even k low).
+			for q, v := range p {
+				d[q*w] = v
+			}
+		} else {
+			for q := 0; q < full; q++ {
+				d[q*w] = uint32(s[2*q]) | uint32(s[2*q+1])<<16
+			}
 		}
 		if full < kp {
 			d[full*w] = uint32(s[2*full])
@@ -178,6 +189,37 @@ func packPairsAdj(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 	if lanes < w {
 		for q := 0; q < kp; q++ {
 			clear(dst[q*w+lanes : q*w+w])
+		}
+	}
+}
+
+// packPanelsIlv is packPairsIlv for the nr-wide panels [jpLo, jpHi) of
+// an ncols-wide block whose rows start at src[off] (panel jp at
+// dst[jp*nr*kp:]), a pair of rows at a time.
+func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur, jpLo, jpHi int) {
+	c0, c1 := jpLo*nr, min(ncols, jpHi*nr)
+	for q := 0; q < kp; q++ {
+		lo := src[off+2*q*ld+c0 : off+2*q*ld+c1]
+		var hi []uint16
+		if 2*q+1 < kcur {
+			hi = src[off+(2*q+1)*ld+c0 : off+(2*q+1)*ld+c1]
+		}
+		for jp := jpLo; jp < jpHi; jp++ {
+			d := dst[jp*nr*kp+q*nr : jp*nr*kp+q*nr+nr]
+			j0 := jp*nr - c0
+			n := min(nr, len(lo)-j0)
+			l := lo[j0 : j0+n]
+			if hi != nil {
+				h := hi[j0 : j0+n]
+				for j, v := range l {
+					d[j] = uint32(v) | uint32(h[j])<<16
+				}
+			} else {
+				for j, v := range l {
+					d[j] = uint32(v)
+				}
+			}
+			clear(d[n:])
 		}
 	}
 }
@@ -240,3 +282,19 @@ func gemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, 
 	checkLen("a", len(a), ar, ac, lda)
 	sgemmBF16(kern, pool, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
+
+// pairsOf is s (of even length) as dwords, each two consecutive values
+// (the first low), where s is 4-byte aligned on a little-endian machine;
+// else nil.
+func pairsOf(s []uint16) []uint32 {
+	if len(s) == 0 || !littleEndian || uintptr(unsafe.Pointer(&s[0]))%4 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&s[0])), len(s)/2)
+}
+
+// littleEndian is true where the low half of a dword comes first in memory.
+var littleEndian = func() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()

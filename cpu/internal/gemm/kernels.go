@@ -17,11 +17,20 @@ func KernelSummary() string {
 // convKernelName names the direct-convolution kernels chosen at init.
 var convKernelName = "none"
 
-// halfKernelName says how 16-bit operands are multiplied: widened to
-// float32 while packed, then the float32 micro-kernel (float32 arithmetic
-// and accumulation, as PyTorch's autocast; no native bf16 instructions).
+// halfKernelName says how 16-bit operands are multiplied: bf16 by bf16 on
+// the native kernel where one runs (VDPBF16PS, float32 accumulation), and
+// otherwise (and always for float16) widened to float32 while packed, then
+// the float32 micro-kernel (float32 arithmetic and accumulation, as
+// PyTorch's autocast).
 func halfKernelName() string {
-	return "widened to float32 in packing, " + sgemmKern.name + " FMAs"
+	widened := "widened to float32 in packing, " + sgemmKern.name + " FMAs"
+	if bf16Kern != nil {
+		return fmt.Sprintf("bf16 products VDPBF16PS (%s, float32 accumulation), fp16 %s", bf16Kern.name, widened)
+	}
+	if len(bf16Kernels()) > 0 {
+		widened += " (native bf16 off: HEADROOM_BF16_NATIVE=0)"
+	}
+	return widened
 }
 
 // Capabilities are the kernel families this build chose on this CPU, for
@@ -29,12 +38,12 @@ func halfKernelName() string {
 type Capabilities struct {
 	AVX512 bool // the AVX-512 sgemm kernel runs
 	// NativeBF16 is true where bf16 products run on native bf16
-	// instructions (VDPBF16PS) rather than widened to float32. No kernel
-	// does yet: see KernelSummary.
+	// instructions (VDPBF16PS) rather than widened to float32: about twice
+	// float32's products per instruction.
 	NativeBF16 bool
 }
 
 // Caps reports the kernels chosen.
 func Caps() Capabilities {
-	return Capabilities{AVX512: sgemmKern.name == "avx512"}
+	return Capabilities{AVX512: sgemmKern.name == "avx512", NativeBF16: bf16Kern != nil}
 }
