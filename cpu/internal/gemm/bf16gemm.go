@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"sync"
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/internal/env"
@@ -71,7 +72,9 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 	mc := min(roundUp(ceilDiv(m, mBlocks), mr), roundUp(m, mr))
 	mBlocks = ceilDiv(m, mc)
 
-	bp := make([]uint32, kpc*nc)
+	bbuf := getU32(kpc * nc)
+	defer bf16Bufs.Put(bbuf)
+	bp := *bbuf
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		nPanels := ceilDiv(ncur, nr)
@@ -101,8 +104,11 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 				}
 			}
 			compute := func(lo, hi int) {
-				ap := make([]uint32, kp*mc+mr*nr)
-				ctile := make([]float32, mr*nr)
+				abuf := getU32(kp*mc + mr*nr)
+				defer bf16Bufs.Put(abuf)
+				ap := *abuf
+				// The edge tile's floats, in the buffer's tail.
+				ctile := unsafe.Slice((*float32)(unsafe.Pointer(&ap[kp*mc])), mr*nr)
 				for t := lo; t < hi; t++ {
 					ib, jb := t/nSplit, t%nSplit
 					ic := ib * mc
@@ -128,6 +134,18 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 			}
 		}
 	}
+}
+
+// bf16Bufs holds packing buffers for reuse.
+var bf16Bufs sync.Pool
+
+func getU32(n int) *[]uint32 {
+	if v, ok := bf16Bufs.Get().(*[]uint32); ok && cap(*v) >= n {
+		*v = (*v)[:n]
+		return v
+	}
+	s := make([]uint32, n)
+	return &s
 }
 
 // bf16Macro multiplies the packed mcur-row A block ap by the B panels

@@ -1,6 +1,9 @@
 package gemm
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // KernelSummary says which kernels run on this machine, for reports:
 // the sgemm micro-kernel and its tile, the direct-convolution kernels, and
@@ -10,7 +13,7 @@ func KernelSummary() string {
 	if convTile != nil {
 		conv = convKernelName
 	}
-	return fmt.Sprintf("sgemm %s (%dx%d tile), direct convolution %s, bf16/fp16 products %s",
+	return fmt.Sprintf("sgemm %s (%dx%d tile), direct convolution %s, %s",
 		sgemmKern.name, sgemmKern.mr, sgemmKern.nr, conv, halfKernelName())
 }
 
@@ -25,12 +28,12 @@ var convKernelName = "none"
 func halfKernelName() string {
 	widened := "widened to float32 in packing, " + sgemmKern.name + " FMAs"
 	if bf16Kern != nil {
-		return fmt.Sprintf("bf16 products VDPBF16PS (%s, float32 accumulation), fp16 %s", bf16Kern.name, widened)
+		return fmt.Sprintf("bf16 products VDPBF16PS (%s tile, float32 accumulation), fp16 products %s", strings.TrimPrefix(bf16Kern.name, "avx512_bf16 "), widened)
 	}
 	if len(bf16Kernels()) > 0 {
 		widened += " (native bf16 off: HEADROOM_BF16_NATIVE=0)"
 	}
-	return widened
+	return "bf16/fp16 products " + widened
 }
 
 // Capabilities are the kernel families this build chose on this CPU, for

@@ -1,0 +1,45 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func narrowBF16x16(src *float32, blocks int, dst *uint16)
+//
+// Rounds 16*blocks float32 values to bfloat16 as tensor.Float32ToBFloat16
+// does, in integer arithmetic (so denormals round like any value, unlike
+// VCVTNEPS2BF16, which flushes them): bits + 0x7fff + (bit 16 of bits),
+// the upper half kept, and NaNs become the canonical 0x7fc0. AVX-512F.
+TEXT ·narrowBF16x16(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	TESTQ CX, CX
+	JZ done
+	MOVL $1, AX
+	VPBROADCASTD AX, Z16
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z17
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z18
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z19
+	MOVL $0x7fc0, AX
+	VPBROADCASTD AX, Z20
+loop:
+	VMOVDQU32 (SI), Z0
+	VPSRLD $16, Z0, Z1
+	VPANDD Z16, Z1, Z1
+	VPADDD Z17, Z1, Z1
+	VPADDD Z0, Z1, Z1
+	VPSRLD $16, Z1, Z1
+	// NaN: |bits| > 0x7f800000 (signed compare of non-negative values).
+	VPANDD Z18, Z0, Z2
+	VPCMPGTD Z19, Z2, K1
+	VMOVDQA32 Z20, K1, Z1
+	VPMOVDW Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ loop
+done:
+	VZEROUPPER
+	RET

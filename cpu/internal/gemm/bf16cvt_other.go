@@ -1,0 +1,5 @@
+//go:build !amd64 || purego
+
+package gemm
+
+var narrowAsm func(src *float32, blocks int, dst *uint16)
