@@ -15,3 +15,17 @@ var narrowAsm = func() func(src *float32, blocks int, dst *uint16) {
 	}
 	return nil
 }()
+
+// ilvBF16x16 is in bf16cvt_amd64.s: for block b < blocks and l < 16,
+// dst[b*stride+l] = lo[16b+l] | hi[16b+l]<<16.
+//
+//go:noescape
+func ilvBF16x16(lo, hi *uint16, blocks int, dst *uint32, stride int)
+
+// ilvAsm is ilvBF16x16 where the CPU runs it, else nil.
+var ilvAsm = func() func(lo, hi *uint16, blocks int, dst *uint32, stride int) {
+	if hasAVX512() {
+		return ilvBF16x16
+	}
+	return nil
+}()

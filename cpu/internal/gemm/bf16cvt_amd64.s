@@ -43,3 +43,31 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func ilvBF16x16(lo, hi *uint16, blocks int, dst *uint32, stride int)
+//
+// Interleaves two rows of bf16 into pairs, 16 at a time: for block b and
+// l < 16, dst[b*stride+l] = lo[16b+l] | hi[16b+l]<<16. AVX-512F.
+TEXT ·ilvBF16x16(SB), NOSPLIT, $0-40
+	MOVQ lo+0(FP), SI
+	MOVQ hi+8(FP), BX
+	MOVQ blocks+16(FP), CX
+	MOVQ dst+24(FP), DI
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	TESTQ CX, CX
+	JZ ilvdone
+ilvloop:
+	VPMOVZXWD (SI), Z0
+	VPMOVZXWD (BX), Z1
+	VPSLLD $16, Z1, Z1
+	VPORD Z1, Z0, Z0
+	VMOVDQU32 Z0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ R8, DI
+	DECQ CX
+	JNZ ilvloop
+ilvdone:
+	VZEROUPPER
+	RET

@@ -222,7 +222,14 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 		if 2*q+1 < kcur {
 			hi = src[off+(2*q+1)*ld+c0 : off+(2*q+1)*ld+c1]
 		}
-		for jp := jpLo; jp < jpHi; jp++ {
+		jp := jpLo
+		if full := min(jpHi, jpLo+len(lo)/nr) - jpLo; ilvAsm != nil && hi != nil && nr == 16 && full > 0 {
+			o := jpLo*nr*kp + q*nr
+			_ = dst[o+(full-1)*nr*kp+nr-1]
+			ilvAsm(&lo[0], &hi[0], full, &dst[o], nr*kp)
+			jp += full
+		}
+		for ; jp < jpHi; jp++ {
 			d := dst[jp*nr*kp+q*nr : jp*nr*kp+q*nr+nr]
 			j0 := jp*nr - c0
 			n := min(nr, len(lo)-j0)
@@ -253,7 +260,12 @@ func packPairsIlv(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 		lo := src[off+2*q*ld : off+2*q*ld+lanes]
 		if 2*q+1 < kcur {
 			hi := src[off+(2*q+1)*ld : off+(2*q+1)*ld+lanes]
-			for j := range lo {
+			j0 := 0
+			if ilvAsm != nil && lanes >= 16 {
+				j0 = lanes / 16 * 16
+				ilvAsm(&lo[0], &hi[0], lanes/16, &d[0], 16)
+			}
+			for j := j0; j < len(lo); j++ {
 				d[j] = uint32(lo[j]) | uint32(hi[j])<<16
 			}
 		} else {
