@@ -289,7 +289,7 @@ func randBF16s(rng *rand.Rand, n int, special bool) []uint16 {
 // shapes that cross the bf16 blocking (K blocks of bf16KC, odd k).
 func bf16Cases() []gemmCase {
 	cs := cases()
-	for _, s := range [][3]int{{30, 40, 1025}, {25, 33, 513}, {200, 150, 1100}} {
+	for _, s := range [][3]int{{30, 40, 1025}, {25, 33, 513}, {200, 150, 1100}, {2000, 40, 30}} {
 		for _, tr := range [][2]bool{{false, false}, {true, true}} {
 			cs = append(cs, gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], padA: 1, padB: 3, padC: 2, alpha: -0.5, beta: 1.25})
 		}

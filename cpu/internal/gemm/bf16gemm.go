@@ -65,12 +65,22 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 	kpc := kc / 2
 	nc := min(bf16NC, roundUp(n, nr))
 
+	// M blocks: at most bf16MC rows, a multiple of threads of them, each
+	// a whole number of mr-row tiles and the blocks' tile counts differing
+	// by at most one, so that the threads get even shares (2048 rows in
+	// uniform 144-row blocks would be 15 blocks, 8 for one thread and 7
+	// for the other).
+	tiles := ceilDiv(m, mr)
 	mBlocks := ceilDiv(m, bf16MC)
 	if threads > 1 {
 		mBlocks = roundUp(mBlocks, threads)
 	}
-	mc := min(roundUp(ceilDiv(m, mBlocks), mr), roundUp(m, mr))
-	mBlocks = ceilDiv(m, mc)
+	mBlocks = min(mBlocks, tiles)
+	mc := ceilDiv(tiles, mBlocks) * mr // the largest block
+	block := func(ib int) (ic, mcur int) {
+		t0, t1 := ib*tiles/mBlocks, (ib+1)*tiles/mBlocks
+		return t0 * mr, min(m, t1*mr) - t0*mr
+	}
 
 	bbuf := getU32(kpc * nc)
 	defer bf16Bufs.Put(bbuf)
@@ -111,8 +121,7 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 				ctile := unsafe.Slice((*float32)(unsafe.Pointer(&ap[kp*mc])), mr*nr)
 				for t := lo; t < hi; t++ {
 					ib, jb := t/nSplit, t%nSplit
-					ic := ib * mc
-					mcur := min(mc, m-ic)
+					ic, mcur := block(ib)
 					for i0 := 0; i0 < mcur; i0 += mr {
 						dst := ap[i0*kp : (i0+mr)*kp]
 						if transA {
