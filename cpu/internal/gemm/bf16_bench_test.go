@@ -181,14 +181,27 @@ func TestBF16PerfReport(t *testing.T) {
 func BenchmarkBF16Pack(b *testing.B) {
 	src := make([]uint16, 1024*1024)
 	dst := make([]uint32, 512*1024)
-	b.Run("A", func(b *testing.B) {
-		for b.Loop() {
-			for i0 := 0; i0 < 144; i0 += 24 {
-				packPairsAdj(dst[i0*256:], 24, src, i0*1024, 1024, 24, 512)
-			}
+	for _, ld := range []int{1024, 1536} {
+		for _, gather := range []bool{false, true} {
+			b.Run(fmt.Sprintf("A/ld=%d/gather=%v", ld, gather), func(b *testing.B) {
+				if gather && gatherAsm == nil {
+					b.Skip("no gather")
+				}
+				old := gatherAsm
+				if !gather {
+					gatherAsm = nil
+				}
+				defer func() { gatherAsm = old }()
+				src := make([]uint16, 144*ld)
+				for b.Loop() {
+					for i0 := 0; i0 < 144; i0 += 24 {
+						packPairsAdj(dst[i0*256:], 24, src, i0*ld, ld, 24, 512)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/(144*512), "ns/elem")
+			})
 		}
-		b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/(144*512), "ns/elem")
-	})
+	}
 	b.Run("B", func(b *testing.B) {
 		for b.Loop() {
 			packPanelsIlv(dst, 16, 256, src, 0, 1024, 1024, 512, 0, 64)

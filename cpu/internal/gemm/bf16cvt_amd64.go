@@ -29,3 +29,18 @@ var ilvAsm = func() func(lo, hi *uint16, blocks int, dst *uint32, stride int) {
 	}
 	return nil
 }()
+
+// gatherPairs is in bf16cvt_amd64.s: for q < kp and r < w (16 or 24),
+// dst[q*w+r] = the dword at byte offset offs[r]+4q from src. offs has 24
+// entries (the last 8 unused when w is 16).
+//
+//go:noescape
+func gatherPairs(src *uint16, offs *int32, kp int, dst *uint32, w int)
+
+// gatherAsm is gatherPairs where the CPU runs it, else nil.
+var gatherAsm = func() func(src *uint16, offs *int32, kp int, dst *uint32, w int) {
+	if hasAVX512() {
+		return gatherPairs
+	}
+	return nil
+}()

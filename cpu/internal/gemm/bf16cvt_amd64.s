@@ -71,3 +71,46 @@ ilvloop:
 ilvdone:
 	VZEROUPPER
 	RET
+
+// func gatherPairs(src *uint16, offs *int32, kp int, dst *uint32, w int)
+//
+// Packs w (16 or 24) lanes of pairs whose k runs along memory: for q < kp
+// and r < w, dst[q*w+r] = the dword at byte offset offs[r] + 4q from src
+// (the pair of k = 2q, 2q+1 of lane r). One VPGATHERDD per 16 lanes.
+// AVX-512F.
+TEXT ·gatherPairs(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ offs+8(FP), AX
+	MOVQ kp+16(FP), CX
+	MOVQ dst+24(FP), DI
+	MOVQ w+32(FP), R8
+	VMOVDQU32 (AX), Z16
+	VMOVDQU32 64(AX), Y17
+	MOVL $0xff, R9
+	TESTQ CX, CX
+	JZ gdone
+	CMPQ R8, $24
+	JEQ g24
+g16:
+	KXNORW K1, K1, K1
+	VPGATHERDD (SI)(Z16*1), K1, Z0
+	VMOVDQU32 Z0, (DI)
+	ADDQ $4, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ g16
+	JMP gdone
+g24:
+	KXNORW K1, K1, K1
+	KMOVW R9, K2
+	VPGATHERDD (SI)(Z16*1), K1, Z0
+	VPGATHERDD (SI)(Y17*1), K2, Y1
+	VMOVDQU32 Z0, (DI)
+	VMOVDQU32 Y1, 64(DI)
+	ADDQ $4, SI
+	ADDQ $96, DI
+	DECQ CX
+	JNZ g24
+gdone:
+	VZEROUPPER
+	RET

@@ -196,6 +196,23 @@ func packPairsAdj(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 	kp := ceilDiv(kcur, 2)
 	dst = dst[:kp*w]
 	full := kcur / 2
+	if gatherAsm != nil && lanes == w && (w == 16 || w == 24) && full > 0 && 2*(w-1)*ld < 1<<31 {
+		// All lanes, the pairs gathered (reading the lanes row by row
+		// would write dst with a stride of w dwords).
+		_ = src[off+(w-1)*ld+2*full-1]
+		var offs [24]int32
+		for r := 0; r < w; r++ {
+			offs[r] = int32(2 * r * ld)
+		}
+		gatherAsm(&src[off], &offs[0], full, &dst[0], w)
+		if full < kp {
+			d := dst[full*w : full*w+w]
+			for r := range d {
+				d[r] = uint32(src[off+r*ld+2*full])
+			}
+		}
+		return
+	}
 	for r := 0; r < lanes; r++ {
 		s := src[off+r*ld : off+r*ld+kcur]
 		d := dst[r:]
