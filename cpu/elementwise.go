@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/cpu/internal/vec"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
@@ -453,26 +454,31 @@ func constSlice(n int, v float64) []float64 {
 func castKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
 	src, dst := in[0], out[0]
 	switch {
+	// The 16-bit casts (autocast's, every step) split across the pool.
 	case src.DType == tensor.Float32 && dst.DType == tensor.BFloat16:
-		d := dst.U16()
-		for i, v := range src.F32() {
-			d[i] = tensor.Float32ToBFloat16(v)
-		}
+		s, d := src.F32(), dst.U16()
+		pool.For(len(s), elemGrain, func(lo, hi int) {
+			blas.NarrowBF16(d[lo:hi], s[lo:hi]) // tensor.Float32ToBFloat16's bits, vectorized
+		})
 	case src.DType == tensor.Float32 && dst.DType == tensor.Float16:
-		d := dst.U16()
-		for i, v := range src.F32() {
-			d[i] = tensor.Float32ToFloat16(v)
-		}
+		s, d := src.F32(), dst.U16()
+		pool.For(len(s), elemGrain, func(lo, hi int) {
+			for i, v := range s[lo:hi] {
+				d[lo+i] = tensor.Float32ToFloat16(v)
+			}
+		})
 	case src.DType == tensor.BFloat16 && dst.DType == tensor.Float32:
-		d := dst.F32()
-		for i, v := range src.U16() {
-			d[i] = tensor.BFloat16ToFloat32(v)
-		}
+		s, d := src.U16(), dst.F32()
+		pool.For(len(s), elemGrain, func(lo, hi int) {
+			blas.Widen(blas.BFloat16, d[lo:hi], s[lo:hi]) // exact, vectorized
+		})
 	case src.DType == tensor.Float16 && dst.DType == tensor.Float32:
-		d := dst.F32()
-		for i, v := range src.U16() {
-			d[i] = tensor.Float16ToFloat32(v)
-		}
+		s, d := src.U16(), dst.F32()
+		pool.For(len(s), elemGrain, func(lo, hi int) {
+			for i, v := range s[lo:hi] {
+				d[lo+i] = tensor.Float16ToFloat32(v)
+			}
+		})
 	default:
 		copy(dst.Data, src.Convert(dst.DType).Data)
 	}

@@ -31,6 +31,11 @@ const (
 	// false ("0"), for comparisons and for the direct paths' rounding; an
 	// invalid value turns it off too. Read by cpu at start-up.
 	Winograd = "HEADROOM_WINOGRAD"
+	// BF16Native turns the native bfloat16 matrix-multiply kernel
+	// (VDPBF16PS) off when false ("0"): bf16 products are then widened to
+	// float32 and run on the float32 kernel, for comparisons; an invalid
+	// value turns it off too. Read by cpu/internal/gemm at start-up.
+	BF16Native = "HEADROOM_BF16_NATIVE"
 	// FashionMNIST is a directory holding the Fashion-MNIST IDX files.
 	// Read by dataset.Locate.
 	FashionMNIST = "HEADROOM_FASHION_MNIST"
@@ -42,6 +47,7 @@ var Knobs = []struct{ Name, Doc string }{
 	{Fuse, "0 turns off the fusion of elementwise ops"},
 	{SGEMMKernel, "float32 matrix-multiply kernel: avx512, avx2 or go (default: the best this CPU runs)"},
 	{Winograd, "0 turns off Winograd 3x3 convolutions on the cpu (default on where faster)"},
+	{BF16Native, "0 turns off the native bf16 matrix-multiply kernel (default on where the CPU has AVX512_BF16)"},
 	{FashionMNIST, "directory with the Fashion-MNIST IDX files"},
 }
 

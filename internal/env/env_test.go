@@ -53,7 +53,7 @@ func TestKnobsListed(t *testing.T) {
 		}
 		seen[k.Name] = true
 	}
-	for _, n := range []string{NumThreads, Fuse, SGEMMKernel, Winograd, FashionMNIST} {
+	for _, n := range []string{NumThreads, Fuse, SGEMMKernel, Winograd, BF16Native, FashionMNIST} {
 		if !seen[n] {
 			t.Errorf("%s is not in Knobs", n)
 		}

@@ -64,6 +64,13 @@ type halves struct{ a, b Matrix }
 // over the same blocks, so C is bitwise what Sgemm computes from the
 // operands converted to float32 first, without the float32 copies (twice
 // the operand's bytes) that conversion needs.
+//
+// Except where both A and B are bfloat16 and the CPU has native bf16
+// products (AVX512_BF16; NativeBF16): then the products run on VDPBF16PS,
+// still accumulating in float32 (as PyTorch's autocast on oneDNN), but
+// with that instruction's rounding (bf16DotPair: two roundings per pair of
+// k, denormals flushed), so C differs from the widened product's in its
+// last bits. HEADROOM_BF16_NATIVE=0 forces the widened path.
 func SgemmMixed(transA, transB bool, m, n, k int, alpha float32, a Matrix, lda int, b Matrix, ldb int, beta float32, c []float32, ldc int, pool ...*parallel.Pool) {
 	a.check("a")
 	b.check("b")
@@ -81,6 +88,10 @@ func SgemmMixed(transA, transB bool, m, n, k int, alpha float32, a Matrix, lda i
 	checkStride("b", bc, ldb)
 	if m > 0 && n > 0 && alpha != 0 && k > 0 {
 		checkLen("b", b.len(), br, bc, ldb)
+	}
+	if a.Type == BFloat16 && b.Type == BFloat16 && bf16Kern != nil {
+		gemmBF16(bf16Kern, poolOf(pool), transA, transB, m, n, k, alpha, a.U16, lda, b.U16, ldb, beta, c, ldc)
+		return
 	}
 	gemmCore(sgemmKern, &pools32, poolOf(pool), transA, transB, m, n, k, alpha, a.F32, lda, b.F32, ldb, Packer[float32]{}, &halves{a: a, b: b}, beta, c, ldc)
 }

@@ -122,6 +122,7 @@ func bitsEqual(t *testing.T, got, want []float32) {
 // kernel, thread count, type pair, shape, transpose, stride and scalar of
 // the Sgemm table.
 func TestSgemmMixed(t *testing.T) {
+	defer useBF16Kern(nil)() // the widened path (TestSgemmBF16 the native one)
 	for _, threads := range []int{1, 2} {
 		old := parallel.SetThreads(threads)
 		for _, kern := range kernels32() {
@@ -154,6 +155,7 @@ func TestSgemmMixed(t *testing.T) {
 // Every type pair on a few shapes whose edges cover partial panels on both
 // kernels, with NaN and Inf in the operands.
 func TestSgemmMixedPairs(t *testing.T) {
+	defer useBF16Kern(nil)()
 	shapes := [][3]int{{1, 1, 1}, {6, 16, 8}, {7, 17, 9}, {13, 35, 67}, {150, 40, 300}}
 	for _, kern := range kernels32() {
 		withKernel(kern, func() {

@@ -1,6 +1,9 @@
 package gemm
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // KernelSummary says which kernels run on this machine, for reports:
 // the sgemm micro-kernel and its tile, the direct-convolution kernels, and
@@ -10,18 +13,27 @@ func KernelSummary() string {
 	if convTile != nil {
 		conv = convKernelName
 	}
-	return fmt.Sprintf("sgemm %s (%dx%d tile), direct convolution %s, bf16/fp16 products %s",
+	return fmt.Sprintf("sgemm %s (%dx%d tile), direct convolution %s, %s",
 		sgemmKern.name, sgemmKern.mr*max(1, sgemmKern.wideQ), sgemmKern.nr*max(1, sgemmKern.wideP), conv, halfKernelName())
 }
 
 // convKernelName names the direct-convolution kernels chosen at init.
 var convKernelName = "none"
 
-// halfKernelName says how 16-bit operands are multiplied: widened to
-// float32 while packed, then the float32 micro-kernel (float32 arithmetic
-// and accumulation, as PyTorch's autocast; no native bf16 instructions).
+// halfKernelName says how 16-bit operands are multiplied: bf16 by bf16 on
+// the native kernel where one runs (VDPBF16PS, float32 accumulation), and
+// otherwise (and always for float16) widened to float32 while packed, then
+// the float32 micro-kernel (float32 arithmetic and accumulation, as
+// PyTorch's autocast).
 func halfKernelName() string {
-	return "widened to float32 in packing, " + sgemmKern.name + " FMAs"
+	widened := "widened to float32 in packing, " + sgemmKern.name + " FMAs"
+	if bf16Kern != nil {
+		return fmt.Sprintf("bf16 products VDPBF16PS (%s tile, float32 accumulation), fp16 products %s", strings.TrimPrefix(bf16Kern.name, "avx512_bf16 "), widened)
+	}
+	if len(bf16Kernels()) > 0 {
+		widened += " (native bf16 off: HEADROOM_BF16_NATIVE=0)"
+	}
+	return "bf16/fp16 products " + widened
 }
 
 // Capabilities are the kernel families this build chose on this CPU, for
@@ -29,12 +41,12 @@ func halfKernelName() string {
 type Capabilities struct {
 	AVX512 bool // the AVX-512 sgemm kernel runs
 	// NativeBF16 is true where bf16 products run on native bf16
-	// instructions (VDPBF16PS) rather than widened to float32. No kernel
-	// does yet: see KernelSummary.
+	// instructions (VDPBF16PS) rather than widened to float32: about twice
+	// float32's products per instruction.
 	NativeBF16 bool
 }
 
 // Caps reports the kernels chosen.
 func Caps() Capabilities {
-	return Capabilities{AVX512: sgemmKern.name == "avx512"}
+	return Capabilities{AVX512: sgemmKern.name == "avx512", NativeBF16: bf16Kern != nil}
 }

@@ -1,0 +1,472 @@
+package gemm
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The portable reference of VDPBF16PS's arithmetic, as measured on this
+// project's AVX512_BF16 machine (AMD Zen 4) and as Intel's SDM describes
+// it: per dword lane, acc += a_hi*b_hi, then acc += a_lo*b_lo (the odd k
+// of the pair first); each product is exact (a bf16 product has at most
+// 16 significant bits) and each addition rounds once to float32, nearest
+// even; bf16 inputs that are denormal count as zero (DAZ), and a sum whose
+// magnitude after rounding (to 24 bits, exponent unbounded) is below
+// 2^-126 becomes a zero of its sign (FTZ). MXCSR plays no part.
+// TestBF16DotPairCases pins each of these rules with a case that the
+// alternatives (even first, one rounding per pair, denormal inputs or
+// products kept, tininess before rounding) would get wrong.
+
+// bf16In is a bf16 as VDPBF16PS reads it: denormals are zeros of their sign.
+func bf16In(h uint16) float64 {
+	if h&0x7f80 == 0 {
+		return math.Copysign(0, float64(int16(h)))
+	}
+	return float64(math.Float32frombits(uint32(h) << 16))
+}
+
+// bf16Add is acc + p, p a product of two bf16 values (exact in float64),
+// rounded once to float32 and flushed to zero when tiny after rounding.
+// The float64 sum is exact or, when not, so far from a float32 rounding
+// boundary that rounding it again gives the correctly rounded sum: p has
+// at most 16 significant bits and acc 24.
+func bf16Add(acc float32, p float64) float32 {
+	s := float64(acc) + p
+	if a := math.Abs(s); a != 0 && a < 0x1p-100 {
+		// Round to 24 bits as if the exponent were unbounded: scaled up,
+		// the value is a normal float32.
+		r := float32(s * 0x1p64)
+		if math.Abs(float64(r)) < 0x1p-62 {
+			return float32(math.Copysign(0, s))
+		}
+		return r * 0x1p-64
+	}
+	return float32(s)
+}
+
+// bf16DotPair is one VDPBF16PS lane: acc plus both products of the pairs
+// a and b (bf16 of even k low, odd k high).
+func bf16DotPair(acc float32, a, b uint32) float32 {
+	acc = bf16Add(acc, bf16In(uint16(a>>16))*bf16In(uint16(b>>16)))
+	return bf16Add(acc, bf16In(uint16(a))*bf16In(uint16(b)))
+}
+
+// fma32 is beta*c + t rounded once to float32 (VFMADD231PS).
+func fma32(beta, c, t float32) float32 {
+	for _, v := range []float32{beta, c, t} {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return float32(float64(beta)*float64(c) + float64(t))
+		}
+	}
+	x := new(big.Float).SetPrec(1000).SetFloat64(float64(beta))
+	x.Mul(x, new(big.Float).SetFloat64(float64(c)))
+	x.Add(x, new(big.Float).SetFloat64(float64(t)))
+	f, _ := x.Float32()
+	if f == 0 {
+		// big.Float has no signed zero of its own for exact cancellation:
+		// IEEE gives +0 there, and the sign of equal-signed zeros.
+		if float64(beta)*float64(c) == 0 && t == 0 {
+			return float32(float64(beta)*float64(c) + float64(t))
+		}
+	}
+	return f
+}
+
+// bf16Store is the kernels' store of a sum.
+func bf16Store(alpha, beta, sum, c float32, beta0 bool) float32 {
+	t := alpha * sum
+	if beta0 {
+		return t
+	}
+	return fma32(beta, c, t)
+}
+
+// refBF16Kernel is a portable bf16Kernel with the reference arithmetic.
+func refBF16Kernel(mr, nr int) *bf16Kernel {
+	return &bf16Kernel{name: fmt.Sprintf("ref %dx%d", mr, nr), mr: mr, nr: nr,
+		fn: func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+			for i := 0; i < mr; i++ {
+				for j := 0; j < nr; j++ {
+					var acc float32
+					for q := 0; q < kp; q++ {
+						acc = bf16DotPair(acc, a[q*mr+i], b[q*nr+j])
+					}
+					c[i*ldc+j] = bf16Store(alpha, beta, acc, c[i*ldc+j], beta0)
+				}
+			}
+		}}
+}
+
+func useBF16Kern(k *bf16Kernel) (restore func()) {
+	old := bf16Kern
+	bf16Kern = k
+	return func() { bf16Kern = old }
+}
+
+// sameBits compares as the tests of the bf16 kernels do: bitwise, any
+// NaN equal to any NaN (NaN payloads follow x86's operand priorities,
+// which the reference does not model).
+func sameBits(x, y float32) bool {
+	if math.IsNaN(float64(x)) {
+		return math.IsNaN(float64(y))
+	}
+	return math.Float32bits(x) == math.Float32bits(y)
+}
+
+func bf(f float32) uint16 { return uint16(math.Float32bits(f) >> 16) }
+
+func pairOf(lo, hi float32) uint32 { return uint32(bf(lo)) | uint32(bf(hi))<<16 }
+
+// Each rule of the reference, on a case that tells it from the
+// alternatives; every case is also run through the assembly kernels.
+func TestBF16DotPairCases(t *testing.T) {
+	bfDen := math.Float32frombits(uint32(0x0040) << 16)
+	cases := []struct {
+		name  string
+		pairs [][2]uint32 // (a, b) per pair of k, from acc = +0
+		want  float32
+	}{
+		// 1, then + 2^-24 (a tie, to 1) and + 2^-24 again: 1, where one
+		// rounding of the pair's sum would give 1 + 2^-23.
+		{"two roundings", [][2]uint32{{pairOf(0, 1), pairOf(0, 1)}, {pairOf(0x1p-24, 0x1p-24), pairOf(1, 1)}}, 1},
+		// 1, then the odd k's 2^-24 (to 1) before the even k's 2^-23: 1 +
+		// 2^-23; the other order would give 1 + 2^-22 (a tie to even).
+		{"odd k first", [][2]uint32{{pairOf(0, 1), pairOf(0, 1)}, {pairOf(0x1p-23, 0x1p-24), pairOf(1, 1)}}, 1 + 0x1p-23},
+		// A denormal bf16 input counts as zero.
+		{"DAZ", [][2]uint32{{pairOf(bfDen, 0), pairOf(0x1p100, 0)}}, 0},
+		// A product below 2^-126 is kept exactly: 2^-126 + 1.5*2^-150
+		// rounds up to 2^-126 + 2^-149.
+		{"tiny product kept", [][2]uint32{{pairOf(0, 0x1p-63), pairOf(0, 0x1p-63)}, {pairOf(0, 0x1.8p-75), pairOf(0, 0x1p-75)}}, 0x1p-126 + 0x1p-149},
+		// A sum below 2^-126 is flushed: 2^-125 - 1.5*2^-126.
+		{"FTZ", [][2]uint32{{pairOf(0, 0x1p-62), pairOf(0, 0x1p-63)}, {pairOf(0, -0x1.8p-63), pairOf(0, 0x1p-63)}}, 0},
+		// Tininess after rounding with an unbounded exponent: 2^-126 -
+		// 1.5*2^-151 rounds to 2^-126 - 2^-150 (tiny: flushed), though on
+		// the denormal grid it would round to 2^-126.
+		{"tiny after rounding", [][2]uint32{{pairOf(0, 0x1p-63), pairOf(0, 0x1p-63)}, {pairOf(0, -0x1.8p-76), pairOf(0, 0x1p-75)}}, 0},
+		// Overflow of a product is infinite.
+		{"overflow", [][2]uint32{{pairOf(0, 0x1p100), pairOf(0, 0x1p100)}}, float32(math.Inf(1))},
+		{"inf times zero", [][2]uint32{{pairOf(0, float32(math.Inf(1))), pairOf(0, 0)}}, float32(math.NaN())},
+	}
+	kernels := append([]*bf16Kernel{refBF16Kernel(1, 1)}, bf16Kernels()...)
+	for _, tc := range cases {
+		for _, kern := range kernels {
+			kp := len(tc.pairs)
+			a := make([]uint32, kern.mr*kp)
+			b := make([]uint32, kern.nr*kp)
+			for q, p := range tc.pairs {
+				a[q*kern.mr] = p[0]
+				b[q*kern.nr] = p[1]
+			}
+			c := make([]float32, kern.mr*kern.nr)
+			kern.fn(kp, a, b, c, kern.nr, 1, 0, true)
+			if !sameBits(c[0], tc.want) {
+				t.Errorf("%s on %s: got %g (%#08x), want %g", tc.name, kern.name, c[0], math.Float32bits(c[0]), tc.want)
+			}
+		}
+	}
+}
+
+// randBF16 is a random bf16 stressing the kernels' rounding: mostly values
+// near 1 over a range of exponents wide enough for sums to round, and
+// sometimes tiny, denormal, huge, zero, infinite or NaN ones (special
+// false: finite normal values only).
+func randBF16(rng *rand.Rand, special bool) uint16 {
+	e := 127 + rng.IntN(30) - 15
+	if special {
+		switch rng.IntN(40) {
+		case 0:
+			e = rng.IntN(20) // tiny, denormal (0) and zero
+		case 1:
+			e = 254 - rng.IntN(8)
+		case 2:
+			e = 255 // Inf and NaN
+		}
+	}
+	return uint16(rng.IntN(2))<<15 | uint16(e)<<7 | uint16(rng.IntN(128))
+}
+
+// The assembly kernels are bitwise the reference on random panels with
+// special values, at several depths (the unrolled loop and its tail) and
+// for both stores.
+func TestBF16KernelRandom(t *testing.T) {
+	ks := bf16Kernels()
+	if len(ks) == 0 {
+		t.Skip("no native bf16 kernel on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, kern := range ks {
+		ref := refBF16Kernel(kern.mr, kern.nr)
+		for _, kp := range []int{1, 2, 3, 4, 5, 8, 13, 64} {
+			for _, beta0 := range []bool{true, false} {
+				a := make([]uint32, kern.mr*kp)
+				b := make([]uint32, kern.nr*kp)
+				for i := range a {
+					a[i] = uint32(randBF16(rng, true)) | uint32(randBF16(rng, true))<<16
+				}
+				for i := range b {
+					b[i] = uint32(randBF16(rng, true)) | uint32(randBF16(rng, true))<<16
+				}
+				const ldc = 67
+				c := make([]float32, (kern.mr-1)*ldc+kern.nr)
+				for i := range c {
+					c[i] = float32(rng.NormFloat64())
+				}
+				want := append([]float32(nil), c...)
+				alpha, beta := float32(0.75), float32(-1.5)
+				kern.fn(kp, a, b, c, ldc, alpha, beta, beta0)
+				ref.fn(kp, a, b, want, ldc, alpha, beta, beta0)
+				for i := range c {
+					if !sameBits(c[i], want[i]) {
+						t.Fatalf("%s kp=%d beta0=%v: element %d (row %d col %d) = %g (%#08x), want %g (%#08x)", kern.name, kp, beta0, i, i/ldc, i%ldc, c[i], math.Float32bits(c[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+// refGemmBF16 is SgemmMixed's native product by the definition: element by
+// element, K blocks of bf16Block(k) values, pairs in order.
+func refGemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	at := func(i, p int) uint16 {
+		if p >= k {
+			return 0
+		}
+		if transA {
+			return a[p*lda+i]
+		}
+		return a[i*lda+p]
+	}
+	bt := func(p, j int) uint16 {
+		if p >= k {
+			return 0
+		}
+		if transB {
+			return b[j*ldb+p]
+		}
+		return b[p*ldb+j]
+	}
+	kc := bf16Block(k)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			cv := c[i*ldc+j]
+			for pc := 0; pc < k; pc += kc {
+				var acc float32
+				for p := pc; p < min(k, pc+kc); p += 2 {
+					acc = bf16DotPair(acc, uint32(at(i, p))|uint32(at(i, p+1))<<16, uint32(bt(p, j))|uint32(bt(p+1, j))<<16)
+				}
+				betaCur := beta
+				if pc > 0 {
+					betaCur = 1
+				}
+				cv = bf16Store(alpha, betaCur, acc, cv, betaCur == 0)
+			}
+			c[i*ldc+j] = cv
+		}
+	}
+}
+
+func randBF16s(rng *rand.Rand, n int, special bool) []uint16 {
+	x := make([]uint16, n)
+	for i := range x {
+		x[i] = randBF16(rng, special)
+	}
+	return x
+}
+
+// The bf16 cases: Sgemm's table (edges, transposes, strides, scalars) and
+// shapes that cross the bf16 blocking (K blocks of bf16KC, odd k).
+func bf16Cases() []gemmCase {
+	cs := cases()
+	for _, s := range [][3]int{{30, 40, 1025}, {25, 33, 513}, {200, 150, 1100}, {2000, 40, 30}} {
+		for _, tr := range [][2]bool{{false, false}, {true, true}} {
+			cs = append(cs, gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], padA: 1, padB: 3, padC: 2, alpha: -0.5, beta: 1.25})
+		}
+	}
+	return cs
+}
+
+// SgemmMixed with bfloat16 A and B on each native kernel (and the driver
+// on portable reference kernels of other tile sizes) is bitwise the
+// reference, on 1 and 2 threads.
+func TestSgemmBF16(t *testing.T) {
+	kernels := append(bf16Kernels(), refBF16Kernel(4, 8), refBF16Kernel(3, 16))
+	for _, kern := range kernels {
+		isRef := strings.HasPrefix(kern.name, "ref")
+		for ci, tc := range bf16Cases() {
+			if isRef && tc.m*tc.n*tc.k > 2e5 || testing.Short() && tc.m*tc.n*tc.k > 2e6 {
+				continue
+			}
+			rng := rand.New(rand.NewPCG(uint64(ci), 12))
+			mt := makeMats(tc, rng)
+			special := ci%3 == 0
+			a := randBF16s(rng, len(mt.a), special)
+			b := randBF16s(rng, len(mt.b), special)
+			c0 := to32(mt.c)
+			want := append([]float32(nil), c0...)
+			refGemmBF16(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), a, mt.lda, b, mt.ldb, float32(tc.beta), want, mt.ldc)
+			for _, threads := range []int{1, 2} {
+				got := append([]float32(nil), c0...)
+				func() {
+					defer useBF16Kern(kern)()
+					SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc, parallel.NewPool(threads))
+				}()
+				for i := range want {
+					if !sameBits(got[i], want[i]) {
+						t.Fatalf("%s t%d %v: element %d = %g (%#08x), want %g (%#08x)", kern.name, threads, tc, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+// The native product agrees with the widened float32 one (Sgemm on the
+// operands converted) within float32 accumulation's error: both round
+// each partial sum once per k value (the native kernel twice per pair),
+// so |native - widened| <= 2 k u sum|alpha a b| + u |beta c| with u =
+// 2^-24, and in practice far less.
+func TestSgemmBF16VersusFloat32(t *testing.T) {
+	if bf16Kern == nil {
+		t.Skip("no native bf16 kernel in use")
+	}
+	for ci, tc := range bf16Cases() {
+		if testing.Short() && tc.m*tc.n*tc.k > 2e6 {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(uint64(ci), 13))
+		mt := makeMats(tc, rng)
+		a := randBF16s(rng, len(mt.a), false)
+		b := randBF16s(rng, len(mt.b), false)
+		af, bf := make([]float32, len(a)), make([]float32, len(b))
+		Widen(BFloat16, af, a)
+		Widen(BFloat16, bf, b)
+		c0 := to32(mt.c)
+		got := append([]float32(nil), c0...)
+		SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc)
+		want := append([]float32(nil), c0...)
+		Sgemm(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), af, mt.lda, bf, mt.ldb, float32(tc.beta), want, mt.ldc)
+		af64, bf64 := make([]float64, len(af)), make([]float64, len(bf))
+		for i, v := range af {
+			af64[i] = float64(v)
+		}
+		for i, v := range bf {
+			bf64[i] = float64(v)
+		}
+		_, scale := reference(tc, mats{a: af64, b: bf64, c: mt.c, lda: mt.lda, ldb: mt.ldb, ldc: mt.ldc})
+		var worst float64
+		for i := range want {
+			if scale[i] == 0 {
+				continue
+			}
+			d := math.Abs(float64(got[i])-float64(want[i])) / scale[i]
+			worst = max(worst, d)
+			if lim := float64(2*tc.k+1) * 0x1p-24; d > lim {
+				t.Fatalf("%v: element %d = %g, widened %g: %.3g of the scale, over %.3g", tc, i, got[i], want[i], d, lim)
+			}
+		}
+	}
+}
+
+// The VDPBF16PS bytes in bf16_amd64.s are GNU as's for the instruction in
+// each one's comment: a few checked against bytes as gave (binutils 2.x),
+// and all of them against as itself where it is installed.
+func TestBF16Encoding(t *testing.T) {
+	src, err := os.ReadFile("bf16_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`^\s*((?:BYTE \$0x[0-9a-f]{2}(?:; )?)+) // (vdpbf16ps .*)$`)
+	enc := map[string]string{} // instruction -> hex bytes
+	var order []string
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		hex := strings.NewReplacer("BYTE $0x", "", ";", "").Replace(m[1])
+		ins := strings.Replace(m[2], " 0(", " (", 1)
+		if _, ok := enc[ins]; !ok {
+			order = append(order, ins)
+		}
+		enc[ins] = strings.Join(strings.Fields(hex), " ")
+	}
+	if len(enc) < 100 {
+		t.Fatalf("found %d encoded instructions in bf16_amd64.s", len(enc))
+	}
+	for ins, want := range map[string]string{
+		"vdpbf16ps (%rsi){1to16}, %zmm24, %zmm0":     "62 f2 3e 50 52 06",
+		"vdpbf16ps 4(%rsi){1to16}, %zmm24, %zmm1":    "62 f2 3e 50 52 4e 01",
+		"vdpbf16ps 92(%rsi){1to16}, %zmm24, %zmm23":  "62 e2 3e 50 52 7e 17",
+		"vdpbf16ps 380(%rsi){1to16}, %zmm28, %zmm23": "62 e2 1e 50 52 7e 5f",
+		"vdpbf16ps 188(%rsi){1to16}, %zmm29, %zmm23": "62 e2 16 50 52 7e 2f",
+		"vdpbf16ps 8(%rsi){1to16}, %zmm25, %zmm5":    "62 f2 36 50 52 6e 02",
+	} {
+		if got, ok := enc[ins]; !ok {
+			t.Errorf("%s not in bf16_amd64.s", ins)
+		} else if got != want {
+			t.Errorf("%s: encoded %s, as gives %s", ins, got, want)
+		}
+	}
+	as, err1 := exec.LookPath("as")
+	objdump, err2 := exec.LookPath("objdump")
+	if err1 != nil || err2 != nil {
+		t.Log("GNU as or objdump not found: checked the table only")
+		return
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "t.s"), []byte(strings.Join(order, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(as, "-o", filepath.Join(dir, "t.o"), filepath.Join(dir, "t.s")).CombinedOutput(); err != nil {
+		t.Skipf("as failed (too old for AVX512_BF16?): %v %s", err, out)
+	}
+	out, err := exec.Command(objdump, "-d", filepath.Join(dir, "t.o")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// objdump lines: "  off:\tbytes \tmnemonic", bytes possibly continued
+	// on a line of their own.
+	var all []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) >= 2 && strings.HasSuffix(strings.TrimSpace(f[0]), ":") {
+			all = append(all, strings.Fields(f[1])...)
+		}
+	}
+	var want []string
+	for _, ins := range order {
+		want = append(want, enc[ins])
+	}
+	if got := strings.Join(all, " "); got != strings.Join(want, " ") {
+		t.Errorf("as assembles the comments to other bytes:\n as: %.200s\ngen: %.200s", got, strings.Join(want, " "))
+	}
+}
+
+// The summary and the capabilities say whether the native kernel runs.
+func TestBF16Reported(t *testing.T) {
+	for _, k := range []*bf16Kernel{nil, refBF16Kernel(4, 4)} {
+		func() {
+			defer useBF16Kern(k)()
+			s := KernelSummary()
+			if native := strings.Contains(s, "VDPBF16PS"); native != (k != nil) {
+				t.Errorf("kernel %v: KernelSummary() = %q", k != nil, s)
+			}
+			if Caps().NativeBF16 != (k != nil) {
+				t.Errorf("kernel %v: Caps().NativeBF16 = %v", k != nil, Caps().NativeBF16)
+			}
+		}()
+	}
+}

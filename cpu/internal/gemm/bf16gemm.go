@@ -1,0 +1,356 @@
+package gemm
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/headroom-ml/headroom/internal/env"
+	"github.com/headroom-ml/headroom/internal/parallel"
+)
+
+// Native bfloat16 products (VDPBF16PS, AVX512_BF16).
+//
+// The operands are packed as pairs of k: a packed dword holds two bf16
+// values, the one of even k in the low half and the next (odd) k in the
+// high half, zero past k. An A panel holds, pair by pair, mr such dwords
+// (one per row); a B panel nr (one per column). The micro-kernel adds, for
+// each pair in order, both products of a dword of A and a dword of B to a
+// float32 accumulator (bf16DotPair) and stores as Sgemm's kernels do:
+// c = alpha*sum + beta*c, the product rounded and then one fused
+// multiply-add. K is cut into blocks of an even number of values, summed
+// in order, each block's sum from +0 stored into C with beta = 1 after the
+// first. Every element of C thus sees the same sequence of operations for
+// any tile, split or thread count: results are bitwise the same.
+
+// bf16Kernel is a native bf16 micro-kernel: fn multiplies an mr-row A panel
+// by an nr-column B panel, both kp pairs of k deep, into the mr×nr tile at
+// c (row stride ldc).
+type bf16Kernel struct {
+	name   string
+	mr, nr int
+	fn     func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+}
+
+// Blocking (in elements of k and rows/columns): a KC-deep B panel of 16
+// columns (16 KiB) stays in L1, an MC×KC A block (144 KiB) in L2, a KC×NC
+// B block (4 MiB) in L3. KC is even (pairs), MC a multiple of every mr,
+// NC of every nr.
+const (
+	bf16MC = 144
+	bf16KC = 512
+	bf16NC = 4032
+)
+
+// bf16Threads is how many threads a product uses, as gemmCore decides.
+func bf16Threads(pool *parallel.Pool, m, n, k int) int {
+	if 2*float64(m)*float64(n)*float64(k) < parallelMinFlops {
+		return 1
+	}
+	return pool.Threads()
+}
+
+// bf16Block is the K block of a product with k values: blocks as even as
+// possible, an even number of values each (a pair never straddles two).
+func bf16Block(k int) int {
+	kc := ceilDiv(k, ceilDiv(k, bf16KC))
+	return min(roundUp(kc, 2), roundUp(k, 2))
+}
+
+// sgemmBF16 is SgemmMixed for bfloat16 A and B on kern. The arguments are
+// checked; m, n and k are positive and alpha is not 0.
+func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	mr, nr := kern.mr, kern.nr
+	threads := bf16Threads(pool, m, n, k)
+	kc := bf16Block(k)
+	kpc := kc / 2
+	nc := min(bf16NC, roundUp(n, nr))
+
+	// M blocks: at most bf16MC rows, a multiple of threads of them, each
+	// a whole number of mr-row tiles and the blocks' tile counts differing
+	// by at most one, so that the threads get even shares (2048 rows in
+	// uniform 144-row blocks would be 15 blocks, 8 for one thread and 7
+	// for the other).
+	tiles := ceilDiv(m, mr)
+	mBlocks := ceilDiv(m, bf16MC)
+	if threads > 1 {
+		mBlocks = roundUp(mBlocks, threads)
+	}
+	mBlocks = min(mBlocks, tiles)
+	mc := ceilDiv(tiles, mBlocks) * mr // the largest block
+	block := func(ib int) (ic, mcur int) {
+		t0, t1 := ib*tiles/mBlocks, (ib+1)*tiles/mBlocks
+		return t0 * mr, min(m, t1*mr) - t0*mr
+	}
+
+	bbuf := getU32(kpc * nc)
+	defer bf16Bufs.Put(bbuf)
+	bp := *bbuf
+	for jc := 0; jc < n; jc += nc {
+		ncur := min(nc, n-jc)
+		nPanels := ceilDiv(ncur, nr)
+		nSplit := 1
+		if mBlocks < threads {
+			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
+		}
+		for pc := 0; pc < k; pc += kc {
+			kcur := min(kc, k-pc)
+			kp := ceilDiv(kcur, 2)
+			betaCur := beta
+			if pc > 0 {
+				betaCur = 1
+			}
+			pack := func(lo, hi int) {
+				for jp := lo; jp < hi; jp++ {
+					j0 := jp * nr
+					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
+					// Row j of the stored B is column j of op(B).
+					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+				}
+			}
+			if !transB {
+				// Pair by pair over the panels: whole rows of B read in turn.
+				pack = func(lo, hi int) {
+					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
+				}
+			}
+			compute := func(lo, hi int) {
+				abuf := getU32(kp*mc + mr*nr)
+				defer bf16Bufs.Put(abuf)
+				ap := *abuf
+				// The edge tile's floats, in the buffer's tail.
+				ctile := unsafe.Slice((*float32)(unsafe.Pointer(&ap[kp*mc])), mr*nr)
+				for t := lo; t < hi; t++ {
+					ib, jb := t/nSplit, t%nSplit
+					ic, mcur := block(ib)
+					for i0 := 0; i0 < mcur; i0 += mr {
+						dst := ap[i0*kp : (i0+mr)*kp]
+						if transA {
+							packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
+						} else {
+							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+						}
+					}
+					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
+					bf16Macro(kern, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+				}
+			}
+			if threads > 1 {
+				pool.For(nPanels, 1, pack)
+				pool.For(mBlocks*nSplit, 1, compute)
+			} else {
+				pack(0, nPanels)
+				compute(0, mBlocks*nSplit)
+			}
+		}
+	}
+}
+
+// bf16Bufs holds packing buffers for reuse.
+var bf16Bufs sync.Pool
+
+func getU32(n int) *[]uint32 {
+	if v, ok := bf16Bufs.Get().(*[]uint32); ok && cap(*v) >= n {
+		*v = (*v)[:n]
+		return v
+	}
+	s := make([]uint32, n)
+	return &s
+}
+
+// bf16Macro multiplies the packed mcur-row A block ap by the B panels
+// [jpLo, jpHi) of bp (kp pairs deep) into C at c[coff:].
+func bf16Macro(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
+	mr, nr := kern.mr, kern.nr
+	beta0 := beta == 0
+	for jp := jpLo; jp < jpHi; jp++ {
+		j0 := jp * nr
+		nn := min(nr, ncur-j0)
+		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
+		for i0 := 0; i0 < mcur; i0 += mr {
+			mm := min(mr, mcur-i0)
+			apan := ap[i0*kp : (i0+mr)*kp]
+			off := coff + i0*ldc + j0
+			if mm == mr && nn == nr {
+				kern.fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
+				continue
+			}
+			// Edge tile: computed in full in tmp, as in macroKernel.
+			if !beta0 {
+				for i := 0; i < mm; i++ {
+					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
+				}
+			}
+			kern.fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0)
+			for i := 0; i < mm; i++ {
+				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
+			}
+		}
+	}
+}
+
+// packPairsAdj packs w-wide panel lanes from lines whose k runs along
+// memory: lane r < lanes reads src[off+r*ld+p] for p < kcur, and
+// dst[q*w+r] = (value 2q) | (value 2q+1)<<16, zero past kcur and in lanes
+// [lanes, w). (A, and a transposed B.)
+func packPairsAdj(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
+	kp := ceilDiv(kcur, 2)
+	dst = dst[:kp*w]
+	full := kcur / 2
+	if gatherAsm != nil && lanes == w && (w == 16 || w == 24) && full > 0 && 2*(w-1)*ld < 1<<31 {
+		// All lanes, the pairs gathered (reading the lanes row by row
+		// would write dst with a stride of w dwords).
+		_ = src[off+(w-1)*ld+2*full-1]
+		var offs [24]int32
+		for r := 0; r < w; r++ {
+			offs[r] = int32(2 * r * ld)
+		}
+		gatherAsm(&src[off], &offs[0], full, &dst[0], w)
+		if full < kp {
+			d := dst[full*w : full*w+w]
+			for r := range d {
+				d[r] = uint32(src[off+r*ld+2*full])
+			}
+		}
+		return
+	}
+	for r := 0; r < lanes; r++ {
+		s := src[off+r*ld : off+r*ld+kcur]
+		d := dst[r:]
+		if p := pairsOf(s[:2*full]); p != nil {
+			// The pairs as they lie in memory (little endian: even k low).
+			for q, v := range p {
+				d[q*w] = v
+			}
+		} else {
+			for q := 0; q < full; q++ {
+				d[q*w] = uint32(s[2*q]) | uint32(s[2*q+1])<<16
+			}
+		}
+		if full < kp {
+			d[full*w] = uint32(s[2*full])
+		}
+	}
+	if lanes < w {
+		for q := 0; q < kp; q++ {
+			clear(dst[q*w+lanes : q*w+w])
+		}
+	}
+}
+
+// packPanelsIlv is packPairsIlv for the nr-wide panels [jpLo, jpHi) of
+// an ncols-wide block whose rows start at src[off] (panel jp at
+// dst[jp*nr*kp:]), a pair of rows at a time.
+func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur, jpLo, jpHi int) {
+	c0, c1 := jpLo*nr, min(ncols, jpHi*nr)
+	for q := 0; q < kp; q++ {
+		lo := src[off+2*q*ld+c0 : off+2*q*ld+c1]
+		var hi []uint16
+		if 2*q+1 < kcur {
+			hi = src[off+(2*q+1)*ld+c0 : off+(2*q+1)*ld+c1]
+		}
+		jp := jpLo
+		if full := min(jpHi, jpLo+len(lo)/nr) - jpLo; ilvAsm != nil && hi != nil && nr == 16 && full > 0 {
+			o := jpLo*nr*kp + q*nr
+			_ = dst[o+(full-1)*nr*kp+nr-1]
+			ilvAsm(&lo[0], &hi[0], full, &dst[o], nr*kp)
+			jp += full
+		}
+		for ; jp < jpHi; jp++ {
+			d := dst[jp*nr*kp+q*nr : jp*nr*kp+q*nr+nr]
+			j0 := jp*nr - c0
+			n := min(nr, len(lo)-j0)
+			l := lo[j0 : j0+n]
+			if hi != nil {
+				h := hi[j0 : j0+n]
+				for j, v := range l {
+					d[j] = uint32(v) | uint32(h[j])<<16
+				}
+			} else {
+				for j, v := range l {
+					d[j] = uint32(v)
+				}
+			}
+			clear(d[n:])
+		}
+	}
+}
+
+// packPairsIlv packs w-wide panel lanes from rows of k: lane j < lanes of
+// pair q is dst[q*w+j] = src[off+2q*ld+j] | src[off+(2q+1)*ld+j]<<16, zero
+// past kcur and in lanes [lanes, w). (B, and a transposed A.)
+func packPairsIlv(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
+	kp := ceilDiv(kcur, 2)
+	dst = dst[:kp*w]
+	for q := 0; q < kp; q++ {
+		d := dst[q*w : q*w+w]
+		lo := src[off+2*q*ld : off+2*q*ld+lanes]
+		if 2*q+1 < kcur {
+			hi := src[off+(2*q+1)*ld : off+(2*q+1)*ld+lanes]
+			j0 := 0
+			if ilvAsm != nil && lanes >= 16 {
+				j0 = lanes / 16 * 16
+				ilvAsm(&lo[0], &hi[0], lanes/16, &d[0], 16)
+			}
+			for j := j0; j < len(lo); j++ {
+				d[j] = uint32(lo[j]) | uint32(hi[j])<<16
+			}
+		} else {
+			for j := range lo {
+				d[j] = uint32(lo[j])
+			}
+		}
+		clear(d[lanes:])
+	}
+}
+
+// bf16Kern is the native bf16 kernel SgemmMixed uses for bfloat16 A and B,
+// nil where the CPU has none or HEADROOM_BF16_NATIVE=0 turns it off.
+var bf16Kern *bf16Kernel
+
+func init() {
+	ks := bf16Kernels()
+	if len(ks) == 0 {
+		return
+	}
+	if on, err := env.Bool(env.BF16Native, true); !on || err != nil {
+		return
+	}
+	bf16Kern = ks[0]
+}
+
+// gemmBF16 is SgemmMixed for bfloat16 A and B on kern, from the checks
+// gemmCore makes (SgemmMixed checked B).
+func gemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	checkStride("a", ac, lda)
+	checkStride("c", n, ldc)
+	checkLen("c", len(c), m, n, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if alpha == 0 || k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	checkLen("a", len(a), ar, ac, lda)
+	sgemmBF16(kern, pool, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// pairsOf is s (of even length) as dwords, each two consecutive values
+// (the first low), where s is 4-byte aligned on a little-endian machine;
+// else nil.
+func pairsOf(s []uint16) []uint32 {
+	if len(s) == 0 || !littleEndian || uintptr(unsafe.Pointer(&s[0]))%4 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&s[0])), len(s)/2)
+}
+
+// littleEndian is true where the low half of a dword comes first in memory.
+var littleEndian = func() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
