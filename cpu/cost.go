@@ -69,10 +69,14 @@ type Throughput struct {
 // throughputs is the table, most capable row first; the first row that
 // matches a CPU is its row.
 //
-// Float32: the AVX-512 kernels (24x16 sgemm tile, ZMM convolution tiles)
-// ran the issue-17 workloads about 1.7 times as fast per core as the AVX2
-// kernels; sgemm 1024³ reached 193 GFLOP/s on 2 Xeon cores against about
-// 110 on 2 Zen 3 cores.
+// Float32: the AVX-512 kernels (then a 24x16 sgemm tile, now 6x64; ZMM
+// convolution tiles) ran the issue-17 workloads about 1.7 times as fast
+// per core as the AVX2 kernels; sgemm 1024³ reached 193 GFLOP/s on 2 Xeon
+// cores against about 110 on 2 Zen 3 cores. Zen 4 splits each 512-bit FMA
+// in two, so its AVX-512 and AVX2 peaks are equal (about 115 GFLOP/s a
+// core) and the row overstates its float32 rate by about 1.5 — for every
+// float32 choice alike, so rankings on one machine stand; what the ratio
+// BF16/FLOPS says (native bf16 against float32) was measured on Zen 4.
 //
 // bfloat16 operands: where no native kernel runs, the products widen bf16
 // (and fp16) to float32 while packing and run the float32 micro-kernel,
