@@ -149,6 +149,9 @@ func convWorkspace(n *trace.Node) int64 {
 		if w, ok := winogradFor(g); ok && f32 {
 			elems = max(elems, w.scratch())
 		}
+		if ct, ok := convTapsPlan(g); ok && f32 {
+			elems = max(elems, ct.bScratch(false))
+		}
 	case *prim.Conv2dBackwardWeight:
 		if nb > 1 {
 			elems = g.K * nb * p // ȳ of a chunk, gathered
@@ -178,6 +181,9 @@ func convWorkspace(n *trace.Node) int64 {
 		}
 		if w, ok := winogradInputGrad(g); ok && f32 {
 			elems = max(elems, w.scratch())
+		}
+		if ct, ok := convTapsPlan(g); ok && f32 {
+			elems = max(elems, ct.bScratch(true))
 		}
 	}
 	return int64(elems) * int64(n.Outputs[0].DType().Size())
@@ -581,6 +587,10 @@ func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*t
 				return nil
 			}
 		}
+		if ct, ok := convTapsPlan(g); ok {
+			ct.forward(pool, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, ct.bScratch(false)))
+			return nil
+		}
 	}
 	convForward(pool, g, x, w, bias, y, convScratch[T](ws, 0, convForwardScratch(g)), false)
 	return nil
@@ -615,6 +625,10 @@ func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []
 			if convDirectInputGrad(pool, g, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil
 			}
+		}
+		if ct, ok := convTapsPlan(g); ok {
+			ct.inputGrad(pool, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, ct.bScratch(true)))
+			return nil
 		}
 	}
 	if convInputGradDirect(g) {
@@ -666,9 +680,7 @@ func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []
 		for gi := 0; gi < g.Groups; gi++ {
 			gemm(pool, true, false, kk, cols, kg, w[gi*kg*kk:], kk, src[gi*kg*lds:], lds, col[gi*kk*cols:], cols)
 		}
-		for i := 0; i < cnt; i++ {
-			col2im(pool, g, col[i*P:], cols, gx[(n0+i)*g.C*g.H*g.W:][:g.C*g.H*g.W])
-		}
+		col2im(pool, g, col, cols, cnt, gx[n0*g.C*g.H*g.W:][:cnt*g.C*g.H*g.W])
 	}
 	return nil
 }
@@ -769,14 +781,19 @@ func convGrain(g prim.ConvGeom) int {
 	return max(1, 32768/max(1, g.KH*g.KW*g.OH*g.OW))
 }
 
-// col2im sets image x ([C, H, W]) to the sum of the entries of col (rows
-// (c, kh, kw), OH*OW columns, row stride ld) that im2col would have read
-// from each position.
-func col2im[T Float](pool *parallel.Pool, g prim.ConvGeom, col []T, ld int, x []T) {
+// col2im sets images x ([cnt, C, H, W]) to the sums of the entries of col
+// (rows (c, kh, kw), cnt*OH*OW columns, image i's from column i*OH*OW on,
+// row stride ld) that im2col would have read from each position. Images
+// and channels are split across threads together (one image of a deep
+// layer is too little work to split).
+func col2im[T Float](pool *parallel.Pool, g prim.ConvGeom, col []T, ld, cnt int, x []T) {
 	plane := g.H * g.W
-	pool.For(g.C, convGrain(g), func(c0, c1 int) {
-		for c := c0; c < c1; c++ {
-			xc := x[c*plane : (c+1)*plane]
+	P := g.OH * g.OW
+	pool.For(cnt*g.C, convGrain(g), func(u0, u1 int) {
+		for u := u0; u < u1; u++ {
+			img, c := u/g.C, u%g.C
+			col := col[img*P:]
+			xc := x[u*plane : (u+1)*plane]
 			clear(xc)
 			for kh := 0; kh < g.KH; kh++ {
 				ohLo, ohHi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)
