@@ -239,9 +239,10 @@ func directWgrad(g prim.ConvGeom) (directConv, bool) {
 }
 
 // convDirectWgrad computes the weight gradient gw of g from the output
-// gradient gy and the input x directly if it can: for each group of 4
-// output channels, input channel and kernel row, one pass of
-// blas.ConvWgrad over an image's positions gives the 12 weights' terms.
+// gradient gy and the input x directly if it can: for each group of 8 (or
+// 4) output channels, input channel and kernel row, one pass of
+// blas.ConvWgrad8 (ConvWgrad) over an image's positions gives the 24 (12)
+// weights' terms.
 func convDirectWgrad(pool *parallel.Pool, g prim.ConvGeom, gy, x, gw []float32, ws []float32) bool {
 	d, ok := directWgrad(g)
 	if !ok || !blas.ConvWgradOK() {
@@ -251,19 +252,25 @@ func convDirectWgrad(pool *parallel.Pool, g prim.ConvGeom, gy, x, gw []float32, 
 	P := g.OH * g.OW
 	pplane := d.hp * d.wp
 	xp := ws[:g.C*pplane]
-	nkg := (g.K + 3) / 4
+	// Groups of 8 output channels where the CPU has the kernel (each input
+	// vector loaded then serves 8 gradient rows), else of 4.
+	kg, kern := 4, blas.ConvWgrad
+	if blas.ConvWgrad8OK() && g.K >= 8 {
+		kg, kern = 8, blas.ConvWgrad8
+	}
+	nkg := (g.K + kg - 1) / kg
 	for img := 0; img < g.N; img++ {
 		d.pad(pool, x[img*g.C*g.H*g.W:][:g.C*g.H*g.W], xp)
 		gyi := gy[img*g.K*P:][:g.K*P]
 		pool.For(nkg*g.C, max(1, 4096/(P*g.KH)), func(u0, u1 int) {
-			var out [12]float32
+			var out [24]float32
 			for u := u0; u < u1; u++ {
 				kgi, c := u/g.C, u%g.C
-				k0 := min(kgi*4, g.K-4) // the last group may overlap the one before
+				k0 := min(kgi*kg, g.K-kg) // the last group may overlap the one before
 				for kh := 0; kh < g.KH; kh++ {
 					clear(out[:])
-					blas.ConvWgrad(gyi, k0*P, P, xp, c*pplane+kh*g.DH*d.wp, g.DW, d.wp, g.OW, g.OH, out[:])
-					for k := max(k0, kgi*4); k < k0+4; k++ {
+					kern(gyi, k0*P, P, xp, c*pplane+kh*g.DH*d.wp, g.DW, d.wp, g.OW, g.OH, out[:])
+					for k := max(k0, kgi*kg); k < k0+kg; k++ {
 						w := gw[((k*g.C+c)*g.KH+kh)*3:][:3]
 						o := out[3*(k-k0):][:3]
 						w[0] += o[0]
