@@ -48,14 +48,16 @@ type convTaps struct {
 // convTapsPlan returns the tap-pair plan of g when g has one: ungrouped,
 // at most 64 output positions, and the valid pairs' arithmetic, with the
 // images rounded up to whole panels of the micro-kernel's columns, at most
-// 3/4 of the implicit GEMM's.
+// 9/10 of the implicit GEMM's (measured, one thread, Zen 4, batch 32:
+// 0.84 (8×8 to 4×4, stride 2) 1.2× faster forward and 1.3× input
+// gradient; 0.92 (16×16 to 8×8) no faster).
 func convTapsPlan(g prim.ConvGeom) (convTaps, bool) {
 	if g.Groups != 1 || g.N == 0 || g.OH*g.OW > 64 || g.KH*g.KW < 2 || g.OH*g.OW == 0 {
 		return convTaps{}, false
 	}
 	c := newConvTaps(g)
 	np := (g.N + c.nr - 1) / c.nr
-	return c, 4*c.pairs*np*c.nr <= 3*c.pout*c.taps*g.N
+	return c, 10*c.pairs*np*c.nr <= 9*c.pout*c.taps*g.N
 }
 
 // newConvTaps lists the valid pairs of ungrouped convolution g.
