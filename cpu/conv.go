@@ -152,6 +152,10 @@ func convWorkspace(n *trace.Node) int64 {
 		if ct, ok := convTapsPlan(g); ok && f32 {
 			elems = max(elems, ct.bScratch(false))
 		}
+		if g2, ok := s2dGeom(g); ok && f32 {
+			d, _ := directForward(g2)
+			elems = max(elems, d.scratch())
+		}
 	case *prim.Conv2dBackwardWeight:
 		if nb > 1 {
 			elems = g.K * nb * p // ȳ of a chunk, gathered
@@ -584,6 +588,11 @@ func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*t
 		}
 		if d, ok := directForward(g); ok {
 			if convDirectForward(pool, g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
+				return nil
+			}
+		}
+		if g2, ok := s2dGeom(g); ok {
+			if d, _ := directForward(g2); convS2DForward(pool, g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil
 			}
 		}

@@ -136,15 +136,22 @@ var directOffsPool sync.Pool // *[]int32
 // channels, kk steps each: a[(b*kk+r)*6+i] is the weight of output channel
 // 6b+i at tap r), the tap offsets offs and scratch xp for a padded image.
 func (d directConv) run(pool *parallel.Pool, n int, src, a, bias, out []float32, offs []int32, xp []float32) {
-	P := d.oh * d.ow
 	plane := d.h * d.w
+	d.runFill(pool, n, func(img int, xp []float32) {
+		d.pad(pool, src[img*d.cin*plane:][:d.cin*plane], xp)
+	}, a, bias, out, offs, xp)
+}
+
+// runFill is run with the padded images written by fill(img, xp).
+func (d directConv) runFill(pool *parallel.Pool, n int, fill func(img int, xp []float32), a, bias, out []float32, offs []int32, xp []float32) {
+	P := d.oh * d.ow
 	maxOff := 0
 	for _, o := range offs[:d.kk] {
 		maxOff = max(maxOff, int(o))
 	}
 	bs := directBlocks(d.cout, d.kk)
 	for img := 0; img < n; img++ {
-		d.pad(pool, src[img*d.cin*plane:][:d.cin*plane], xp)
+		fill(img, xp)
 		oi := out[img*d.cout*P:][:d.cout*P]
 		pool.For(d.cout, max(1, 8192/P), func(k0, k1 int) {
 			for k := k0; k < k1; k++ {
@@ -316,6 +323,92 @@ func convDirectForward(pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y []flo
 	a := ws[len(xp):d.scratch()]
 	packDirect(pool, directBlocks(d.cout, d.kk), d.kk, a, func(k, r int) float32 { return w[k*d.kk+r] })
 	d.run(pool, g.N, x, a, bias, y, offs, xp)
+	return true
+}
+
+// Space to depth, for stride-2 convolutions with large kernels (a ResNet's
+// 7×7 stem): with kernel row kh = 2a+b, the input row 2·oh+kh of the padded
+// image is row oh+a of its phase-b rows, so the convolution is a stride-1
+// one of the image's four phases (4C channels of the padded image's even
+// and odd rows and columns) with a ⌈KH/2⌉×⌈KW/2⌉ kernel (zero where 2a+b
+// passes the kernel's edge), which the direct kernel runs: 7×7 becomes 4×4
+// on 12 channels, 64 taps a channel for 49 (1.5× faster on resnet18's stem,
+// one thread, Zen 4, than the implicit GEMM's strided gather).
+
+// s2dGeom is the stride-1 geometry of g's space-to-depth form, when g has
+// one the direct convolution runs and the zero taps add at most 40%.
+func s2dGeom(g prim.ConvGeom) (prim.ConvGeom, bool) {
+	if g.SH != 2 || g.SW != 2 || g.DH != 1 || g.DW != 1 || g.Groups != 1 || g.PH < 0 || g.PW < 0 || g.KH < 2 || g.KW < 2 {
+		return prim.ConvGeom{}, false
+	}
+	ah, aw := (g.KH+1)/2, (g.KW+1)/2
+	if 10*4*ah*aw > 14*g.KH*g.KW {
+		return prim.ConvGeom{}, false
+	}
+	g2 := prim.ConvGeom{N: g.N, C: 4 * g.C, H: g.OH + ah - 1, W: g.OW + aw - 1, K: g.K, KH: ah, KW: aw,
+		OH: g.OH, OW: g.OW, SH: 1, SW: 1, DH: 1, DW: 1, Groups: 1}
+	_, ok := directForward(g2)
+	return g2, ok
+}
+
+// convS2DForward runs forward convolution g in its space-to-depth form if
+// it has one and reports whether it did.
+func convS2DForward(pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y []float32, ws []float32) bool {
+	g2, ok := s2dGeom(g)
+	if !ok || !blas.ConvTileOK() {
+		return false
+	}
+	d, _ := directForward(g2)
+	ah, aw := g2.KH, g2.KW
+	khw := ah * aw
+	op := getOffs(d.kk)
+	defer directOffsPool.Put(op)
+	offs := *op
+	for c := 0; c < g2.C; c++ {
+		for a := 0; a < ah; a++ {
+			for a2 := 0; a2 < aw; a2++ {
+				offs[c*khw+a*aw+a2] = int32(c*d.hp*d.wp + a*d.wp + a2)
+			}
+		}
+	}
+	xp := ws[:d.cin*d.hp*d.wp]
+	pk := ws[len(xp):d.scratch()]
+	// Channel 4c+2b+b' of the phases is phase (b, b') of channel c.
+	packDirect(pool, directBlocks(d.cout, d.kk), d.kk, pk, func(k, r int) float32 {
+		c2, t := r/khw, r%khw
+		kh, kw := 2*(t/aw)+c2/2%2, 2*(t%aw)+c2%2
+		if kh >= g.KH || kw >= g.KW {
+			return 0
+		}
+		return w[((k*g.C+c2/4)*g.KH+kh)*g.KW+kw]
+	})
+	plane, pplane := g.H*g.W, d.hp*d.wp
+	d.runFill(pool, g.N, func(img int, xp []float32) {
+		xi := x[img*g.C*plane:][:g.C*plane]
+		pool.For(g2.C, max(1, 8192/pplane), func(p0, p1 int) {
+			for c2 := p0; c2 < p1; c2++ {
+				src := xi[c2/4*plane:][:plane]
+				b, b2 := c2/2%2, c2%2
+				dst := xp[c2*pplane:][:pplane]
+				for i := 0; i < d.hp; i++ {
+					row := dst[i*d.wp:][:d.wp]
+					ih := 2*i + b - g.PH
+					if ih < 0 || ih >= g.H {
+						clear(row)
+						continue
+					}
+					sr := src[ih*g.W:][:g.W]
+					for j := range row {
+						if iw := 2*j + b2 - g.PW; iw >= 0 && iw < g.W {
+							row[j] = sr[iw]
+						} else {
+							row[j] = 0
+						}
+					}
+				}
+			}
+		})
+	}, pk, bias, y, offs, xp)
 	return true
 }
 
