@@ -179,7 +179,7 @@ func convWorkspace(n *trace.Node) int64 {
 		}
 		elems += convGatherScratch(convFlat(g), nb)
 		if d, ok := directWgrad(g); ok {
-			elems = max(elems, d.cin*d.hp*d.wp)
+			elems = max(elems, d.wgradScratch(g.N))
 		}
 		if w, ok := winogradWgrad(g); ok && f32 {
 			elems = max(elems, w.scratch())
@@ -727,7 +727,7 @@ func convWeightGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out [
 			return nil
 		}
 		if d, ok := directWgrad(g); ok {
-			if convDirectWgrad(pool, g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.cin*d.hp*d.wp)) {
+			if convDirectWgrad(pool, g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.wgradScratch(g.N))) {
 				return nil
 			}
 		}

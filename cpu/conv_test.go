@@ -69,7 +69,7 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 			wantW := make([]float32, len(w))
 			convWeightGrad(nil, g, gy, x, wantW, make([]float32, g.K*g.N*P), nil)
 			gotW := make([]float32, len(w))
-			if !convDirectWgrad(nil, g, gy, x, gotW, make([]float32, dw.cin*dw.hp*dw.wp)) {
+			if !convDirectWgrad(nil, g, gy, x, gotW, make([]float32, dw.wgradScratch(g.N))) {
 				t.Fatalf("%s: no direct weight gradient", name)
 			}
 			closeF32(t, name+" weight gradient", gotW, wantW)

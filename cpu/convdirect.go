@@ -204,30 +204,33 @@ func (d directConv) runFill(pool *parallel.Pool, n int, fill func(img int, xp []
 // around it.
 func (d directConv) pad(pool *parallel.Pool, xi, xp []float32) {
 	plane, pplane := d.h*d.w, d.hp*d.wp
-	padR := d.wp - d.padL - d.w
 	pool.For(d.cin, max(1, 8192/pplane), func(c0, c1 int) {
 		for c := c0; c < c1; c++ {
-			dst := xp[c*pplane : (c+1)*pplane]
-			clear(dst[:d.padT*d.wp])
-			src := xi[c*plane : (c+1)*plane]
-			// Row by row: the interior copied, the few padding columns
-			// stored one by one (clear and copy calls would cost more
-			// than they move).
-			o := d.padT * d.wp
-			for i := 0; i < d.h; i++ {
-				row := dst[o : o+d.wp]
-				for j := 0; j < d.padL; j++ {
-					row[j] = 0
-				}
-				copyRunF32(row[d.padL:d.padL+d.w], src[i*d.w:(i+1)*d.w])
-				for j := d.wp - padR; j < d.wp; j++ {
-					row[j] = 0
-				}
-				o += d.wp
-			}
-			clear(dst[o:])
+			d.padPlane(xi[c*plane:(c+1)*plane], xp[c*pplane:(c+1)*pplane])
 		}
 	})
+}
+
+// padPlane copies plane src ([h, w]) into dst ([hp, wp]) with zeros
+// around it.
+func (d directConv) padPlane(src, dst []float32) {
+	padR := d.wp - d.padL - d.w
+	clear(dst[:d.padT*d.wp])
+	// Row by row: the interior copied, the few padding columns stored one
+	// by one (clear and copy calls would cost more than they move).
+	o := d.padT * d.wp
+	for i := 0; i < d.h; i++ {
+		row := dst[o : o+d.wp]
+		for j := 0; j < d.padL; j++ {
+			row[j] = 0
+		}
+		copyRunF32(row[d.padL:d.padL+d.w], src[i*d.w:(i+1)*d.w])
+		for j := d.wp - padR; j < d.wp; j++ {
+			row[j] = 0
+		}
+		o += d.wp
+	}
+	clear(dst[o:])
 }
 
 // directWgrad is the geometry of the direct weight gradient of g (a padded
@@ -245,11 +248,34 @@ func directWgrad(g prim.ConvGeom) (directConv, bool) {
 		cout: g.K, oh: g.OH, ow: g.OW, kk: g.C * g.KH * g.KW}, true
 }
 
+// wgradChunk is the number of images a pass of the direct weight
+// gradient's kernel covers (for images of fewer than convTargetCols
+// positions, those of a chunk stacked: a channel's padded images one under
+// the other, and the gradient rows of the rows between them zero, so that
+// one kernel call runs over all, and its sums' reduction and the call are
+// paid once a chunk, not once an image), and the rows of such a pass.
+func (d directConv) wgradChunk(n int) (nb, rows int) {
+	nb = max(1, min(n, convTargetCols/(d.oh*d.ow)))
+	return nb, (nb-1)*d.hp + d.oh
+}
+
+// wgradScratch is the workspace of the direct weight gradient of n images:
+// a chunk of padded images, and of gathered gradient rows when a chunk
+// has more than one image.
+func (d directConv) wgradScratch(n int) int {
+	nb, rows := d.wgradChunk(n)
+	s := nb * d.cin * d.hp * d.wp
+	if nb > 1 {
+		s += d.cout * rows * d.ow
+	}
+	return s
+}
+
 // convDirectWgrad computes the weight gradient gw of g from the output
 // gradient gy and the input x directly if it can: for each group of 8 (or
 // 4) output channels, input channel and kernel row, one pass of
-// blas.ConvWgrad8 (ConvWgrad) over an image's positions gives the 24 (12)
-// weights' terms.
+// blas.ConvWgrad8 (ConvWgrad) over a chunk of images' positions gives the
+// 24 (12) weights' terms.
 func convDirectWgrad(pool *parallel.Pool, g prim.ConvGeom, gy, x, gw []float32, ws []float32) bool {
 	d, ok := directWgrad(g)
 	if !ok || !blas.ConvWgradOK() {
@@ -257,8 +283,14 @@ func convDirectWgrad(pool *parallel.Pool, g prim.ConvGeom, gy, x, gw []float32, 
 	}
 	clear(gw)
 	P := g.OH * g.OW
-	pplane := d.hp * d.wp
-	xp := ws[:g.C*pplane]
+	plane, pplane := g.H*g.W, d.hp*d.wp
+	nb, rows := d.wgradChunk(g.N)
+	xp := ws[:nb*g.C*pplane]
+	ldk := rows * g.OW
+	var gyc []float32
+	if nb > 1 {
+		gyc = ws[len(xp):][:g.K*ldk]
+	}
 	// Groups of 8 output channels where the CPU has the kernel (each input
 	// vector loaded then serves 8 gradient rows), else of 4.
 	kg, kern := 4, blas.ConvWgrad
@@ -266,17 +298,37 @@ func convDirectWgrad(pool *parallel.Pool, g prim.ConvGeom, gy, x, gw []float32, 
 		kg, kern = 8, blas.ConvWgrad8
 	}
 	nkg := (g.K + kg - 1) / kg
-	for img := 0; img < g.N; img++ {
-		d.pad(pool, x[img*g.C*g.H*g.W:][:g.C*g.H*g.W], xp)
-		gyi := gy[img*g.K*P:][:g.K*P]
-		pool.For(nkg*g.C, max(1, 4096/(P*g.KH)), func(u0, u1 int) {
+	for n0 := 0; n0 < g.N; n0 += nb {
+		cnt := min(nb, g.N-n0)
+		// Channel c of image n0+i at plane c*nb+i.
+		pool.For(g.C*cnt, max(1, 8192/pplane), func(p0, p1 int) {
+			for p := p0; p < p1; p++ {
+				c, i := p/cnt, p%cnt
+				d.padPlane(x[((n0+i)*g.C+c)*plane:][:plane], xp[(c*nb+i)*pplane:][:pplane])
+			}
+		})
+		src, lds, oh := gy[n0*g.K*P:][:g.K*P], P, g.OH
+		if nb > 1 {
+			oh = (cnt-1)*d.hp + g.OH
+			pool.For(g.K, max(1, 8192/ldk), func(k0, k1 int) {
+				for k := k0; k < k1; k++ {
+					dst := gyc[k*ldk:][:ldk]
+					for i := 0; i < cnt; i++ {
+						copy(dst[i*d.hp*g.OW:][:P], gy[((n0+i)*g.K+k)*P:][:P])
+						clear(dst[(i*d.hp+g.OH)*g.OW : min((i+1)*d.hp*g.OW, ldk)])
+					}
+				}
+			})
+			src, lds = gyc, ldk
+		}
+		pool.For(nkg*g.C, max(1, 4096/(oh*g.OW*g.KH)), func(u0, u1 int) {
 			var out [24]float32
 			for u := u0; u < u1; u++ {
 				kgi, c := u/g.C, u%g.C
 				k0 := min(kgi*kg, g.K-kg) // the last group may overlap the one before
 				for kh := 0; kh < g.KH; kh++ {
 					clear(out[:])
-					kern(gyi, k0*P, P, xp, c*pplane+kh*g.DH*d.wp, g.DW, d.wp, g.OW, g.OH, out[:])
+					kern(src, k0*lds, lds, xp, c*nb*pplane+kh*g.DH*d.wp, g.DW, d.wp, g.OW, oh, out[:])
 					for k := max(k0, kgi*kg); k < k0+kg; k++ {
 						w := gw[((k*g.C+c)*g.KH+kh)*3:][:3]
 						o := out[3*(k-k0):][:3]
