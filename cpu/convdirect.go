@@ -137,13 +137,21 @@ var directOffsPool sync.Pool // *[]int32
 // 6b+i at tap r), the tap offsets offs and scratch xp for a padded image.
 func (d directConv) run(pool *parallel.Pool, n int, src, a, bias, out []float32, offs []int32, xp []float32) {
 	plane := d.h * d.w
-	d.runFill(pool, n, func(img int, xp []float32) {
-		d.pad(pool, src[img*d.cin*plane:][:d.cin*plane], xp)
+	unpadded := d.padT == 0 && d.padL == 0 && d.hp == d.h && d.wp == d.w
+	d.runFill(pool, n, func(img int, xp []float32) []float32 {
+		xi := src[img*d.cin*plane:][:d.cin*plane]
+		if unpadded {
+			// A pointwise convolution's image is its own padded copy.
+			return xi
+		}
+		d.pad(pool, xi, xp)
+		return xp
 	}, a, bias, out, offs, xp)
 }
 
-// runFill is run with the padded images written by fill(img, xp).
-func (d directConv) runFill(pool *parallel.Pool, n int, fill func(img int, xp []float32), a, bias, out []float32, offs []int32, xp []float32) {
+// runFill is run with the padded image img given by fill(img, xp), which
+// writes it into xp or returns another slice holding it.
+func (d directConv) runFill(pool *parallel.Pool, n int, fill func(img int, xp []float32) []float32, a, bias, out []float32, offs []int32, xp0 []float32) {
 	P := d.oh * d.ow
 	maxOff := 0
 	for _, o := range offs[:d.kk] {
@@ -151,7 +159,7 @@ func (d directConv) runFill(pool *parallel.Pool, n int, fill func(img int, xp []
 	}
 	bs := directBlocks(d.cout, d.kk)
 	for img := 0; img < n; img++ {
-		fill(img, xp)
+		xp := fill(img, xp0)
 		oi := out[img*d.cout*P:][:d.cout*P]
 		pool.For(d.cout, max(1, 8192/P), func(k0, k1 int) {
 			for k := k0; k < k1; k++ {
@@ -435,7 +443,7 @@ func convS2DForward(pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y []float3
 		return w[((k*g.C+c2/4)*g.KH+kh)*g.KW+kw]
 	})
 	plane, pplane := g.H*g.W, d.hp*d.wp
-	d.runFill(pool, g.N, func(img int, xp []float32) {
+	d.runFill(pool, g.N, func(img int, xp []float32) []float32 {
 		xi := x[img*g.C*plane:][:g.C*plane]
 		pool.For(g2.C, max(1, 8192/pplane), func(p0, p1 int) {
 			for c2 := p0; c2 < p1; c2++ {
@@ -460,6 +468,7 @@ func convS2DForward(pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y []float3
 				}
 			}
 		})
+		return xp
 	}, pk, bias, y, offs, xp)
 	return true
 }
