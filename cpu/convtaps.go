@@ -100,7 +100,7 @@ func newConvTaps(g prim.ConvGeom) convTaps {
 }
 
 // bScratch is the workspace (elements) of the packed B operands of the
-// forward product (which = false: x at each input position) or of the
+// forward product (inputGrad false: x at each input position) or of the
 // input gradient's (true: ȳ at each output position).
 func (c convTaps) bScratch(inputGrad bool) int {
 	np := (c.g.N + c.nr - 1) / c.nr
