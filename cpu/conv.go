@@ -74,6 +74,22 @@ func convChunk(n, p int) int {
 	return max(1, min(n, (convTargetCols+p-1)/p))
 }
 
+// convWgradChunk is the number of images per chunk of the implicit-GEMM
+// weight gradient: convChunk's, or for gathered images of at least
+// convTargetCols positions (a ResNet's strided stem) up to 4 times as many
+// positions, within a gathered ȳ of 1 MiB: each chunk is one product of
+// few rows and columns (K by C*KH*KW), whose fixed costs (splitting it
+// across threads, packing its short A) one image does not repay (resnet18's
+// stem: 1.1 to 2 times faster with two threads; the same with one).
+func convWgradChunk(g prim.ConvGeom) int {
+	p := g.OH * g.OW
+	nb := convChunk(g.N, p)
+	if nb == 1 && p > 0 && convGatherOK(convFlat(g)) {
+		nb = max(1, min(g.N, 4*convTargetCols/p, (1<<18)/max(1, g.K*p)))
+	}
+	return nb
+}
+
 // convTransposed is the geometry of the stride-1 input gradient as a
 // convolution of ȳ ([N, K, OH, OW]) with the transposed weight (C output
 // channels): x̄[c, ih, iw] = Σ W[k, c, kh, kw] ȳ[k, ih+PH-kh*DH, iw+PW-kw*DW],
@@ -149,13 +165,21 @@ func convWorkspace(n *trace.Node) int64 {
 		if w, ok := winogradFor(g); ok && f32 {
 			elems = max(elems, w.scratch())
 		}
+		if ct, ok := convTapsPlan(g); ok && f32 {
+			elems = max(elems, ct.bScratch(false))
+		}
+		if g2, ok := s2dGeom(g); ok && f32 {
+			d, _ := directForward(g2)
+			elems = max(elems, d.scratch())
+		}
 	case *prim.Conv2dBackwardWeight:
+		nb := convWgradChunk(g)
 		if nb > 1 {
 			elems = g.K * nb * p // ȳ of a chunk, gathered
 		}
 		elems += convGatherScratch(convFlat(g), nb)
 		if d, ok := directWgrad(g); ok {
-			elems = max(elems, d.cin*d.hp*d.wp)
+			elems = max(elems, d.wgradScratch(g.N))
 		}
 		if w, ok := winogradWgrad(g); ok && f32 {
 			elems = max(elems, w.scratch())
@@ -178,6 +202,9 @@ func convWorkspace(n *trace.Node) int64 {
 		}
 		if w, ok := winogradInputGrad(g); ok && f32 {
 			elems = max(elems, w.scratch())
+		}
+		if ct, ok := convTapsPlan(g); ok && f32 {
+			elems = max(elems, ct.bScratch(true))
 		}
 	}
 	return int64(elems) * int64(n.Outputs[0].DType().Size())
@@ -581,6 +608,15 @@ func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*t
 				return nil
 			}
 		}
+		if g2, ok := s2dGeom(g); ok {
+			if d, _ := directForward(g2); convS2DForward(pool, g, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, d.scratch())) {
+				return nil
+			}
+		}
+		if ct, ok := convTapsPlan(g); ok {
+			ct.forward(pool, x32, any(w).([]float32), b32, any(y).([]float32), convScratch[float32](ws, 0, ct.bScratch(false)))
+			return nil
+		}
 	}
 	convForward(pool, g, x, w, bias, y, convScratch[T](ws, 0, convForwardScratch(g)), false)
 	return nil
@@ -615,6 +651,10 @@ func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []
 			if convDirectInputGrad(pool, g, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, d.scratch())) {
 				return nil
 			}
+		}
+		if ct, ok := convTapsPlan(g); ok {
+			ct.inputGrad(pool, gy32, any(w).([]float32), any(gx).([]float32), convScratch[float32](ws, 0, ct.bScratch(true)))
+			return nil
 		}
 	}
 	if convInputGradDirect(g) {
@@ -666,9 +706,7 @@ func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []
 		for gi := 0; gi < g.Groups; gi++ {
 			gemm(pool, true, false, kk, cols, kg, w[gi*kg*kk:], kk, src[gi*kg*lds:], lds, col[gi*kk*cols:], cols)
 		}
-		for i := 0; i < cnt; i++ {
-			col2im(pool, g, col[i*P:], cols, gx[(n0+i)*g.C*g.H*g.W:][:g.C*g.H*g.W])
-		}
+		col2im(pool, g, col, cols, cnt, gx[n0*g.C*g.H*g.W:][:cnt*g.C*g.H*g.W])
 	}
 	return nil
 }
@@ -689,13 +727,13 @@ func convWeightGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out [
 			return nil
 		}
 		if d, ok := directWgrad(g); ok {
-			if convDirectWgrad(pool, g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.cin*d.hp*d.wp)) {
+			if convDirectWgrad(pool, g, gy32, any(x).([]float32), any(gw).([]float32), convScratch[float32](ws, 0, d.wgradScratch(g.N))) {
 				return nil
 			}
 		}
 	}
 	var gyc []T
-	nb := convChunk(g.N, g.OH*g.OW)
+	nb := convWgradChunk(g)
 	if nb > 1 {
 		gyc = convScratch[T](ws, 0, g.K*nb*g.OH*g.OW)
 	}
@@ -711,7 +749,7 @@ func convWeightGrad[T Float](pool *parallel.Pool, g prim.ConvGeom, gy, x, gw, gy
 	P := g.OH * g.OW
 	kg, cg := g.K/g.Groups, g.C/g.Groups
 	kk := cg * g.KH * g.KW
-	nb := convChunk(g.N, P)
+	nb := convWgradChunk(g)
 	g = convFlat(g)
 	segp := convSegPool.Get().(*[]convSeg)
 	defer convSegPool.Put(segp)
@@ -769,14 +807,19 @@ func convGrain(g prim.ConvGeom) int {
 	return max(1, 32768/max(1, g.KH*g.KW*g.OH*g.OW))
 }
 
-// col2im sets image x ([C, H, W]) to the sum of the entries of col (rows
-// (c, kh, kw), OH*OW columns, row stride ld) that im2col would have read
-// from each position.
-func col2im[T Float](pool *parallel.Pool, g prim.ConvGeom, col []T, ld int, x []T) {
+// col2im sets images x ([cnt, C, H, W]) to the sums of the entries of col
+// (rows (c, kh, kw), cnt*OH*OW columns, image i's from column i*OH*OW on,
+// row stride ld) that im2col would have read from each position. Images
+// and channels are split across threads together (one image of a deep
+// layer is too little work to split).
+func col2im[T Float](pool *parallel.Pool, g prim.ConvGeom, col []T, ld, cnt int, x []T) {
 	plane := g.H * g.W
-	pool.For(g.C, convGrain(g), func(c0, c1 int) {
-		for c := c0; c < c1; c++ {
-			xc := x[c*plane : (c+1)*plane]
+	P := g.OH * g.OW
+	pool.For(cnt*g.C, convGrain(g), func(u0, u1 int) {
+		for u := u0; u < u1; u++ {
+			img, c := u/g.C, u%g.C
+			col := col[img*P:]
+			xc := x[u*plane : (u+1)*plane]
 			clear(xc)
 			for kh := 0; kh < g.KH; kh++ {
 				ohLo, ohHi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)

@@ -69,7 +69,7 @@ func TestDirectConvMatchesGEMM(t *testing.T) {
 			wantW := make([]float32, len(w))
 			convWeightGrad(nil, g, gy, x, wantW, make([]float32, g.K*g.N*P), nil)
 			gotW := make([]float32, len(w))
-			if !convDirectWgrad(nil, g, gy, x, gotW, make([]float32, dw.cin*dw.hp*dw.wp)) {
+			if !convDirectWgrad(nil, g, gy, x, gotW, make([]float32, dw.wgradScratch(g.N))) {
 				t.Fatalf("%s: no direct weight gradient", name)
 			}
 			closeF32(t, name+" weight gradient", gotW, wantW)
@@ -100,5 +100,57 @@ func closeF32(t *testing.T, what string, got, want []float32) {
 		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4+1e-5*math.Abs(float64(want[i])) {
 			t.Fatalf("%s: element %d: got %v, want %v", what, i, got[i], want[i])
 		}
+	}
+}
+
+// The space-to-depth form of stride-2 convolutions agrees with the
+// implicit GEMM.
+func TestS2DConvMatchesGEMM(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, tc := range []struct {
+		n, c, h, w, k, kh, kw, ph, pw int
+		bias                          bool
+	}{
+		{2, 3, 64, 64, 64, 7, 7, 3, 3, true},  // a ResNet's stem
+		{1, 3, 63, 63, 10, 7, 7, 3, 3, false}, // odd sizes: the last phase rows past the image
+		{2, 2, 32, 33, 7, 4, 4, 1, 1, true},
+		{1, 5, 31, 64, 13, 6, 7, 0, 3, false},
+		{1, 1, 40, 32, 3, 7, 6, 4, 2, true},
+	} {
+		name := fmt.Sprintf("%+v", tc)
+		opts := op.ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{tc.ph, tc.pw}}
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, tc.kh, tc.kw}, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		g2, ok := s2dGeom(g)
+		if !ok {
+			t.Fatalf("%s: no space-to-depth form (output %dx%d)", name, g.OH, g.OW)
+		}
+		rnd := func(n int) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			return v
+		}
+		x, w := rnd(g.N*g.C*g.H*g.W), rnd(g.K*g.C*g.KH*g.KW)
+		var bias []float32
+		if tc.bias {
+			bias = rnd(g.K)
+		}
+		want := make([]float32, g.N*g.K*g.OH*g.OW)
+		convForward(nil, g, x, w, bias, want, make([]float32, convForwardScratch(g)), false)
+		got := make([]float32, len(want))
+		d, _ := directForward(g2)
+		if !convS2DForward(nil, g, x, w, bias, got, make([]float32, d.scratch())) {
+			t.Skip("no direct-convolution kernel on this CPU")
+		}
+		closeF32(t, name, got, want)
+	}
+	// 3x3 stride 2 would add 7/9 more taps: not taken.
+	g, _ := prim.ConvGeometry(tensor.Shape{1, 8, 32, 32}, tensor.Shape{8, 8, 3, 3}, op.ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}})
+	if _, ok := s2dGeom(g); ok {
+		t.Error("3x3 stride 2 taken")
 	}
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -39,11 +40,20 @@ func maxPoolKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tenso
 	x, y, idx := slice[T](in[0]), slice[T](out[0]), out[1].I64()
 	inPlane, outPlane := g.H*g.W, g.OH*g.OW
 	negInf := T(math.Inf(-1))
+	x32, _ := any(x).([]float32)
 	poolPlanes(pool, g.N*g.C, outPlane*g.KH*g.KW, func(p0, p1 int) {
+		var mp *maxPoolScratch
+		if x32 != nil {
+			mp = maxPoolScratchPool.Get().(*maxPoolScratch)
+			defer maxPoolScratchPool.Put(mp)
+		}
 		for p := p0; p < p1; p++ {
 			xp := x[p*inPlane : (p+1)*inPlane]
 			yp := y[p*outPlane : (p+1)*outPlane]
 			ip := idx[p*outPlane : (p+1)*outPlane]
+			if x32 != nil && maxPlaneF32(g, mp, x32[p*inPlane:(p+1)*inPlane], any(yp).([]float32), ip) {
+				continue
+			}
 			for oh := 0; oh < g.OH; oh++ {
 				ih0 := oh*g.SH - g.PH
 				ih1 := min(ih0+(g.KH-1)*g.DH+1, g.H)
@@ -79,6 +89,85 @@ func maxPoolKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tenso
 		}
 	})
 	return nil
+}
+
+// maxPoolScratch holds maxPlaneF32's row maxima.
+type maxPoolScratch struct {
+	keys []int32 // per input row and output column: the key of the row's maximum
+	cols []int32 // and its column
+}
+
+var maxPoolScratchPool = sync.Pool{New: func() any { return new(maxPoolScratch) }}
+
+// maxPlaneF32 is max pooling of one plane without NaNs (it reports false,
+// computing nothing, for a plane with one): PyTorch's window scan, rows
+// then columns, keeping the first maximum, is the first maximum over the
+// window's rows of each row's first maximum, so each input row's maxima
+// over the output columns' windows are found once and shared by the KH
+// windows that cover the row. Values are compared as orderKey keys (-0 and
+// +0 equal, as "v > best" has them), with no branches on the data.
+func maxPlaneF32(g prim.PoolGeom, mp *maxPoolScratch, x, y []float32, idx []int64) bool {
+	for _, v := range x {
+		if v != v {
+			return false
+		}
+	}
+	n := g.H * g.OW
+	if cap(mp.keys) < n {
+		mp.keys, mp.cols = make([]int32, n), make([]int32, n)
+	}
+	keys, cols := mp.keys[:n], mp.cols[:n]
+	for ih := 0; ih < g.H; ih++ {
+		row := x[ih*g.W : (ih+1)*g.W]
+		kr, cr := keys[ih*g.OW:(ih+1)*g.OW], cols[ih*g.OW:(ih+1)*g.OW]
+		for ow := range kr {
+			iw0 := ow*g.SW - g.PW
+			iw1 := min(iw0+(g.KW-1)*g.DW+1, g.W)
+			for iw0 < 0 {
+				iw0 += g.DW
+			}
+			bk, bc := int32(math.MinInt32), int32(iw0)
+			for iw := iw0; iw < iw1; iw += g.DW {
+				k := int32(orderKey(row[iw]))
+				if k > bk {
+					bk, bc = k, int32(iw)
+				}
+			}
+			kr[ow], cr[ow] = bk, bc
+		}
+	}
+	for oh := 0; oh < g.OH; oh++ {
+		ih0 := oh*g.SH - g.PH
+		ih1 := min(ih0+(g.KH-1)*g.DH+1, g.H)
+		for ih0 < 0 {
+			ih0 += g.DH
+		}
+		yr, ir := y[oh*g.OW:(oh+1)*g.OW], idx[oh*g.OW:(oh+1)*g.OW]
+		for ow := range yr {
+			iw0 := ow*g.SW - g.PW
+			for iw0 < 0 {
+				iw0 += g.DW
+			}
+			bk, at := int32(math.MinInt32), ih0*g.W+iw0
+			for ih := ih0; ih < ih1; ih += g.DH {
+				k := keys[ih*g.OW+ow]
+				a := ih*g.W + int(cols[ih*g.OW+ow])
+				if k > bk {
+					bk, at = k, a
+				}
+			}
+			if bk == math.MinInt32 {
+				// An empty window (every value's key is larger, -Inf's
+				// included): -Inf at its first position, as the scan
+				// leaves it.
+				yr[ow] = float32(math.Inf(-1))
+			} else {
+				yr[ow] = x[at]
+			}
+			ir[ow] = int64(at)
+		}
+	}
+	return true
 }
 
 // orderKey maps a float32 to an integer with the same order, -0 and +0

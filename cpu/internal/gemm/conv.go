@@ -74,3 +74,21 @@ func ConvWgrad(gy []float32, gyOff, ldk int, x []float32, xOff, dw, wp, ow, oh i
 	}
 	convWgrad(&gy[gyOff], ldk, &x[xOff], dw, wp, ow, oh, &out[0])
 }
+
+// ConvWgrad8OK reports whether ConvWgrad8 has an assembly kernel (AVX-512:
+// its 24 sums need 32 vector registers).
+func ConvWgrad8OK() bool { return convWgrad8 != nil }
+
+// ConvWgrad8 is ConvWgrad for 8 output channels: out[3k+t] for k < 8.
+func ConvWgrad8(gy []float32, gyOff, ldk int, x []float32, xOff, dw, wp, ow, oh int, out []float32) {
+	if oh <= 0 {
+		return
+	}
+	if convWgrad8 == nil {
+		panic("gemm: ConvWgrad8 without an assembly kernel")
+	}
+	if ow <= 0 || ow%8 != 0 || len(out) < 24 || gyOff < 0 || gyOff+7*ldk+oh*ow > len(gy) || xOff < 0 || xOff+(oh-1)*wp+ow+2*dw > len(x) {
+		panic(fmt.Sprintf("gemm: ConvWgrad8: bad arguments (gy %d at %d ldk %d, x %d at %d, dw %d wp %d ow %d oh %d)", len(gy), gyOff, ldk, len(x), xOff, dw, wp, ow, oh))
+	}
+	convWgrad8(&gy[gyOff], ldk, &x[xOff], dw, wp, ow, oh, &out[0])
+}

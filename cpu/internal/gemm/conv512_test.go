@@ -22,7 +22,8 @@ func convSetsForTest() []convKernels {
 }
 
 // The convolution kernel sets agree: the 6x16 tiles bit for bit (the same
-// FMA chains in the same order), the weight-gradient kernels to rounding;
+// FMA chains in the same order), the weight-gradient kernels (4 and 8
+// output channels) to rounding;
 // and each is checked against a float64 reference, so that a machine with
 // one set (or Bochs with HEADROOM_GEMM_TEST_KERNELS=avx512) tests it alone.
 func TestConvKernelSetsAgree(t *testing.T) {
@@ -81,7 +82,7 @@ func TestConvKernelSetsAgree(t *testing.T) {
 	for _, g := range [][4]int{{8, 1, 1, 10}, {16, 2, 1, 18}, {24, 3, 2, 30}, {40, 5, 1, 43}, {64, 4, 3, 70}} {
 		ow, oh, dw, wp := g[0], g[1], g[2], g[3]
 		ldk := oh*ow + 5
-		gy := make([]float32, 4*ldk+3)
+		gy := make([]float32, 8*ldk+3)
 		// x ends exactly where the kernel's last read does (the masked
 		// loads of a row's last 8 positions must not read the lanes past
 		// it).
@@ -92,8 +93,8 @@ func TestConvKernelSetsAgree(t *testing.T) {
 		for i := range x {
 			x[i] = r.Float32() - 0.5
 		}
-		want := make([]float64, 12)
-		for kk := 0; kk < 4; kk++ {
+		want := make([]float64, 24)
+		for kk := 0; kk < 8; kk++ {
 			for tap := 0; tap < 3; tap++ {
 				for o := 0; o < oh; o++ {
 					for j := 0; j < ow; j++ {
@@ -112,6 +113,24 @@ func TestConvKernelSetsAgree(t *testing.T) {
 				if d := math.Abs(float64(out[i]) - (want[i] + float64(i))); d > 1e-4*math.Sqrt(float64(ow*oh)) {
 					t.Fatalf("%s %v: out[%d] = %v, want %v", s.name, g, i, out[i], want[i]+float64(i))
 				}
+			}
+			if s.wgrad8 == nil {
+				continue
+			}
+			// The 8-channel kernel: the 4-channel one's sums and the next
+			// four's, added to out.
+			out8 := make([]float32, 24+1)
+			for i := range out8 {
+				out8[i] = float32(i)
+			}
+			s.wgrad8(&gy[1], ldk, &x[1], dw, wp, ow, oh, &out8[0])
+			for i := range 24 {
+				if d := math.Abs(float64(out8[i]) - (want[i] + float64(i))); d > 1e-4*math.Sqrt(float64(ow*oh)) {
+					t.Fatalf("%s %v: 8x3 out[%d] = %v, want %v", s.name, g, i, out8[i], want[i]+float64(i))
+				}
+			}
+			if out8[24] != 24 {
+				t.Fatalf("%s %v: 8x3 wrote past its 24 sums", s.name, g)
 			}
 		}
 	}

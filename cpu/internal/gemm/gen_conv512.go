@@ -18,6 +18,13 @@
 //     not bit for bit (the weight gradient is a reduction; its order is
 //     not part of any kernel's contract).
 //
+//   - sconvWgrad8x3AVX512, sconvWgrad4x3AVX512 for 8 output channels: 24
+//     partial sums, so that each input vector loaded (3 a step) serves 8
+//     gradient rows, not 4, and a pass over an image covers twice the
+//     weights. Its lanes are reduced in another order (its 24 sums use
+//     registers that VHADDPS cannot), so it agrees with the others to
+//     rounding.
+//
 //     go run gen_conv512.go
 package main
 
@@ -171,6 +178,91 @@ func main() {
 		w("\tVADDPS X12, X%d, X%d", r, r)
 		w("\tVHADDPS X%d, X%d, X%d", r, r, r)
 		w("\tVHADDPS X%d, X%d, X%d", r, r, r)
+		w("\tVADDSS %d(AX), X%d, X%d", 4*r, r, r)
+		w("\tVMOVSS X%d, %d(AX)", r, 4*r)
+	}
+	w("\tVZEROUPPER")
+	w("\tRET")
+
+	// ---- sconvWgrad8x3AVX512
+	w("")
+	w("// func sconvWgrad8x3AVX512(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)")
+	w("//")
+	w("// Registers: Z0..Z23 partial sums (out[i] in Zi), Z24..Z26 the three taps'")
+	w("// inputs, Z27 a gradient row; gradient rows k at (SI)(R8*k) for k < 3,")
+	w("// (R10), (BX)(R8*(k-4)) for 4 <= k < 7, (R9); K1 as in sconvWgrad4x3AVX512.")
+	w("TEXT ·sconvWgrad8x3AVX512(SB), NOSPLIT, $0-64")
+	w("\tMOVQ gy+0(FP), SI")
+	w("\tMOVQ ldk+8(FP), R8")
+	w("\tSHLQ $2, R8")
+	w("\tMOVQ x+16(FP), DI")
+	w("\tMOVQ dw+24(FP), DX")
+	w("\tSHLQ $2, DX")
+	w("\tMOVQ wp+32(FP), R11")
+	w("\tMOVQ ow+40(FP), R13")
+	w("\tSUBQ R13, R11")
+	w("\tSHLQ $2, R11")
+	w("\tMOVQ R13, R14")
+	w("\tANDQ $15, R14")
+	w("\tSHRQ $4, R13")
+	w("\tMOVQ oh+48(FP), R12")
+	w("\tMOVQ out+56(FP), AX")
+	w("\tMOVL $0xff, R9")
+	w("\tKMOVW R9, K1")
+	w("\tLEAQ (SI)(R8*2), R10")
+	w("\tADDQ R8, R10")
+	w("\tLEAQ (SI)(R8*4), BX")
+	w("\tLEAQ (BX)(R8*2), R9")
+	w("\tADDQ R8, R9")
+	for r := 0; r < 24; r++ {
+		w("\tVPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	w8step := func(mask string) {
+		w("\tVMOVUPS%s (DI), %sZ24", mask, maskReg(mask))
+		w("\tVMOVUPS%s (DI)(DX*1), %sZ25", mask, maskReg(mask))
+		w("\tVMOVUPS%s (DI)(DX*2), %sZ26", mask, maskReg(mask))
+		for k, src := range []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(R10)", "(BX)", "(BX)(R8*1)", "(BX)(R8*2)", "(R9)"} {
+			w("\tVMOVUPS%s %s, %sZ27", mask, src, maskReg(mask))
+			for t := 0; t < 3; t++ {
+				w("\tVFMADD231PS Z%d, Z27, Z%d", 24+t, 3*k+t)
+			}
+		}
+	}
+	adv := func(n int) {
+		for _, r := range []string{"SI", "R10", "BX", "R9", "DI"} {
+			w("\tADDQ $%d, %s", n, r)
+		}
+	}
+	w("w8row:")
+	w("\tMOVQ R13, CX")
+	w("\tTESTQ CX, CX")
+	w("\tJZ w8rem")
+	w("w8col:")
+	w8step("")
+	adv(64)
+	w("\tDECQ CX")
+	w("\tJNZ w8col")
+	w("w8rem:")
+	w("\tTESTQ R14, R14")
+	w("\tJZ w8next")
+	w8step(".Z")
+	adv(32)
+	w("w8next:")
+	w("\tADDQ R11, DI")
+	w("\tDECQ R12")
+	w("\tJNZ w8row")
+	// Each sum's 16 lanes: halves added (8, then 4 lanes), then lanes
+	// {0,2}+{1,3} and the two, with shuffles that have EVEX forms (VHADDPS
+	// has none, and Z16..Z23 need them).
+	for r := 0; r < 24; r++ {
+		w("\tVEXTRACTF64X4 $1, Z%d, Y24", r)
+		w("\tVADDPS Y24, Y%d, Y%d", r, r)
+		w("\tVEXTRACTF32X4 $1, Y%d, X24", r)
+		w("\tVADDPS X24, X%d, X%d", r, r)
+		w("\tVPERMILPS $0x4e, X%d, X24", r)
+		w("\tVADDPS X24, X%d, X%d", r, r)
+		w("\tVPERMILPS $0xb1, X%d, X24", r)
+		w("\tVADDSS X24, X%d, X%d", r, r)
 		w("\tVADDSS %d(AX), X%d, X%d", 4*r, r, r)
 		w("\tVMOVSS X%d, %d(AX)", r, 4*r)
 	}

@@ -242,13 +242,14 @@ type convKernels struct {
 	name        string
 	tile, tile4 func(k int, a, b *float32, offs *int32, c *float32, ldc int)
 	wgrad       func(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
+	wgrad8      func(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32) // nil: none
 }
 
 var (
-	convAVX2 = convKernels{"avx2", sconvTile6x16, sconvTile4x16, sconvWgrad4x3}
+	convAVX2 = convKernels{"avx2", sconvTile6x16, sconvTile4x16, sconvWgrad4x3, nil}
 	// The 4-row tile stays AVX2: four ZMM chains would keep only half of
 	// an AVX-512 core's FMAs busy, no more than eight YMM chains do.
-	convAVX512 = convKernels{"avx512", sconvTile6x16AVX512, sconvTile4x16, sconvWgrad4x3AVX512}
+	convAVX512 = convKernels{"avx512", sconvTile6x16AVX512, sconvTile4x16, sconvWgrad4x3AVX512, sconvWgrad8x3AVX512}
 )
 
 // convKernelSets lists the direct-convolution kernels this CPU runs, best
@@ -265,9 +266,9 @@ func convKernelSets() []convKernels {
 }
 
 func useConv(k convKernels) {
-	convTile, convTile4, convWgrad = k.tile, k.tile4, k.wgrad
+	convTile, convTile4, convWgrad, convWgrad8 = k.tile, k.tile4, k.wgrad, k.wgrad8
 	if k.name == "avx512" {
-		convKernelName = "avx512 (6x16 ZMM forward and input gradient, 4x3 ZMM weight gradient; 4x16 tile avx2)"
+		convKernelName = "avx512 (6x16 ZMM forward and input gradient, 8x3 and 4x3 ZMM weight gradient; 4x16 tile avx2)"
 	} else {
 		convKernelName = "avx2 (6x16 forward and input gradient, 4x3 weight gradient)"
 	}
@@ -300,4 +301,10 @@ func sconvWgrad4x3(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *fl
 //go:noescape
 func sconvWgrad4x3AVX512(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
 
-var convWgrad func(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
+// sconvWgrad8x3AVX512 is sconvWgrad4x3AVX512 for 8 output channels
+// (conv512_amd64.s).
+//
+//go:noescape
+func sconvWgrad8x3AVX512(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
+
+var convWgrad, convWgrad8 func(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32)
