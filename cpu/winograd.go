@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"sync"
+
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/env"
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -258,11 +260,16 @@ func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool,
 	}
 	total := rows * C
 	n16 := (total + 15) / 16
-	const piece = 32 // blocks of 16 transformed at a time
+	const piece = winoPiece
 	pool.For(n16, piece, func(b0, b1 int) {
 		var gk [9]float64
 		var uk [winoPts]float32
-		var idx [piece * 16]int32 // vector path: where each lane's kernel starts, -1: none
+		// Vector path: where each lane's kernel starts, -1: none. Pooled,
+		// since the gather's indirect call moves a local array to the heap
+		// (13 MB of garbage a resnet152 step).
+		idxp := winoIdxPool.Get().(*[winoPiece * 16]int32)
+		defer winoIdxPool.Put(idxp)
+		idx := idxp[:]
 		for p0 := b0; p0 < b1; p0 += piece {
 			p1 := min(p0+piece, b1)
 			s, e := p0*16, min(p1*16, total)
@@ -331,6 +338,11 @@ func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool,
 		}
 	})
 }
+
+// winoPiece is how many blocks of 16 transformWeights transforms at a time.
+const winoPiece = 32
+
+var winoIdxPool = sync.Pool{New: func() any { return new([winoPiece * 16]int32) }}
 
 // winoRow is the row of V, U and M (the point ξ) holding element (i, j) of
 // a transformed 6×6 tile, at index 6i+j: 6j+i, the order the vector
