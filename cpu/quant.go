@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -226,6 +227,24 @@ func roundInto(to tensor.DType, dst, src []float32, add bool) {
 	}
 }
 
+// roundTile sets y = round(x) (y may be x) as the 16-bit cast there and
+// back does (castKernel's vectorized NarrowBF16 and Widen for bfloat16,
+// through a small buffer), bit for bit: the Round instruction of a fused
+// program, which replaces such a pair.
+func roundTile(to tensor.DType, y, x []float32) {
+	if to != tensor.BFloat16 {
+		roundInto(to, y, x, false)
+		return
+	}
+	var buf [512]uint16
+	for len(x) > 0 {
+		n := min(len(x), len(buf))
+		blas.NarrowBF16(buf[:n], x[:n])
+		blas.Widen(blas.BFloat16, y[:n], buf[:n])
+		x, y = x[n:], y[n:]
+	}
+}
+
 func roundStateKernel(pool *parallel.Pool, n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {
 	to := n.Op.(*prim.RoundState).To
 	if err := checkRoundTo(n, to); err != nil {
@@ -245,7 +264,7 @@ func roundKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _
 	}
 	x, y := in[0].F32(), out[0].F32()
 	pool.For(len(x), quantGrain, func(lo, hi int) {
-		roundInto(to, y[lo:hi], x[lo:hi], false)
+		roundTile(to, y[lo:hi], x[lo:hi])
 	})
 	return nil
 }

@@ -75,3 +75,71 @@ func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
 	}
 	return out, folded, nil
 }
+
+// roundPairs returns a copy of g in which a cast to bfloat16 or float16
+// whose only reader is a cast back to float32 is one prim.Round: the same
+// numbers (its kernel narrows and widens as the casts do), an instruction
+// Fuse can add to the program of the value's producer. It also returns
+// the narrowing cast (of g) that each such Round (of the copy) replaces.
+func roundPairs(g *trace.Graph) (*trace.Graph, map[*trace.Node]*trace.Node, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// pair[u] is the widening cast that is the only reader of narrowing
+	// cast u.
+	pair := map[*trace.Node]*trace.Node{}
+	for _, n := range g.Nodes {
+		c, ok := n.Op.(*prim.Cast)
+		if !ok || n.Kind != trace.KindOp || (c.To != tensor.BFloat16 && c.To != tensor.Float16) || !isF32(n.Inputs[0]) {
+			continue
+		}
+		rs := cons[n.ID]
+		if len(rs) != 1 || outputs[n.Outputs[0]] {
+			continue
+		}
+		w := rs[0]
+		if wc, ok := w.Op.(*prim.Cast); !ok || wc.To != tensor.Float32 || w.Phase != n.Phase || w.Region != n.Region || w.Recompute != n.Recompute {
+			continue
+		}
+		pair[n] = w
+	}
+	if len(pair) == 0 {
+		return g, nil, nil
+	}
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	skip := map[*trace.Node]bool{}
+	pairs := map[*trace.Node]*trace.Node{}
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			if skip[n] {
+				continue
+			}
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				ins[i] = mapped[in]
+			}
+			if w := pair[n]; w != nil {
+				r := *w
+				r.Op = &prim.Round{To: n.Op.(*prim.Cast).To}
+				o := out.Clone(&r, ins)[0]
+				mapped[w.Outputs[0]] = o
+				pairs[o.Node] = n
+				skip[w] = true
+				continue
+			}
+			for i, o := range out.Clone(n, ins) {
+				mapped[n.Outputs[i]] = o
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, pairs, nil
+}
