@@ -188,18 +188,6 @@ func checkRoundTo(n *trace.Node, to tensor.DType) error {
 	return nil
 }
 
-// roundBF16 is float32 -> bfloat16 -> float32 (tensor.Float32ToBFloat16:
-// round to nearest even, NaN to the canonical 0x7fc0) in one inlinable
-// step, so that the loops below call nothing per element.
-func roundBF16(v float32) float32 {
-	b := math.Float32bits(v)
-	if b&0x7fffffff > 0x7f800000 {
-		return math.Float32frombits(0x7fc00000)
-	}
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b &^ 0xffff)
-}
-
 func roundF16(v float32) float32 { return tensor.Float16ToFloat32(tensor.Float32ToFloat16(v)) }
 
 // roundInto sets dst[i] = round(src[i]), or adds it when add, rounding to
@@ -209,13 +197,19 @@ func roundInto(to tensor.DType, dst, src []float32, add bool) {
 	dst = dst[:len(src)]
 	switch {
 	case to == tensor.BFloat16 && add:
-		for i, v := range src {
-			dst[i] += roundBF16(v)
+		// Rounded a block at a time by the vectorized casts (several
+		// times the scalar loop), then added.
+		var r [512]float32
+		for len(src) > 0 {
+			n := min(len(src), len(r))
+			roundTile(to, r[:n], src[:n])
+			for i, v := range r[:n] {
+				dst[i] += v
+			}
+			dst, src = dst[n:], src[n:]
 		}
 	case to == tensor.BFloat16:
-		for i, v := range src {
-			dst[i] = roundBF16(v)
-		}
+		roundTile(to, dst, src)
 	case add:
 		for i, v := range src {
 			dst[i] += roundF16(v)

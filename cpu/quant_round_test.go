@@ -62,7 +62,7 @@ func TestRoundIntoMatchesConversions(t *testing.T) {
 	}
 }
 
-// TestRoundBF16AllBits compares the inlined bf16 rounding with the
+// TestRoundBF16AllBits compares the bf16 rounding (roundInto) with the
 // conversions over float32 bit patterns a prime stride apart (every low
 // 16-bit pattern, which decides the rounding, comes up across the range).
 // A stride of 1 (all 2^32 patterns, minutes) passed when the loop was
@@ -109,6 +109,12 @@ func BenchmarkRoundBF16(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 		for b.Loop() {
 			roundInto(tensor.BFloat16, y, x, false)
+		}
+	})
+	b.Run("tile", func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			roundTile(tensor.BFloat16, y, x)
 		}
 	})
 	b.Run("closure", func(b *testing.B) { // the rounding as it was: a closure per element
