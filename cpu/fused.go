@@ -300,6 +300,9 @@ func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 		return func(args [][]T, y []T) { unaryBackwardRange(o, args[0], args[1], y) }
 	case *prim.Binary:
 		return func(args [][]T, y []T) { binaryRun(o.Kind, args[0], args[1], y) }
+	case *prim.Round:
+		// float32 only (prim.Round.Infer).
+		return func(args [][]T, y []T) { roundTile(o.To, any(y).([]float32), any(args[0]).([]float32)) }
 	}
 	panic(fmt.Sprintf("cpu: %s is not a fused instruction", o.Name()))
 }
@@ -308,7 +311,7 @@ func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 // element (no transcendental functions), for parallel grains.
 func cheapElementwise(o trace.Op) bool {
 	switch o := o.(type) {
-	case *prim.Binary:
+	case *prim.Binary, *prim.Round:
 		return true
 	case *prim.Unary:
 		switch o.Kind {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -187,18 +188,6 @@ func checkRoundTo(n *trace.Node, to tensor.DType) error {
 	return nil
 }
 
-// roundBF16 is float32 -> bfloat16 -> float32 (tensor.Float32ToBFloat16:
-// round to nearest even, NaN to the canonical 0x7fc0) in one inlinable
-// step, so that the loops below call nothing per element.
-func roundBF16(v float32) float32 {
-	b := math.Float32bits(v)
-	if b&0x7fffffff > 0x7f800000 {
-		return math.Float32frombits(0x7fc00000)
-	}
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b &^ 0xffff)
-}
-
 func roundF16(v float32) float32 { return tensor.Float16ToFloat32(tensor.Float32ToFloat16(v)) }
 
 // roundInto sets dst[i] = round(src[i]), or adds it when add, rounding to
@@ -208,13 +197,19 @@ func roundInto(to tensor.DType, dst, src []float32, add bool) {
 	dst = dst[:len(src)]
 	switch {
 	case to == tensor.BFloat16 && add:
-		for i, v := range src {
-			dst[i] += roundBF16(v)
+		// Rounded a block at a time by the vectorized casts (several
+		// times the scalar loop), then added.
+		var r [512]float32
+		for len(src) > 0 {
+			n := min(len(src), len(r))
+			roundTile(to, r[:n], src[:n])
+			for i, v := range r[:n] {
+				dst[i] += v
+			}
+			dst, src = dst[n:], src[n:]
 		}
 	case to == tensor.BFloat16:
-		for i, v := range src {
-			dst[i] = roundBF16(v)
-		}
+		roundTile(to, dst, src)
 	case add:
 		for i, v := range src {
 			dst[i] += roundF16(v)
@@ -223,6 +218,24 @@ func roundInto(to tensor.DType, dst, src []float32, add bool) {
 		for i, v := range src {
 			dst[i] = roundF16(v)
 		}
+	}
+}
+
+// roundTile sets y = round(x) (y may be x) as the 16-bit cast there and
+// back does (castKernel's vectorized NarrowBF16 and Widen for bfloat16,
+// through a small buffer), bit for bit: the Round instruction of a fused
+// program, which replaces such a pair.
+func roundTile(to tensor.DType, y, x []float32) {
+	if to != tensor.BFloat16 {
+		roundInto(to, y, x, false)
+		return
+	}
+	var buf [512]uint16
+	for len(x) > 0 {
+		n := min(len(x), len(buf))
+		blas.NarrowBF16(buf[:n], x[:n])
+		blas.Widen(blas.BFloat16, y[:n], buf[:n])
+		x, y = x[n:], y[n:]
 	}
 }
 
@@ -245,7 +258,7 @@ func roundKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _
 	}
 	x, y := in[0].F32(), out[0].F32()
 	pool.For(len(x), quantGrain, func(lo, hi int) {
-		roundInto(to, y[lo:hi], x[lo:hi], false)
+		roundTile(to, y[lo:hi], x[lo:hi])
 	})
 	return nil
 }

@@ -62,7 +62,7 @@ func TestRoundIntoMatchesConversions(t *testing.T) {
 	}
 }
 
-// TestRoundBF16AllBits compares the inlined bf16 rounding with the
+// TestRoundBF16AllBits compares the bf16 rounding (roundInto) with the
 // conversions over float32 bit patterns a prime stride apart (every low
 // 16-bit pattern, which decides the rounding, comes up across the range).
 // A stride of 1 (all 2^32 patterns, minutes) passed when the loop was
@@ -111,6 +111,12 @@ func BenchmarkRoundBF16(b *testing.B) {
 			roundInto(tensor.BFloat16, y, x, false)
 		}
 	})
+	b.Run("tile", func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			roundTile(tensor.BFloat16, y, x)
+		}
+	})
 	b.Run("closure", func(b *testing.B) { // the rounding as it was: a closure per element
 		round := roundClosure
 		b.SetBytes(int64(4 * len(x)))
@@ -125,3 +131,39 @@ func BenchmarkRoundBF16(b *testing.B) {
 // roundClosure is called through a variable, as the kernels called the
 // closure rounder returned (not inlined).
 var roundClosure = func(v float32) float32 { return tensor.BFloat16ToFloat32(tensor.Float32ToBFloat16(v)) }
+
+// roundTile (the Round kernel and fused instruction: vectorized narrowing
+// and widening through a buffer) matches the conversions bit for bit, out
+// of place and in place, over the edge patterns and a sweep longer than
+// its buffer and not a multiple of the vector width.
+func TestRoundTileMatchesConversions(t *testing.T) {
+	var bits []uint32
+	bits = append(bits, roundEdgeBits...)
+	for b := uint64(0); b < 1<<32; b += 2654435 {
+		bits = append(bits, uint32(b))
+	}
+	bits = append(bits, roundEdgeBits...)
+	if len(bits)%16 == 0 || len(bits) < 1024 {
+		t.Fatalf("sweep of %d elements does not exercise the tails", len(bits))
+	}
+	for _, to := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
+		src := make([]float32, len(bits))
+		for i, b := range bits {
+			src[i] = math.Float32frombits(b)
+		}
+		for _, inPlace := range []bool{false, true} {
+			y := make([]float32, len(src))
+			x := src
+			if inPlace {
+				copy(y, src)
+				x = y
+			}
+			roundTile(to, y, x)
+			for i, v := range src {
+				if g, w := math.Float32bits(y[i]), math.Float32bits(refRound(to, v)); g != w {
+					t.Fatalf("%v in place=%v: round(%#08x) = %#08x, want %#08x", to, inPlace, bits[i], g, w)
+				}
+			}
+		}
+	}
+}

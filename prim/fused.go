@@ -71,6 +71,16 @@ func FusedElementwise(o trace.Op) bool {
 	return ok && p.Traits().Fusion == FuseElementwise
 }
 
+// FusedInstruction reports whether o can be an instruction of a Fused
+// other than its first: an elementwise op or a Round (the rounding of a
+// value to a 16-bit type and back, which mixed precision puts between a
+// product and its epilogue). A Round does not start a program: the
+// parameters it rounds have readers of their own.
+func FusedInstruction(o trace.Op) bool {
+	_, ok := o.(*Round)
+	return ok || FusedElementwise(o)
+}
+
 func (o *Fused) Name() string {
 	var parts []string
 	if o.Producer != nil {
@@ -175,7 +185,7 @@ func (o *Fused) Infer(in []trace.Meta) ([]trace.Meta, error) {
 		vals = append(vals, trace.Meta{DType: m.DType, Shape: flat})
 	}
 	for i, ins := range o.Prog {
-		if !FusedElementwise(ins.Op) {
+		if !FusedInstruction(ins.Op) {
 			return nil, fmt.Errorf("instruction %d: %s is not elementwise", i, ins.Op.Name())
 		}
 		args := make([]trace.Meta, len(ins.Args))

@@ -212,6 +212,8 @@ type autocast struct {
 	// fusedAdd marks the bias adds of linear layers (in g); fusedMatmul
 	// the matmuls whose output goes only to such an add (in g).
 	fusedAdd, fusedMatmul map[*trace.Node]bool
+	// biasAdd is the bias add of each fusedMatmul (in g).
+	biasAdd map[*trace.Node]*trace.Node
 }
 
 // inner reports whether n runs in the backward pass (or is recomputed for
@@ -288,6 +290,7 @@ func (a *autocast) exactConst(c *tensor.Tensor) bool {
 // output's only reader is an add with a 1-D parameter.
 func (a *autocast) findFused() {
 	a.fusedAdd, a.fusedMatmul = map[*trace.Node]bool{}, map[*trace.Node]bool{}
+	a.biasAdd = map[*trace.Node]*trace.Node{}
 	cons := a.g.Consumers()
 	for _, n := range a.g.Nodes {
 		if n.Kind != trace.KindOp || n.Phase != trace.Forward {
@@ -310,6 +313,7 @@ func (a *autocast) findFused() {
 		}
 		if other.Node.Kind == trace.KindState && len(other.Shape()) == 1 && isF32(other) {
 			a.fusedAdd[add], a.fusedMatmul[n] = true, true
+			a.biasAdd[n] = add
 		}
 	}
 }
@@ -443,6 +447,17 @@ func (a *autocast) mixedForward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 	switch {
 	case c == prim.AutocastLow:
 		a.roundInputs(n, ins, false)
+		if add := a.biasAdd[n]; add != nil {
+			// The bias is rounded before the product, not between it and
+			// its add: Fuse then runs matmul+add as one node (a node
+			// allocating in between would keep it from delaying the
+			// matmul).
+			for _, t := range add.Inputs {
+				if t.Node.Kind == trace.KindState {
+					a.round(a.mapped[t], add)
+				}
+			}
+		}
 		outs := a.clone(n, ins)
 		if !a.fusedMatmul[n] { // else rounded after the bias add
 			a.roundOutputs(n, outs, false)
@@ -586,6 +601,10 @@ func ApplyPrecision(g *trace.Graph, p Precision, c CompressPolicy) (*trace.Graph
 // float32 copies.
 var readLow = true
 
+// foldOnly stops ReadLow after foldCasts, in tests that compare a folded
+// step with one whose matmuls read the same float32 copies.
+var foldOnly = false
+
 // ReadLow returns a copy of g in which matrix products read 16-bit operands
 // in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
 // from it, as Autocast and Compress make) that only matmuls read is
@@ -595,12 +614,44 @@ var readLow = true
 // converts its operands exactly as it packs them and computes the same
 // float32 sums, so every value of g is unchanged, bit for bit; only the
 // transient float32 copies (what a native bf16 kernel does not need) go.
-// It returns how many copies it removed.
+// It first drops casts to the 16-bit type of values that are casts from
+// it (foldCasts). It returns how many casts it removed.
 func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
+	g, folded, err := foldCasts(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	if foldOnly {
+		return g, folded, nil
+	}
+	out, removed, err := readLow16(g)
+	return out, folded + removed, err
+}
+
+// readLow16 is ReadLow after foldCasts.
+func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 	cons := g.Consumers()
 	outputs := map[*trace.Tensor]bool{}
 	for _, t := range g.Outputs {
 		outputs[t] = true
+	}
+	// onlyMatmuls reports whether n's output is read only by float32
+	// matmuls, directly or through reshapes (which then reshape the
+	// 16-bit value instead).
+	var onlyMatmuls func(n *trace.Node) bool
+	onlyMatmuls = func(n *trace.Node) bool {
+		if len(cons[n.ID]) == 0 {
+			return false
+		}
+		for _, c := range cons[n.ID] {
+			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c) {
+				continue
+			}
+			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
+				return false
+			}
+		}
+		return true
 	}
 	// widened reports whether n makes a float32 copy of a 16-bit value
 	// (its 16-bit type, or Invalid) that only float32 matmuls read.
@@ -622,10 +673,8 @@ func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
 		if lo == tensor.Invalid || outputs[n.Outputs[0]] {
 			return tensor.Invalid
 		}
-		for _, c := range cons[n.ID] {
-			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
-				return tensor.Invalid
-			}
+		if !onlyMatmuls(n) {
+			return tensor.Invalid
 		}
 		return lo
 	}

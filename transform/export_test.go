@@ -15,3 +15,11 @@ func SetSliceCat(on bool) bool {
 	sliceCat = on
 	return old
 }
+
+// SetFoldOnly makes ReadLow stop after folding casts (no matmul reads a
+// 16-bit operand in place) and returns the previous setting.
+func SetFoldOnly(on bool) bool {
+	old := foldOnly
+	foldOnly = on
+	return old
+}

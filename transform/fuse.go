@@ -64,10 +64,16 @@ func Fuse(g *trace.Graph) (*trace.Graph, FuseStats, error) {
 	if on, err := env.Bool(env.Fuse, true); err != nil || !on {
 		return g, st, err
 	}
+	orig := g
+	g, pairs, err := roundPairs(g)
+	if err != nil {
+		return nil, st, err
+	}
 	f := newFuser(g)
+	f.pairs = pairs
 	f.findGroups()
 	if len(f.groups) == 0 {
-		return g, st, nil
+		return orig, st, nil
 	}
 	out, err := f.rebuild(&st)
 	if err != nil {
@@ -89,6 +95,11 @@ type fuser struct {
 	output map[*trace.Tensor]bool
 	groups []*fuseGroup
 	of     map[*trace.Node]*fuseGroup // members (and producer roots)
+	// pairs maps the prim.Round nodes that stand for a cast to a 16-bit
+	// type and back (roundPairs) to that narrowing cast: those left out
+	// of every group are emitted as the two casts again, which hold less
+	// (the 16-bit value rather than the float32 input) at the second.
+	pairs map[*trace.Node]*trace.Node
 }
 
 type fuseGroup struct {
@@ -278,7 +289,7 @@ func (f *fuser) grow(r *trace.Node, prod bool) *fuseGroup {
 // and how it reads its inputs.
 func (f *fuser) joinable(gr *fuseGroup, c *trace.Node) bool {
 	r := gr.root
-	if !f.live[c.ID] || c.Kind != trace.KindOp || f.of[c] != nil || !prim.FusedElementwise(c.Op) || len(c.Outputs) != 1 {
+	if !f.live[c.ID] || c.Kind != trace.KindOp || f.of[c] != nil || !prim.FusedInstruction(c.Op) || len(c.Outputs) != 1 {
 		return false
 	}
 	if c.Phase != r.Phase || c.Recompute != r.Recompute || c.Region != r.Region {
@@ -671,6 +682,13 @@ func (f *fuser) rebuild(st *FuseStats) (*trace.Graph, error) {
 		ins := make([]*trace.Tensor, len(n.Inputs))
 		for i, t := range n.Inputs {
 			ins[i] = mapped[t]
+		}
+		if u := f.pairs[n]; u != nil {
+			lo := out.Clone(u, ins)
+			w := *n
+			w.Op = &prim.Cast{To: tensor.Float32}
+			mapped[n.Outputs[0]] = out.Clone(&w, lo)[0]
+			return
 		}
 		for i, o := range out.Clone(n, ins) {
 			mapped[n.Outputs[i]] = o

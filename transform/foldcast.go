@@ -1,0 +1,145 @@
+package transform
+
+import (
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// foldCasts returns a copy of g in which a cast to bfloat16 or float16 of
+// a float32 value that is (through reshapes) the widening of a value of
+// that type reads the 16-bit value itself, reshaped the same way. Under
+// autocast such a cast is Compress storing a rounded value (the widening
+// is the rounding's second half) or a low op rounding an operand that
+// already holds low-precision numbers: a second pass over memory that
+// reproduces its input, since widening is exact and narrowing an exact
+// 16-bit number gives it back. (A signalling NaN would come back quiet;
+// the 16-bit values here come from narrowing, which makes quiet ones.)
+// It returns the copy and how many casts it removed.
+func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
+	// source finds, for float32 value t, the 16-bit value of type lo it
+	// widens and the reshapes in between (innermost first).
+	source := func(t *trace.Tensor, lo tensor.DType) (*trace.Tensor, []*trace.Node) {
+		var chain []*trace.Node
+		for t.Node.Kind == trace.KindOp {
+			if isAlias(t.Node) && len(t.Node.Inputs) == 1 && t.Index == 0 {
+				chain = append(chain, t.Node)
+				t = t.Node.Inputs[0]
+				continue
+			}
+			if c, ok := t.Node.Op.(*prim.Cast); ok && c.To == tensor.Float32 && t.Node.Inputs[0].DType() == lo {
+				for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
+					chain[i], chain[j] = chain[j], chain[i]
+				}
+				return t.Node.Inputs[0], chain
+			}
+			break
+		}
+		return nil, nil
+	}
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	folded := 0
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				ins[i] = mapped[in]
+			}
+			if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && (c.To == tensor.BFloat16 || c.To == tensor.Float16) && isF32(n.Inputs[0]) {
+				if src, chain := source(n.Inputs[0], c.To); src != nil {
+					v := mapped[src]
+					for _, a := range chain {
+						r := *a
+						r.Phase, r.Region, r.Recompute, r.Module = n.Phase, n.Region, n.Recompute, n.Module
+						v = out.Clone(&r, []*trace.Tensor{v})[0]
+					}
+					mapped[n.Outputs[0]] = v
+					folded++
+					continue
+				}
+			}
+			for i, o := range out.Clone(n, ins) {
+				mapped[n.Outputs[i]] = o
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if folded == 0 {
+		return g, 0, nil
+	}
+	return out, folded, nil
+}
+
+// roundPairs returns a copy of g in which a cast to bfloat16 or float16
+// whose only reader is a cast back to float32 is one prim.Round: the same
+// numbers (its kernel narrows and widens as the casts do), an instruction
+// Fuse can add to the program of the value's producer. It also returns
+// the narrowing cast (of g) that each such Round (of the copy) replaces.
+func roundPairs(g *trace.Graph) (*trace.Graph, map[*trace.Node]*trace.Node, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// pair[u] is the widening cast that is the only reader of narrowing
+	// cast u.
+	pair := map[*trace.Node]*trace.Node{}
+	for _, n := range g.Nodes {
+		c, ok := n.Op.(*prim.Cast)
+		if !ok || n.Kind != trace.KindOp || (c.To != tensor.BFloat16 && c.To != tensor.Float16) || !isF32(n.Inputs[0]) {
+			continue
+		}
+		rs := cons[n.ID]
+		if len(rs) != 1 || outputs[n.Outputs[0]] {
+			continue
+		}
+		w := rs[0]
+		if wc, ok := w.Op.(*prim.Cast); !ok || wc.To != tensor.Float32 || w.Phase != n.Phase || w.Region != n.Region || w.Recompute != n.Recompute {
+			continue
+		}
+		pair[n] = w
+	}
+	if len(pair) == 0 {
+		return g, nil, nil
+	}
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	skip := map[*trace.Node]bool{}
+	pairs := map[*trace.Node]*trace.Node{}
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			if skip[n] {
+				continue
+			}
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				ins[i] = mapped[in]
+			}
+			if w := pair[n]; w != nil {
+				r := *w
+				r.Op = &prim.Round{To: n.Op.(*prim.Cast).To}
+				o := out.Clone(&r, ins)[0]
+				mapped[w.Outputs[0]] = o
+				pairs[o.Node] = n
+				skip[w] = true
+				continue
+			}
+			for i, o := range out.Clone(n, ins) {
+				mapped[n.Outputs[i]] = o
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, pairs, nil
+}

@@ -1,0 +1,91 @@
+package transform_test
+
+import (
+	"testing"
+
+	"github.com/headroom-ml/headroom/internal/env"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+	"github.com/headroom-ml/headroom/transform"
+)
+
+// Under bf16-mixed a linear layer's product and bias add run as one fused
+// node, as in fp32 (autocast rounds the bias before the product, not
+// between it and the add), autocast's roundings (casts to bfloat16 and
+// back) join their producer's program, and no cast to bfloat16 narrows
+// again a value widened from bfloat16 (ReadLow's cast folding). All change
+// passes over memory, never numbers: the step is bit for bit the unfused,
+// unfolded one.
+func TestMixedFusesLinearsAndFoldsCasts(t *testing.T) {
+	spec := mustSpec(t, "gpt-bytes") // linear layers with biases
+	s := setup{precision: transform.BF16Mixed}
+	oldRL, oldFold := transform.SetReadLow(false), transform.SetFoldOnly(false)
+	defer func() { transform.SetReadLow(oldRL); transform.SetFoldOnly(oldFold) }()
+	t.Setenv(env.Fuse, "0")
+	base := step(t, spec, 1, s)
+	t.Setenv(env.Fuse, "1")
+	transform.SetReadLow(true)
+	transform.SetFoldOnly(true)
+	got := step(t, spec, 1, s)
+	sameGrads(t, "bf16-mixed gpt-bytes, fused and folded", got, base)
+
+	fusedLinears, looseAdds, refolds, loneRounds := 0, 0, 0, 0
+	fusedRounds := map[trace.Phase]int{}
+	for _, n := range got.prog.Nodes {
+		if n.Kind != trace.KindOp {
+			continue
+		}
+		if f, ok := n.Op.(*prim.Fused); ok && f.Producer != nil {
+			for _, ins := range f.Prog {
+				if _, ok := ins.Op.(*prim.Round); ok {
+					fusedRounds[n.Phase]++
+				}
+			}
+		}
+		if _, ok := n.Op.(*prim.Round); ok && n.Inputs[0].Node.Kind != trace.KindState {
+			loneRounds++
+		}
+		if n.Phase != trace.Forward {
+			continue
+		}
+		switch o := n.Op.(type) {
+		case *prim.Fused:
+			if _, ok := o.Producer.(*prim.MatMul); ok {
+				if b, ok := o.Prog[0].Op.(*prim.Binary); ok && b.Kind == prim.AddKind {
+					fusedLinears++
+				}
+			}
+		case *prim.Binary:
+			for _, in := range n.Inputs {
+				if _, ok := trace.Root(in).Node.Op.(*prim.MatMul); ok && o.Kind == prim.AddKind {
+					looseAdds++
+				}
+			}
+		case *prim.Cast:
+			src := trace.Root(n.Inputs[0])
+			if c, ok := src.Node.Op.(*prim.Cast); ok && o.To == tensor.BFloat16 && c.To == tensor.Float32 && src.Node.Inputs[0].DType() == tensor.BFloat16 {
+				refolds++
+			}
+		}
+	}
+	// 6 blocks of 4 linear layers with biases (attention's c_attn and
+	// c_proj, the MLP's c_fc and c_proj).
+	if fusedLinears != 24 || looseAdds != 0 {
+		t.Errorf("bf16-mixed gpt-bytes: %d matmul+add fused nodes (want 24), %d adds reading a matmul unfused", fusedLinears, looseAdds)
+	}
+	// The roundings of c_attn's output and of both c_proj outputs join
+	// their matmul+add; in the backward, those of matmuls' input
+	// gradients that layer norm reads.
+	t.Logf("fused roundings: forward %d, backward %d", fusedRounds[trace.Forward], fusedRounds[trace.Backward])
+	if fusedRounds[trace.Forward] != 18 || fusedRounds[trace.Backward] < 12 {
+		t.Errorf("bf16-mixed gpt-bytes: %d forward, %d backward roundings fused with a producer (want 18, >= 12)", fusedRounds[trace.Forward], fusedRounds[trace.Backward])
+	}
+	// A rounding that joins no program stays a cast there and back.
+	if loneRounds != 0 {
+		t.Errorf("bf16-mixed gpt-bytes: %d unfused roundings of non-parameters", loneRounds)
+	}
+	if refolds != 0 {
+		t.Errorf("bf16-mixed gpt-bytes: %d casts to bfloat16 of widened bfloat16 values left", refolds)
+	}
+}
