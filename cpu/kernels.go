@@ -50,6 +50,13 @@ type Capabilities = blas.Capabilities
 // Caps reports the kernel families chosen on this CPU.
 func Caps() Capabilities { return blas.Caps() }
 
+// SetNativeBF16 turns the native bf16 matrix-multiply kernel on (where the
+// CPU has AVX512-BF16) or off (bf16 operands widened to float32, the
+// float32 product's arithmetic) and reports whether it was on: for tests
+// and comparisons, as HEADROOM_BF16_NATIVE=0 does for a process. Not safe
+// while a step runs.
+func SetNativeBF16(on bool) (was bool) { return blas.SetNativeBF16(on) }
+
 // Peak is a measured arithmetic peak.
 type Peak = blas.Peak
 

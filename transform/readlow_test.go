@@ -3,6 +3,7 @@ package transform_test
 import (
 	"testing"
 
+	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/transform"
 )
@@ -10,8 +11,11 @@ import (
 // Matmuls reading 16-bit operands in place (ReadLow) change memory, never
 // numbers: loss and every gradient are bit-identical to the emulation's
 // float32 copies, in every low-precision mode, and the planned peak does not
-// grow.
+// grow. The native bf16 kernel (AVX512-BF16 CPUs) is off here: it sums in
+// its instruction's order, which its own tests check (cpu/internal/gemm's
+// bf16 tests, cpu's TestMixedMatMulMatchesCast).
 func TestReadLowIsExact(t *testing.T) {
+	defer cpu.SetNativeBF16(cpu.SetNativeBF16(false))
 	for _, c := range []struct {
 		model string
 		batch int

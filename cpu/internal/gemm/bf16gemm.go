@@ -318,6 +318,20 @@ func init() {
 	bf16Kern = ks[0]
 }
 
+// SetNativeBF16 turns the native bf16 kernel on (where the CPU has one) or
+// off (bf16 operands widened, bitwise the float32 product's result) and
+// reports whether it was on: for tests and comparisons that need the
+// float32 arithmetic, as HEADROOM_BF16_NATIVE=0 does for a process. Not
+// safe while products run.
+func SetNativeBF16(on bool) (was bool) {
+	was = bf16Kern != nil
+	bf16Kern = nil
+	if ks := bf16Kernels(); on && len(ks) > 0 {
+		bf16Kern = ks[0]
+	}
+	return was
+}
+
 // gemmBF16 is SgemmMixed for bfloat16 A and B on kern, from the checks
 // gemmCore makes (SgemmMixed checked B).
 func gemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
