@@ -11,8 +11,9 @@ import (
 
 // Precision is a training step's numeric precision.
 //
-// The cpu kernels compute in float32 only, so the low-precision modes are
-// emulated: a value "held in bfloat16" is a float32 tensor whose numbers
+// The cpu kernels compute in float32 (but for bf16×bf16 matmuls on CPUs
+// with AVX512-BF16, which run on a native kernel), so the low-precision
+// modes are emulated: a value "held in bfloat16" is a float32 tensor whose numbers
 // are exactly bfloat16 numbers, made by rounding (a cast to bfloat16 and
 // back, round-to-nearest-even). An op "run in bfloat16" reads rounded
 // operands, computes in float32 (the float32 accumulation of real bf16/fp16

@@ -402,7 +402,11 @@ activations are stored in 16 bits.
 ## What each mode computes
 
 The cpu kernels compute in float32. A value "in bf16" is a float32 tensor holding bfloat16
-numbers, made by rounding (cast to bfloat16 and back, round-to-nearest-even).
+numbers, made by rounding (cast to bfloat16 and back, round-to-nearest-even). One exception:
+on CPUs with AVX512-BF16 a matmul of two bfloat16 operands runs on a native VDPBF16PS kernel
+(float32 accumulation, each pair of products added in the instruction's order, denormal inputs
+as zero), which differs from the float32 product in the last bits; HEADROOM_BF16_NATIVE=0 turns
+it off. The tables above were computed without it.
 
 - fp32: the identity (transform.Autocast returns the graph it is given).
 - bf16-mixed, fp16-mixed (PyTorch autocast): matmul, linear (with its bias, as one addmm),
