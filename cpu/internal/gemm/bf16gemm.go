@@ -335,21 +335,9 @@ func SetNativeBF16(on bool) (was bool) {
 // gemmBF16 is SgemmMixed for bfloat16 A and B on kern, from the checks
 // gemmCore makes (SgemmMixed checked B).
 func gemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	checkStride("a", ac, lda)
-	checkStride("c", n, ldc)
-	checkLen("c", len(c), m, n, ldc)
-	if m == 0 || n == 0 {
+	if trivial(transA, m, n, k, alpha, len(a), lda, beta, c, ldc) {
 		return
 	}
-	if alpha == 0 || k == 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
-	checkLen("a", len(a), ar, ac, lda)
 	sgemmBF16(kern, pool, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 

@@ -251,25 +251,13 @@ func gemmFunc[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 // or b and is converted as it is packed: the packed panels, and so the
 // result, are the same as for the operand converted first.
 func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, packB Packer[T], h *halves, beta T, c []T, ldc int) {
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	checkStride("a", ac, lda)
-	checkStride("c", n, ldc)
-	checkLen("c", len(c), m, n, ldc)
-	if m == 0 || n == 0 {
-		return
-	}
-	if alpha == 0 || k == 0 {
-		scaleC(m, n, beta, c, ldc)
-		return
-	}
 	alen := len(a)
 	if h != nil && h.a.Type != Float32 {
 		alen = len(h.a.U16)
 	}
-	checkLen("a", alen, ar, ac, lda)
+	if trivial(transA, m, n, k, alpha, alen, lda, beta, c, ldc) {
+		return
+	}
 
 	threads := pool.Threads()
 	if 2*float64(m)*float64(n)*float64(k) < parallelMinFlops {
@@ -285,6 +273,29 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 		return
 	}
 	blocked(kern, pools, pool, threads, 0, n, transA, transB, m, k, alpha, a, lda, b, ldb, packB, h, beta, c, ldc)
+}
+
+// trivial checks A's and C's strides and lengths (A's length is alen,
+// elements of any type) and does the products with nothing to multiply:
+// none when C is empty, C scaled by beta when alpha or k is 0. It reports
+// whether the product is done.
+func trivial[T float](transA bool, m, n, k int, alpha T, alen, lda int, beta T, c []T, ldc int) bool {
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	checkStride("a", ac, lda)
+	checkStride("c", n, ldc)
+	checkLen("c", len(c), m, n, ldc)
+	if m == 0 || n == 0 {
+		return true
+	}
+	if alpha == 0 || k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return true
+	}
+	checkLen("a", alen, ar, ac, lda)
+	return false
 }
 
 // columnSlices is how many column slices of C a product on this many
