@@ -145,11 +145,19 @@ core OpenBLAS chose (OPENBLAS_VERBOSE=2); when that core is narrower than
 the CPU (for example "Prescott" on an AVX-512 machine) it sets
 OPENBLAS_CORETYPE for PyTorch's processes only, and says so.
 
+To compare as on a narrower CPU, set HEADROOM_MAX_ISA (avx2, avx512,
+avx512_bf16, or none): headroom's kernels, the FMA peak and, with
+--compare-pytorch, PyTorch's kernels are all limited to it (oneDNN by
+ONEDNN_MAX_CPU_ISA, ATen by ATEN_CPU_CAPABILITY, OpenBLAS by
+OPENBLAS_CORETYPE), and the header says so. On an AVX-512 machine,
+HEADROOM_MAX_ISA=avx2 checks the AVX2 paths of both engines side by side.
+
 Examples:
   headroom bench --threads 2 --compare-pytorch
   headroom bench --workloads mlp,gpt --steps 10 --rounds 2 --compare-pytorch
   headroom bench --model resnet50 --batch 4 --compare-pytorch
   headroom bench --workloads gpt,rrdbnet --precision bf16-mixed --compare-pytorch
+  HEADROOM_MAX_ISA=avx2 headroom bench --threads 2 --compare-pytorch
   headroom bench --workloads resnet18 --op-profile --cpuprofile cpu.pprof
   headroom bench --workloads mlp,gpt --profile bench.json   # open in ui.perfetto.dev
 
@@ -255,6 +263,12 @@ func machineLine() string {
 	if feats == "" {
 		feats = "none detected"
 	}
+	switch {
+	case cpuid.LimitErr != nil:
+		feats += fmt.Sprintf(" (%v: ignored)", cpuid.LimitErr)
+	case cpuid.MaxISA != "":
+		feats += fmt.Sprintf(" (limited by HEADROOM_MAX_ISA=%s; the CPU has %s)", cpuid.MaxISA, strings.Join(cpuid.Detected.List(), " "))
+	}
 	return fmt.Sprintf("CPU: %s (%s/%s, %d logical CPUs); vector extensions: %s\nkernels: %s",
 		cpuid.ModelName(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), feats, cpu.KernelSummary())
 }
@@ -321,7 +335,7 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 			}
 		}
 		d.Python, d.Script, ptVersion = py, script, v
-		if peer, err = bench.CheckPeer(ctx, py, script, f.threads, cpuid.X86); err != nil {
+		if peer, err = bench.CheckPeer(ctx, py, script, f.threads, cpuid.X86, cpuid.MaxISA); err != nil {
 			return err
 		}
 		d.PeerEnv = peer.Env()

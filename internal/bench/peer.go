@@ -183,14 +183,46 @@ type PeerCheck struct {
 	// UserSet is OPENBLAS_CORETYPE as found in bench's own environment,
 	// which is left alone.
 	UserSet string
+	// MaxISA is headroom's $HEADROOM_MAX_ISA ("" for none) and Limit the
+	// environment that limits the peer's kernels the same way (PeerLimit).
+	MaxISA string
+	Limit  []string
 }
 
 // Env is what the peer's processes get added to their environment.
 func (p PeerCheck) Env() []string {
-	if p.Set == "" {
+	env := append([]string(nil), p.Limit...)
+	if p.Set != "" {
+		env = append(env, "OPENBLAS_CORETYPE="+p.Set)
+	}
+	return env
+}
+
+// PeerLimit is the environment that limits PyTorch's kernels to the
+// instruction sets $HEADROOM_MAX_ISA=isa leaves headroom's (cpuid.ISAs),
+// so that both engines run as on the narrower machine: oneDNN's
+// convolutions (ONEDNN_MAX_CPU_ISA), ATen's own kernels
+// (ATEN_CPU_CAPABILITY) and OpenBLAS's core (OPENBLAS_CORETYPE, unless the
+// user set one). nil for no limit.
+func PeerLimit(isa string, userCore bool) []string {
+	var onednn, aten, core string
+	switch strings.ToLower(strings.TrimSpace(isa)) {
+	case "none":
+		onednn, aten, core = "SSE41", "default", "Nehalem"
+	case "avx2":
+		onednn, aten, core = "AVX2", "avx2", "Haswell"
+	case "avx512":
+		onednn, aten, core = "AVX512_CORE", "avx512", "SkylakeX"
+	case "avx512_bf16":
+		onednn, aten, core = "AVX512_CORE_BF16", "avx512", "Cooperlake"
+	default:
 		return nil
 	}
-	return []string{"OPENBLAS_CORETYPE=" + p.Set}
+	env := []string{"ONEDNN_MAX_CPU_ISA=" + onednn, "ATEN_CPU_CAPABILITY=" + aten}
+	if !userCore {
+		env = append(env, "OPENBLAS_CORETYPE="+core)
+	}
+	return env
 }
 
 // String describes the check for the run's header.
@@ -201,11 +233,18 @@ func (p PeerCheck) String() string {
 		fmt.Fprintf(&b, " (%s: %s)", p.Impl, p.Library)
 	}
 	fmt.Fprintf(&b, ", oneDNN %v, ATen kernels %s", p.OneDNN, orDash(p.Capability))
+	if len(p.Limit) > 0 {
+		fmt.Fprintf(&b, "; limited as headroom is (HEADROOM_MAX_ISA=%s): %s", p.MaxISA, strings.Join(p.Limit, " "))
+	}
 	switch {
 	case p.Core == "":
 		b.WriteString("; OpenBLAS did not report a core (OPENBLAS_VERBOSE=2)")
-	case p.UserSet != "":
-		fmt.Fprintf(&b, "; OpenBLAS core %s (OPENBLAS_CORETYPE=%s from the environment)", p.Core, p.UserSet)
+	case p.UserSet != "" || len(p.Limit) > 0 && p.Set == "":
+		if p.UserSet != "" {
+			fmt.Fprintf(&b, "; OpenBLAS core %s (OPENBLAS_CORETYPE=%s from the environment)", p.Core, p.UserSet)
+		} else {
+			fmt.Fprintf(&b, "; OpenBLAS core %s", p.Core)
+		}
 	case p.Set != "":
 		fmt.Fprintf(&b, "; OpenBLAS misdetected this CPU as %s: set OPENBLAS_CORETYPE=%s for PyTorch's processes only (it then reported %s)",
 			p.Core, p.Set, orDash(p.FixedCore))
@@ -240,13 +279,17 @@ func DecidePeer(p PeerCheck, f cpuid.Features) PeerCheck {
 // CheckPeer runs the PyTorch script once with OPENBLAS_VERBOSE=2 and reads
 // the BLAS and the OpenBLAS core; if the core is a misdetection it decides
 // the OPENBLAS_CORETYPE to set and runs once more to confirm it. It fails
-// with ErrReferenceBLAS when the peer's BLAS is the reference one.
-func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.Features) (PeerCheck, error) {
+// with ErrReferenceBLAS when the peer's BLAS is the reference one. With
+// maxISA (headroom's $HEADROOM_MAX_ISA, f already limited by it) the peer
+// runs limited the same way (PeerLimit) and the core is its limited one.
+func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.Features, maxISA string) (PeerCheck, error) {
+	user := os.Getenv("OPENBLAS_CORETYPE")
+	lim := PeerLimit(maxISA, user != "")
 	run := func(extra ...string) (string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, python, script, "--workload", "openblas", "--openblas-core", "--threads", fmt.Sprint(threads))
-		cmd.Env = append(append(os.Environ(), "OPENBLAS_VERBOSE=2"), extra...)
+		cmd.Env = append(append(append(os.Environ(), "OPENBLAS_VERBOSE=2"), lim...), extra...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return string(out), fmt.Errorf("bench: checking PyTorch's BLAS: %v%s", err, lastLine(string(out)))
@@ -266,7 +309,11 @@ func CheckPeer(ctx context.Context, python, script string, threads int, f cpuid.
 	if p.Impl == "reference" {
 		return p, fmt.Errorf("bench: %w (%s), 10-40x slower than an optimized one, which would flatter headroom: install OpenBLAS for it (apt-get install libopenblas0-pthread) and run again", ErrReferenceBLAS, p.Library)
 	}
-	p.UserSet = os.Getenv("OPENBLAS_CORETYPE")
+	p.UserSet, p.Limit = user, lim
+	if lim != nil {
+		p.MaxISA = strings.ToLower(strings.TrimSpace(maxISA))
+		return p, nil // the core is the one the limit chose
+	}
 	p = DecidePeer(p, f)
 	if p.Set != "" {
 		out, err := run(p.Env()...)

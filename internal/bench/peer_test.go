@@ -177,3 +177,43 @@ func TestBLASLibrary(t *testing.T) {
 		t.Errorf("String %q does not name the library and core", s)
 	}
 }
+
+// Each limit headroom takes maps to the same level in each of PyTorch's
+// three kernel libraries, and a user's own OPENBLAS_CORETYPE is kept.
+func TestPeerLimit(t *testing.T) {
+	for _, c := range []struct {
+		isa  string
+		user bool
+		want string
+	}{
+		{"", false, ""},
+		{"all", false, ""},
+		{"avx2", false, "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell"},
+		{"AVX2", true, "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"},
+		{"avx512", false, "ONEDNN_MAX_CPU_ISA=AVX512_CORE ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=SkylakeX"},
+		{"avx512_bf16", false, "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=Cooperlake"},
+		{"none", false, "ONEDNN_MAX_CPU_ISA=SSE41 ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Nehalem"},
+	} {
+		got := strings.Join(PeerLimit(c.isa, c.user), " ")
+		if got != c.want {
+			t.Errorf("PeerLimit(%q, %v) = %q, want %q", c.isa, c.user, got, c.want)
+		}
+	}
+	// Every OpenBLAS core a limit names is one the level table knows, at
+	// the limit's level: the limit is not itself a misdetection.
+	for isa, lvl := range map[string]int{"avx2": LevelAVX2, "avx512": LevelAVX512, "avx512_bf16": LevelAVX512} {
+		env := PeerLimit(isa, false)
+		core := strings.TrimPrefix(env[len(env)-1], "OPENBLAS_CORETYPE=")
+		if got := OpenBLASCoreLevel(core); got != lvl {
+			t.Errorf("%s: core %s has level %d, want %d", isa, core, got, lvl)
+		}
+	}
+	p := PeerCheck{BLAS: "generic", Core: "Haswell", MaxISA: "avx2", Limit: PeerLimit("avx2", false)}
+	s := p.String()
+	if !strings.Contains(s, "HEADROOM_MAX_ISA=avx2") || !strings.Contains(s, "ONEDNN_MAX_CPU_ISA=AVX2") || strings.Contains(s, "misdetected") {
+		t.Errorf("String() = %q: want the limit named and no misdetection", s)
+	}
+	if env := strings.Join(p.Env(), " "); env != strings.Join(p.Limit, " ") {
+		t.Errorf("Env() = %q, want the limit %q", env, strings.Join(p.Limit, " "))
+	}
+}

@@ -8,6 +8,12 @@
 // runs there.
 package cpuid
 
+import (
+	"strings"
+
+	"github.com/headroom-ml/headroom/internal/env"
+)
+
 // Features are the extensions the kernels use.
 type Features struct {
 	AVX2    bool // with AVX and the OS saving YMM state
@@ -43,8 +49,60 @@ func (f Features) List() []string {
 	return out
 }
 
-// X86 is what this machine supports (all false off amd64 or under purego).
-var X86 = detect()
+// X86 is what this machine supports (all false off amd64 or under purego),
+// limited by $HEADROOM_MAX_ISA. Kernels choose by it.
+var X86 Features
+
+// Detected is what the CPU and OS support, before $HEADROOM_MAX_ISA.
+var Detected Features
+
+// MaxISA is the limit $HEADROOM_MAX_ISA set ("" for none), and LimitErr
+// its error when the value is not one Limit knows (no limit is applied
+// then).
+var (
+	MaxISA   string
+	LimitErr error
+)
+
+func init() {
+	Detected = detect()
+	X86 = Detected
+	if s, ok := env.Lookup(env.MaxISA); ok {
+		if f, err := Detected.Limit(s); err != nil {
+			LimitErr = err
+		} else {
+			X86, MaxISA = f, strings.ToLower(strings.TrimSpace(s))
+		}
+	}
+}
+
+// ISAs are the limits Limit takes, narrowest first: an AVX2 machine's
+// kernels on an AVX-512 one ("avx2"), AVX-512 without bf16 ("avx512"),
+// without AMX ("avx512_bf16"), or everything ("all"). "none" leaves only
+// portable Go.
+var ISAs = []string{"none", "avx2", "avx512", "avx512_bf16", "all"}
+
+// Limit is f without the extensions above isa (one of ISAs, any case), so
+// that one machine can run the kernels of a narrower one: for comparisons
+// (oneDNN's ONEDNN_MAX_CPU_ISA is the same idea) and for testing the
+// narrower paths.
+func (f Features) Limit(isa string) (Features, error) {
+	switch strings.ToLower(strings.TrimSpace(isa)) {
+	case "none":
+		return Features{}, nil
+	case "avx2":
+		return Features{AVX2: f.AVX2, FMA: f.FMA, F16C: f.F16C}, nil
+	case "avx512":
+		f.AVX512BF16, f.AMXTile, f.AMXBF16 = false, false, false
+		return f, nil
+	case "avx512_bf16":
+		f.AMXTile, f.AMXBF16 = false, false
+		return f, nil
+	case "all":
+		return f, nil
+	}
+	return f, &env.Error{Name: env.MaxISA, Value: isa, Want: "one of " + strings.Join(ISAs, ", ")}
+}
 
 // AVX2FMA reports whether the AVX2+FMA kernels can run.
 func (f Features) AVX2FMA() bool { return f.AVX2 && f.FMA }

@@ -1,10 +1,13 @@
 package cpuid
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/headroom-ml/headroom/internal/env"
 )
 
 // The features found must agree with the flags Linux reports for the CPU,
@@ -37,8 +40,8 @@ func TestMatchesProcCPUInfo(t *testing.T) {
 		t.Fatal("no flags line in /proc/cpuinfo")
 	}
 	got := detect()
-	if X86 != got {
-		t.Errorf("X86 = %+v, detect() = %+v", X86, got)
+	if Detected != got {
+		t.Errorf("Detected = %+v, detect() = %+v", Detected, got)
 	}
 	for _, c := range []struct {
 		name string
@@ -48,5 +51,41 @@ func TestMatchesProcCPUInfo(t *testing.T) {
 		if c.have != flags[c.name] {
 			t.Errorf("%s: detected %v, /proc/cpuinfo says %v", c.name, c.have, flags[c.name])
 		}
+	}
+}
+
+// Limit keeps exactly the extensions at or below the level named, whatever
+// the machine has; an unknown name is an error that leaves f alone.
+func TestLimit(t *testing.T) {
+	all := Features{AVX2: true, FMA: true, F16C: true, AVX512F: true, AVX512BW: true, AVX512VL: true,
+		AVX512BF16: true, AMXTile: true, AMXBF16: true}
+	avx2 := Features{AVX2: true, FMA: true, F16C: true}
+	avx512 := Features{AVX2: true, FMA: true, F16C: true, AVX512F: true, AVX512BW: true, AVX512VL: true}
+	bf16 := avx512
+	bf16.AVX512BF16 = true
+	for _, c := range []struct {
+		isa      string
+		in, want Features
+	}{
+		{"none", all, Features{}},
+		{"avx2", all, avx2},
+		{"AVX2", all, avx2},
+		{" avx512 ", all, avx512},
+		{"avx512_bf16", all, bf16},
+		{"all", all, all},
+		{"avx512", avx2, avx2}, // never adds what the machine lacks
+		{"avx2", Features{F16C: true}, Features{F16C: true}},
+	} {
+		got, err := c.in.Limit(c.isa)
+		if err != nil || got != c.want {
+			t.Errorf("%+v.Limit(%q) = %+v, %v; want %+v", c.in, c.isa, got, err, c.want)
+		}
+	}
+	got, err := all.Limit("sse4")
+	if !errors.Is(err, env.ErrValue) || got != all || !strings.Contains(err.Error(), "avx512_bf16") {
+		t.Errorf("Limit(sse4) = %+v, %v; want the features unchanged and an error listing the choices", got, err)
+	}
+	if MaxISA == "" && LimitErr == nil && X86 != Detected {
+		t.Errorf("no limit set, but X86 %+v != Detected %+v", X86, Detected)
 	}
 }

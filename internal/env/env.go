@@ -36,6 +36,12 @@ const (
 	// float32 and run on the float32 kernel, for comparisons; an invalid
 	// value turns it off too. Read by cpu/internal/gemm at start-up.
 	BF16Native = "HEADROOM_BF16_NATIVE"
+	// MaxISA limits the vector extensions every kernel may use to those of
+	// a narrower CPU (none, avx2, avx512, avx512_bf16, all), as if the
+	// machine had no more: for comparing with an AVX2 machine on an
+	// AVX-512 one. An unknown value is ignored (bench says so). Read by
+	// internal/cpuid at start-up.
+	MaxISA = "HEADROOM_MAX_ISA"
 	// FashionMNIST is a directory holding the Fashion-MNIST IDX files.
 	// Read by dataset.Locate.
 	FashionMNIST = "HEADROOM_FASHION_MNIST"
@@ -48,6 +54,7 @@ var Knobs = []struct{ Name, Doc string }{
 	{SGEMMKernel, "float32 matrix-multiply kernel: avx512, avx2 or go (default: the best this CPU runs)"},
 	{Winograd, "0 turns off Winograd 3x3 convolutions on the cpu (default on where faster)"},
 	{BF16Native, "0 turns off the native bf16 matrix-multiply kernel (default on where the CPU has AVX512_BF16)"},
+	{MaxISA, "widest vector extensions kernels may use: none, avx2, avx512, avx512_bf16 or all (default: all the CPU has)"},
 	{FashionMNIST, "directory with the Fashion-MNIST IDX files"},
 }
 
