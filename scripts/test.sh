@@ -28,6 +28,11 @@ if ! command -v mpirun >/dev/null 2>&1 || ! pkg-config --exists ompi-c 2>/dev/nu
 	fi
 fi
 go test -timeout 60m "$@" ./...
+# On an AVX-512 machine the kernels' AVX2 paths (what AVX2-only machines
+# run) are tested natively too, with every kernel limited to AVX2.
+if grep -q avx512f /proc/cpuinfo 2>/dev/null; then
+	HEADROOM_MAX_ISA=avx2 go test -timeout 20m "$@" ./cpu/... ./internal/cpuid/
+fi
 # Only the packages with MPI code are tested with the tag (cgo), so this
 # adds well under a minute, not a second full run: the collectives on 2
 # and 3 ranks, data parallelism and ZeRO over MPI, and
