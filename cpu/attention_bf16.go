@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
@@ -16,7 +17,8 @@ import (
 // rounded to bfloat16 for their products, and every product is a bfloat16
 // GEMM with float32 accumulation (VDPBF16PS where the CPU has it, else
 // the operands widened). Scores, softmax, logsumexp and D = rowsum(dO*O)
-// stay float32 as in the float32 path. One unit per head: its
+// (from dO and O as bfloat16: autocast saves O rounded) are float32 as in
+// the float32 path. One unit per head: its
 // conversions are shared by its row blocks, and the backward's dk and dv
 // accumulate over them in order, so results are the same for any thread
 // count.
@@ -62,13 +64,8 @@ func (o attnOperand) head(b, n int, buf []uint16) []uint16 {
 	return buf[:n]
 }
 
-// at is element i as float32.
-func (o attnOperand) at(i int) float32 {
-	if o.u16 != nil {
-		return tensor.BFloat16ToFloat32(o.u16[i])
-	}
-	return o.f32[i]
-}
+// bf16f is bfloat16 h as float32 (exact).
+func bf16f(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out []*tensor.Tensor, ws []byte) error {
 	slots, per := g.bh16Slots(), g.fwd16SlotBytes()
@@ -77,7 +74,7 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 	}
 	q, k, v := operandOf(in[0]), operandOf(in[1]), operandOf(in[2])
 	y, lse := out[0].F32(), out[1].F32()
-	t, s, d, dv, br := g.t, g.s, g.d, g.dv, g.br
+	t, s, d, dv, br := g.t, g.s, g.d, g.dv, g.br16()
 	attnForSlots(pool, slots, g.bh, func(slot, b int) {
 		w := attnWS{b: ws[slot*per : (slot+1)*per]}
 		qkv := w.u16(t*d + s*d + s*dv)
@@ -115,16 +112,17 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 	gy, q, k, v := operandOf(in[0]), operandOf(in[1]), operandOf(in[2]), operandOf(in[3])
 	y, lse := operandOf(in[4]), in[5].F32()
 	dq, dk, dv := out[0].F32(), out[1].F32(), out[2].F32()
-	t, s, d, dvw, br := g.t, g.s, g.d, g.dv, g.br
+	t, s, d, dvw, br := g.t, g.s, g.d, g.dv, g.br16()
 	attnForSlots(pool, slots, g.bh, func(slot, b int) {
 		w := attnWS{b: ws[slot*per : (slot+1)*per]}
-		all := w.u16(t*d + s*d + s*dvw + t*dvw)
+		all := w.u16(t*d + s*d + s*dvw + 2*t*dvw)
 		pF, dsF := w.f32(br*s), w.f32(br*s)
 		p16, ds16 := w.u16(br*s), w.u16(br*s)
 		q16 := q.head(b, t*d, all)
 		k16 := k.head(b, s*d, all[t*d:])
 		v16 := v.head(b, s*dvw, all[t*d+s*d:])
 		g16 := gy.head(b, t*dvw, all[t*d+s*d+s*dvw:])
+		y16 := y.head(b, t*dvw, all[t*d+s*d+s*dvw+t*dvw:])
 		dqh := dq[b*t*d : (b+1)*t*d]
 		dkh, dvh := dk[b*s*d:(b+1)*s*d], dv[b*s*dvw:(b+1)*s*dvw]
 		clear(dkh)
@@ -143,9 +141,11 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 				if o.Causal {
 					lim = min(cols, i+1)
 				}
+				// D_i = rowsum(dO * O), from their bfloat16 values.
 				var di float64
-				for c := (b*t + i) * dvw; c < (b*t+i+1)*dvw; c++ {
-					di += float64(gy.at(c)) * float64(y.at(c))
+				gr, yr := g16[i*dvw:(i+1)*dvw], y16[i*dvw:(i+1)*dvw]
+				for c, h := range gr {
+					di += float64(bf16f(h)) * float64(bf16f(yr[c]))
 				}
 				pr, dr := p[r*cols:(r+1)*cols], ds[r*cols:(r+1)*cols]
 				attnGradRow(pr[:lim], dr[:lim], o.Scale, float64(lse[b*t+i]), di)
