@@ -23,10 +23,14 @@ import (
 // precision are stored in their 16-bit form between forward and backward
 // (Compress), so activation memory behaves like real mixed precision;
 // values in flight inside the forward or backward pass stay 4 bytes. A
-// matmul reads its 16-bit operands in place (ReadLow, which
-// ApplyPrecision runs last); other low-precision ops (convolution,
-// attention) read transient float32 copies of their rounded operands where
-// a native kernel would read 2-byte ones (the plan counts them).
+// matmul, and under the bf16 modes attention, reads its 16-bit operands in
+// place (ReadLow, which ApplyPrecision runs last); other low-precision ops
+// (convolution) read transient float32 copies of their rounded operands
+// where a native kernel would read 2-byte ones (the plan counts them).
+// Under the bf16 modes attention's inner products are bfloat16 products
+// (prim.AttentionOp.BF16: probabilities and score gradients rounded before
+// their products, as PyTorch's autocast of att @ v and bf16 attention
+// kernels round them).
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
