@@ -468,7 +468,17 @@ func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 		for j := j0; j < j1; j++ {
 			aw[j], ab[j] = 0, 0
 		}
-		lnParamSums(aw[j0:j1], ab[j0:j1], x[j0:], gy[j0:], meanT, rstdT, M, R)
+		sw, sb := aw[j0:j1], ab[j0:j1]
+		for r := 0; r < R; r++ {
+			m, rs := float64(meanT[r]), float64(rstdT[r])
+			xs, gs := x[r*M+j0:r*M+j1], gy[r*M+j0:r*M+j1]
+			xs, sw, sb := xs[:len(gs)], sw[:len(gs)], sb[:len(gs)]
+			for j, g := range gs {
+				gd := float64(g)
+				sw[j] += gd * (float64(xs[j]) - m) * rs
+				sb[j] += gd
+			}
+		}
 		for j := j0; j < j1; j++ {
 			if gw != nil {
 				gw[j] = T(aw[j])
@@ -479,50 +489,6 @@ func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 		}
 	})
 	return nil
-}
-
-// lnParamSums adds to sw and sb, for each of their columns j, the sums
-// over rows r < rows of gy*(x-mean)*rstd and of gy (x and gy from column
-// j of row r at r*ld+j), each column's rows in order in float64. Strips
-// of 4 columns keep their 8 sums in registers down a block of rows whose
-// lines stay in L1 (sums kept in memory cost a few cycles an element).
-func lnParamSums[T Float](sw, sb []float64, x, gy, meanT, rstdT []T, ld, rows int) {
-	const rowBlock = 128
-	w := len(sw)
-	sb = sb[:w]
-	for r0 := 0; r0 < rows; r0 += rowBlock {
-		r1 := min(rows, r0+rowBlock)
-		j := 0
-		for ; j+4 <= w; j += 4 {
-			a, b := (*[4]float64)(sw[j:j+4]), (*[4]float64)(sb[j:j+4])
-			a0, a1, a2, a3 := a[0], a[1], a[2], a[3]
-			b0, b1, b2, b3 := b[0], b[1], b[2], b[3]
-			for r := r0; r < r1; r++ {
-				m, rs := float64(meanT[r]), float64(rstdT[r])
-				xs, gs := (*[4]T)(x[r*ld+j:r*ld+j+4]), (*[4]T)(gy[r*ld+j:r*ld+j+4])
-				g0, g1, g2, g3 := float64(gs[0]), float64(gs[1]), float64(gs[2]), float64(gs[3])
-				a0 += g0 * (float64(xs[0]) - m) * rs
-				a1 += g1 * (float64(xs[1]) - m) * rs
-				a2 += g2 * (float64(xs[2]) - m) * rs
-				a3 += g3 * (float64(xs[3]) - m) * rs
-				b0 += g0
-				b1 += g1
-				b2 += g2
-				b3 += g3
-			}
-			a[0], a[1], a[2], a[3] = a0, a1, a2, a3
-			b[0], b[1], b[2], b[3] = b0, b1, b2, b3
-		}
-		for ; j < w; j++ {
-			sa, sbb := sw[j], sb[j]
-			for r := r0; r < r1; r++ {
-				gd := float64(gy[r*ld+j])
-				sa += gd * (float64(x[r*ld+j]) - float64(meanT[r])) * float64(rstdT[r])
-				sbb += gd
-			}
-			sw[j], sb[j] = sa, sbb
-		}
-	}
 }
 
 // ---------------------------------------------------------------- group norm
