@@ -22,9 +22,18 @@ func init() { register(&AttentionOp{}, &AttentionBackward{}) }
 // lse [..., T]. The [T, S] probabilities are never stored: the backward
 // recomputes them from q, k and lse, as FlashAttention does, so the saved
 // state is O(T) per head instead of O(T*S).
+//
+// With BF16 (autocast's bf16 modes set it) the products run in bfloat16:
+// q, k and v hold bfloat16 numbers, and the probabilities are rounded to
+// bfloat16 before their product with v, as a bfloat16 attention kernel
+// (FlashAttention) and PyTorch's autocast of the unfused attention (att @ v
+// reads att cast to bfloat16) do; scores, softmax and every product's
+// accumulation stay float32. Its operands may then be bfloat16 tensors,
+// read in place; the outputs are float32.
 type AttentionOp struct {
 	Causal bool
 	Scale  float64
+	BF16   bool
 }
 
 func (o *AttentionOp) Name() string { return "scaled_dot_product_attention" }
@@ -68,21 +77,40 @@ func AttentionDims(q, k, v tensor.Shape) (batch tensor.Shape, t, s, d, dv int, e
 	return batch.Clone(), t, s, d, dv, nil
 }
 
+// bf16Operands checks the operands of a BF16 attention op: float32 or
+// bfloat16 each (bfloat16 ones read in place, as a mixed MatMul reads
+// them; the outputs are float32).
+func bf16Operands(in []trace.Meta) error {
+	for _, m := range in {
+		if m.DType != tensor.Float32 && m.DType != tensor.BFloat16 {
+			return fmt.Errorf("bf16 attention operands must be float32 or bfloat16, got %v", m.DType)
+		}
+	}
+	return nil
+}
+
 func (o *AttentionOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 3); err != nil {
 		return nil, err
 	}
-	if err := sameDType(in); err != nil {
-		return nil, err
-	}
-	if err := wantFloat(in[0]); err != nil {
-		return nil, err
+	dt := in[0].DType
+	if o.BF16 {
+		if err := bf16Operands(in); err != nil {
+			return nil, err
+		}
+		dt = tensor.Float32
+	} else {
+		if err := sameDType(in); err != nil {
+			return nil, err
+		}
+		if err := wantFloat(in[0]); err != nil {
+			return nil, err
+		}
 	}
 	batch, t, _, _, dv, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape)
 	if err != nil {
 		return nil, err
 	}
-	dt := in[0].DType
 	return []trace.Meta{
 		{DType: dt, Shape: append(batch.Clone(), t, dv)},
 		{DType: dt, Shape: append(batch.Clone(), t)},
@@ -94,7 +122,7 @@ func (o *AttentionOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 		return []*trace.Tensor{nil, nil, nil}
 	}
 	in := n.Inputs
-	return gouts[0].Graph().Apply(&AttentionBackward{Causal: o.Causal, Scale: o.Scale},
+	return gouts[0].Graph().Apply(&AttentionBackward{Causal: o.Causal, Scale: o.Scale, BF16: o.BF16},
 		gouts[0], in[0], in[1], in[2], n.Outputs[0], n.Outputs[1])
 }
 
@@ -103,9 +131,14 @@ func (o *AttentionOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 // With P recomputed as exp(q k^T * Scale - lse):
 //
 //	dv = P^T dO,  dS = P * (dO v^T - rowsum(dO * O)),  dq = Scale dS k,  dk = Scale dS^T q.
+//
+// With BF16, dO, q, k and v hold bfloat16 numbers, and P and dS are rounded
+// to bfloat16 before their products (dv, dq, dk), as in AttentionOp; the
+// first five inputs may be bfloat16 tensors (the gradients are float32).
 type AttentionBackward struct {
 	Causal bool
 	Scale  float64
+	BF16   bool
 }
 
 func (o *AttentionBackward) Name() string { return "scaled_dot_product_attention_backward" }
@@ -128,10 +161,17 @@ func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 6); err != nil {
 		return nil, err
 	}
-	if err := sameDType(in); err != nil {
+	if o.BF16 {
+		if err := bf16Operands(in[:5]); err != nil {
+			return nil, err
+		}
+		if in[5].DType != tensor.Float32 {
+			return nil, fmt.Errorf("bf16 attention's logsumexp must be float32, got %v", in[5].DType)
+		}
+	} else if err := sameDType(in); err != nil {
 		return nil, err
 	}
-	fwd, err := (&AttentionOp{}).Infer(in[1:4])
+	fwd, err := (&AttentionOp{BF16: o.BF16}).Infer(in[1:4])
 	if err != nil {
 		return nil, err
 	}
@@ -141,5 +181,9 @@ func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if !in[5].Shape.Equal(fwd[1].Shape) {
 		return nil, fmt.Errorf("saved logsumexp %v, want %v", in[5].Shape, fwd[1].Shape)
 	}
-	return []trace.Meta{in[1], in[2], in[3]}, nil
+	outs := []trace.Meta{in[1], in[2], in[3]}
+	for i := range outs {
+		outs[i].DType = fwd[0].DType
+	}
+	return outs, nil
 }

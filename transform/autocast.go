@@ -23,10 +23,14 @@ import (
 // precision are stored in their 16-bit form between forward and backward
 // (Compress), so activation memory behaves like real mixed precision;
 // values in flight inside the forward or backward pass stay 4 bytes. A
-// matmul reads its 16-bit operands in place (ReadLow, which
-// ApplyPrecision runs last); other low-precision ops (convolution,
-// attention) read transient float32 copies of their rounded operands where
-// a native kernel would read 2-byte ones (the plan counts them).
+// matmul, and under the bf16 modes attention, reads its 16-bit operands in
+// place (ReadLow, which ApplyPrecision runs last); other low-precision ops
+// (convolution) read transient float32 copies of their rounded operands
+// where a native kernel would read 2-byte ones (the plan counts them).
+// Under the bf16 modes attention's inner products are bfloat16 products
+// (prim.AttentionOp.BF16: probabilities and score gradients rounded before
+// their products, as PyTorch's autocast of att @ v and bf16 attention
+// kernels round them).
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
@@ -381,7 +385,33 @@ func (a *autocast) run() {
 // clone copies n into the output graph. The returned slice is the caller's
 // to change (Clone returns the new node's own Outputs).
 func (a *autocast) clone(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
+	if op := a.lowOp(n.Op); op != nil {
+		c := *n
+		c.Op = op
+		n = &c
+	}
 	return append([]*trace.Tensor(nil), a.out.Clone(n, ins)...)
+}
+
+// lowOp is the variant of op that runs its inner products in bfloat16
+// under the bf16 modes (attention: its probabilities and their gradients
+// rounded for their products, as PyTorch's autocast and bf16 attention
+// kernels do), or nil.
+func (a *autocast) lowOp(op trace.Op) trace.Op {
+	if a.lo != tensor.BFloat16 {
+		return nil
+	}
+	switch o := op.(type) {
+	case *prim.AttentionOp:
+		if !o.BF16 {
+			return &prim.AttentionOp{Causal: o.Causal, Scale: o.Scale, BF16: true}
+		}
+	case *prim.AttentionBackward:
+		if !o.BF16 {
+			return &prim.AttentionBackward{Causal: o.Causal, Scale: o.Scale, BF16: true}
+		}
+	}
+	return nil
 }
 
 func isEffect(n *trace.Node) bool {
@@ -608,8 +638,9 @@ var foldOnly = false
 
 // ReadLow returns a copy of g in which matrix products read 16-bit operands
 // in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
-// from it, as Autocast and Compress make) that only matmuls read is
-// dropped and the matmuls (prim.MatMul with Mixed) read the 16-bit tensor;
+// from it, as Autocast and Compress make) that only matmuls (and bf16
+// attention ops) read is dropped and the matmuls (prim.MatMul with Mixed)
+// read the 16-bit tensor;
 // a parameter rounded for matmuls only (prim.Round) is cast to the 16-bit
 // type instead, a 2-byte copy rather than a 4-byte one. A mixed matmul
 // converts its operands exactly as it packs them and computes the same
@@ -636,16 +667,19 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 	for _, t := range g.Outputs {
 		outputs[t] = true
 	}
-	// onlyMatmuls reports whether n's output is read only by float32
-	// matmuls, directly or through reshapes (which then reshape the
-	// 16-bit value instead).
-	var onlyMatmuls func(n *trace.Node) bool
-	onlyMatmuls = func(n *trace.Node) bool {
+	// onlyMatmuls reports whether n's output (16-bit type lo) is read only
+	// by float32 matmuls and bf16 attention ops, directly or through
+	// reshapes (which then reshape the 16-bit value instead).
+	var onlyMatmuls func(n *trace.Node, lo tensor.DType) bool
+	onlyMatmuls = func(n *trace.Node, lo tensor.DType) bool {
 		if len(cons[n.ID]) == 0 {
 			return false
 		}
 		for _, c := range cons[n.ID] {
-			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c) {
+			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c, lo) {
+				continue
+			}
+			if lo == tensor.BFloat16 && readsBF16(c, n.Outputs[0]) {
 				continue
 			}
 			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
@@ -674,7 +708,7 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		if lo == tensor.Invalid || outputs[n.Outputs[0]] {
 			return tensor.Invalid
 		}
-		if !onlyMatmuls(n) {
+		if !onlyMatmuls(n, lo) {
 			return tensor.Invalid
 		}
 		return lo
@@ -716,4 +750,30 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 	})
 	return out, removed, err
+}
+
+// readsBF16 reports whether node c reads value v only where it takes a
+// bfloat16 tensor in place of a float32 one of the same numbers: a bf16
+// attention's operands (its backward's logsumexp excepted).
+func readsBF16(c *trace.Node, v *trace.Tensor) bool {
+	operands := 0
+	switch o := c.Op.(type) {
+	case *prim.AttentionOp:
+		if o.BF16 {
+			operands = 3
+		}
+	case *prim.AttentionBackward:
+		if o.BF16 {
+			operands = 5
+		}
+	}
+	if operands == 0 {
+		return false
+	}
+	for i, in := range c.Inputs {
+		if in == v && i >= operands {
+			return false
+		}
+	}
+	return true
 }

@@ -394,7 +394,7 @@ training tables above are from the engine of their run; later changes such as fu
 leaky ReLU's backward reading its output lowered some plans; train.Trainer.Plan on the meta device, and the cpu
 runs measure the same). Under the low-precision modes matmuls read their 16-bit operands in place
 (transform.ReadLow: the kernel converts them as it packs them); the emulation still holds transient
-float32 copies of the rounded operands of convolution and attention and of 16-bit values that
+float32 copies of the rounded operands of convolution and of 16-bit values that
 elementwise ops read (a native bf16 kernel reads 2-byte copies), which the plan counts; saved
 activations are stored in 16 bits.
 
@@ -412,6 +412,10 @@ it off. The tables above were computed without it.
 - bf16-mixed, fp16-mixed (PyTorch autocast): matmul, linear (with its bias, as one addmm),
   conv2d and attention round their operands and their outputs, computing in float32 between:
   what a low-precision kernel with float32 accumulation computes, up to summation order.
+  Under the bf16 modes attention's products are bf16 products too: it rounds its probabilities
+  (and in the backward the score gradients) to bf16 before multiplying, as PyTorch's autocast
+  of the unfused attention (att @ v) and bf16 FlashAttention kernels do, and reads its
+  operands in 16 bits.
   Softmax, log-softmax, layer and group norm, losses, exp/log/pow and forward reductions run in
   float32; batch norm returns its input's type; other ops run in their inputs' type (float32 if
   any floating input is float32). Parameters stay float32 (master weights) and are rounded where

@@ -17,6 +17,183 @@ import (
 // the 16-bit values here come from narrowing, which makes quiet ones.)
 // It returns the copy and how many casts it removed.
 func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
+	g, moved, err := widenAfterPermute(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	g, narrowed, err := narrowBeforePermute(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	g, folded, err := foldNarrowing(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	folded += narrowed
+	if folded == 0 && moved > 0 {
+		// Nothing reads the 16-bit permutation: keep the graph as it was.
+		return g, 0, nil
+	}
+	return g, folded, nil
+}
+
+// widenAfterPermute returns a copy of g in which a permutation whose input
+// is a widening from a 16-bit type, and that widening's only reader,
+// permutes the 16-bit value and widens the result instead: the same
+// numbers, half the bytes moved, and the 16-bit permuted value is then
+// there for foldNarrowing and ReadLow (attention's output, permuted back
+// to rows for its projection, is read by the projection's matmul in
+// bfloat16). It returns the copy and how many permutations moved.
+func widenAfterPermute(g *trace.Graph) (*trace.Graph, int, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// widen[p] is the widening cast permutation p reads.
+	widen := map[*trace.Node]*trace.Node{}
+	skip := map[*trace.Node]bool{}
+	for _, n := range g.Nodes {
+		c, ok := n.Op.(*prim.Cast)
+		if !ok || n.Kind != trace.KindOp || c.To != tensor.Float32 || outputs[n.Outputs[0]] {
+			continue
+		}
+		if d := n.Inputs[0].DType(); d != tensor.BFloat16 && d != tensor.Float16 {
+			continue
+		}
+		rs := cons[n.ID]
+		if len(rs) != 1 {
+			continue
+		}
+		p := rs[0]
+		if _, ok := p.Op.(*prim.Permute); !ok || p.Kind != trace.KindOp || p.Phase != n.Phase || p.Region != n.Region || p.Recompute != n.Recompute {
+			continue
+		}
+		widen[p], skip[n] = n, true
+	}
+	if len(widen) == 0 {
+		return g, 0, nil
+	}
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			if skip[n] {
+				continue
+			}
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				ins[i] = mapped[in]
+			}
+			if w := widen[n]; w != nil {
+				lo := out.Clone(n, []*trace.Tensor{mapped[w.Inputs[0]]})[0]
+				c := *w
+				c.Module = n.Module
+				mapped[n.Outputs[0]] = out.Clone(&c, []*trace.Tensor{lo})[0]
+				continue
+			}
+			for i, o := range out.Clone(n, ins) {
+				mapped[n.Outputs[i]] = o
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, len(widen), nil
+}
+
+// narrowBeforePermute returns a copy of g in which the narrowings of a
+// float32 permutation to a 16-bit type narrow its input and permute the
+// 16-bit result instead, where the permutation's other readers are bf16
+// attention ops, which then read that 16-bit permutation (they narrow
+// their float32 operands to bfloat16 themselves, so they compute the same
+// bits): the float32 permutation goes, and the permutation moves half the
+// bytes (attention's q, k and v, and its output gradient). It returns the
+// copy and how many permutations it changed.
+func narrowBeforePermute(g *trace.Graph) (*trace.Graph, int, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// narrow[p] is the 16-bit type permutation p's readers take.
+	narrow := map[*trace.Node]tensor.DType{}
+	skip := map[*trace.Node]bool{}
+	for _, p := range g.Nodes {
+		if _, ok := p.Op.(*prim.Permute); !ok || p.Kind != trace.KindOp || !isF32(p.Inputs[0]) || outputs[p.Outputs[0]] {
+			continue
+		}
+		lo := tensor.Invalid
+		var casts []*trace.Node
+		ok := len(cons[p.ID]) > 0
+		for _, c := range cons[p.ID] {
+			if cc, isCast := c.Op.(*prim.Cast); isCast && (cc.To == tensor.BFloat16 || cc.To == tensor.Float16) && (lo == tensor.Invalid || lo == cc.To) &&
+				c.Phase == p.Phase && c.Region == p.Region && c.Recompute == p.Recompute {
+				lo = cc.To
+				casts = append(casts, c)
+				continue
+			}
+			if !readsBF16(c, p.Outputs[0]) {
+				ok = false
+			}
+		}
+		if !ok || len(casts) == 0 || lo != tensor.BFloat16 && len(casts) != len(cons[p.ID]) {
+			continue
+		}
+		narrow[p] = lo
+		for _, c := range casts {
+			skip[c] = true
+		}
+	}
+	if len(narrow) == 0 {
+		return g, 0, nil
+	}
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
+	err := trace.Capture(func() {
+		for _, n := range g.Nodes {
+			if skip[n] {
+				// Its permutation (earlier) mapped its output.
+				continue
+			}
+			ins := make([]*trace.Tensor, len(n.Inputs))
+			for i, in := range n.Inputs {
+				ins[i] = mapped[in]
+			}
+			if lo, ok := narrow[n]; ok {
+				c := *n
+				c.Op = &prim.Cast{To: lo}
+				v := out.Clone(&c, ins)[0]
+				v = out.Clone(n, []*trace.Tensor{v})[0]
+				mapped[n.Outputs[0]] = v
+				for _, r := range cons[n.ID] {
+					if skip[r] {
+						mapped[r.Outputs[0]] = v
+					}
+				}
+				continue
+			}
+			for i, o := range out.Clone(n, ins) {
+				mapped[n.Outputs[i]] = o
+			}
+		}
+		for i, t := range g.Outputs {
+			out.Output(g.OutputNames[i], mapped[t])
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, len(narrow), nil
+}
+
+// foldNarrowing is foldCasts after widenAfterPermute and
+// narrowBeforePermute.
+func foldNarrowing(g *trace.Graph) (*trace.Graph, int, error) {
 	// source finds, for float32 value t, the 16-bit value of type lo it
 	// widens and the reshapes in between (innermost first).
 	source := func(t *trace.Tensor, lo tensor.DType) (*trace.Tensor, []*trace.Node) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/transform"
 )
 
@@ -25,8 +26,9 @@ func TestReadLowIsExact(t *testing.T) {
 		{"cnn", 8, nil},
 		{"mlp", 8, transform.CheapOps},
 		{"gpt-shakespeare-char", 1, nil},
+		{"gpt-bytes", 1, nil}, // fused attention
 	} {
-		if testing.Short() && c.model == "gpt-shakespeare-char" {
+		if testing.Short() && (c.model == "gpt-shakespeare-char" || c.model == "gpt-bytes") {
 			continue
 		}
 		spec := mustSpec(t, c.model)
@@ -39,14 +41,32 @@ func TestReadLowIsExact(t *testing.T) {
 			transform.SetReadLow(old)
 			what := c.model + " " + p.String()
 			sameGrads(t, what, got, base)
-			mixed := 0
+			mixed, f32mm, lowAttn, attn := 0, 0, 0, 0
 			for _, n := range got.prog.Nodes {
 				if mm, ok := n.Op.(*prim.MatMul); ok && mm.Mixed {
 					mixed++
 				}
+				if _, ok := n.Op.(*prim.MatMul); ok && n.Outputs[0].DType() == tensor.Float32 && (n.Inputs[0].DType() == tensor.Float32 || n.Inputs[1].DType() == tensor.Float32) {
+					f32mm++
+				}
+				switch n.Op.(type) {
+				case *prim.AttentionOp, *prim.AttentionBackward:
+					attn++
+					if n.Inputs[1].DType() == tensor.BFloat16 {
+						lowAttn++
+					}
+				}
 			}
 			if mixed == 0 {
 				t.Errorf("%s: no matmul reads 16-bit operands", what)
+			}
+			// Under bf16-mixed every product of a GPT with fused
+			// attention reads bfloat16 operands: attention's output
+			// reaches its projection as bfloat16 (its permutation moved
+			// before the widening), and attention reads its operands (and
+			// its backward its output gradient) in bfloat16.
+			if p == transform.BF16Mixed && attn > 0 && (f32mm > 0 || lowAttn != attn) {
+				t.Errorf("%s: %d matmuls read a float32 operand, %d of %d attention ops read bfloat16", what, f32mm, lowAttn, attn)
 			}
 			if got.plan.Activations > base.plan.Activations {
 				t.Errorf("%s: activations %d with ReadLow, %d without", what, got.plan.Activations, base.plan.Activations)
