@@ -198,3 +198,13 @@ func BenchmarkNorm(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPool measures max pooling on resnet18's stem output
+// (32×64×32×32, 3x3 stride 2, padding 1).
+func BenchmarkPool(b *testing.B) {
+	x := f32(32, 64, 32, 32)
+	opts := prim.PoolOpts{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}
+	b.Run("max_pool2d", func(b *testing.B) {
+		benchKernel(b, newKernelCase(b, &prim.MaxPool2dOp{Opts: opts}, x), 0)
+	})
+}
