@@ -98,7 +98,11 @@ var convShapes = []struct {
 	{"r18_conv1", 32, 3, 64, 64, 64, 7, 2},
 	{"r18_l1", 32, 64, 16, 16, 64, 3, 1},
 	{"r18_l2_s2", 32, 64, 16, 16, 128, 3, 2},
+	{"r18_l2", 32, 128, 8, 8, 128, 3, 1},
+	{"r18_l3_s2", 32, 128, 8, 8, 256, 3, 2},
 	{"r18_l3", 32, 256, 4, 4, 256, 3, 1},
+	{"r18_l4_s2", 32, 256, 4, 4, 512, 3, 2},
+	{"r18_ds2_1x1", 32, 64, 16, 16, 128, 1, 2},
 	{"r18_l4", 32, 512, 2, 2, 512, 3, 1},
 	{"r152_l1_1x1", 8, 256, 32, 32, 64, 1, 1},
 	{"r152_l1_3x3", 8, 64, 32, 32, 64, 3, 1},
@@ -193,4 +197,14 @@ func BenchmarkNorm(b *testing.B) {
 			benchKernel(b, k, 0)
 		})
 	}
+}
+
+// BenchmarkPool measures max pooling on resnet18's stem output
+// (32×64×32×32, 3x3 stride 2, padding 1).
+func BenchmarkPool(b *testing.B) {
+	x := f32(32, 64, 32, 32)
+	opts := prim.PoolOpts{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}
+	b.Run("max_pool2d", func(b *testing.B) {
+		benchKernel(b, newKernelCase(b, &prim.MaxPool2dOp{Opts: opts}, x), 0)
+	})
 }

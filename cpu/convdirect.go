@@ -161,22 +161,24 @@ func (d directConv) runFill(pool *parallel.Pool, n int, fill func(img int, xp []
 	for img := 0; img < n; img++ {
 		xp := fill(img, xp0)
 		oi := out[img*d.cout*P:][:d.cout*P]
-		pool.For(d.cout, max(1, 8192/P), func(k0, k1 int) {
-			for k := k0; k < k1; k++ {
-				row := oi[k*P : (k+1)*P]
-				if bias == nil {
-					clear(row)
-					continue
-				}
-				b := bias[k]
-				for j := range row {
-					row[j] = b
-				}
-			}
-		})
 		pool.For(d.oh, 1, func(o0, o1 int) {
 			var tmp [directMR * directNR]float32
 			for o := o0; o < o1; o++ {
+				// The output row starts as the bias, here rather than in a
+				// parallel loop of its own: one wait for the threads less
+				// an image, and the row is in cache when the kernel adds
+				// to it.
+				for k := 0; k < d.cout; k++ {
+					row := oi[k*P+o*d.ow:][:d.ow]
+					if bias == nil {
+						clear(row)
+						continue
+					}
+					b := bias[k]
+					for j := range row {
+						row[j] = b
+					}
+				}
 				for rb := 0; rb < d.kk; rb += directKC {
 					kc := min(directKC, d.kk-rb)
 					for _, b := range bs {

@@ -147,27 +147,45 @@ func (c convTaps) packB(pool *parallel.Pool, src []float32, R, V int, b []float3
 	})
 }
 
+// tapStride is the distance (elements) between the A panels of
+// consecutive taps for an inner dimension R: R*mr and 16 more, so that the
+// packers' streams, one a tap, do not all fall in the same L1 sets (with
+// R*mr*4 bytes a multiple of 4 KiB, as for 512 channels, nine taps'
+// stores evicted each other and packing took longer than the products).
+func (c convTaps) tapStride(R int) int { return R*c.mr + 16 }
+
+// tapGroup is the number of blocks of mr rows a task packs and computes
+// together: the input gradient's A panels are columns of W (W[k, c0:c0+mr,
+// :] for every k), and reading 4 blocks' columns at once reads 864
+// contiguous bytes of each row of W rather than 216 (1.3× faster input
+// gradient on resnet18's 2×2 stage, one thread, Zen 4).
+const tapGroup = 4
+
 // product computes out[img, m, u] = bias[m] + Σ_{(t, v) ∈ pairs[u]} Σ_r
 // A_t[m, r] · B_v[r, img] for M rows m, R inner r, U positions u, with B
-// packed by packB and packA(mb, a) writing the A panels of rows [mb*mr,
-// mb*mr+mr) for every tap: a[(t*R + r)*mr + i] = A_t[mb*mr+i, r] (zero
+// packed by packB and packA(mb0, mb1, a) writing the A panels of the
+// blocks of rows [mb*mr, mb*mr+mr) for mb in [mb0, mb1) and every tap:
+// a[((mb-mb0)*taps + t)*tapStride(R) + r*mr + i] = A_t[mb*mr+i, r] (zero
 // past M).
-func (c convTaps) product(pool *parallel.Pool, M, R, U int, pairs [][]tapPair, packA func(mb int, a []float32), b, bias, out []float32) {
+func (c convTaps) product(pool *parallel.Pool, M, R, U int, pairs [][]tapPair, packA func(mb0, mb1 int, a []float32), b, bias, out []float32) {
 	mr, nr, n := c.mr, c.nr, c.g.N
 	np := (n + nr - 1) / nr
 	nmb := (M + mr - 1) / mr
-	pool.For(nmb, 1, func(mb0, mb1 int) {
-		ap := getPanels(c.taps * R * mr)
+	ts := c.tapStride(R)
+	pool.For((nmb+tapGroup-1)/tapGroup, 1, func(g0, g1 int) {
+		ap := getPanels(tapGroup * c.taps * ts)
 		defer tapPanels.Put(ap)
-		a := *ap
 		tile := make([]float32, mr*nr)
-		for mb := mb0; mb < mb1; mb++ {
-			packA(mb, a)
+		for mb := g0 * tapGroup; mb < min(nmb, g1*tapGroup); mb++ {
+			if (mb-g0*tapGroup)%tapGroup == 0 {
+				packA(mb, min(nmb, mb+tapGroup), *ap)
+			}
+			a := (*ap)[(mb-g0*tapGroup)%tapGroup*c.taps*ts:]
 			rows := min(mr, M-mb*mr)
 			for u := 0; u < U; u++ {
 				for jp := 0; jp < np; jp++ {
 					for i, p := range pairs[u] {
-						blas.KernelPacked(R, a[int(p.t)*R*mr:][:R*mr], b[(int(p.v)*np+jp)*R*nr:][:R*nr], tile, nr, i > 0)
+						blas.KernelPacked(R, a[int(p.t)*ts:][:R*mr], b[(int(p.v)*np+jp)*R*nr:][:R*nr], tile, nr, i > 0)
 					}
 					if len(pairs[u]) == 0 {
 						clear(tile)
@@ -196,21 +214,9 @@ func (c convTaps) forward(pool *parallel.Pool, x, w, bias, y, ws []float32) {
 	g := c.g
 	b := ws[:c.bScratch(false)]
 	c.packB(pool, x, g.C, c.pin, b)
-	T, C, mr := c.taps, g.C, c.mr
-	c.product(pool, g.K, C, c.pout, c.fwd, func(mb int, a []float32) {
-		// a[(t*C + c)*mr + i] = W[k, c, t]: mr values written together,
-		// from mr rows of W read in order.
-		rows := min(mr, g.K-mb*mr)
-		wb := w[mb*mr*C*T:][:rows*C*T]
-		for ci := 0; ci < C; ci++ {
-			for t := 0; t < T; t++ {
-				d := a[(t*C+ci)*mr:][:mr]
-				src := wb[ci*T+t:]
-				for i := 0; i < rows; i++ {
-					d[i] = src[i*C*T]
-				}
-				clear(d[rows:])
-			}
+	c.product(pool, g.K, g.C, c.pout, c.fwd, func(mb0, mb1 int, a []float32) {
+		for mb := mb0; mb < mb1; mb++ {
+			c.packAForward(w, mb, a[(mb-mb0)*c.taps*c.tapStride(g.C):])
 		}
 	}, b, bias, y)
 }
@@ -220,20 +226,79 @@ func (c convTaps) inputGrad(pool *parallel.Pool, gy, w, gx, ws []float32) {
 	g := c.g
 	b := ws[:c.bScratch(true)]
 	c.packB(pool, gy, g.K, c.pout, b)
-	T, C, K, mr := c.taps, g.C, g.K, c.mr
-	c.product(pool, C, K, c.pin, c.bwd, func(mb int, a []float32) {
-		// a[(t*K + k)*mr + i] = W[k, c, t] for c = mb*mr+i: W[k, c0:c0+mr, :]
-		// is contiguous.
-		rows := min(mr, C-mb*mr)
-		for k := 0; k < K; k++ {
+	C, K := g.C, g.K
+	c.product(pool, C, K, c.pin, c.bwd, func(mb0, mb1 int, a []float32) { c.packAInput(w, mb0, mb1, a) }, b, nil, gx)
+}
+
+// packAForward writes the forward product's A panels of output channels
+// [mb*mr, mb*mr+mr): a[t*ts + c*mr + i] = W[mb*mr+i, c, t] (ts =
+// tapStride(C)), zero past K.
+// Packing is as much of the work as the products on a 2×2 image (every
+// weight is packed once a call and used for one panel of images or two),
+// so full blocks of 6 rows go through an unrolled loop without bounds
+// checks (2–3× faster than the general one, Zen 4).
+func (c convTaps) packAForward(w []float32, mb int, a []float32) {
+	T, C, K, mr := c.taps, c.g.C, c.g.K, c.mr
+	rows := min(mr, K-mb*mr)
+	CT, ts := C*T, c.tapStride(C)
+	wb := w[mb*mr*CT:][:rows*CT]
+	if mr == 6 && rows == 6 {
+		r0, r1, r2 := wb[:CT], wb[CT:2*CT], wb[2*CT:3*CT]
+		r3, r4, r5 := wb[3*CT:4*CT], wb[4*CT:5*CT], wb[5*CT:6*CT]
+		r1, r2, r3, r4, r5 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)]
+		q := 0
+		for ci := 0; ci < C; ci++ {
+			for t := 0; t < T; t++ {
+				d := (*[6]float32)(a[t*ts+ci*6:])
+				d[0], d[1], d[2], d[3], d[4], d[5] = r0[q], r1[q], r2[q], r3[q], r4[q], r5[q]
+				q++
+			}
+		}
+		return
+	}
+	for ci := 0; ci < C; ci++ {
+		for t := 0; t < T; t++ {
+			d := a[t*ts+ci*mr:][:mr]
+			src := wb[ci*T+t:]
+			for i := 0; i < rows; i++ {
+				d[i] = src[i*CT]
+			}
+			clear(d[rows:])
+		}
+	}
+}
+
+// packAInput writes the input gradient's A panels of the blocks of input
+// channels [mb*mr, mb*mr+mr), mb in [mb0, mb1): a[((mb-mb0)*T + t)*ts +
+// k*mr + i] = W[k, mb*mr+i, t] (ts = tapStride(K)), zero past C. W[k,
+// mb0*mr:mb1*mr, :] is contiguous: it is read row by row of W. Full blocks
+// of 6 are unrolled as in packAForward.
+func (c convTaps) packAInput(w []float32, mb0, mb1 int, a []float32) {
+	T, C, K, mr := c.taps, c.g.C, c.g.K, c.mr
+	ts := c.tapStride(K)
+	for k := 0; k < K; k++ {
+		for mb := mb0; mb < mb1; mb++ {
+			ab := a[(mb-mb0)*T*ts:]
+			rows := min(mr, C-mb*mr)
+			if mr == 6 && rows == 6 {
+				src := w[(k*C+mb*6)*T:][:6*T]
+				s0, s1, s2 := src[:T], src[T:2*T], src[2*T:3*T]
+				s3, s4, s5 := src[3*T:4*T], src[4*T:5*T], src[5*T:6*T]
+				s1, s2, s3, s4, s5 = s1[:len(s0)], s2[:len(s0)], s3[:len(s0)], s4[:len(s0)], s5[:len(s0)]
+				for t := range s0 {
+					d := (*[6]float32)(ab[t*ts+k*6:])
+					d[0], d[1], d[2], d[3], d[4], d[5] = s0[t], s1[t], s2[t], s3[t], s4[t], s5[t]
+				}
+				continue
+			}
 			src := w[(k*C+mb*mr)*T:][:rows*T]
 			for t := 0; t < T; t++ {
-				d := a[(t*K+k)*mr:][:mr]
+				d := ab[t*ts+k*mr:][:mr]
 				for i := 0; i < rows; i++ {
 					d[i] = src[i*T+t]
 				}
 				clear(d[rows:])
 			}
 		}
-	}, b, nil, gx)
+	}
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/headroom-ml/headroom/prim"
@@ -66,5 +67,22 @@ func TestMaxPlaneF32(t *testing.T) {
 		if maxPlaneF32(g, new(maxPoolScratch), x, y, idx) {
 			t.Errorf("geometry %d: a plane with a NaN taken", gi)
 		}
+	}
+	// A NaN in no window (the last row and column of a 5x5 plane pooled
+	// 2x2, stride 2) changes no output: the plane is taken.
+	g := prim.PoolGeom{H: 5, W: 5, OH: 2, OW: 2, KH: 2, KW: 2, SH: 2, SW: 2, DH: 1, DW: 1}
+	x := []float32{
+		1, 2, 3, 4, 0,
+		5, 6, 7, 0, 0,
+		0, 9, 1, 2, 0,
+		3, 4, 5, 6, 0,
+		0, 0, 0, 0, float32(math.NaN()),
+	}
+	y, idx := make([]float32, 4), make([]int64, 4)
+	if !maxPlaneF32(g, new(maxPoolScratch), x, y, idx) {
+		t.Fatal("a NaN in no window refused")
+	}
+	if want, wantIdx := []float32{6, 7, 9, 6}, []int64{6, 7, 11, 18}; !slices.Equal(y, want) || !slices.Equal(idx, wantIdx) {
+		t.Fatalf("got %v at %v, want %v at %v", y, idx, want, wantIdx)
 	}
 }

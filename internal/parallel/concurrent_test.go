@@ -3,6 +3,7 @@ package parallel
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -115,4 +116,55 @@ func TestPoolDroppedStopsWorkers(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("%d goroutines, %d before the pool: its workers outlived it", runtime.NumGoroutine(), before)
+}
+
+// A loop returns once its chunks are done, without waiting for a woken
+// worker that has not started on it (as when the OS has not yet run the
+// worker's thread); the worker, when it runs, finds the loop closed and
+// does not join it, and the pool runs the next loops as usual.
+func TestForDoesNotWaitForLateWorker(t *testing.T) {
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	first := true
+	p := NewPool(2)
+	defer p.Close()
+	p.hookWoken = func() {
+		if first {
+			first = false
+			held <- struct{}{}
+			<-hold
+		}
+	}
+	var caller int64
+	var others atomic.Int64
+	body := func(lo, hi int) {
+		if testGoid() != caller {
+			others.Add(int64(hi - lo))
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		caller = testGoid()
+		p.For(1000, 1, body)
+		close(done)
+	}()
+	<-held // the worker has seen the loop and is stalled before joining
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		close(hold)
+		<-done
+		t.Fatal("the loop waited for a worker that never started on it")
+	}
+	if others.Load() != 0 {
+		t.Fatalf("%d indices ran off the caller", others.Load())
+	}
+	close(hold)
+	// The next loops still use the worker.
+	fail := make(chan string, 1)
+	p.For(2, 1, needsTwo(fail))
+	select {
+	case m := <-fail:
+		t.Fatal(m)
+	default:
+	}
 }

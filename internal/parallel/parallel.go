@@ -51,6 +51,8 @@ type Pool struct {
 	cleanup runtime.Cleanup // stops c's workers if p is dropped without Close
 	closed  bool            // guarded by mu
 
+	hookWoken func() // for tests: the crew's hookWoken, set before the first loop
+
 	// Counters for tests and reports.
 	loops   atomic.Int64 // loops split across more than one thread
 	inline  atomic.Int64 // loops run inline because the pool was busy
@@ -60,13 +62,43 @@ type Pool struct {
 // crew is a pool's workers and the job they run. It is allocated apart
 // from the Pool, and workers reference only it, so that a dropped Pool is
 // collected and its cleanup stops them.
+//
+// A loop does not wait for workers that have not started on it: state
+// holds the loop's generation (high 32 bits), how many workers may join it
+// (the first of them: bits 16 to 31), a closed bit and the number of
+// workers that joined it. A worker joins (one compare-and-swap) only
+// while the loop is open; the caller, once every chunk is handed out,
+// closes it and waits for the joined workers alone. On a shared machine a
+// woken worker may not run for milliseconds (the OS runs something else
+// on its core); the caller then does the whole loop itself and goes on,
+// rather than idling until the worker is scheduled only to find nothing
+// left to do.
 type crew struct {
-	workers []chan *job
-	cur     job
+	wake  []chan struct{} // one a worker: a token when a loop starts
+	done  chan struct{}   // the last joined worker of a closed loop leaves
+	state atomic.Uint64
+	gen   uint64 // the current loop's generation (the caller's copy)
+	job
+
+	// hookWoken, for tests, is called by a worker that has seen a new
+	// loop, before it tries to join it.
+	hookWoken func()
+}
+
+const (
+	closedBit = 1 << 15
+	countMask = closedBit - 1
+	maxShift  = 16
+)
+
+// open reports whether state s is generation gen's loop, open, and has
+// room for worker idx.
+func open(s, gen uint64, idx int) bool {
+	return s>>32 == gen && s&closedBit == 0 && uint64(idx) < s>>maxShift&0xffff
 }
 
 func (c *crew) stop() {
-	for _, ch := range c.workers {
+	for _, ch := range c.wake {
 		close(ch)
 	}
 }
@@ -199,8 +231,6 @@ type job struct {
 	chunk   int
 	nchunks int64
 	next    atomic.Int64
-	pending atomic.Int32 // workers still running this job
-	wg      sync.WaitGroup
 	pmu     sync.Mutex
 	panicV  any
 }
@@ -240,27 +270,42 @@ func (j *job) run() {
 	}
 }
 
-func worker(ch chan *job) {
+func worker(c *crew, idx int, wake chan struct{}) {
+	var last uint64 // generation of the last loop seen
+	start, i := time.Now(), 0
 	for {
-		var j *job
-		start := time.Now()
-	poll:
-		for i := 1; spinFor > 0 && spinning(start, i); i++ {
-			select {
-			case j = <-ch:
-				break poll
-			default:
+		s := c.state.Load()
+		if s>>32 == last {
+			// No new loop: poll for a while, then block until woken.
+			if i++; spinFor > 0 && spinning(start, i) {
+				continue
 			}
-		}
-		if j == nil {
-			var ok bool
-			if j, ok = <-ch; !ok {
+			if _, ok := <-wake; !ok {
 				return
 			}
+			// The token may be stale (sent while this worker was polling):
+			// block again at once if no loop is new.
+			for c.state.Load()>>32 == last {
+				if _, ok := <-wake; !ok {
+					return
+				}
+			}
+			continue
 		}
-		j.run()
-		j.pending.Add(-1)
-		j.wg.Done()
+		last = s >> 32
+		if c.hookWoken != nil {
+			c.hookWoken()
+		}
+		for open(s, last, idx) && !c.state.CompareAndSwap(s, s+1) {
+			s = c.state.Load()
+		}
+		if open(s, last, idx) {
+			c.run()
+			if ns := c.state.Add(^uint64(0)); ns&closedBit != 0 && ns&countMask == 0 {
+				c.done <- struct{}{}
+			}
+		}
+		start, i = time.Now(), 0
 	}
 }
 
@@ -281,6 +326,7 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 	}
 	p = p.orDefault()
 	t := p.Threads()
+	t = min(t, countMask) // the most workers state can count, plus the caller
 	if t <= 1 || n <= grain {
 		fn(0, n)
 		return
@@ -304,35 +350,53 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 	nw := min(t-1, nchunks-1)
 	c := p.c
 	if c == nil {
-		c = &crew{}
+		c = &crew{done: make(chan struct{}, 1), hookWoken: p.hookWoken}
 		p.c = c
 		if p != defaultPool {
 			p.cleanup = runtime.AddCleanup(p, (*crew).stop, c)
 		}
 	}
-	for len(c.workers) < nw {
-		ch := make(chan *job, 1)
-		c.workers = append(c.workers, ch)
+	for len(c.wake) < nw {
+		ch := make(chan struct{}, 1)
+		c.wake = append(c.wake, ch)
 		p.started.Add(1)
-		go worker(ch)
+		go worker(c, len(c.wake)-1, ch)
 	}
 
-	j := &c.cur
-	j.fn, j.n, j.chunk, j.nchunks, j.panicV = fn, n, chunk, int64(nchunks), nil
-	j.next.Store(0)
-	j.pending.Store(int32(nw))
-	j.wg.Add(nw)
-	for i := 0; i < nw; i++ {
-		c.workers[i] <- j
+	c.fn, c.n, c.chunk, c.nchunks, c.panicV = fn, n, chunk, int64(nchunks), nil
+	c.next.Store(0)
+	c.gen = (c.gen + 1) & (1<<32 - 1)
+	c.state.Store(c.gen<<32 | uint64(nw)<<maxShift) // publishes the job: open, no worker joined
+	for _, ch := range c.wake[:nw] {
+		select {
+		case ch <- struct{}{}:
+		default: // a token is already waiting
+		}
 	}
-	j.run()
-	start := time.Now()
-	for i := 1; j.pending.Load() != 0 && spinFor > 0 && spinning(start, i); i++ {
+	c.run()
+	// Every chunk is handed out: close the loop to workers not yet in it,
+	// and wait for those that are.
+	s := c.state.Load()
+	for !c.state.CompareAndSwap(s, s|closedBit) {
+		s = c.state.Load()
 	}
-	j.wg.Wait()
-	j.fn = nil
-	if p := j.panicV; p != nil {
-		j.panicV = nil
+	if s&countMask != 0 {
+		start := time.Now()
+		got := false
+		for i := 1; !got && spinFor > 0 && spinning(start, i); i++ {
+			select {
+			case <-c.done:
+				got = true
+			default:
+			}
+		}
+		if !got {
+			<-c.done
+		}
+	}
+	c.fn = nil
+	if p := c.panicV; p != nil {
+		c.panicV = nil
 		panic(p)
 	}
 }
