@@ -378,8 +378,10 @@ func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs int) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
-	np := w.tc / 16
-	for t := cnt; t < w.tc; t++ {
+	// Only the blocks holding the chunk's tiles: the products read no
+	// further (the forward pass's panels, the weight gradient's depth).
+	np := (cnt + 15) / 16
+	for t := cnt; t < 16*np; t++ {
 		vt := v[t/16*ps+c*cs+t%16:]
 		for xi := 0; xi < winoPts; xi++ {
 			vt[xi*R] = 0

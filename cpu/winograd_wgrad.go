@@ -29,31 +29,35 @@ type winoWgrad struct {
 	ldt int // row stride of V and Y: a chunk's tiles
 }
 
-// winogradWgrad returns the Winograd plan of the weight gradient of g where
-// it is measured faster: where the forward pass takes Winograd and both
-// sides have at least winoWgradMinC channels. With 64 channels the direct
-// weight gradient (blas.ConvWgrad) is as fast or faster (one thread, Zen 3,
-// CPU time: 64→64 on 8×32×32 12.0 ms direct, 13.1 Winograd; 128→128 on
-// 8×16×16 16.8 and 10.6; 256→256 on 8×8×8 12.4 and 9.7).
+// winogradWgrad returns the Winograd plan of the weight gradient of g
+// where the forward pass takes Winograd. With chunks of equal sizes and the
+// input transformed only for the tiles of a chunk, it is as fast as the
+// direct weight gradient (blas.ConvWgrad) or faster from 32 channels on
+// both sides (one thread, Zen 4, CPU time, medians of 5 interleaved runs,
+// 4×32×32 images: 64→32 1.95 ms Winograd, 1.97 direct; 128→32 3.35 and
+// 4.02; 192→64 6.8 and 11.2; 64→64 3.1 and 3.8; the same order with the
+// AVX2 kernels: 64→32 2.19 and 2.49, 192→64 8.3 and 13.2, 64→64 on
+// 8×32×32 7.7 and 8.8). On Zen 3 the previous plan (a short last chunk of
+// tiles, the input transformed for whole chunks) measured 64→64 on
+// 8×32×32 at 13.1 ms against 12.0 direct, and took Winograd only from 128
+// channels.
 func winogradWgrad(g prim.ConvGeom) (winoWgrad, bool) {
 	w, ok := winogradFor(g)
-	if !ok || min(g.C, g.K) < winoWgradMinC {
+	if !ok {
 		return winoWgrad{}, false
 	}
 	return wgradPlan(w), true
 }
 
-// winoWgradMinC is the fewest channels on either side for which the weight
-// gradient takes Winograd.
-const winoWgradMinC = 128
-
 // wgradPlan sizes the chunks: V and Y of a chunk together about winoMaxU
 // (the products' depth is the chunk's tiles: the longer, the fewer passes
 // over M).
 func wgradPlan(w winograd) winoWgrad {
-	all := (w.tiles + 15) / 16 * 16
-	tc := winoMaxU / 4 / (winoPts * (w.g.C + w.kb)) / 16 * 16
-	w.tc = min(max(tc, 64), all)
+	tc := max(winoMaxU/4/(winoPts*(w.g.C+w.kb))/16*16, 64)
+	// Chunks of equal sizes (multiples of 16): a short last chunk costs a
+	// pass over M for few tiles.
+	n := (w.tiles + tc - 1) / tc
+	w.tc = ((w.tiles+n-1)/n + 15) / 16 * 16
 	// Rows 16 longer than the chunk: the vector gathers write whole
 	// groups of 8 tiles.
 	return winoWgrad{winograd: w, ldt: w.tc + 16}

@@ -129,8 +129,9 @@ func TestWinogradWgradChosenByShape(t *testing.T) {
 		{"resnet152 stage 2", 8, 128, 16, 128, 1, true},
 		{"resnet152 stage 3", 8, 256, 8, 256, 1, true},
 		{"resnet18 stage 3", 32, 256, 4, 256, 1, true},
-		{"resnet152 stage 1 (64 channels: direct)", 8, 64, 32, 64, 1, false},
-		{"rrdbnet (32 output channels)", 4, 128, 32, 32, 1, false},
+		{"resnet152 stage 1", 8, 64, 32, 64, 1, true},
+		{"rrdbnet (32 output channels)", 4, 128, 32, 32, 1, true},
+		{"16 output channels", 4, 128, 32, 16, 1, false},
 		{"stride 2", 8, 256, 16, 256, 2, false},
 		{"small", 1, 128, 8, 128, 1, false},
 	} {
@@ -141,6 +142,65 @@ func TestWinogradWgradChosenByShape(t *testing.T) {
 		}
 		if _, ok := winogradWgrad(g); ok != tc.want {
 			t.Errorf("%s: Winograd weight gradient %v, want %v", tc.name, ok, tc.want)
+		}
+	}
+}
+
+// rrdbWgradShapes are the weight gradients of rrdbnet's convolutions (and
+// resnet152's first stage) for BenchmarkWinogradWgrad.
+var rrdbWgradShapes = []struct {
+	name          string
+	n, c, h, w, k int
+}{
+	{"rrdb_c1", 4, 64, 32, 32, 32},
+	{"rrdb_c2", 4, 96, 32, 32, 32},
+	{"rrdb_c3", 4, 128, 32, 32, 32},
+	{"rrdb_c4", 4, 160, 32, 32, 32},
+	{"rrdb_c5", 4, 192, 32, 32, 64},
+	{"rrdb_trunk", 4, 64, 32, 32, 64},
+	{"r152_l1", 8, 64, 32, 32, 64},
+}
+
+// BenchmarkWinogradWgrad times the Winograd weight gradient against the
+// direct one on the same geometry, whatever winogradWgrad would choose
+// (cpu-ms/op: the process's CPU time per call; HEADROOM_NUM_THREADS sets
+// the threads).
+func BenchmarkWinogradWgrad(b *testing.B) {
+	for _, s := range rrdbWgradShapes {
+		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		rnd := func(n int) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			return v
+		}
+		x, gy := rnd(g.N*g.C*g.H*g.W), rnd(g.N*g.K*g.OH*g.OW)
+		gw := make([]float32, g.K*g.C*9)
+		wf, _ := winogradPlan(g)
+		w := wgradPlan(wf)
+		wws := make([]float32, w.scratch())
+		d, _ := directWgrad(g)
+		dws := make([]float32, d.wgradScratch(g.N))
+		for _, path := range []string{"direct", "wino"} {
+			run := func() { w.weightGrad(nil, gy, x, gw, wws) }
+			if path == "direct" {
+				run = func() { convDirectWgrad(nil, g, gy, x, gw, dws) }
+			}
+			b.Run(s.name+"/"+path, func(b *testing.B) {
+				run()
+				b.ResetTimer()
+				c0 := cpuTime()
+				for range b.N {
+					run()
+				}
+				cpu := cpuTime() - c0
+				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+			})
 		}
 	}
 }
