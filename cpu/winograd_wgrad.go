@@ -103,7 +103,11 @@ func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
 			}
 			pool.For(rows, max(1, 512/cnt), func(a, b int) {
 				for k := a; k < b; k++ {
-					w.transformGrad(gy, k0+k, k, t0, cnt, yt, vec)
+					if vec {
+						w.gradVec(gy, k0+k, k, t0, cnt, yt)
+					} else {
+						w.transformGrad(gy, k0+k, k, t0, cnt, yt, false)
+					}
 				}
 			})
 			var beta float32
@@ -232,6 +236,51 @@ func (w winoWgrad) transformGrad(gy []float32, k, kl, t0, cnt int, yt []float32,
 			q[4*rj] = c - e
 			q[5*rj] = d3
 		}
+	}
+}
+
+// gradVec is transformGrad (tr) on the vector kernels: the chunk's 4×4
+// tiles of output channel k are gathered into Y's rows (element (r, j) of
+// tile t into row 6j+r of row kl, column t; rows 6j+r for j = 4, 5 take
+// the next tile's columns and are overwritten), then transformed in place,
+// down the columns of each tile (rows 6j..6j+3 to 6j..6j+5, j < 4), then
+// along its rows (rows i, 6+i, 12+i, 18+i to i, 6+i, ..., 30+i).
+func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
+	g := w.g
+	K, OH, OW := g.K, g.OH, g.OW
+	R := w.ySize()
+	per := w.th * w.tw
+	for t := 0; t < cnt; {
+		tt := t0 + t
+		n, q := tt/per, tt%per
+		ty, tx := q/w.tw, q%w.tw
+		l := min(w.tw-tx, cnt-t)
+		base := kl*w.ldt + t
+		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
+		oh0, ow0 := ty*winoOut, tx*winoOut
+		for r := 0; r < winoOut; r++ {
+			if oh0+r >= OH {
+				for j := 0; j < winoOut; j++ {
+					clear(yt[base+(6*j+r)*R:][:l])
+				}
+				continue
+			}
+			row := plane[(oh0+r)*OW : (oh0+r+1)*OW]
+			// Whole groups of 8 lanes: the lanes past the run are later
+			// tiles, written after this, or the row's padding.
+			for i := 0; i < l; i += 8 {
+				blas.WinoGather(8, row, ow0+4*i, yt, base+r*R+i, R)
+			}
+		}
+		t += l
+	}
+	np := (cnt + 15) / 16
+	off := kl * w.ldt
+	for j := 0; j < winoOut; j++ {
+		blas.WinoGradA(np, yt, off+6*j*R, R, 16)
+	}
+	for i := 0; i < winoIn; i++ {
+		blas.WinoGradA(np, yt, off+i*R, 6*R, 16)
 	}
 }
 

@@ -11,6 +11,7 @@ var (
 	winoIn, winoOut func(n16 int, p *float32, rs, ps int) // nil: no assembly
 	winoWeight      func(n16 int, p *float32, rs, ps int)
 	winoWOut        func(n16 int, p *float32, rs, ps int)
+	winoGradA       func(n16 int, p *float32, rs, ps int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
 	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
 	winoWGath       func(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
@@ -62,6 +63,19 @@ func WinoWeight(n16 int, p []float32, off, rs, ps int) {
 //	     [  0  -1/6 -1/6  1/6   1/6 1]
 func WinoWgradOutput(n16 int, p []float32, off, rs, ps int) {
 	winoCall(winoWOut, "WinoWgradOutput", n16, p, off, rs, ps)
+}
+
+// WinoGradA replaces rows s_0..s_3 by the 6 rows of A s (the transform of
+// the output gradient in the Winograd weight gradient), where
+//
+//	A = [1  0 0  0]
+//	    [1  1 1  1]
+//	    [1 -1 1 -1]
+//	    [1  2 4  8]
+//	    [1 -2 4 -8]
+//	    [0  0 0  1]
+func WinoGradA(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoGradA, "WinoGradA", n16, p, off, rs, ps)
 }
 
 func winoCall(f func(int, *float32, int, int), name string, n16 int, p []float32, off, rs, ps int) {

@@ -21,6 +21,9 @@ func winoG6(n16 int, p *float32, rs, ps int)
 func winoGT6(n16 int, p *float32, rs, ps int)
 
 //go:noescape
+func winoA6(n16 int, p *float32, rs, ps int)
+
+//go:noescape
 func winoWGather(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
 
 func init() {
@@ -28,5 +31,6 @@ func init() {
 		winoIn, winoOut, winoWeight = winoBT6, winoAT6, winoG6
 		winoGath, winoScat = winoGather, winoScatter
 		winoWGath, winoWOut = winoWGather, winoGT6
+		winoGradA = winoA6
 	}
 }

@@ -577,3 +577,67 @@ gthalf:
 gtdone:
 	VZEROUPPER
 	RET
+
+// func winoA6(n16 int, p *float32, rs, ps int)
+// In place, rows s_0..s_3 of 16 floats at p + b*ps + r*rs -> rows 0..5 of
+// A s (the output gradient's transform of the Winograd weight gradient).
+// The sums are the portable transformGrad's: a = s0 + s2, b = s1 + s3,
+// c = s0 + 4 s2, e = 2 s1 + 8 s3 (the products by powers of two exact, so
+// the fused forms round as the separate ones).
+TEXT ·winoA6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x40800000, AX // 4
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x41000000, AX // 8
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	TESTQ CX, CX
+	JLE   adone
+
+aloop:
+	LEAQ (SI)(R11*1), DI // row 3
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+ahalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (DI), Y3
+
+	VADDPS Y2, Y0, Y4 // a = s0 + s2
+	VADDPS Y3, Y1, Y5 // b = s1 + s3
+	VADDPS Y5, Y4, Y6 // o1 = a + b
+	VSUBPS Y5, Y4, Y7 // o2 = a - b
+	VMOVAPS     Y0, Y8
+	VFMADD231PS Y12, Y2, Y8 // c = s0 + 4 s2
+	VADDPS      Y1, Y1, Y9
+	VFMADD231PS Y13, Y3, Y9 // e = 2 s1 + 8 s3
+	VADDPS Y9, Y8, Y10      // o3 = c + e
+	VSUBPS Y9, Y8, Y11      // o4 = c - e
+
+	VMOVUPS Y6, (BX)(R8*1)
+	VMOVUPS Y7, (BX)(R8*2)
+	VMOVUPS Y10, (DI)
+	VMOVUPS Y11, (DI)(R8*1)
+	VMOVUPS Y3, (DI)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ  ahalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ  aloop
+
+adone:
+	VZEROUPPER
+	RET

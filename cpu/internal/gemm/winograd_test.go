@@ -1,0 +1,64 @@
+package gemm
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// WinoGradA against A s computed from the matrix: exactly (bitwise) on
+// small integers, whose sums are exact in any order, and within a few
+// units of the last place of Σ|terms| on random values. Two blocks of 16
+// columns with row and block strides, so both halves of a block and the
+// strides are used; the rows past s_3 are overwritten and the values
+// between the rows left alone.
+func TestWinoGradA(t *testing.T) {
+	if !WinoOK() || winoGradA == nil {
+		t.Skip("no vector Winograd kernels on this CPU")
+	}
+	A := [6][4]float64{
+		{1, 0, 0, 0},
+		{1, 1, 1, 1},
+		{1, -1, 1, -1},
+		{1, 2, 4, 8},
+		{1, -2, 4, -8},
+		{0, 0, 0, 1},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	const rs, ps, n16, off = 40, 7 * 40, 2, 5
+	for _, ints := range []bool{true, false} {
+		p := make([]float32, off+(n16-1)*ps+6*rs+16+8)
+		for i := range p {
+			if ints {
+				p[i] = float32(r.IntN(201) - 100)
+			} else {
+				p[i] = float32(r.NormFloat64())
+			}
+		}
+		orig := append([]float32(nil), p...)
+		WinoGradA(n16, p, off, rs, ps)
+		for i, v := range p {
+			rel := i - off
+			b, rr, col := rel/ps, rel%ps/rs, rel%ps%rs
+			if rel < 0 || b >= n16 || rr >= 6 || col >= 16 {
+				if math.Float32bits(v) != math.Float32bits(orig[i]) {
+					t.Fatalf("ints %v: element %d outside the rows changed: %g, was %g", ints, i, v, orig[i])
+				}
+				continue
+			}
+			var want, mag float64
+			for k := 0; k < 4; k++ {
+				x := A[rr][k] * float64(orig[off+b*ps+k*rs+col])
+				want += x
+				mag += math.Abs(x)
+			}
+			if ints {
+				if float64(v) != want {
+					t.Errorf("integers: block %d row %d column %d: %g, want %g", b, rr, col, v, want)
+				}
+			} else if math.Abs(float64(v)-want) > 4*mag*0x1p-24 {
+				t.Errorf("random: block %d row %d column %d: %g, want %g (Σ|terms| %g)", b, rr, col, v, want, mag)
+			}
+		}
+	}
+}
