@@ -211,9 +211,7 @@ func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, 
 						l := min(kc, C-c0)
 						ub := ux[c0*rows:]
 						vb := vx[c0*w.nr : (c0+l)*w.nr]
-						for kb := 0; kb < rows/w.mr; kb++ {
-							blas.KernelPacked(l, ub[kb*w.mr*l:][:w.mr*l], vb, mx[kb*w.mr*w.tc:], w.tc, c0 > 0)
-						}
+						blas.KernelPackedTiles(l, rows/w.mr, ub, vb, mx, w.tc, c0 > 0)
 					}
 				}
 			})

@@ -151,3 +151,31 @@ func WinoWeightGather(n8 int, wt []float32, idx []int32, flip bool, p []float32,
 	}
 	winoWGath(n8, &wt[0], &idx[0], &p[off], rs, f)
 }
+
+// KernelPackedTiles is KernelPacked for a column of tiles one above the
+// other: tile t multiplies the A panel at a[t*MR*k:] by b into the tile at
+// c[t*MR*ldc:], with KernelPacked's sums (the tile-column micro-kernel
+// where there is one, else one call a tile). One call for the blocks of
+// output channels of a Winograd product saves a call and its checks per
+// tile.
+func KernelPackedTiles(k, tiles int, a, b, c []float32, ldc int, acc bool) {
+	kern := sgemmKern
+	mr, nr := kern.mr, kern.nr
+	if tiles <= 0 {
+		return
+	}
+	if k <= 0 || kern.fnTiles == nil {
+		for t := 0; t < tiles; t++ {
+			KernelPacked(k, a[t*mr*max(k, 0):], b, c[t*mr*ldc:], ldc, acc)
+		}
+		return
+	}
+	if len(a) < tiles*mr*k || len(b) < nr*k || ldc < nr || len(c) < (tiles*mr-1)*ldc+nr {
+		panic(fmt.Sprintf("gemm: KernelPackedTiles: buffers too short (k %d, tiles %d, a %d, b %d, c %d, ldc %d)", k, tiles, len(a), len(b), len(c), ldc))
+	}
+	var beta float32
+	if acc {
+		beta = 1
+	}
+	kern.fnTiles(k, tiles, a, b, c, ldc, 1, beta, !acc, nil)
+}

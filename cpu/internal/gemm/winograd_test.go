@@ -62,3 +62,40 @@ func TestWinoGradA(t *testing.T) {
 		}
 	}
 }
+
+// KernelPackedTiles gives KernelPacked's results bitwise, tile by tile,
+// with and without accumulation, and leaves the columns past the tiles
+// alone.
+func TestKernelPackedTiles(t *testing.T) {
+	mr, nr := Tile()
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, k := range []int{1, 7, 64, 192} {
+		for _, tiles := range []int{1, 3, 6} {
+			for _, acc := range []bool{false, true} {
+				a := make([]float32, tiles*mr*k)
+				b := make([]float32, nr*k)
+				for i := range a {
+					a[i] = float32(r.NormFloat64())
+				}
+				for i := range b {
+					b[i] = float32(r.NormFloat64())
+				}
+				ldc := nr + 5
+				c := make([]float32, tiles*mr*ldc)
+				for i := range c {
+					c[i] = float32(r.NormFloat64())
+				}
+				want := append([]float32(nil), c...)
+				for ti := 0; ti < tiles; ti++ {
+					KernelPacked(k, a[ti*mr*k:], b, want[ti*mr*ldc:], ldc, acc)
+				}
+				KernelPackedTiles(k, tiles, a, b, c, ldc, acc)
+				for i := range c {
+					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("k %d, %d tiles, acc %v: element %d = %g, want %g", k, tiles, acc, i, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
