@@ -386,6 +386,7 @@ func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs i
 		}
 	}
 	per := w.th * w.tw
+	rows := blas.WinoGatherRowsOK()
 	// A run at a time: tiles of one tile row within one panel, whose
 	// patches' rows are strided copies of input rows (stride 4), gathered
 	// 8 tiles at a time.
@@ -397,6 +398,14 @@ func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs i
 		base := t/16*ps + c*cs + t%16
 		plane := x[(n*C+c)*H*W:][:H*W]
 		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
+		if rows {
+			// All six rows of up to 8 tiles a call (AVX-512).
+			for i := 0; i < l; i += 8 {
+				blas.WinoGatherRows(min(8, l-i), plane, ih0, H, W, iw0+4*i, v, base+i, R, winoIn)
+			}
+			t += l
+			continue
+		}
 		for r := 0; r < winoIn; r++ {
 			ih := ih0 + r
 			if uint(ih) >= uint(H) {

@@ -250,6 +250,7 @@ func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
 	K, OH, OW := g.K, g.OH, g.OW
 	R := w.ySize()
 	per := w.th * w.tw
+	rows := blas.WinoGatherRowsOK()
 	for t := 0; t < cnt; {
 		tt := t0 + t
 		n, q := tt/per, tt%per
@@ -258,6 +259,14 @@ func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
 		base := kl*w.ldt + t
 		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
 		oh0, ow0 := ty*winoOut, tx*winoOut
+		if rows {
+			// All four rows of up to 8 tiles a call (AVX-512).
+			for i := 0; i < l; i += 8 {
+				blas.WinoGatherRows(min(8, l-i), plane, oh0, OH, OW, ow0+4*i, yt, base+i, R, winoOut)
+			}
+			t += l
+			continue
+		}
 		for r := 0; r < winoOut; r++ {
 			if oh0+r >= OH {
 				for j := 0; j < winoOut; j++ {

@@ -12,6 +12,7 @@ var (
 	winoWeight      func(n16 int, p *float32, rs, ps int)
 	winoWOut        func(n16 int, p *float32, rs, ps int)
 	winoGradA       func(n16 int, p *float32, rs, ps int)
+	winoGathRows    func(n int, plane *float32, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
 	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
 	winoWGath       func(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
@@ -107,6 +108,40 @@ func WinoGather(n int, row []float32, iw0 int, p []float32, off, rs int) {
 	}
 	winoGath(n, &row[0], iw0, len(row), &p[off], rs)
 }
+
+// WinoGatherRows is WinoGather for the first nrows <= 6 rows of the
+// patches of n <= 8 consecutive tiles of an h×w plane, whose top left
+// corner is at (ih0, iw0): for r < nrows, i < n and j < 6,
+// p[off + (6j+r)*rs + i] = plane[(ih0+r)*w + iw0 + 4i + j], zero outside
+// the plane. Only elements inside the plane are read, and only those of p
+// written (lanes past n are left alone).
+func WinoGatherRows(n int, plane []float32, ih0, h, w, iw0 int, p []float32, off, rs, nrows int) {
+	if n <= 0 || nrows <= 0 {
+		return
+	}
+	if n > 8 || nrows > 6 || h <= 0 || w <= 0 || len(plane) < h*w || off < 0 || rs < 8 || off+(30+nrows-1)*rs+n > len(p) {
+		panic(fmt.Sprintf("gemm: WinoGatherRows: bad arguments (n %d, plane %d of %d×%d, p %d at %d, rs %d, rows %d)", n, len(plane), h, w, len(p), off, rs, nrows))
+	}
+	if f := winoGathRows; f != nil {
+		f(n, &plane[0], ih0, h, w, iw0, &p[off], rs, nrows)
+		return
+	}
+	// One row at a time on the AVX2 gather (n lanes: it writes whole
+	// groups of 8 only when n is 8).
+	for r := 0; r < nrows; r++ {
+		ih := ih0 + r
+		if uint(ih) >= uint(h) {
+			for j := 0; j < 6; j++ {
+				clear(p[off+(6*j+r)*rs:][:n])
+			}
+			continue
+		}
+		WinoGather(n, plane[ih*w:(ih+1)*w], iw0, p, off+r*rs, rs)
+	}
+}
+
+// WinoGatherRowsOK reports whether WinoGatherRows has its one-call kernel.
+func WinoGatherRowsOK() bool { return winoGathRows != nil }
 
 // WinoScatter writes the outputs of n <= 8 consecutive tiles of one tile
 // row, after WinoOutput, plus b: for rows i < rows <= 4, tiles t < n and

@@ -99,3 +99,63 @@ func TestKernelPackedTiles(t *testing.T) {
 		}
 	}
 }
+
+// WinoGatherRows against its definition, on planes with the patches
+// overlapping every edge, on the one-call kernel and on the fallback
+// (WinoGather a row at a time): the lanes it writes, zeros outside the
+// plane, and nothing else of p changed.
+func TestWinoGatherRows(t *testing.T) {
+	if !WinoOK() {
+		t.Skip("no vector Winograd kernels on this CPU")
+	}
+	paths := []string{"fallback"}
+	if WinoGatherRowsOK() {
+		paths = append(paths, "one call")
+	}
+	t.Logf("paths: %v", paths)
+	r := rand.New(rand.NewPCG(7, 8))
+	const rs = 11
+	for _, path := range paths {
+		saved := winoGathRows
+		if path == "fallback" {
+			winoGathRows = nil
+		}
+		for _, hw := range [][2]int{{1, 1}, {3, 5}, {6, 6}, {9, 32}, {32, 35}, {5, 70}} {
+			h, w := hw[0], hw[1]
+			plane := make([]float32, h*w)
+			for i := range plane {
+				plane[i] = float32(r.NormFloat64())
+			}
+			for range 40 {
+				n, nrows := 1+r.IntN(8), 1+r.IntN(6)
+				ih0, iw0 := r.IntN(h+8)-4, r.IntN(w+8)-6
+				off := r.IntN(5)
+				p := make([]float32, off+36*rs+4)
+				for i := range p {
+					p[i] = float32(math.NaN())
+				}
+				WinoGatherRows(n, plane, ih0, h, w, iw0, p, off, rs, nrows)
+				want := make([]float32, len(p))
+				copy(want, p)
+				for rr := 0; rr < nrows; rr++ {
+					for j := 0; j < 6; j++ {
+						for i := 0; i < n; i++ {
+							ih, iw := ih0+rr, iw0+4*i+j
+							var v float32
+							if ih >= 0 && ih < h && iw >= 0 && iw < w {
+								v = plane[ih*w+iw]
+							}
+							want[off+(6*j+rr)*rs+i] = v
+						}
+					}
+				}
+				for i := range p {
+					if math.Float32bits(p[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: %d×%d plane, n %d, rows %d, at (%d, %d): p[%d] = %g, want %g", path, h, w, n, nrows, ih0, iw0, i, p[i], want[i])
+					}
+				}
+			}
+		}
+		winoGathRows = saved
+	}
+}
