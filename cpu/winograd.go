@@ -26,7 +26,14 @@ import (
 //
 // The transforms run on AVX2 kernels (cpu/internal/gemm/winograd_amd64.s)
 // in place in V, M and U, 16 tiles (or kernels) a row; elsewhere, and with
-// micro-kernels whose panels are not 16 wide, in portable Go.
+// micro-kernels whose panels are not 16 wide, in portable Go. With the
+// AVX-512 kernel set the input patches are gathered all six rows of up to
+// 8 tiles a call (WinoGatherRows), with the same values.
+//
+// Tried and not kept: the whole input transform in one AVX-512 call
+// (gather, both passes of Bᵀ d B through a buffer in L1, V written once
+// instead of three times; bitwise the same values) measured no faster on
+// Zen 4 than the gather followed by the two passes in V.
 //
 // Accuracy: the transforms' constants (1/4, 1/6, 1/24; 2, 4, 5, 8) grow the
 // rounding error of a float32 sum: about 10× the direct path's per output

@@ -18,8 +18,10 @@ import (
 // [K, tiles]·[tiles, C] accumulated over chunks of tiles: 36 multiply-adds
 // per 16 outputs of ȳ and channel pair instead of 144. Its cost beyond the
 // products is two transforms per tile and channel (input and ȳ) and one
-// per weight, in portable Go: the products dominate on the layers it is
-// used for (winogradWgrad).
+// per weight, on the vector kernels where the forward pass has them (else
+// in portable Go). On rrdbnet's layers (4×32×32, 64..192 → 32 or 64
+// channels; one thread, Zen 4) the products with their packing are about
+// 55% of its time, the input's gather 20%, its transform 7%.
 
 // winoWgrad is the plan of one Winograd weight gradient of forward
 // geometry g: its own chunks of tiles (t a multiple of 16) and blocks of
