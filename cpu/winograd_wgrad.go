@@ -177,7 +177,8 @@ func (w winoWgrad) transformInputRows(x []float32, c, t0, cnt int, v []float32) 
 
 // transformGrad writes A ȳ Aᵀ of output channel k (row kl of the block)
 // for the chunk's tiles: point ξ = 6i+j (tr: 6j+i, the order the vector
-// input transforms leave V in), yt[ξ*ySize() + kl*ldt + t], where
+// input transforms leave V in, and gradVec's, which the tests hold it to),
+// yt[ξ*ySize() + kl*ldt + t], where
 //
 //	A = [1  0 0  0]
 //	    [1  1 1  1]

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -201,6 +202,56 @@ func BenchmarkWinogradWgrad(b *testing.B) {
 				cpu := cpuTime() - c0
 				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/op")
 			})
+		}
+	}
+}
+
+// gradVec (the output gradient's gather and transform on the vector
+// kernels) gives transformGrad's values in the same order of points,
+// bitwise, on every tile of a chunk: partial tiles at the bottom and right
+// edges, runs longer than 8 tiles, chunks starting inside a tile row.
+func TestWinogradGradVecMatchesPortable(t *testing.T) {
+	if !blas.WinoOK() {
+		t.Skip("no vector Winograd kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, tc := range []struct{ n, c, h, w, k int }{
+		{2, 8, 13, 11, 5},
+		{1, 4, 40, 42, 3},
+		{3, 4, 32, 32, 7},
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wf, _ := winogradPlan(g)
+		w := wgradPlan(wf)
+		w.tc = 48 // chunks starting inside tile rows
+		w.ldt = w.tc + 16
+		gy := make([]float32, g.N*g.K*g.OH*g.OW)
+		for i := range gy {
+			gy[i] = float32(r.NormFloat64())
+		}
+		for t0 := 0; t0 < w.tiles; t0 += w.tc {
+			cnt := min(w.tc, w.tiles-t0)
+			got := make([]float32, winoPts*w.ySize())
+			want := make([]float32, len(got))
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			for k := 0; k < g.K; k++ { // one block: row kl = k
+				kl := k
+				w.gradVec(gy, k, kl, t0, cnt, got)
+				w.transformGrad(gy, k, kl, t0, cnt, want, true)
+				for xi := 0; xi < winoPts; xi++ {
+					for tt := 0; tt < cnt; tt++ {
+						i := xi*w.ySize() + kl*w.ldt + tt
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%+v chunk at %d, channel %d, point row %d, tile %d: %g, want %g", tc, t0, k, xi, tt, got[i], want[i])
+						}
+					}
+				}
+			}
 		}
 	}
 }
