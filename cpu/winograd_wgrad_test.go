@@ -88,30 +88,42 @@ func TestWinogradWgradMatchesDirect(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no Winograd plan", name)
 		}
-		w := wgradPlan(wf)
 		want, mag := refWgrad64(g, gy, x)
-		got := make([]float32, len(want))
-		for i := range got {
-			got[i] = float32(math.NaN())
-		}
-		ws := make([]float32, w.scratch())
-		for i := range ws {
-			ws[i] = float32(math.NaN())
-		}
-		w.weightGrad(nil, gy, x, got, ws)
-		bound := 100 * math.Sqrt(float64(g.N*g.OH*g.OW)) * 0x1p-24
-		e := worstErr(got, want, mag)
-		t.Logf("%s weight gradient: winograd error %.2g (bound %.2g), %d chunks, blocks of %d", name, e, bound, (w.tiles+w.tc-1)/w.tc, w.kb)
-		if e > bound {
-			t.Errorf("%s weight gradient: error %.3g > %.3g", name, e, bound)
-		}
-		if w.vec() {
-			// The portable transforms (another order of the points).
-			winogradScalar = true
+		// The plan's chunks, and chunks of 32 tiles (several chunks,
+		// starting inside tile rows; with several blocks of output
+		// channels, the input transformed again for each).
+		for _, tc := range []int{0, 32} {
+			w := wgradPlan(wf)
+			if tc > 0 {
+				if w.tiles <= tc {
+					continue
+				}
+				w.tc, w.ldt = tc, tc+16
+			}
+			name := fmt.Sprintf("%s tc %d", name, w.tc)
+			got := make([]float32, len(want))
+			for i := range got {
+				got[i] = float32(math.NaN())
+			}
+			ws := make([]float32, w.scratch())
+			for i := range ws {
+				ws[i] = float32(math.NaN())
+			}
 			w.weightGrad(nil, gy, x, got, ws)
-			winogradScalar = false
-			if e := worstErr(got, want, mag); e > bound {
-				t.Errorf("%s weight gradient, portable transforms: error %.3g > %.3g", name, e, bound)
+			bound := 100 * math.Sqrt(float64(g.N*g.OH*g.OW)) * 0x1p-24
+			e := worstErr(got, want, mag)
+			t.Logf("%s weight gradient: winograd error %.2g (bound %.2g), %d chunks, blocks of %d", name, e, bound, (w.tiles+w.tc-1)/w.tc, w.kb)
+			if e > bound {
+				t.Errorf("%s weight gradient: error %.3g > %.3g", name, e, bound)
+			}
+			if w.vec() {
+				// The portable transforms (another order of the points).
+				winogradScalar = true
+				w.weightGrad(nil, gy, x, got, ws)
+				winogradScalar = false
+				if e := worstErr(got, want, mag); e > bound {
+					t.Errorf("%s weight gradient, portable transforms: error %.3g > %.3g", name, e, bound)
+				}
 			}
 		}
 	}
