@@ -32,17 +32,17 @@ type winoWgrad struct {
 }
 
 // winogradWgrad returns the Winograd plan of the weight gradient of g
-// where the forward pass takes Winograd. With chunks of equal sizes and the
-// input transformed only for the tiles of a chunk, it is as fast as the
-// direct weight gradient (blas.ConvWgrad) or faster from 32 channels on
-// both sides (one thread, Zen 4, CPU time, medians of 5 interleaved runs,
-// 4×32×32 images: 64→32 1.95 ms Winograd, 1.97 direct; 128→32 3.35 and
-// 4.02; 192→64 6.8 and 11.2; 64→64 3.1 and 3.8; the same order with the
-// AVX2 kernels: 64→32 2.19 and 2.49, 192→64 8.3 and 13.2, 64→64 on
-// 8×32×32 7.7 and 8.8). On Zen 3 the previous plan (a short last chunk of
-// tiles, the input transformed for whole chunks) measured 64→64 on
-// 8×32×32 at 13.1 ms against 12.0 direct, and took Winograd only from 128
-// channels.
+// where the forward pass takes Winograd: with its vector transforms it is
+// faster than the direct weight gradient (blas.ConvWgrad) from 32 channels
+// on both sides (one thread, Zen 4, CPU time a call, medians of 3
+// interleaved runs, rrdbnet's layers on 4 images: 64→32 at 32×32 1.24 ms
+// against 1.96 direct, 128→32 2.64 and 3.82, 192→64 6.3 and 10.7, 64→64
+// 2.1 and 3.5, 64→64 at 128×128 35 and 62; resnet152's 64→64 on 8×32×32
+// 4.2 and 7.2; with the AVX2 kernels, before the vector transform of ȳ:
+// 64→32 2.19 and 2.49, 192→64 8.3 and 13.2). On Zen 3 a plan with a short
+// last chunk of tiles, the input transformed for whole chunks and ȳ in
+// portable Go measured 64→64 on 8×32×32 at 13.1 ms against 12.0 direct,
+// and took Winograd only from 128 channels.
 func winogradWgrad(g prim.ConvGeom) (winoWgrad, bool) {
 	w, ok := winogradFor(g)
 	if !ok {
