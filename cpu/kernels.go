@@ -37,7 +37,7 @@ func GEMMKernel() string { return blas.Kernel() }
 // KernelSummary describes every kernel family chosen on this CPU, one
 // line, for bench and report headers.
 func KernelSummary() string {
-	wino := "Winograd F(4x4,3x3) for large 3x3 stride-1 float32 convolutions (weight gradients from 128 channels)"
+	wino := "Winograd F(4x4,3x3) for large 3x3 stride-1 float32 convolutions and their gradients"
 	if winogradOff {
 		wino = "Winograd off (" + env.Winograd + "=0)"
 	}

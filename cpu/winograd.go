@@ -26,7 +26,14 @@ import (
 //
 // The transforms run on AVX2 kernels (cpu/internal/gemm/winograd_amd64.s)
 // in place in V, M and U, 16 tiles (or kernels) a row; elsewhere, and with
-// micro-kernels whose panels are not 16 wide, in portable Go.
+// micro-kernels whose panels are not 16 wide, in portable Go. With the
+// AVX-512 kernel set the input patches are gathered all six rows of up to
+// 8 tiles a call (WinoGatherRows), with the same values.
+//
+// Tried and not kept: the whole input transform in one AVX-512 call
+// (gather, both passes of Bᵀ d B through a buffer in L1, V written once
+// instead of three times; bitwise the same values) measured no faster on
+// Zen 4 than the gather followed by the two passes in V.
 //
 // Accuracy: the transforms' constants (1/4, 1/6, 1/24; 2, 4, 5, 8) grow the
 // rounding error of a float32 sum: about 10× the direct path's per output
@@ -40,7 +47,7 @@ const (
 	winoIn    = 6  // input tile side
 	winoPts   = 36 // points of the transformed domain
 	winoKC    = 256
-	winoChunk = 1 << 18 // float32 elements of a chunk's V and M together (1 MiB)
+	winoChunk = 1 << 20 // float32 elements of a chunk's V and M together (4 MiB)
 )
 
 // winograd is the plan of one Winograd convolution of forward geometry g.
@@ -128,10 +135,14 @@ func winogradPlan(g prim.ConvGeom) (winograd, bool) {
 	// Chunks of about winoChunk elements of V and M, but at least 64
 	// tiles: each chunk reads all of U (and transforms it again when it
 	// is cut into blocks), which for deep layers (many channels, few
-	// tiles) is the larger part.
-	all := (w.tiles + nr - 1) / nr * nr
-	tc := winoChunk / (winoPts * (g.C + w.kb)) / nr * nr
-	w.tc = min(max(tc, 64, nr), all)
+	// tiles) is the larger part. Long chunks, of equal sizes: each chunk
+	// is three parallel loops, and on a loaded machine the threads' waits
+	// between them cost more than V and M falling out of L2 (rrdbnet's
+	// 64→64 on 4×128×128, two threads, CPU time a call: forward 46 ms
+	// with chunks of 224 tiles, 85 with 64; one thread about the same).
+	tc := max(winoChunk/(winoPts*(g.C+w.kb))/nr*nr, 64, nr)
+	n := (w.tiles + tc - 1) / tc
+	w.tc = ((w.tiles+n-1)/n + nr - 1) / nr * nr
 	return w, true
 }
 
@@ -211,9 +222,7 @@ func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, 
 						l := min(kc, C-c0)
 						ub := ux[c0*rows:]
 						vb := vx[c0*w.nr : (c0+l)*w.nr]
-						for kb := 0; kb < rows/w.mr; kb++ {
-							blas.KernelPacked(l, ub[kb*w.mr*l:][:w.mr*l], vb, mx[kb*w.mr*w.tc:], w.tc, c0 > 0)
-						}
+						blas.KernelPackedTiles(l, rows/w.mr, ub, vb, mx, w.tc, c0 > 0)
 					}
 				}
 			})
@@ -378,14 +387,17 @@ func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs int) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
-	np := w.tc / 16
-	for t := cnt; t < w.tc; t++ {
+	// Only the blocks holding the chunk's tiles: the products read no
+	// further (the forward pass's panels, the weight gradient's depth).
+	np := (cnt + 15) / 16
+	for t := cnt; t < 16*np; t++ {
 		vt := v[t/16*ps+c*cs+t%16:]
 		for xi := 0; xi < winoPts; xi++ {
 			vt[xi*R] = 0
 		}
 	}
 	per := w.th * w.tw
+	rows := blas.WinoGatherRowsOK()
 	// A run at a time: tiles of one tile row within one panel, whose
 	// patches' rows are strided copies of input rows (stride 4), gathered
 	// 8 tiles at a time.
@@ -397,6 +409,14 @@ func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs i
 		base := t/16*ps + c*cs + t%16
 		plane := x[(n*C+c)*H*W:][:H*W]
 		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
+		if rows {
+			// All six rows of up to 8 tiles a call (AVX-512).
+			for i := 0; i < l; i += 8 {
+				blas.WinoGatherRows(min(8, l-i), plane, ih0, H, W, iw0+4*i, v, base+i, R, winoIn)
+			}
+			t += l
+			continue
+		}
 		for r := 0; r < winoIn; r++ {
 			ih := ih0 + r
 			if uint(ih) >= uint(H) {

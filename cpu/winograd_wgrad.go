@@ -18,8 +18,10 @@ import (
 // [K, tiles]·[tiles, C] accumulated over chunks of tiles: 36 multiply-adds
 // per 16 outputs of ȳ and channel pair instead of 144. Its cost beyond the
 // products is two transforms per tile and channel (input and ȳ) and one
-// per weight, in portable Go: the products dominate on the layers it is
-// used for (winogradWgrad).
+// per weight, on the vector kernels where the forward pass has them (else
+// in portable Go). On rrdbnet's layers (4×32×32, 64..192 → 32 or 64
+// channels; one thread, Zen 4) the products with their packing are about
+// 55% of its time, the input's gather 20%, its transform 7%.
 
 // winoWgrad is the plan of one Winograd weight gradient of forward
 // geometry g: its own chunks of tiles (t a multiple of 16) and blocks of
@@ -29,31 +31,38 @@ type winoWgrad struct {
 	ldt int // row stride of V and Y: a chunk's tiles
 }
 
-// winogradWgrad returns the Winograd plan of the weight gradient of g where
-// it is measured faster: where the forward pass takes Winograd and both
-// sides have at least winoWgradMinC channels. With 64 channels the direct
-// weight gradient (blas.ConvWgrad) is as fast or faster (one thread, Zen 3,
-// CPU time: 64→64 on 8×32×32 12.0 ms direct, 13.1 Winograd; 128→128 on
-// 8×16×16 16.8 and 10.6; 256→256 on 8×8×8 12.4 and 9.7).
+// winogradWgrad returns the Winograd plan of the weight gradient of g
+// where the forward pass takes Winograd: with its vector transforms it is
+// faster than the direct weight gradient (blas.ConvWgrad) from 32 channels
+// on both sides (one thread, Zen 4, CPU time a call, medians of 3
+// interleaved runs, rrdbnet's layers on 4 images: 64→32 at 32×32 1.24 ms
+// against 1.96 direct, 128→32 2.64 and 3.82, 192→64 6.3 and 10.7, 64→64
+// 2.1 and 3.5, 64→64 at 128×128 35 and 62; resnet152's 64→64 on 8×32×32
+// 4.2 and 7.2; with the AVX2 kernels, before the vector transform of ȳ:
+// 64→32 2.19 and 2.49, 192→64 8.3 and 13.2). On Zen 3 a plan with a short
+// last chunk of tiles, the input transformed for whole chunks and ȳ in
+// portable Go measured 64→64 on 8×32×32 at 13.1 ms against 12.0 direct,
+// and took Winograd only from 128 channels.
 func winogradWgrad(g prim.ConvGeom) (winoWgrad, bool) {
 	w, ok := winogradFor(g)
-	if !ok || min(g.C, g.K) < winoWgradMinC {
+	if !ok {
 		return winoWgrad{}, false
 	}
 	return wgradPlan(w), true
 }
 
-// winoWgradMinC is the fewest channels on either side for which the weight
-// gradient takes Winograd.
-const winoWgradMinC = 128
-
 // wgradPlan sizes the chunks: V and Y of a chunk together about winoMaxU
-// (the products' depth is the chunk's tiles: the longer, the fewer passes
-// over M).
+// bytes times two (the products' depth is the chunk's tiles: the longer,
+// the fewer passes over M, and the fewer waits between the threads: with
+// two threads on a loaded machine, rrdbnet's 64→64 on 4×128×128 took 54
+// ms of CPU a call against 76 with chunks half as long, the direct weight
+// gradient 62; one thread, the same at either length).
 func wgradPlan(w winograd) winoWgrad {
-	all := (w.tiles + 15) / 16 * 16
-	tc := winoMaxU / 4 / (winoPts * (w.g.C + w.kb)) / 16 * 16
-	w.tc = min(max(tc, 64), all)
+	tc := max(winoMaxU/2/(winoPts*(w.g.C+w.kb))/16*16, 64) // elements: bytes/4 × 2
+	// Chunks of equal sizes (multiples of 16): a short last chunk costs a
+	// pass over M for few tiles.
+	n := (w.tiles + tc - 1) / tc
+	w.tc = ((w.tiles+n-1)/n + 15) / 16 * 16
 	// Rows 16 longer than the chunk: the vector gathers write whole
 	// groups of 8 tiles.
 	return winoWgrad{winograd: w, ldt: w.tc + 16}
@@ -86,20 +95,27 @@ func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
 		rows := min(w.kb, K-k0)
 		for t0 := 0; t0 < w.tiles; t0 += w.tc {
 			cnt := min(w.tc, w.tiles-t0)
-			if !oneChunk || k0 == 0 {
-				pool.For(C, max(1, 512/cnt), func(c0, c1 int) {
-					for c := c0; c < c1; c++ {
-						if vec {
-							w.inputVec(x, c, t0, cnt, v, w.vSize(), 16, w.ldt)
-						} else {
-							w.transformInputRows(x, c, t0, cnt, v)
-						}
-					}
-				})
+			// The input's channels (unless transformed already) and the
+			// block's rows of ȳ in one parallel loop: one wait fewer a
+			// chunk.
+			nc := C
+			if oneChunk && k0 > 0 {
+				nc = 0
 			}
-			pool.For(rows, max(1, 512/cnt), func(a, b int) {
-				for k := a; k < b; k++ {
-					w.transformGrad(gy, k0+k, k, t0, cnt, yt, vec)
+			pool.For(nc+rows, max(1, 512/cnt), func(a, b int) {
+				for i := a; i < b; i++ {
+					switch {
+					case i >= nc:
+						if k := i - nc; vec {
+							w.gradVec(gy, k0+k, k, t0, cnt, yt)
+						} else {
+							w.transformGrad(gy, k0+k, k, t0, cnt, yt, false)
+						}
+					case vec:
+						w.inputVec(x, i, t0, cnt, v, w.vSize(), 16, w.ldt)
+					default:
+						w.transformInputRows(x, i, t0, cnt, v)
+					}
 				}
 			})
 			var beta float32
@@ -167,7 +183,8 @@ func (w winoWgrad) transformInputRows(x []float32, c, t0, cnt int, v []float32) 
 
 // transformGrad writes A ȳ Aᵀ of output channel k (row kl of the block)
 // for the chunk's tiles: point ξ = 6i+j (tr: 6j+i, the order the vector
-// input transforms leave V in), yt[ξ*ySize() + kl*ldt + t], where
+// input transforms leave V in, and gradVec's, which the tests hold it to),
+// yt[ξ*ySize() + kl*ldt + t], where
 //
 //	A = [1  0 0  0]
 //	    [1  1 1  1]
@@ -228,6 +245,60 @@ func (w winoWgrad) transformGrad(gy []float32, k, kl, t0, cnt int, yt []float32,
 			q[4*rj] = c - e
 			q[5*rj] = d3
 		}
+	}
+}
+
+// gradVec is transformGrad (tr) on the vector kernels: the chunk's 4×4
+// tiles of output channel k are gathered into Y's rows (element (r, j) of
+// tile t into row 6j+r of row kl, column t; rows 6j+r for j = 4, 5 take
+// the next tile's columns and are overwritten), then transformed in place,
+// down the columns of each tile (rows 6j..6j+3 to 6j..6j+5, j < 4), then
+// along its rows (rows i, 6+i, 12+i, 18+i to i, 6+i, ..., 30+i).
+func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
+	g := w.g
+	K, OH, OW := g.K, g.OH, g.OW
+	R := w.ySize()
+	per := w.th * w.tw
+	rows := blas.WinoGatherRowsOK()
+	for t := 0; t < cnt; {
+		tt := t0 + t
+		n, q := tt/per, tt%per
+		ty, tx := q/w.tw, q%w.tw
+		l := min(w.tw-tx, cnt-t)
+		base := kl*w.ldt + t
+		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
+		oh0, ow0 := ty*winoOut, tx*winoOut
+		if rows {
+			// All four rows of up to 8 tiles a call (AVX-512).
+			for i := 0; i < l; i += 8 {
+				blas.WinoGatherRows(min(8, l-i), plane, oh0, OH, OW, ow0+4*i, yt, base+i, R, winoOut)
+			}
+			t += l
+			continue
+		}
+		for r := 0; r < winoOut; r++ {
+			if oh0+r >= OH {
+				for j := 0; j < winoOut; j++ {
+					clear(yt[base+(6*j+r)*R:][:l])
+				}
+				continue
+			}
+			row := plane[(oh0+r)*OW : (oh0+r+1)*OW]
+			// Whole groups of 8 lanes: the lanes past the run are later
+			// tiles, written after this, or the row's padding.
+			for i := 0; i < l; i += 8 {
+				blas.WinoGather(8, row, ow0+4*i, yt, base+r*R+i, R)
+			}
+		}
+		t += l
+	}
+	np := (cnt + 15) / 16
+	off := kl * w.ldt
+	for j := 0; j < winoOut; j++ {
+		blas.WinoGradA(np, yt, off+6*j*R, R, 16)
+	}
+	for i := 0; i < winoIn; i++ {
+		blas.WinoGradA(np, yt, off+i*R, 6*R, 16)
 	}
 }
 

@@ -11,6 +11,8 @@ var (
 	winoIn, winoOut func(n16 int, p *float32, rs, ps int) // nil: no assembly
 	winoWeight      func(n16 int, p *float32, rs, ps int)
 	winoWOut        func(n16 int, p *float32, rs, ps int)
+	winoGradA       func(n16 int, p *float32, rs, ps int)
+	winoGathRows    func(n int, plane *float32, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
 	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
 	winoWGath       func(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
@@ -64,6 +66,19 @@ func WinoWgradOutput(n16 int, p []float32, off, rs, ps int) {
 	winoCall(winoWOut, "WinoWgradOutput", n16, p, off, rs, ps)
 }
 
+// WinoGradA replaces rows s_0..s_3 by the 6 rows of A s (the transform of
+// the output gradient in the Winograd weight gradient), where
+//
+//	A = [1  0 0  0]
+//	    [1  1 1  1]
+//	    [1 -1 1 -1]
+//	    [1  2 4  8]
+//	    [1 -2 4 -8]
+//	    [0  0 0  1]
+func WinoGradA(n16 int, p []float32, off, rs, ps int) {
+	winoCall(winoGradA, "WinoGradA", n16, p, off, rs, ps)
+}
+
 func winoCall(f func(int, *float32, int, int), name string, n16 int, p []float32, off, rs, ps int) {
 	if n16 <= 0 {
 		return
@@ -93,6 +108,40 @@ func WinoGather(n int, row []float32, iw0 int, p []float32, off, rs int) {
 	}
 	winoGath(n, &row[0], iw0, len(row), &p[off], rs)
 }
+
+// WinoGatherRows is WinoGather for the first nrows <= 6 rows of the
+// patches of n <= 8 consecutive tiles of an h×w plane, whose top left
+// corner is at (ih0, iw0): for r < nrows, i < n and j < 6,
+// p[off + (6j+r)*rs + i] = plane[(ih0+r)*w + iw0 + 4i + j], zero outside
+// the plane. Only elements inside the plane are read, and only those of p
+// written (lanes past n are left alone).
+func WinoGatherRows(n int, plane []float32, ih0, h, w, iw0 int, p []float32, off, rs, nrows int) {
+	if n <= 0 || nrows <= 0 {
+		return
+	}
+	if n > 8 || nrows > 6 || h <= 0 || w <= 0 || len(plane) < h*w || off < 0 || rs < 8 || off+(30+nrows-1)*rs+n > len(p) {
+		panic(fmt.Sprintf("gemm: WinoGatherRows: bad arguments (n %d, plane %d of %d×%d, p %d at %d, rs %d, rows %d)", n, len(plane), h, w, len(p), off, rs, nrows))
+	}
+	if f := winoGathRows; f != nil {
+		f(n, &plane[0], ih0, h, w, iw0, &p[off], rs, nrows)
+		return
+	}
+	// One row at a time on the AVX2 gather (n lanes: it writes whole
+	// groups of 8 only when n is 8).
+	for r := 0; r < nrows; r++ {
+		ih := ih0 + r
+		if uint(ih) >= uint(h) {
+			for j := 0; j < 6; j++ {
+				clear(p[off+(6*j+r)*rs:][:n])
+			}
+			continue
+		}
+		WinoGather(n, plane[ih*w:(ih+1)*w], iw0, p, off+r*rs, rs)
+	}
+}
+
+// WinoGatherRowsOK reports whether WinoGatherRows has its one-call kernel.
+func WinoGatherRowsOK() bool { return winoGathRows != nil }
 
 // WinoScatter writes the outputs of n <= 8 consecutive tiles of one tile
 // row, after WinoOutput, plus b: for rows i < rows <= 4, tiles t < n and
@@ -136,4 +185,32 @@ func WinoWeightGather(n8 int, wt []float32, idx []int32, flip bool, p []float32,
 		f = 1
 	}
 	winoWGath(n8, &wt[0], &idx[0], &p[off], rs, f)
+}
+
+// KernelPackedTiles is KernelPacked for a column of tiles one above the
+// other: tile t multiplies the A panel at a[t*MR*k:] by b into the tile at
+// c[t*MR*ldc:], with KernelPacked's sums (the tile-column micro-kernel
+// where there is one, else one call a tile). One call for the blocks of
+// output channels of a Winograd product saves a call and its checks per
+// tile.
+func KernelPackedTiles(k, tiles int, a, b, c []float32, ldc int, acc bool) {
+	kern := sgemmKern
+	mr, nr := kern.mr, kern.nr
+	if tiles <= 0 {
+		return
+	}
+	if k <= 0 || kern.fnTiles == nil {
+		for t := 0; t < tiles; t++ {
+			KernelPacked(k, a[t*mr*max(k, 0):], b, c[t*mr*ldc:], ldc, acc)
+		}
+		return
+	}
+	if len(a) < tiles*mr*k || len(b) < nr*k || ldc < nr || len(c) < (tiles*mr-1)*ldc+nr {
+		panic(fmt.Sprintf("gemm: KernelPackedTiles: buffers too short (k %d, tiles %d, a %d, b %d, c %d, ldc %d)", k, tiles, len(a), len(b), len(c), ldc))
+	}
+	var beta float32
+	if acc {
+		beta = 1
+	}
+	kern.fnTiles(k, tiles, a, b, c, ldc, 1, beta, !acc, nil)
 }

@@ -21,6 +21,12 @@ func winoG6(n16 int, p *float32, rs, ps int)
 func winoGT6(n16 int, p *float32, rs, ps int)
 
 //go:noescape
+func winoGatherRows512(n int, plane *float32, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
+
+//go:noescape
+func winoA6(n16 int, p *float32, rs, ps int)
+
+//go:noescape
 func winoWGather(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
 
 func init() {
@@ -28,5 +34,11 @@ func init() {
 		winoIn, winoOut, winoWeight = winoBT6, winoAT6, winoG6
 		winoGath, winoScat = winoGather, winoScatter
 		winoWGath, winoWOut = winoWGather, winoGT6
+		winoGradA = winoA6
+	}
+	// With the AVX-512 kernel set (not when HEADROOM_SGEMM_KERNEL forces
+	// AVX2): masked loads and stores on opmasks, and one call a run.
+	if hasAVX512() && sgemmKern == kernAVX512 {
+		winoGathRows = winoGatherRows512
 	}
 }

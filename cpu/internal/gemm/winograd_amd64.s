@@ -577,3 +577,260 @@ gthalf:
 gtdone:
 	VZEROUPPER
 	RET
+
+// func winoA6(n16 int, p *float32, rs, ps int)
+// In place, rows s_0..s_3 of 16 floats at p + b*ps + r*rs -> rows 0..5 of
+// A s (the output gradient's transform of the Winograd weight gradient).
+// The sums are the portable transformGrad's: a = s0 + s2, b = s1 + s3,
+// c = s0 + 4 s2, e = 2 s1 + 8 s3 (the products by powers of two exact, so
+// the fused forms round as the separate ones).
+TEXT ·winoA6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x40800000, AX // 4
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x41000000, AX // 8
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	TESTQ CX, CX
+	JLE   adone
+
+aloop:
+	LEAQ (SI)(R11*1), DI // row 3
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+ahalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (DI), Y3
+
+	VADDPS Y2, Y0, Y4 // a = s0 + s2
+	VADDPS Y3, Y1, Y5 // b = s1 + s3
+	VADDPS Y5, Y4, Y6 // o1 = a + b
+	VSUBPS Y5, Y4, Y7 // o2 = a - b
+	VMOVAPS     Y0, Y8
+	VFMADD231PS Y12, Y2, Y8 // c = s0 + 4 s2
+	VADDPS      Y1, Y1, Y9
+	VFMADD231PS Y13, Y3, Y9 // e = 2 s1 + 8 s3
+	VADDPS Y9, Y8, Y10      // o3 = c + e
+	VSUBPS Y9, Y8, Y11      // o4 = c - e
+
+	VMOVUPS Y6, (BX)(R8*1)
+	VMOVUPS Y7, (BX)(R8*2)
+	VMOVUPS Y10, (DI)
+	VMOVUPS Y11, (DI)(R8*1)
+	VMOVUPS Y3, (DI)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ  ahalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ  aloop
+
+adone:
+	VZEROUPPER
+	RET
+
+// Lanes 0..15, and the indices of VPERMT2PS deinterleaving columns 4i+j
+// (i < 8) of two registers (columns 0..31): table j at winoDeint<>+64j.
+DATA winoLane16<>+0(SB)/4, $0
+DATA winoLane16<>+4(SB)/4, $1
+DATA winoLane16<>+8(SB)/4, $2
+DATA winoLane16<>+12(SB)/4, $3
+DATA winoLane16<>+16(SB)/4, $4
+DATA winoLane16<>+20(SB)/4, $5
+DATA winoLane16<>+24(SB)/4, $6
+DATA winoLane16<>+28(SB)/4, $7
+DATA winoLane16<>+32(SB)/4, $8
+DATA winoLane16<>+36(SB)/4, $9
+DATA winoLane16<>+40(SB)/4, $10
+DATA winoLane16<>+44(SB)/4, $11
+DATA winoLane16<>+48(SB)/4, $12
+DATA winoLane16<>+52(SB)/4, $13
+DATA winoLane16<>+56(SB)/4, $14
+DATA winoLane16<>+60(SB)/4, $15
+GLOBL winoLane16<>(SB), RODATA|NOPTR, $64
+
+DATA winoDeint<>+0(SB)/4, $0
+DATA winoDeint<>+4(SB)/4, $4
+DATA winoDeint<>+8(SB)/4, $8
+DATA winoDeint<>+12(SB)/4, $12
+DATA winoDeint<>+16(SB)/4, $16
+DATA winoDeint<>+20(SB)/4, $20
+DATA winoDeint<>+24(SB)/4, $24
+DATA winoDeint<>+28(SB)/4, $28
+DATA winoDeint<>+32(SB)/4, $0
+DATA winoDeint<>+36(SB)/4, $0
+DATA winoDeint<>+40(SB)/4, $0
+DATA winoDeint<>+44(SB)/4, $0
+DATA winoDeint<>+48(SB)/4, $0
+DATA winoDeint<>+52(SB)/4, $0
+DATA winoDeint<>+56(SB)/4, $0
+DATA winoDeint<>+60(SB)/4, $0
+DATA winoDeint<>+64(SB)/4, $1
+DATA winoDeint<>+68(SB)/4, $5
+DATA winoDeint<>+72(SB)/4, $9
+DATA winoDeint<>+76(SB)/4, $13
+DATA winoDeint<>+80(SB)/4, $17
+DATA winoDeint<>+84(SB)/4, $21
+DATA winoDeint<>+88(SB)/4, $25
+DATA winoDeint<>+92(SB)/4, $29
+DATA winoDeint<>+96(SB)/4, $0
+DATA winoDeint<>+100(SB)/4, $0
+DATA winoDeint<>+104(SB)/4, $0
+DATA winoDeint<>+108(SB)/4, $0
+DATA winoDeint<>+112(SB)/4, $0
+DATA winoDeint<>+116(SB)/4, $0
+DATA winoDeint<>+120(SB)/4, $0
+DATA winoDeint<>+124(SB)/4, $0
+DATA winoDeint<>+128(SB)/4, $2
+DATA winoDeint<>+132(SB)/4, $6
+DATA winoDeint<>+136(SB)/4, $10
+DATA winoDeint<>+140(SB)/4, $14
+DATA winoDeint<>+144(SB)/4, $18
+DATA winoDeint<>+148(SB)/4, $22
+DATA winoDeint<>+152(SB)/4, $26
+DATA winoDeint<>+156(SB)/4, $30
+DATA winoDeint<>+160(SB)/4, $0
+DATA winoDeint<>+164(SB)/4, $0
+DATA winoDeint<>+168(SB)/4, $0
+DATA winoDeint<>+172(SB)/4, $0
+DATA winoDeint<>+176(SB)/4, $0
+DATA winoDeint<>+180(SB)/4, $0
+DATA winoDeint<>+184(SB)/4, $0
+DATA winoDeint<>+188(SB)/4, $0
+DATA winoDeint<>+192(SB)/4, $3
+DATA winoDeint<>+196(SB)/4, $7
+DATA winoDeint<>+200(SB)/4, $11
+DATA winoDeint<>+204(SB)/4, $15
+DATA winoDeint<>+208(SB)/4, $19
+DATA winoDeint<>+212(SB)/4, $23
+DATA winoDeint<>+216(SB)/4, $27
+DATA winoDeint<>+220(SB)/4, $31
+DATA winoDeint<>+224(SB)/4, $0
+DATA winoDeint<>+228(SB)/4, $0
+DATA winoDeint<>+232(SB)/4, $0
+DATA winoDeint<>+236(SB)/4, $0
+DATA winoDeint<>+240(SB)/4, $0
+DATA winoDeint<>+244(SB)/4, $0
+DATA winoDeint<>+248(SB)/4, $0
+DATA winoDeint<>+252(SB)/4, $0
+GLOBL winoDeint<>(SB), RODATA|NOPTR, $256
+
+// Six rows (column j of the patches) from Z8 at BX, BX+R12, ...: lanes < n.
+#define STORE6(reg) \
+	VMOVUPS reg, K5, (BX) \
+	ADDQ    R12, BX
+
+// func winoGatherRows512(n int, plane *float32, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
+// AVX-512F. For rows r < nrows of the patches of n <= 8 consecutive tiles
+// (4 columns apart) of an h×w plane, i < n, j < 6: dst[(6j+r)*rs + i] =
+// plane[(ih0+r)*w + iw0 + 4i + j], zero outside the plane (nothing outside
+// it is read: masked loads).
+TEXT ·winoGatherRows512(SB), NOSPLIT, $0-72
+	MOVQ n+0(FP), CX
+	MOVQ plane+8(FP), SI
+	MOVQ ih0+16(FP), AX
+	MOVQ h+24(FP), R8
+	MOVQ w+32(FP), R9
+	MOVQ iw0+40(FP), R10
+	MOVQ dst+48(FP), DI
+	MOVQ rs+56(FP), R11
+	MOVQ nrows+64(FP), R14
+	SHLQ $2, R11
+	LEAQ (R11)(R11*2), R12
+	SHLQ $1, R12 // 6 rows, in bytes
+
+	// Column masks of the four loads (columns 0-15, 16-31, 4-19, 20-35
+	// of the run): iw0 + c < w, unsigned (negative columns fail too).
+	VMOVDQU32    winoLane16<>(SB), Z15
+	VPBROADCASTD R10, Z14
+	VPADDD       Z15, Z14, Z13
+	VPBROADCASTD R9, Z12
+	VPCMPUD      $1, Z12, Z13, K1
+	MOVL         $16, DX
+	VPBROADCASTD DX, Z11
+	VPADDD       Z11, Z13, Z10
+	VPCMPUD      $1, Z12, Z10, K2
+	MOVL         $4, DX
+	VPBROADCASTD DX, Z11
+	VPADDD       Z11, Z13, Z10
+	VPCMPUD      $1, Z12, Z10, K3
+	MOVL         $20, DX
+	VPBROADCASTD DX, Z11
+	VPADDD       Z11, Z13, Z10
+	VPCMPUD      $1, Z12, Z10, K4
+	// Store mask: lanes < n.
+	VPBROADCASTD CX, Z11
+	VPCMPUD      $1, Z11, Z15, K5
+
+	VMOVUPS winoDeint<>+0(SB), Z4
+	VMOVUPS winoDeint<>+64(SB), Z5
+	VMOVUPS winoDeint<>+128(SB), Z6
+	VMOVUPS winoDeint<>+192(SB), Z7
+	SHLQ    $2, R9 // row stride, bytes
+	LEAQ    (SI)(R10*4), SI // column iw0 of row 0
+
+	TESTQ R14, R14
+	JLE   grdone
+
+grloop:
+	MOVQ DI, BX
+	CMPQ AX, R8
+	JAE  grzero // ih0+r outside [0, h)
+
+	MOVQ  AX, R13
+	IMULQ R9, R13
+	ADDQ  SI, R13
+	VMOVUPS.Z (R13), K1, Z0
+	VMOVUPS.Z 64(R13), K2, Z1
+	VMOVUPS.Z 16(R13), K3, Z2
+	VMOVUPS.Z 80(R13), K4, Z3
+
+	VMOVAPS   Z0, Z8
+	VPERMT2PS Z1, Z4, Z8 // column 4i
+	STORE6(Z8)
+	VMOVAPS   Z0, Z8
+	VPERMT2PS Z1, Z5, Z8 // 4i+1
+	STORE6(Z8)
+	VMOVAPS   Z0, Z8
+	VPERMT2PS Z1, Z6, Z8 // 4i+2
+	STORE6(Z8)
+	VPERMT2PS Z1, Z7, Z0 // 4i+3
+	STORE6(Z0)
+	VMOVAPS   Z2, Z8
+	VPERMT2PS Z3, Z4, Z8 // 4i+4
+	STORE6(Z8)
+	VPERMT2PS Z3, Z5, Z2 // 4i+5
+	STORE6(Z2)
+	JMP grnext
+
+grzero:
+	VPXORD Z8, Z8, Z8
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+
+grnext:
+	INCQ AX
+	ADDQ R11, DI
+	DECQ R14
+	JNZ  grloop
+
+grdone:
+	VZEROUPPER
+	RET
