@@ -110,8 +110,8 @@ func TestCandidatesRankedByKernelCost(t *testing.T) {
 // 64→64 convolution (75 MFLOP) is below the size the cpu takes Winograd
 // for, so two micro-batches of one are estimated slower than one of two
 // by the arithmetic its forward pass and input gradient lose, (2·75.5 −
-// 41.3) MFLOP each, counted from the shapes as in cpu's
-// TestWinogradFlops. The ops' declarations alone would see the two plans
+// 41.3) MFLOP each, and its weight gradient, (2·75.5 − 41.1) MFLOP,
+// counted from the shapes as in cpu's TestWinogradFlops. The ops' declarations alone would see the two plans
 // as equal but for per-node overheads.
 func TestMicroBatchLosesWinograd(t *testing.T) {
 	needWinograd(t)
@@ -130,8 +130,12 @@ func TestMicroBatchLosesWinograd(t *testing.T) {
 	const (
 		direct   = 2.0 * 9 * 64 * 64 * 32 * 32                               // one image
 		winograd = 2*36*64*64*128 + 12*19*64*128 + 10*13*64*128 + 9*17*64*64 // two images, 128 tiles
+		// The weight gradient's: ȳ's transforms instead of the output's,
+		// the weight gradient's instead of the weight's.
+		wgrad = 2*36*64*64*128 + 12*19*64*128 + 10*11*64*128 + 9*16*64*64
 	)
-	lost := 2 * (2*direct - winograd) / DefaultCost.FLOPS // forward and input gradient
+	// Forward and input gradient, and the weight gradient.
+	lost := (2*(2*direct-winograd) + (2*direct - wgrad)) / DefaultCost.FLOPS
 	extra := step(1) - step(2)
 	t.Logf("1 x 2 over 2 x 1: %.3f ms estimated; Winograd's arithmetic lost: %.3f ms", extra*1e3, lost*1e3)
 	if extra < lost || extra > 1.1*lost {
