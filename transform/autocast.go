@@ -637,15 +637,18 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		outputs[t] = true
 	}
 	// onlyMatmuls reports whether n's output is read only by float32
-	// matmuls, directly or through reshapes (which then reshape the
-	// 16-bit value instead).
-	var onlyMatmuls func(n *trace.Node) bool
-	onlyMatmuls = func(n *trace.Node) bool {
+	// matmuls (or, for a bfloat16 value lo, convolutions), directly or
+	// through reshapes (which then reshape the 16-bit value instead).
+	var onlyMatmuls func(n *trace.Node, lo tensor.DType) bool
+	onlyMatmuls = func(n *trace.Node, lo tensor.DType) bool {
 		if len(cons[n.ID]) == 0 {
 			return false
 		}
 		for _, c := range cons[n.ID] {
-			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c) {
+			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c, lo) {
+				continue
+			}
+			if lo == tensor.BFloat16 && convReadsLow(c, n.Outputs[0]) {
 				continue
 			}
 			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
@@ -674,7 +677,7 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		if lo == tensor.Invalid || outputs[n.Outputs[0]] {
 			return tensor.Invalid
 		}
-		if !onlyMatmuls(n) {
+		if !onlyMatmuls(n, lo) {
 			return tensor.Invalid
 		}
 		return lo
@@ -707,6 +710,11 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 				c.Op = &prim.MatMul{TransA: mm.TransA, TransB: mm.TransB, Mixed: true}
 				node = &c
 			}
+			if op, ok := mixedConv(n, ins); ok {
+				c := *node
+				c.Op = op
+				node = &c
+			}
 			for i, o := range out.Clone(node, ins) {
 				mapped[n.Outputs[i]] = o
 			}
@@ -716,4 +724,41 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 	})
 	return out, removed, err
+}
+
+// convReadsLow reports whether c is a float32 convolution that reads t,
+// one of its operands, as bfloat16 in place: a weight gradient, whose
+// kernel reads 16-bit operands as a matmul's does (the native bf16
+// product where the CPU has one and the other operand holds bf16 values
+// too; else widened, the float32 convolution's arithmetic). The forward
+// and input-gradient convolutions keep their float32 copies: their
+// float32 Winograd kernels beat the native bf16 product there
+// (cpu/convbf16.go), and widening in the kernel would hold both copies
+// at once.
+func convReadsLow(c *trace.Node, t *trace.Tensor) bool {
+	o, ok := c.Op.(*prim.Conv2dBackwardWeight)
+	return ok && !o.Mixed && isF32(c.Outputs[0])
+}
+
+// mixedConv is convolution n as a mixed op when its (mapped) inputs ins
+// are not all float32.
+func mixedConv(n *trace.Node, ins []*trace.Tensor) (trace.Op, bool) {
+	if len(ins) < 2 || isF32(ins[0]) && isF32(ins[1]) {
+		return nil, false
+	}
+	switch o := n.Op.(type) {
+	case *prim.Conv2dOp:
+		c := *o
+		c.Mixed = true
+		return &c, true
+	case *prim.Conv2dBackwardInput:
+		c := *o
+		c.Mixed = true
+		return &c, true
+	case *prim.Conv2dBackwardWeight:
+		c := *o
+		c.Mixed = true
+		return &c, true
+	}
+	return nil, false
 }
