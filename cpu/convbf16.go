@@ -547,22 +547,40 @@ func convWgradTiledBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, g
 
 // packWgradA packs the A panel of kp position pairs from p0 on: lane i <
 // lanes reads the pairs of the padded image from bases[i], zero lanes
-// past them.
+// past them. A full panel's runs of 16 pairs within an output row are
+// transposed 8 lanes at a time (blas.PackLanes8), the rest read pair by
+// pair.
 func packWgradA(a []uint32, mr, lanes int, bases []int, xp []uint16, p0, kp, ow, wp int) {
 	_ = xp[len(xp)-1]
 	xb := unsafe.Pointer(unsafe.SliceData(xp))
-	oh, w := p0/ow, p0%ow
 	bases = bases[:lanes]
-	for q := 0; q < kp; q++ {
+	for q := 0; q < kp; {
+		p := p0 + 2*q
+		oh, w := p/ow, p%ow
+		seg := min(kp-q, (ow-w)/2) // pairs left in this output row
 		ro := oh*wp + w
-		d := a[q*mr : q*mr+mr]
-		for i, b := range bases {
-			// Two adjacent bf16 values, the first low (little endian).
-			d[i] = *(*uint32)(unsafe.Add(xb, 2*(b+ro)))
+		if n16 := seg / 16; n16 > 0 && lanes == mr && mr%8 == 0 {
+			var offs [8]int
+			ok := true
+			for g8 := 0; g8 < mr && ok; g8 += 8 {
+				for i := range offs {
+					offs[i] = bases[g8+i] + ro
+				}
+				ok = blas.PackLanes8(xp, &offs, n16, a[q*mr+g8:], mr)
+			}
+			if ok {
+				q += 16 * n16
+				seg -= 16 * n16
+				ro += 32 * n16
+			}
 		}
-		clear(d[lanes:])
-		if w += 2; w == ow {
-			oh, w = oh+1, 0
+		for ; seg > 0; seg, q, ro = seg-1, q+1, ro+2 {
+			d := a[q*mr : q*mr+mr]
+			for i, b := range bases {
+				// Two adjacent bf16 values, the first low (little endian).
+				d[i] = *(*uint32)(unsafe.Add(xb, 2*(b+ro)))
+			}
+			clear(d[lanes:])
 		}
 	}
 }

@@ -1,0 +1,17 @@
+//go:build amd64 && !purego
+
+package gemm
+
+// lanes8x16 is in bf16pack_amd64.s: for block b < blocks, lane i < 8 and
+// q < 16, dst[(16b+q)*w+i] = the dword at byte offset offs[i]+64b+4q
+// from src.
+//
+//go:noescape
+func lanes8x16(src *uint16, offs *int, blocks int, dst *uint32, w int)
+
+var lanesAsm = func() func(src *uint16, offs *int, blocks int, dst *uint32, w int) {
+	if hasAVX512() {
+		return lanes8x16
+	}
+	return nil
+}()
