@@ -233,13 +233,26 @@ func TestConvBF16Native(t *testing.T) {
 				for i, h := range gy {
 					gy32[i] = float32(bfF(h))
 				}
-				if !bf16Exact(gy32) {
+				clear(gw)
+				if !convWgradTiledBF16(pool, tile, g, nil, gy32, x, gw, make([]byte, convWgradTiledBytes(g))) {
 					t.Fatalf("%s: widened bf16 values not found exact", what)
 				}
-				clear(gw)
-				convWgradTiledBF16(pool, tile, g, nil, gy32, x, gw, make([]byte, convWgradTiledBytes(g)))
 				if i, ok := sameF32Bits(gw, wantGW); !ok {
 					t.Errorf("%s: weight gradient of float32 ȳ, element %d is %g, reference %g", what, i, gw[i], wantGW[i])
+				}
+				// One value that is no bf16 number: declined, gw untouched.
+				gy32[len(gy32)-1] += 0x1p-20 * gy32[len(gy32)-1]
+				if gy32[len(gy32)-1] == float32(bfF(gy[len(gy)-1])) {
+					gy32[len(gy32)-1] = 1 + 0x1p-20
+				}
+				clear(gw)
+				if convWgradTiledBF16(pool, tile, g, nil, gy32, x, gw, make([]byte, convWgradTiledBytes(g))) {
+					t.Errorf("%s: float32 ȳ with a value that is no bf16 number taken natively", what)
+				}
+				for i, v := range gw {
+					if v != 0 {
+						t.Fatalf("%s: declined weight gradient wrote element %d", what, i)
+					}
 				}
 			}
 
@@ -299,6 +312,11 @@ func BenchmarkConvBF16(b *testing.B) {
 			{"bwd_weight", func() *kernelCase {
 				return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, y, x)
 			}},
+			{"bwd_weight_f32gy", func() *kernelCase {
+				// ȳ as the float32 copy other readers keep (bf16 values).
+				y32 := trace.Meta{DType: tensor.Float32, Shape: y.Shape}
+				return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, y32, x)
+			}},
 		}
 		for _, c := range cases {
 			for _, native := range []bool{true, false} {
@@ -307,6 +325,12 @@ func BenchmarkConvBF16(b *testing.B) {
 					k := c.k()
 					r := rand.New(rand.NewPCG(3, 4))
 					for _, t := range k.in {
+						if t.DType == tensor.Float32 {
+							for i, h := range randBF16Vals(r, len(t.F32())) {
+								t.F32()[i] = float32(bfF(h))
+							}
+							continue
+						}
 						copy(t.U16(), randBF16Vals(r, len(t.U16())))
 					}
 					benchKernel(b, k, flops)

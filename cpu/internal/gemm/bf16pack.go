@@ -8,7 +8,7 @@ import "fmt"
 // parity). It reports false, writing nothing, where the CPU has no
 // assembly for it (the caller packs otherwise).
 func PackLanes8(src []uint16, offs *[8]int, blocks int, dst []uint32, w int) bool {
-	if lanesAsm == nil || blocks <= 0 {
+	if !lanesOK || blocks <= 0 {
 		return false
 	}
 	var bo [8]int
@@ -21,6 +21,6 @@ func PackLanes8(src []uint16, offs *[8]int, blocks int, dst []uint32, w int) boo
 	if w < 8 || len(dst) < (16*blocks-1)*w+8 {
 		panic(fmt.Sprintf("gemm: PackLanes8 writes %d lanes of %d dwords into %d", w, 16*blocks, len(dst)))
 	}
-	lanesAsm(&src[0], &bo[0], blocks, &dst[0], w)
+	lanes(&src[0], &bo[0], blocks, &dst[0], w)
 	return true
 }

@@ -9,9 +9,11 @@ package gemm
 //go:noescape
 func lanes8x16(src *uint16, offs *int, blocks int, dst *uint32, w int)
 
-var lanesAsm = func() func(src *uint16, offs *int, blocks int, dst *uint32, w int) {
-	if hasAVX512() {
-		return lanes8x16
-	}
-	return nil
-}()
+// lanesOK reports whether the CPU runs lanes8x16.
+var lanesOK = hasAVX512()
+
+// lanes calls lanes8x16 directly (through a func value its arguments
+// would escape: an allocation per call).
+func lanes(src *uint16, offs *int, blocks int, dst *uint32, w int) {
+	lanes8x16(src, offs, blocks, dst, w)
+}

@@ -8,7 +8,7 @@ import (
 // PackLanes8 writes the pairs its definition names, for odd and even
 // offsets, panel widths 8, 16 and 24, and several blocks.
 func TestPackLanes8(t *testing.T) {
-	if lanesAsm == nil {
+	if !lanesOK {
 		t.Skip("no assembly for PackLanes8 on this CPU")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
