@@ -2,10 +2,10 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
@@ -458,7 +458,7 @@ func convWgradTiledBytes(g prim.ConvGeom) int {
 		mr, nr = t.MR(), t.NR()
 	}
 	hp, wp, blocks, panB, mPad, nPad := convWgradTiledDims(g, mr, nr)
-	return align64(2*(g.C*hp*wp+2)) + align64(4*g.N*blocks*panB*nr*convWgradKC/2) + 4*mPad*nPad
+	return align64(2*(g.C*hp*wp+2)) + align64(4*blocks*panB*nr*convWgradKC/2) + 4*mPad*nPad
 }
 
 var convPanels = sync.Pool{New: func() any { return new([]uint32) }}
@@ -475,30 +475,11 @@ func convWgradTiledBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, g
 	kpMax := convWgradKC / 2
 	xp := convWsU16(ws, 0, g.C*hp*wp+2)
 	off := align64(2 * len(xp))
-	bp := unsafe.Slice((*uint32)(unsafe.Pointer(&ws[off])), g.N*blocks*panB*nr*kpMax)
+	bp := unsafe.Slice((*uint32)(unsafe.Pointer(&ws[off])), blocks*panB*nr*kpMax)
 	off += align64(4 * len(bp))
 	sum := convWsF32(ws, off, mPad*nPad)
 	plane := g.H * g.W
-	// ȳ's B panels, every image's first: float32 values are checked to be
-	// bf16 numbers on the way.
-	var inexact atomic.Bool
-	pool.For(g.N*blocks*panB, 1, func(lo, hi int) {
-		for u := lo; u < hi; u++ {
-			n, b, jp := u/(blocks*panB), u/panB%blocks, u%panB
-			p0 := b * convWgradKC
-			kcur := min(convWgradKC, P-p0)
-			k0 := jp * nr
-			dst := bp[u*nr*kpMax : u*nr*kpMax+nr*((kcur+1)/2)]
-			if gy32 != nil {
-				if !packPairsHigh(dst, nr, gy32, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur) {
-					inexact.Store(true)
-				}
-				continue
-			}
-			blas.PackPairsRows(dst, nr, gy, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur)
-		}
-	})
-	if inexact.Load() {
+	if gy32 != nil && !bf16Exact(gy32) {
 		return false
 	}
 	for n := 0; n < g.N; n++ {
@@ -518,6 +499,20 @@ func convWgradTiledBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, g
 			}
 		})
 		xp[g.C*hp*wp], xp[g.C*hp*wp+1] = 0, 0
+		pool.For(blocks*panB, 1, func(lo, hi int) {
+			for u := lo; u < hi; u++ {
+				b, jp := u/panB, u%panB
+				p0 := b * convWgradKC
+				kcur := min(convWgradKC, P-p0)
+				k0 := jp * nr
+				dst := bp[u*nr*kpMax : u*nr*kpMax+nr*((kcur+1)/2)]
+				if gy32 != nil {
+					packPairsHigh(dst, nr, gy32, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur)
+					continue
+				}
+				blas.PackPairsRows(dst, nr, gy, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur)
+			}
+		})
 		pool.For(mPad/mr, 1, func(lo, hi int) {
 			ap := convPanels.Get().(*[]uint32)
 			defer convPanels.Put(ap)
@@ -538,7 +533,7 @@ func convWgradTiledBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, g
 					kp := min(convWgradKC, P-p0) / 2
 					packWgradA(a[:mr*kp], mr, lanes, bases, xp, p0, kp, g.OW, wp)
 					for jp := 0; jp < panB; jp++ {
-						u := (n*blocks+b)*panB + jp
+						u := b*panB + jp
 						t.Run(kp, a[:mr*kp], bp[u*nr*kpMax:u*nr*kpMax+nr*kp], sum[ip*mr*nPad+jp*nr:], nPad, n == 0 && b == 0)
 					}
 				}
@@ -596,24 +591,35 @@ func packWgradA(a []uint32, mr, lanes int, bases []int, xp []uint16, p0, kp, ow,
 	}
 }
 
+// bf16Exact reports whether every value of v is a bfloat16 number (its
+// low 16 bits zero), so that its high halves are it exactly.
+func bf16Exact(v []float32) bool {
+	var a, b uint64
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		a |= *(*uint64)(unsafe.Pointer(&v[i]))
+		b |= *(*uint64)(unsafe.Pointer(&v[i+2]))
+	}
+	for ; i < len(v); i++ {
+		a |= uint64(math.Float32bits(v[i]))
+	}
+	return (a|b)&0x0000ffff0000ffff == 0
+}
+
 // packPairsHigh is blas.PackPairsRows from float32 rows (kcur even) of
-// bf16 numbers, their high halves; it reports whether every value read
-// was one (its low half zero).
-func packPairsHigh(dst []uint32, w int, src []float32, off, ld, lanes, kcur int) bool {
+// bf16 numbers: their high halves.
+func packPairsHigh(dst []uint32, w int, src []float32, off, ld, lanes, kcur int) {
 	kp := kcur / 2
-	var low uint64
 	for r := 0; r < lanes; r++ {
 		s := src[off+r*ld : off+r*ld+2*kp]
 		d := dst[r : r+(kp-1)*w+1]
 		for q := 0; q < kp; q++ {
 			// Two floats, the first low (little endian).
 			u := *(*uint64)(unsafe.Pointer(&s[2*q]))
-			low |= u
 			d[q*w] = uint32(u>>16)&0xffff | uint32(u>>32)&0xffff0000
 		}
 	}
 	for q := 0; q < kp; q++ {
 		clear(dst[q*w+lanes : q*w+w])
 	}
-	return low&0x0000ffff0000ffff == 0
 }

@@ -11,8 +11,9 @@ import (
 
 // Precision is a training step's numeric precision.
 //
-// The cpu kernels compute in float32 (but for bf16×bf16 matmuls on CPUs
-// with AVX512-BF16, which run on a native kernel), so the low-precision
+// The cpu kernels compute in float32 (but for bf16×bf16 matmuls and bf16
+// conv weight gradients on CPUs with AVX512-BF16, which run on a native
+// kernel), so the low-precision
 // modes are emulated: a value "held in bfloat16" is a float32 tensor whose numbers
 // are exactly bfloat16 numbers, made by rounding (a cast to bfloat16 and
 // back, round-to-nearest-even). An op "run in bfloat16" reads rounded
@@ -23,10 +24,11 @@ import (
 // precision are stored in their 16-bit form between forward and backward
 // (Compress), so activation memory behaves like real mixed precision;
 // values in flight inside the forward or backward pass stay 4 bytes. A
-// matmul reads its 16-bit operands in place (ReadLow, which
-// ApplyPrecision runs last); other low-precision ops (convolution,
-// attention) read transient float32 copies of their rounded operands where
-// a native kernel would read 2-byte ones (the plan counts them).
+// matmul (and a bf16 conv weight gradient) reads its 16-bit operands in
+// place (ReadLow, which ApplyPrecision runs last); other low-precision ops
+// (convolution, attention) read transient float32 copies of their rounded
+// operands where a native kernel would read 2-byte ones (the plan counts
+// them).
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
@@ -609,8 +611,9 @@ var foldOnly = false
 // ReadLow returns a copy of g in which matrix products read 16-bit operands
 // in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
 // from it, as Autocast and Compress make) that only matmuls read is
-// dropped and the matmuls (prim.MatMul with Mixed) read the 16-bit tensor;
-// a parameter rounded for matmuls only (prim.Round) is cast to the 16-bit
+// dropped and the matmuls (prim.MatMul with Mixed) read the 16-bit tensor
+// (for bfloat16, conv weight gradients too: convReadsLow, the conv ops
+// with Mixed); a parameter rounded for matmuls only (prim.Round) is cast to the 16-bit
 // type instead, a 2-byte copy rather than a 4-byte one. A mixed matmul
 // converts its operands exactly as it packs them and computes the same
 // float32 sums, so every value of g is unchanged, bit for bit; only the
