@@ -80,7 +80,9 @@ func convBF16Native(op trace.Op, g prim.ConvGeom) bool {
 		_, flip := convInputGeom(g)
 		return convBF16On&convBF16Bwi != 0 && g.SH == 1 && g.SW == 1 && flip
 	case *prim.Conv2dBackwardWeight:
-		return convBF16On&convBF16Bww != 0
+		// Tiled only: through an explicit im2col matrix the native
+		// product was slower than the float32 kernels (rrdbnet's layers).
+		return convBF16On&convBF16Bww != 0 && convWgradTiled(g)
 	}
 	return false
 }
@@ -137,12 +139,11 @@ func convBF16Bytes(op trace.Op, g prim.ConvGeom) int {
 		gt, _ := convInputGeom(g)
 		return align64(2*g.K*kk) + convBF16ForwardBytes(gt)
 	case *prim.Conv2dBackwardWeight:
-		cols := convBF16Rows(g) * g.OW
-		n := align64(2*kk*cols) + align64(2*g.K*cols) + 4*kk*g.K
 		if convWgradTiled(g) {
-			n = max(n, convWgradTiledBytes(g))
+			return convWgradTiledBytes(g)
 		}
-		return n
+		cols := convBF16Rows(g) * g.OW
+		return align64(2*kk*cols) + align64(2*g.K*cols) + 4*kk*g.K
 	}
 	return 0
 }
