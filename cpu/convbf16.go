@@ -484,29 +484,30 @@ func convWgradTiledBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, g
 		return false
 	}
 	for n := 0; n < g.N; n++ {
-		// The padded image (zero border), and ȳ's B panels.
-		pool.For(g.C, max(1, 4096/(hp*wp)), func(c0, c1 int) {
-			for c := c0; c < c1; c++ {
-				dst := xp[c*hp*wp : (c+1)*hp*wp]
-				clear(dst[:g.PH*wp])
-				clear(dst[(g.PH+g.H)*wp:])
-				src := x[(n*g.C+c)*plane : (n*g.C+c+1)*plane]
-				for h := 0; h < g.H; h++ {
-					row := dst[(g.PH+h)*wp : (g.PH+h+1)*wp]
-					clear(row[:g.PW])
-					copy(row[g.PW:g.PW+g.W], src[h*g.W:(h+1)*g.W])
-					clear(row[g.PW+g.W:])
-				}
-			}
-		})
+		// The padded image (zero border) a channel per task, and ȳ's B
+		// panels, in one parallel loop.
 		xp[g.C*hp*wp], xp[g.C*hp*wp+1] = 0, 0
-		pool.For(blocks*panB, 1, func(lo, hi int) {
+		pool.For(g.C+blocks*panB, 1, func(lo, hi int) {
 			for u := lo; u < hi; u++ {
-				b, jp := u/panB, u%panB
+				if c := u; c < g.C {
+					dst := xp[c*hp*wp : (c+1)*hp*wp]
+					clear(dst[:g.PH*wp])
+					clear(dst[(g.PH+g.H)*wp:])
+					src := x[(n*g.C+c)*plane : (n*g.C+c+1)*plane]
+					for h := 0; h < g.H; h++ {
+						row := dst[(g.PH+h)*wp : (g.PH+h+1)*wp]
+						clear(row[:g.PW])
+						copy(row[g.PW:g.PW+g.W], src[h*g.W:(h+1)*g.W])
+						clear(row[g.PW+g.W:])
+					}
+					continue
+				}
+				v := u - g.C
+				b, jp := v/panB, v%panB
 				p0 := b * convWgradKC
 				kcur := min(convWgradKC, P-p0)
 				k0 := jp * nr
-				dst := bp[u*nr*kpMax : u*nr*kpMax+nr*((kcur+1)/2)]
+				dst := bp[v*nr*kpMax : v*nr*kpMax+nr*((kcur+1)/2)]
 				if gy32 != nil {
 					packPairsHigh(dst, nr, gy32, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur)
 					continue
