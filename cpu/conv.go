@@ -146,8 +146,17 @@ func convForwardScratch(g prim.ConvGeom) int {
 }
 
 // convWorkspace is the scratch a conv node needs. It depends on the node's
-// shapes and dtype only.
+// shapes and dtypes only.
 func convWorkspace(n *trace.Node) int64 {
+	if convMixedNode(n) {
+		return convMixedWorkspace(n)
+	}
+	return convFloatWorkspace(n)
+}
+
+// convFloatWorkspace is convWorkspace for float operands (of a mixed
+// node: of its float32 kernel, on widened operands).
+func convFloatWorkspace(n *trace.Node) int64 {
 	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
 	if err != nil {
 		return 0
@@ -588,6 +597,9 @@ func convForward[T Float](pool *parallel.Pool, g prim.ConvGeom, x, w, bias, y, w
 }
 
 func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	if convMixed(in) {
+		return convMixedKernel(pool, n, in, out, ws, convForwardKernel[float32])
+	}
 	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
 	if err != nil {
 		return err
@@ -636,6 +648,9 @@ func gatherChunk[T Float](pool *parallel.Pool, t []T, K, P, n0, cnt int, dst []T
 }
 
 func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	if convMixed(in) {
+		return convMixedKernel(pool, n, in, out, ws, convInputGradKernel[float32])
+	}
 	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
 	if err != nil {
 		return err
@@ -712,6 +727,9 @@ func convInputGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []
 }
 
 func convWeightGradKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
+	if convMixed(in) {
+		return convMixedKernel(pool, n, in, out, ws, convWeightGradKernel[float32])
+	}
 	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
 	if err != nil {
 		return err

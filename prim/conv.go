@@ -109,8 +109,15 @@ func ConvGeometry(x, w tensor.Shape, o ConvOpts) (ConvGeom, error) {
 
 // Conv2dOp is a 2-D convolution (cross-correlation, as PyTorch) of input 0
 // [N, C, H, W] with weight input 1 [K, C/groups, kH, kW], plus the optional
-// bias input 2 [K]. Opts is normalized (no zero fields).
-type Conv2dOp struct{ Opts ConvOpts }
+// bias input 2 [K]. Opts is normalized (no zero fields). With Mixed, as
+// MatMul's, each input may be float32, bfloat16 or float16 and the output
+// is float32, accumulated in float32 from the inputs' exact float32 values
+// (transform.ReadLow makes such convolutions read 16-bit operands in
+// place); the same holds for the two backward ops.
+type Conv2dOp struct {
+	Opts  ConvOpts
+	Mixed bool
+}
 
 func (o *Conv2dOp) Name() string { return "conv2d" }
 
@@ -129,10 +136,8 @@ func (o *Conv2dOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if len(in) != 2 && len(in) != 3 {
 		return nil, fmt.Errorf("expected 2 or 3 inputs (input, weight, bias), got %d", len(in))
 	}
-	if err := sameDType(in); err != nil {
-		return nil, err
-	}
-	if err := wantFloat(in[0]); err != nil {
+	out, err := convDType(in, o.Mixed)
+	if err != nil {
 		return nil, err
 	}
 	g, err := ConvGeometry(in[0].Shape, in[1].Shape, o.Opts)
@@ -142,7 +147,7 @@ func (o *Conv2dOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if len(in) == 3 && !in[2].Shape.Equal(tensor.Shape{g.K}) {
 		return nil, fmt.Errorf("expected bias of shape [%d], got %v", g.K, in[2].Shape)
 	}
-	return metas1(in[0].DType, tensor.Shape{g.N, g.K, g.OH, g.OW}), nil
+	return metas1(out, tensor.Shape{g.N, g.K, g.OH, g.OW}), nil
 }
 
 func (o *Conv2dOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
@@ -163,6 +168,7 @@ func (o *Conv2dOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 type Conv2dBackwardInput struct {
 	Opts       ConvOpts
 	InputShape tensor.Shape
+	Mixed      bool
 }
 
 func (o *Conv2dBackwardInput) Name() string { return "conv2d_backward_input" }
@@ -187,7 +193,8 @@ func (o *Conv2dBackwardInput) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
 		return nil, err
 	}
-	if err := sameDType(in); err != nil {
+	out, err := convDType(in, o.Mixed)
+	if err != nil {
 		return nil, err
 	}
 	g, err := o.Geom(in[1].Shape)
@@ -197,7 +204,7 @@ func (o *Conv2dBackwardInput) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if want := (tensor.Shape{g.N, g.K, g.OH, g.OW}); !in[0].Shape.Equal(want) {
 		return nil, fmt.Errorf("output gradient has shape %v, want %v", in[0].Shape, want)
 	}
-	return metas1(in[0].DType, o.InputShape.Clone()), nil
+	return metas1(out, o.InputShape.Clone()), nil
 }
 
 // Grad makes conv2d twice differentiable: gx is linear in gy and in w.
@@ -215,6 +222,7 @@ func (o *Conv2dBackwardInput) Grad(n *trace.Node, gouts []*trace.Tensor) []*trac
 type Conv2dBackwardWeight struct {
 	Opts        ConvOpts
 	WeightShape tensor.Shape
+	Mixed       bool
 }
 
 func (o *Conv2dBackwardWeight) Name() string { return "conv2d_backward_weight" }
@@ -239,7 +247,8 @@ func (o *Conv2dBackwardWeight) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 2); err != nil {
 		return nil, err
 	}
-	if err := sameDType(in); err != nil {
+	out, err := convDType(in, o.Mixed)
+	if err != nil {
 		return nil, err
 	}
 	g, err := o.Geom(in[1].Shape)
@@ -249,7 +258,7 @@ func (o *Conv2dBackwardWeight) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if want := (tensor.Shape{g.N, g.K, g.OH, g.OW}); !in[0].Shape.Equal(want) {
 		return nil, fmt.Errorf("output gradient has shape %v, want %v", in[0].Shape, want)
 	}
-	return metas1(in[0].DType, o.WeightShape.Clone()), nil
+	return metas1(out, o.WeightShape.Clone()), nil
 }
 
 // Grad makes conv2d twice differentiable: gw is linear in gy and in x.
@@ -259,4 +268,25 @@ func (o *Conv2dBackwardWeight) Grad(n *trace.Node, gouts []*trace.Tensor) []*tra
 		Apply1(&Conv2dOp{Opts: o.Opts}, x, ggw),
 		Apply1(&Conv2dBackwardInput{Opts: o.Opts, InputShape: x.Shape().Clone()}, gy, ggw),
 	}
+}
+
+// convDType is the output dtype of a convolution op with inputs in: their
+// common floating type, or float32 for a mixed op (inputs float32,
+// bfloat16 or float16).
+func convDType(in []trace.Meta, mixed bool) (tensor.DType, error) {
+	if mixed {
+		for _, m := range in {
+			if m.DType != tensor.Float32 && m.DType != tensor.BFloat16 && m.DType != tensor.Float16 {
+				return tensor.Invalid, fmt.Errorf("mixed operands must be float32, bfloat16 or float16, got %v", m.DType)
+			}
+		}
+		return tensor.Float32, nil
+	}
+	if err := sameDType(in); err != nil {
+		return tensor.Invalid, err
+	}
+	if err := wantFloat(in[0]); err != nil {
+		return tensor.Invalid, err
+	}
+	return in[0].DType, nil
 }

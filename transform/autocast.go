@@ -11,8 +11,9 @@ import (
 
 // Precision is a training step's numeric precision.
 //
-// The cpu kernels compute in float32 (but for bf16×bf16 matmuls on CPUs
-// with AVX512-BF16, which run on a native kernel), so the low-precision
+// The cpu kernels compute in float32 (but for bf16×bf16 matmuls and bf16
+// conv weight gradients on CPUs with AVX512-BF16, which run on a native
+// kernel), so the low-precision
 // modes are emulated: a value "held in bfloat16" is a float32 tensor whose numbers
 // are exactly bfloat16 numbers, made by rounding (a cast to bfloat16 and
 // back, round-to-nearest-even). An op "run in bfloat16" reads rounded
@@ -23,14 +24,15 @@ import (
 // precision are stored in their 16-bit form between forward and backward
 // (Compress), so activation memory behaves like real mixed precision;
 // values in flight inside the forward or backward pass stay 4 bytes. A
-// matmul, and under the bf16 modes attention, reads its 16-bit operands in
-// place (ReadLow, which ApplyPrecision runs last); other low-precision ops
-// (convolution) read transient float32 copies of their rounded operands
-// where a native kernel would read 2-byte ones (the plan counts them).
-// Under the bf16 modes attention's inner products are bfloat16 products
-// (prim.AttentionOp.BF16: probabilities and score gradients rounded before
-// their products, as PyTorch's autocast of att @ v and bf16 attention
-// kernels round them).
+// matmul, a bf16 conv weight gradient and, under the bf16 modes,
+// attention read their 16-bit operands in place (ReadLow, which
+// ApplyPrecision runs last); other low-precision ops (forward and
+// input-gradient convolutions) read transient float32 copies of their
+// rounded operands where a native kernel would read 2-byte ones (the plan
+// counts them). Under the bf16 modes attention's inner products are
+// bfloat16 products (prim.AttentionOp.BF16: probabilities and score
+// gradients rounded before their products, as PyTorch's autocast of
+// att @ v and bf16 attention kernels round them).
 //
 //   - FP32: everything in float32 (the identity).
 //   - BF16Mixed, FP16Mixed: PyTorch's autocast, by each op's autocast
@@ -640,7 +642,8 @@ var foldOnly = false
 // in place: a float32 copy of a bfloat16 or float16 tensor (a cast back
 // from it, as Autocast and Compress make) that only matmuls (and bf16
 // attention ops) read is dropped and the matmuls (prim.MatMul with Mixed)
-// read the 16-bit tensor;
+// read the 16-bit tensor (for bfloat16, conv weight gradients too:
+// convReadsLow, the conv ops with Mixed);
 // a parameter rounded for matmuls only (prim.Round) is cast to the 16-bit
 // type instead, a 2-byte copy rather than a 4-byte one. A mixed matmul
 // converts its operands exactly as it packs them and computes the same
@@ -668,8 +671,9 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		outputs[t] = true
 	}
 	// onlyMatmuls reports whether n's output (16-bit type lo) is read only
-	// by float32 matmuls and bf16 attention ops, directly or through
-	// reshapes (which then reshape the 16-bit value instead).
+	// by float32 matmuls and, for a bfloat16 value, bf16 attention ops and
+	// conv weight gradients, directly or through reshapes (which then
+	// reshape the 16-bit value instead).
 	var onlyMatmuls func(n *trace.Node, lo tensor.DType) bool
 	onlyMatmuls = func(n *trace.Node, lo tensor.DType) bool {
 		if len(cons[n.ID]) == 0 {
@@ -679,7 +683,7 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c, lo) {
 				continue
 			}
-			if lo == tensor.BFloat16 && readsBF16(c, n.Outputs[0]) {
+			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0])) {
 				continue
 			}
 			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
@@ -741,6 +745,11 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 				c.Op = &prim.MatMul{TransA: mm.TransA, TransB: mm.TransB, Mixed: true}
 				node = &c
 			}
+			if op, ok := mixedConv(n, ins); ok {
+				c := *node
+				c.Op = op
+				node = &c
+			}
 			for i, o := range out.Clone(node, ins) {
 				mapped[n.Outputs[i]] = o
 			}
@@ -776,4 +785,41 @@ func readsBF16(c *trace.Node, v *trace.Tensor) bool {
 		}
 	}
 	return true
+}
+
+// convReadsLow reports whether c is a float32 convolution that reads t,
+// one of its operands, as bfloat16 in place: a weight gradient, whose
+// kernel reads 16-bit operands as a matmul's does (the native bf16
+// product where the CPU has one and the other operand holds bf16 values
+// too; else widened, the float32 convolution's arithmetic). The forward
+// and input-gradient convolutions keep their float32 copies: their
+// float32 Winograd kernels beat the native bf16 product there
+// (cpu/convbf16.go), and widening in the kernel would hold both copies
+// at once.
+func convReadsLow(c *trace.Node, t *trace.Tensor) bool {
+	o, ok := c.Op.(*prim.Conv2dBackwardWeight)
+	return ok && !o.Mixed && isF32(c.Outputs[0])
+}
+
+// mixedConv is convolution n as a mixed op when its (mapped) inputs ins
+// are not all float32.
+func mixedConv(n *trace.Node, ins []*trace.Tensor) (trace.Op, bool) {
+	if len(ins) < 2 || isF32(ins[0]) && isF32(ins[1]) {
+		return nil, false
+	}
+	switch o := n.Op.(type) {
+	case *prim.Conv2dOp:
+		c := *o
+		c.Mixed = true
+		return &c, true
+	case *prim.Conv2dBackwardInput:
+		c := *o
+		c.Mixed = true
+		return &c, true
+	case *prim.Conv2dBackwardWeight:
+		c := *o
+		c.Mixed = true
+		return &c, true
+	}
+	return nil, false
 }

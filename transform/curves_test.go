@@ -392,9 +392,10 @@ bits make them rarer).
 Planned activation memory at the step's peak, kept current by TestPrecisionDocMemoryTable (the
 training tables above are from the engine of their run; later changes such as fusion and
 leaky ReLU's backward reading its output lowered some plans; train.Trainer.Plan on the meta device, and the cpu
-runs measure the same). Under the low-precision modes matmuls read their 16-bit operands in place
-(transform.ReadLow: the kernel converts them as it packs them); the emulation still holds transient
-float32 copies of the rounded operands of convolution and of 16-bit values that
+runs measure the same). Under the low-precision modes matmuls, bf16 attention and bf16 conv weight
+gradients read their 16-bit operands in place (transform.ReadLow: the kernel converts them as it
+packs them); the emulation still holds transient float32 copies of the rounded operands of forward
+and input-gradient convolutions and of 16-bit values that
 elementwise ops read (a native bf16 kernel reads 2-byte copies), which the plan counts; saved
 activations are stored in 16 bits.
 

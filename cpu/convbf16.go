@@ -1,0 +1,627 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// Mixed convolutions (prim.Conv2dOp and its backward ops with Mixed, which
+// transform.ReadLow makes under bf16 autocast): operands that may be
+// bfloat16 or float16, a float32 output.
+//
+// Where the CPU multiplies bf16 natively (Caps().NativeBF16) and both
+// operands are bfloat16, the product runs on the VDPBF16PS driver
+// (blas.SgemmMixed) over an explicit bf16 im2col matrix of a chunk of
+// output rows in the workspace (2 bytes a value: half the float32
+// im2col's traffic), oriented so that the long dimension (output
+// positions for the forward, C*KH*KW for the weight gradient) is the
+// product's M, which the driver splits evenly across threads:
+//
+//	forward       yᵀ  = col(x)ᵀ · Wᵀ            [positions, K]
+//	input grad    x̄ᵀ  = col(ȳ)ᵀ · W̃ᵀ            (stride 1, as the forward)
+//	weight grad   W̄ᵀ  = col(x) · ȳᵀ              [C*KH*KW, K], summed over chunks
+//
+// and transposed into place. Every other case widens the 16-bit operands
+// into the workspace and runs the float32 kernels: bitwise the
+// convolution of the widened values, as the float32 copies that ReadLow
+// dropped would have given.
+
+// convBF16Cols is the number of output positions per chunk of the native
+// path: whole output rows, about this many.
+const convBF16Cols = 2048
+
+// convBF16Rows is the number of output rows (across images) per chunk.
+func convBF16Rows(g prim.ConvGeom) int {
+	return max(1, min(g.N*g.OH, convBF16Cols/max(1, g.OW)))
+}
+
+// convMixed reports whether a conv node with these inputs is mixed (some
+// operand 16-bit).
+func convMixed(in []*tensor.Tensor) bool {
+	for _, t := range in {
+		if t.DType == tensor.BFloat16 || t.DType == tensor.Float16 {
+			return true
+		}
+	}
+	return false
+}
+
+// convMixedNode is convMixed for a node's inputs.
+func convMixedNode(n *trace.Node) bool {
+	for _, t := range n.Inputs {
+		if d := t.DType(); d == tensor.BFloat16 || d == tensor.Float16 {
+			return true
+		}
+	}
+	return false
+}
+
+// convBF16Native reports whether op, with both operands bfloat16, runs
+// natively for geometry g on this CPU (by the geometry alone; the
+// workspace covers it whether or not the kernel is on).
+func convBF16Native(op trace.Op, g prim.ConvGeom) bool {
+	if g.Groups != 1 || g.N == 0 {
+		return false
+	}
+	switch op.(type) {
+	case *prim.Conv2dOp:
+		return convBF16On&convBF16Fwd != 0
+	case *prim.Conv2dBackwardInput:
+		_, flip := convInputGeom(g)
+		return convBF16On&convBF16Bwi != 0 && g.SH == 1 && g.SW == 1 && flip
+	case *prim.Conv2dBackwardWeight:
+		// Tiled only: through an explicit im2col matrix the native
+		// product was slower than the float32 kernels (rrdbnet's layers).
+		return convBF16On&convBF16Bww != 0 && convWgradTiled(g)
+	}
+	return false
+}
+
+// Which convolutions take the native path (all three by default).
+const (
+	convBF16Fwd = 1 << iota
+	convBF16Bwi
+	convBF16Bww
+)
+
+// convBF16On selects them: the weight gradient only, by measurement
+// (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
+// im2col and packing cost more than the float32 Winograd kernels they
+// would replace).
+var convBF16On = convBF16Bww
+
+func init() {
+	// HEADROOM_CONV_BF16 (a list of fwd, bwi, bww; "none") overrides the
+	// choice, for measurements.
+	if v, ok := os.LookupEnv("HEADROOM_CONV_BF16"); ok {
+		convBF16On = 0
+		for _, f := range strings.Split(v, ",") {
+			switch f {
+			case "fwd":
+				convBF16On |= convBF16Fwd
+			case "bwi":
+				convBF16On |= convBF16Bwi
+			case "bww":
+				convBF16On |= convBF16Bww
+			}
+		}
+	}
+}
+
+// align64 rounds a byte count up to 64.
+func align64(n int) int { return (n + 63) &^ 63 }
+
+// convBF16ForwardBytes is the workspace of convForwardBF16 for g: a
+// chunk's im2col matrix (bf16) and its product (float32).
+func convBF16ForwardBytes(g prim.ConvGeom) int {
+	cols := convBF16Rows(g) * g.OW
+	kk := g.C * g.KH * g.KW
+	return align64(2*kk*cols) + 4*cols*g.K
+}
+
+// convBF16Bytes is the workspace of the native path of op for g.
+func convBF16Bytes(op trace.Op, g prim.ConvGeom) int {
+	kk := g.C * g.KH * g.KW
+	switch op.(type) {
+	case *prim.Conv2dOp:
+		return convBF16ForwardBytes(g)
+	case *prim.Conv2dBackwardInput:
+		gt, _ := convInputGeom(g)
+		return align64(2*g.K*kk) + convBF16ForwardBytes(gt)
+	case *prim.Conv2dBackwardWeight:
+		if convWgradTiled(g) {
+			return convWgradTiledBytes(g)
+		}
+		cols := convBF16Rows(g) * g.OW
+		return align64(2*kk*cols) + align64(2*g.K*cols) + 4*kk*g.K
+	}
+	return 0
+}
+
+// convMixedWorkspace is the workspace of a mixed conv node: the larger of
+// the native path's and the widening path's (the float32 kernel's
+// workspace and the widened operands).
+func convMixedWorkspace(n *trace.Node) int64 {
+	ws := align64(int(convFloatWorkspace(n)))
+	for _, t := range n.Inputs {
+		if t.DType() != tensor.Float32 {
+			ws += align64(4 * t.Shape().NumElements())
+		}
+	}
+	d0, d1 := n.Inputs[0].DType(), n.Inputs[1].DType()
+	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
+	if err != nil || !convBF16Native(n.Op, g) {
+		return int64(ws)
+	}
+	switch {
+	case d0 == tensor.BFloat16 && d1 == tensor.BFloat16:
+		ws = max(ws, convBF16Bytes(n.Op, g))
+	case d0 == tensor.Float32 && d1 == tensor.BFloat16 && convWgradTiled(g):
+		if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok {
+			ws = max(ws, convWgradTiledBytes(g))
+		}
+	}
+	return int64(ws)
+}
+
+// convWsU16 views count uint16s of ws from byte off.
+func convWsU16(ws []byte, off, count int) []uint16 {
+	if count == 0 {
+		return nil
+	}
+	if off+2*count > len(ws) {
+		panic(fmt.Sprintf("cpu: conv workspace of %d bytes is too small for %d bytes", len(ws), off+2*count))
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&ws[off])), count)
+}
+
+// convWsF32 views count float32s of ws from byte off.
+func convWsF32(ws []byte, off, count int) []float32 {
+	if count == 0 {
+		return nil
+	}
+	if off+4*count > len(ws) {
+		panic(fmt.Sprintf("cpu: conv workspace of %d bytes is too small for %d bytes", len(ws), off+4*count))
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&ws[off])), count)
+}
+
+// convMixedKernel runs a mixed conv node: natively or widened.
+func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, float Kernel) error {
+	g, err := convNodeGeom(n, in[0].Shape, in[1].Shape)
+	if err != nil {
+		return err
+	}
+	if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && in[0].DType == tensor.Float32 && in[1].DType == tensor.BFloat16 {
+		// ȳ widened by other readers' cast: native if its values are
+		// bf16 numbers (the cast's), packed from their high halves.
+		if t, ok := blas.NativeBF16Tile(); ok && convBF16Native(n.Op, g) && convWgradTiled(g) {
+			if convWgradTiledBF16(pool, t, g, nil, in[0].F32(), in[1].U16(), out[0].F32(), ws) {
+				return nil
+			}
+		}
+	}
+	if in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 && blas.Caps().NativeBF16 && convBF16Native(n.Op, g) {
+		a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
+		switch n.Op.(type) {
+		case *prim.Conv2dOp:
+			var bias []float32
+			if len(in) == 3 {
+				bias = make([]float32, g.K) // K values: not worth planning
+				convWidenInto(pool, in[2], bias)
+			}
+			convForwardBF16(pool, g, a, b, bias, y, ws)
+		case *prim.Conv2dBackwardInput:
+			convInputGradBF16(pool, g, a, b, y, ws)
+		case *prim.Conv2dBackwardWeight:
+			convWeightGradBF16(pool, g, a, b, y, ws)
+		}
+		return nil
+	}
+	// Widened: the float32 kernel on float32 copies.
+	off := align64(int(convFloatWorkspace(n)))
+	wide := make([]*tensor.Tensor, len(in))
+	for i, t := range in {
+		if t.DType == tensor.Float32 {
+			wide[i] = t
+			continue
+		}
+		cnt := t.Shape.NumElements()
+		w := &tensor.Tensor{DType: tensor.Float32, Shape: t.Shape, Data: ws[off : off+4*cnt]}
+		convWidenInto(pool, t, w.F32())
+		wide[i] = w
+		off += align64(4 * cnt)
+	}
+	return float(pool, n, wide, out, ws[:convFloatWorkspace(n)])
+}
+
+// convWidenInto converts t (float32, bfloat16 or float16) into dst.
+func convWidenInto(pool *parallel.Pool, t *tensor.Tensor, dst []float32) {
+	var typ blas.Type
+	switch t.DType {
+	case tensor.Float32:
+		copy(dst, t.F32())
+		return
+	case tensor.BFloat16:
+		typ = blas.BFloat16
+	case tensor.Float16:
+		typ = blas.Float16
+	default:
+		panic(fmt.Sprintf("cpu: mixed convolution operand of type %v", t.DType))
+	}
+	src := t.U16()
+	const grain = 1 << 14
+	pool.For((len(src)+grain-1)/grain, 1, func(lo, hi int) {
+		a, b := lo*grain, min(len(src), hi*grain)
+		blas.Widen(typ, dst[a:b], src[a:b])
+	})
+}
+
+// im2colBF16 writes the im2col matrix of output rows [u0, u1) (row u is
+// output row u%OH of image u/OH) of x into col: row (c, kh, kw), column
+// (u-u0)*OW+ow, row stride (u1-u0)*OW; zero in the padding. Groups 1.
+func im2colBF16(pool *parallel.Pool, g prim.ConvGeom, x []uint16, u0, u1 int, col []uint16) {
+	cols := (u1 - u0) * g.OW
+	khw := g.KH * g.KW
+	kk := g.C * khw
+	plane := g.H * g.W
+	pool.For(kk, max(1, 8192/cols), func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			c, t := r/khw, r%khw
+			kh, kw := t/g.KW, t%g.KW
+			ohLo, ohHi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)
+			owLo, owHi := convRange(g.W, g.OW, g.SW, g.PW, kw*g.DW)
+			dst := col[r*cols : (r+1)*cols]
+			iw0 := owLo*g.SW - g.PW + kw*g.DW
+			for u := u0; u < u1; u++ {
+				img, oh := u/g.OH, u%g.OH
+				d := dst[(u-u0)*g.OW : (u-u0+1)*g.OW]
+				if oh < ohLo || oh >= ohHi || owLo >= owHi {
+					clear(d)
+					continue
+				}
+				ih := oh*g.SH - g.PH + kh*g.DH
+				row := x[(img*g.C+c)*plane+ih*g.W : (img*g.C+c)*plane+(ih+1)*g.W]
+				clear(d[:owLo])
+				clear(d[owHi:])
+				if g.SW == 1 {
+					copy(d[owLo:owHi], row[iw0:])
+					continue
+				}
+				for q, iw := owLo, iw0; q < owHi; q, iw = q+1, iw+g.SW {
+					d[q] = row[iw]
+				}
+			}
+		}
+	})
+}
+
+// convForwardBF16 computes y = conv(x, w) + bias natively (Groups 1), with
+// ws of convBF16ForwardBytes(g).
+func convForwardBF16(pool *parallel.Pool, g prim.ConvGeom, x, w []uint16, bias, y []float32, ws []byte) {
+	P := g.OH * g.OW
+	kk := g.C * g.KH * g.KW
+	rows := convBF16Rows(g)
+	colBuf := convWsU16(ws, 0, kk*rows*g.OW)
+	prod := convWsF32(ws, align64(2*len(colBuf)), rows*g.OW*g.K)
+	for u0 := 0; u0 < g.N*g.OH; u0 += rows {
+		u1 := min(g.N*g.OH, u0+rows)
+		cols := (u1 - u0) * g.OW
+		col := colBuf[:kk*cols]
+		im2colBF16(pool, g, x, u0, u1, col)
+		// prod [cols, K] = col(x)ᵀ · Wᵀ
+		blas.SgemmMixed(true, true, cols, g.K, kk, 1, blas.BF16(col), cols, blas.BF16(w), kk, 0, prod[:cols*g.K], g.K, pool)
+		// Into y[img, k, oh, ow] (+ bias), a channel at a time.
+		pool.For(g.K, max(1, 4096/cols), func(k0, k1 int) {
+			for k := k0; k < k1; k++ {
+				var b float32
+				if bias != nil {
+					b = bias[k]
+				}
+				for u := u0; u < u1; u++ {
+					img, oh := u/g.OH, u%g.OH
+					dst := y[(img*g.K+k)*P+oh*g.OW:][:g.OW]
+					src := prod[(u-u0)*g.OW*g.K+k:]
+					for j := range dst {
+						dst[j] = src[j*g.K] + b
+					}
+				}
+			}
+		})
+	}
+}
+
+// convInputGradBF16 computes x̄ from ȳ and w natively, for stride 1 with
+// convInputGeom's flipped weight: a forward convolution of ȳ.
+func convInputGradBF16(pool *parallel.Pool, g prim.ConvGeom, gy, w []uint16, gx []float32, ws []byte) {
+	gt, _ := convInputGeom(g)
+	khw := g.KH * g.KW
+	wt := convWsU16(ws, 0, len(w))
+	// wt[c][k][kh][kw] = W[k][c][KH-1-kh][KW-1-kw]
+	pool.For(g.K, max(1, 4096/(g.C*khw)), func(k0, k1 int) {
+		for k := k0; k < k1; k++ {
+			for c := 0; c < g.C; c++ {
+				src := w[(k*g.C+c)*khw:][:khw]
+				dst := wt[(c*g.K+k)*khw:][:khw]
+				for i, v := range src {
+					dst[khw-1-i] = v
+				}
+			}
+		}
+	})
+	convForwardBF16(pool, gt, gy, wt, nil, gx, ws[align64(2*len(w)):])
+}
+
+// convWeightGradBF16 computes W̄ = Σ ȳ·col(x)ᵀ natively (Groups 1): tiled
+// where convWgradTiled allows, else through an explicit im2col matrix.
+func convWeightGradBF16(pool *parallel.Pool, g prim.ConvGeom, gy, x []uint16, gw []float32, ws []byte) {
+	if t, ok := blas.NativeBF16Tile(); ok && convWgradTiled(g) {
+		convWgradTiledBF16(pool, t, g, gy, nil, x, gw, ws)
+		return
+	}
+	convWgradColBF16(pool, g, gy, x, gw, ws)
+}
+
+// convWgradColBF16 is convWeightGradBF16 through SgemmMixed, a chunk of
+// output rows at a time, into a [C*KH*KW, K] sum transposed at the end.
+func convWgradColBF16(pool *parallel.Pool, g prim.ConvGeom, gy, x []uint16, gw []float32, ws []byte) {
+	P := g.OH * g.OW
+	kk := g.C * g.KH * g.KW
+	rows := convBF16Rows(g)
+	maxCols := rows * g.OW
+	colBuf := convWsU16(ws, 0, kk*maxCols)
+	off := align64(2 * len(colBuf))
+	gyBuf := convWsU16(ws, off, g.K*maxCols)
+	off += align64(2 * len(gyBuf))
+	sum := convWsF32(ws, off, kk*g.K)
+	for u0 := 0; u0 < g.N*g.OH; u0 += rows {
+		u1 := min(g.N*g.OH, u0+rows)
+		cols := (u1 - u0) * g.OW
+		col := colBuf[:kk*cols]
+		im2colBF16(pool, g, x, u0, u1, col)
+		// ȳ's chunk [K, cols]: in place when it lies in one image.
+		src, lds := gy[(u0/g.OH*g.K)*P+u0%g.OH*g.OW:], P
+		if (u1-1)/g.OH != u0/g.OH {
+			src, lds = gyBuf[:g.K*cols], cols
+			pool.For(g.K, max(1, 8192/cols), func(k0, k1 int) {
+				for k := k0; k < k1; k++ {
+					for u := u0; u < u1; u++ {
+						img, oh := u/g.OH, u%g.OH
+						copy(src[k*cols+(u-u0)*g.OW:][:g.OW], gy[(img*g.K+k)*P+oh*g.OW:][:g.OW])
+					}
+				}
+			})
+		}
+		var beta float32
+		if u0 > 0 {
+			beta = 1
+		}
+		// sum [kk, K] (+)= col(x) · ȳᵀ
+		blas.SgemmMixed(false, true, kk, g.K, cols, 1, blas.BF16(col), cols, blas.BF16(src), lds, beta, sum, g.K, pool)
+	}
+	pool.For(g.K, max(1, 4096/kk), func(k0, k1 int) {
+		for k := k0; k < k1; k++ {
+			dst := gw[k*kk : (k+1)*kk]
+			for r := range dst {
+				dst[r] = sum[r*g.K+k]
+			}
+		}
+	})
+}
+
+// The tiled weight gradient. W̄ᵀ [C*KH*KW, K] is a product over output
+// positions, k = positions in pairs: an A panel holds, per pair of
+// positions (p, p+1), the dwords col(x)[r, p] | col(x)[r, p+1]<<16 of
+// MR rows r = (c, kh, kw); for stride 1 and dilation 1 that is the two
+// adjacent values x[c, oh+kh-PH, ow+kw-PW .. +1] (OW even: a pair never
+// leaves its output row), read straight from a zero-padded copy of the
+// image, so col(x) is never written out. B panels hold pairs of ȳ, NR
+// channels each, packed once per image. Positions are summed image by
+// image in blocks of convWgradKC, each block's sum from +0 added to the
+// previous blocks' (the first stored): the same order for any thread
+// count, threads splitting the A panels (rows of W̄ᵀ).
+
+// convWgradKC is the number of positions (even) of a K block.
+const convWgradKC = 512
+
+// convWgradTiled reports whether the tiled weight gradient applies.
+func convWgradTiled(g prim.ConvGeom) bool {
+	return g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1 && g.OW%2 == 0 && g.Groups == 1
+}
+
+// convWgradTiledDims are the tiled weight gradient's sizes: the padded
+// image's plane and row, the K blocks of an image, the B panels, and the
+// padded product's rows and columns.
+func convWgradTiledDims(g prim.ConvGeom, mr, nr int) (hp, wp, blocks, panB, mPad, nPad int) {
+	hp, wp = g.H+2*g.PH, g.W+2*g.PW
+	blocks = (g.OH*g.OW + convWgradKC - 1) / convWgradKC
+	panB = (g.K + nr - 1) / nr
+	kk := g.C * g.KH * g.KW
+	mPad = (kk + mr - 1) / mr * mr
+	return hp, wp, blocks, panB, mPad, panB * nr
+}
+
+// convWgradTiledBytes is the workspace of the tiled weight gradient (for
+// the native kernel's tile; 24x16 where there is none).
+func convWgradTiledBytes(g prim.ConvGeom) int {
+	mr, nr := 24, 16
+	if t, ok := blas.NativeBF16Tile(); ok {
+		mr, nr = t.MR(), t.NR()
+	}
+	hp, wp, blocks, panB, mPad, nPad := convWgradTiledDims(g, mr, nr)
+	return align64(2*(g.C*hp*wp+2)) + align64(4*blocks*panB*nr*convWgradKC/2) + 4*mPad*nPad
+}
+
+var convPanels = sync.Pool{New: func() any { return new([]uint32) }}
+
+// convWgradTiledBF16 is the tiled weight gradient of ȳ given as bf16 gy
+// or as float32 gy32. It reports false, having written nothing to gw,
+// when some value of gy32 is not a bfloat16 number (the caller widens).
+func convWgradTiledBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, gy []uint16, gy32 []float32, x []uint16, gw []float32, ws []byte) bool {
+	mr, nr := t.MR(), t.NR()
+	hp, wp, blocks, panB, mPad, nPad := convWgradTiledDims(g, mr, nr)
+	P := g.OH * g.OW
+	kk := g.C * g.KH * g.KW
+	khw := g.KH * g.KW
+	kpMax := convWgradKC / 2
+	xp := convWsU16(ws, 0, g.C*hp*wp+2)
+	off := align64(2 * len(xp))
+	bp := unsafe.Slice((*uint32)(unsafe.Pointer(&ws[off])), blocks*panB*nr*kpMax)
+	off += align64(4 * len(bp))
+	sum := convWsF32(ws, off, mPad*nPad)
+	plane := g.H * g.W
+	if gy32 != nil && !bf16Exact(gy32) {
+		return false
+	}
+	for n := 0; n < g.N; n++ {
+		// The padded image (zero border) a channel per task, and ȳ's B
+		// panels, in one parallel loop.
+		xp[g.C*hp*wp], xp[g.C*hp*wp+1] = 0, 0
+		pool.For(g.C+blocks*panB, 1, func(lo, hi int) {
+			for u := lo; u < hi; u++ {
+				if c := u; c < g.C {
+					dst := xp[c*hp*wp : (c+1)*hp*wp]
+					clear(dst[:g.PH*wp])
+					clear(dst[(g.PH+g.H)*wp:])
+					src := x[(n*g.C+c)*plane : (n*g.C+c+1)*plane]
+					for h := 0; h < g.H; h++ {
+						row := dst[(g.PH+h)*wp : (g.PH+h+1)*wp]
+						clear(row[:g.PW])
+						copy(row[g.PW:g.PW+g.W], src[h*g.W:(h+1)*g.W])
+						clear(row[g.PW+g.W:])
+					}
+					continue
+				}
+				v := u - g.C
+				b, jp := v/panB, v%panB
+				p0 := b * convWgradKC
+				kcur := min(convWgradKC, P-p0)
+				k0 := jp * nr
+				dst := bp[v*nr*kpMax : v*nr*kpMax+nr*((kcur+1)/2)]
+				if gy32 != nil {
+					packPairsHigh(dst, nr, gy32, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur)
+					continue
+				}
+				blas.PackPairsRows(dst, nr, gy, (n*g.K+k0)*P+p0, P, min(nr, g.K-k0), kcur)
+			}
+		})
+		pool.For(mPad/mr, 1, func(lo, hi int) {
+			ap := convPanels.Get().(*[]uint32)
+			defer convPanels.Put(ap)
+			if len(*ap) < mr*kpMax {
+				*ap = make([]uint32, mr*kpMax)
+			}
+			a := (*ap)[:mr*kpMax]
+			bases := make([]int, mr)
+			for ip := lo; ip < hi; ip++ {
+				lanes := min(mr, kk-ip*mr)
+				for i := range lanes {
+					r := ip*mr + i
+					c, kh, kw := r/khw, r%khw/g.KW, r%g.KW
+					bases[i] = c*hp*wp + kh*wp + kw
+				}
+				for b := 0; b < blocks; b++ {
+					p0 := b * convWgradKC
+					kp := min(convWgradKC, P-p0) / 2
+					packWgradA(a[:mr*kp], mr, lanes, bases, xp, p0, kp, g.OW, wp)
+					for jp := 0; jp < panB; jp++ {
+						u := b*panB + jp
+						t.Run(kp, a[:mr*kp], bp[u*nr*kpMax:u*nr*kpMax+nr*kp], sum[ip*mr*nPad+jp*nr:], nPad, n == 0 && b == 0)
+					}
+				}
+			}
+		})
+	}
+	pool.For(g.K, max(1, 4096/kk), func(k0, k1 int) {
+		for k := k0; k < k1; k++ {
+			dst := gw[k*kk : (k+1)*kk]
+			for r := range dst {
+				dst[r] = sum[r*nPad+k]
+			}
+		}
+	})
+	return true
+}
+
+// packWgradA packs the A panel of kp position pairs from p0 on: lane i <
+// lanes reads the pairs of the padded image from bases[i], zero lanes
+// past them. A full panel's runs of 16 pairs within an output row are
+// transposed 8 lanes at a time (blas.PackLanes8), the rest read pair by
+// pair.
+func packWgradA(a []uint32, mr, lanes int, bases []int, xp []uint16, p0, kp, ow, wp int) {
+	_ = xp[len(xp)-1]
+	xb := unsafe.Pointer(unsafe.SliceData(xp))
+	bases = bases[:lanes]
+	for q := 0; q < kp; {
+		p := p0 + 2*q
+		oh, w := p/ow, p%ow
+		seg := min(kp-q, (ow-w)/2) // pairs left in this output row
+		ro := oh*wp + w
+		if n16 := seg / 16; n16 > 0 && lanes == mr && mr%8 == 0 {
+			var offs [8]int
+			ok := true
+			for g8 := 0; g8 < mr && ok; g8 += 8 {
+				for i := range offs {
+					offs[i] = bases[g8+i] + ro
+				}
+				ok = blas.PackLanes8(xp, &offs, n16, a[q*mr+g8:], mr)
+			}
+			if ok {
+				q += 16 * n16
+				seg -= 16 * n16
+				ro += 32 * n16
+			}
+		}
+		for ; seg > 0; seg, q, ro = seg-1, q+1, ro+2 {
+			d := a[q*mr : q*mr+mr]
+			for i, b := range bases {
+				// Two adjacent bf16 values, the first low (little endian).
+				d[i] = *(*uint32)(unsafe.Add(xb, 2*(b+ro)))
+			}
+			clear(d[lanes:])
+		}
+	}
+}
+
+// bf16Exact reports whether every value of v is a bfloat16 number (its
+// low 16 bits zero), so that its high halves are it exactly.
+func bf16Exact(v []float32) bool {
+	var a, b uint64
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		a |= *(*uint64)(unsafe.Pointer(&v[i]))
+		b |= *(*uint64)(unsafe.Pointer(&v[i+2]))
+	}
+	for ; i < len(v); i++ {
+		a |= uint64(math.Float32bits(v[i]))
+	}
+	return (a|b)&0x0000ffff0000ffff == 0
+}
+
+// packPairsHigh is blas.PackPairsRows from float32 rows (kcur even) of
+// bf16 numbers: their high halves.
+func packPairsHigh(dst []uint32, w int, src []float32, off, ld, lanes, kcur int) {
+	kp := kcur / 2
+	for r := 0; r < lanes; r++ {
+		s := src[off+r*ld : off+r*ld+2*kp]
+		d := dst[r : r+(kp-1)*w+1]
+		for q := 0; q < kp; q++ {
+			// Two floats, the first low (little endian).
+			u := *(*uint64)(unsafe.Pointer(&s[2*q]))
+			d[q*w] = uint32(u>>16)&0xffff | uint32(u>>32)&0xffff0000
+		}
+	}
+	for q := 0; q < kp; q++ {
+		clear(dst[q*w+lanes : q*w+w])
+	}
+}

@@ -1,0 +1,341 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/op"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/trace"
+)
+
+// convBF16Geoms are the geometries the native bf16 convolutions are
+// checked on: rrdbnet's 3x3 layers, chunks that straddle images (OH not a
+// divisor of the chunk's rows), strides, dilation, 1x1, wide rows.
+func convBF16Geoms(t *testing.T) []prim.ConvGeom {
+	var gs []prim.ConvGeom
+	for _, c := range []struct {
+		n, c, h, w, k, kh, kw int
+		o                     prim.ConvOpts
+	}{
+		{2, 8, 12, 12, 16, 3, 3, prim.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}},
+		{3, 5, 7, 9, 6, 3, 3, prim.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}},
+		{2, 4, 9, 11, 5, 3, 3, prim.ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}},
+		{2, 3, 10, 10, 4, 3, 3, prim.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{2, 2}, Dilation: [2]int{2, 2}, Groups: 1}},
+		{2, 6, 5, 5, 7, 1, 1, prim.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{0, 0}, Dilation: [2]int{1, 1}, Groups: 1}},
+		{1, 3, 3, 700, 4, 3, 3, prim.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}},
+		{4, 3, 6, 6, 2, 5, 5, prim.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{2, 2}, Dilation: [2]int{1, 1}, Groups: 1}},
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{c.n, c.c, c.h, c.w}, tensor.Shape{c.k, c.c, c.kh, c.kw}, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// colAt is col(x)[r, (n, oh, ow)] by the definition.
+func colAt(g prim.ConvGeom, x []uint16, n, r, oh, ow int) uint16 {
+	khw := g.KH * g.KW
+	c, kh, kw := r/khw, r%khw/g.KW, r%g.KW
+	ih, iw := oh*g.SH-g.PH+kh*g.DH, ow*g.SW-g.PW+kw*g.DW
+	if ih < 0 || ih >= g.H || iw < 0 || iw >= g.W {
+		return 0
+	}
+	return x[((n*g.C+c)*g.H+ih)*g.W+iw]
+}
+
+func randBF16Vals(rng *rand.Rand, n int) []uint16 {
+	v := make([]uint16, n)
+	for i := range v {
+		v[i] = uint16(math.Float32bits(float32(rng.NormFloat64())) >> 16)
+	}
+	return v
+}
+
+func bfF(h uint16) float64 { return float64(math.Float32frombits(uint32(h) << 16)) }
+
+// refConvForwardBF16 is the native forward by the reference arithmetic:
+// each output sums W[k, r] col(x)[r, p] over r in order.
+func refConvForwardBF16(g prim.ConvGeom, x, w []uint16, bias []float32) []float32 {
+	kk := g.C * g.KH * g.KW
+	y := make([]float32, g.N*g.K*g.OH*g.OW)
+	col := make([]uint16, kk)
+	for n := 0; n < g.N; n++ {
+		for oh := 0; oh < g.OH; oh++ {
+			for ow := 0; ow < g.OW; ow++ {
+				for r := range col {
+					col[r] = colAt(g, x, n, r, oh, ow)
+				}
+				for k := 0; k < g.K; k++ {
+					v := blas.RefDotBF16(col, w[k*kk:(k+1)*kk], 1, 0, 0)
+					if bias != nil {
+						v += bias[k]
+					}
+					y[((n*g.K+k)*g.OH+oh)*g.OW+ow] = v
+				}
+			}
+		}
+	}
+	return y
+}
+
+// refConvWeightGradBF16 is the native weight gradient by the reference
+// arithmetic: blocks of output positions (of the tiled kernel, or chunks
+// of output rows), each summed over its positions in order and added to
+// the previous blocks' sum.
+func refConvWeightGradBF16(g prim.ConvGeom, gy, x []uint16) []float32 {
+	kk := g.C * g.KH * g.KW
+	P := g.OH * g.OW
+	var blocks [][2]int // global positions n*P+p
+	if convWgradTiled(g) {
+		for n := 0; n < g.N; n++ {
+			for p0 := 0; p0 < P; p0 += convWgradKC {
+				blocks = append(blocks, [2]int{n*P + p0, n*P + min(P, p0+convWgradKC)})
+			}
+		}
+	} else {
+		rows := convBF16Rows(g)
+		for u0 := 0; u0 < g.N*g.OH; u0 += rows {
+			blocks = append(blocks, [2]int{u0 * g.OW, min(g.N*g.OH, u0+rows) * g.OW})
+		}
+	}
+	gw := make([]float32, g.K*kk)
+	for bi, bl := range blocks {
+		var a, b []uint16
+		for k := 0; k < g.K; k++ {
+			for r := 0; r < kk; r++ {
+				a, b = a[:0], b[:0]
+				for q := bl[0]; q < bl[1]; q++ {
+					n, oh, ow := q/P, q%P/g.OW, q%g.OW
+					a = append(a, colAt(g, x, n, r, oh, ow))
+					b = append(b, gy[((n*g.K+k)*g.OH+oh)*g.OW+ow])
+				}
+				beta := float32(1)
+				if bi == 0 {
+					beta = 0
+				}
+				gw[k*kk+r] = blas.RefDotBF16(a, b, 1, beta, gw[k*kk+r])
+			}
+		}
+	}
+	return gw
+}
+
+// exactConv is the three convolutions in float64 by their definitions.
+func exactConv(g prim.ConvGeom, x, w, gy []uint16) (y, gx, gw []float64) {
+	y = make([]float64, g.N*g.K*g.OH*g.OW)
+	gx = make([]float64, g.N*g.C*g.H*g.W)
+	gw = make([]float64, g.K*g.C*g.KH*g.KW)
+	for n := 0; n < g.N; n++ {
+		for k := 0; k < g.K; k++ {
+			for oh := 0; oh < g.OH; oh++ {
+				for ow := 0; ow < g.OW; ow++ {
+					o := ((n*g.K+k)*g.OH+oh)*g.OW + ow
+					for c := 0; c < g.C; c++ {
+						for kh := 0; kh < g.KH; kh++ {
+							for kw := 0; kw < g.KW; kw++ {
+								ih, iw := oh*g.SH-g.PH+kh*g.DH, ow*g.SW-g.PW+kw*g.DW
+								if ih < 0 || ih >= g.H || iw < 0 || iw >= g.W {
+									continue
+								}
+								xi := ((n*g.C+c)*g.H+ih)*g.W + iw
+								wi := ((k*g.C+c)*g.KH+kh)*g.KW + kw
+								y[o] += bfF(w[wi]) * bfF(x[xi])
+								gx[xi] += bfF(w[wi]) * bfF(gy[o])
+								gw[wi] += bfF(gy[o]) * bfF(x[xi])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return y, gx, gw
+}
+
+func sameF32Bits(a, b []float32) (int, bool) {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i, false
+		}
+	}
+	return 0, true
+}
+
+// closeTo checks got against the exact values within float32 summation
+// error (relative to the sum of magnitudes, which the test's small
+// operands bound).
+func closeTo(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	for i := range want {
+		if d := math.Abs(float64(got[i]) - want[i]); d > 1e-4*(1+math.Abs(want[i])) {
+			t.Errorf("%s: element %d is %g, exact %g", what, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+// The native bf16 convolutions agree bit for bit with the reference of
+// VDPBF16PS's arithmetic in the order the driver sums (operands of the
+// definition's im2col), and with the exact convolutions to float32
+// rounding, for 1 and 2 threads.
+func TestConvBF16Native(t *testing.T) {
+	if !Caps().NativeBF16 {
+		t.Skip("no native bf16 products on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, g := range convBF16Geoms(t) {
+		kk := g.C * g.KH * g.KW
+		x := randBF16Vals(rng, g.N*g.C*g.H*g.W)
+		w := randBF16Vals(rng, g.K*kk)
+		gy := randBF16Vals(rng, g.N*g.K*g.OH*g.OW)
+		bias := make([]float32, g.K)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+		ey, egx, egw := exactConv(g, x, w, gy)
+		name := fmt.Sprintf("%dx%dx%dx%d k%d %dx%d s%d p%d d%d", g.N, g.C, g.H, g.W, g.K, g.KH, g.KW, g.SH, g.PH, g.DH)
+		wantY := refConvForwardBF16(g, x, w, bias)
+		wantGW := refConvWeightGradBF16(g, gy, x)
+		for _, threads := range []int{1, 2} {
+			pool := parallel.NewPool(threads)
+			what := fmt.Sprintf("%s, %d threads", name, threads)
+
+			y := make([]float32, len(wantY))
+			convForwardBF16(pool, g, x, w, bias, y, make([]byte, convBF16Bytes(&prim.Conv2dOp{}, g)))
+			if i, ok := sameF32Bits(y, wantY); !ok {
+				t.Errorf("%s: forward element %d is %g, reference %g", what, i, y[i], wantY[i])
+			}
+			for i := range ey {
+				ey[i] += float64(bias[i/(g.OH*g.OW)%g.K])
+			}
+			closeTo(t, what+" forward", y, ey)
+			for i := range ey {
+				ey[i] -= float64(bias[i/(g.OH*g.OW)%g.K])
+			}
+
+			gw := make([]float32, len(wantGW))
+			convWeightGradBF16(pool, g, gy, x, gw, make([]byte, convBF16Bytes(&prim.Conv2dBackwardWeight{}, g)))
+			if i, ok := sameF32Bits(gw, wantGW); !ok {
+				t.Errorf("%s: weight gradient element %d is %g, reference %g", what, i, gw[i], wantGW[i])
+			}
+			closeTo(t, what+" weight gradient", gw, egw)
+			if tile, ok := blas.NativeBF16Tile(); ok && convWgradTiled(g) {
+				// ȳ as float32 holding its bf16 values: the same sums.
+				gy32 := make([]float32, len(gy))
+				for i, h := range gy {
+					gy32[i] = float32(bfF(h))
+				}
+				clear(gw)
+				if !convWgradTiledBF16(pool, tile, g, nil, gy32, x, gw, make([]byte, convWgradTiledBytes(g))) {
+					t.Fatalf("%s: widened bf16 values not found exact", what)
+				}
+				if i, ok := sameF32Bits(gw, wantGW); !ok {
+					t.Errorf("%s: weight gradient of float32 ȳ, element %d is %g, reference %g", what, i, gw[i], wantGW[i])
+				}
+				// One value that is no bf16 number: declined, gw untouched.
+				gy32[len(gy32)-1] += 0x1p-20 * gy32[len(gy32)-1]
+				if gy32[len(gy32)-1] == float32(bfF(gy[len(gy)-1])) {
+					gy32[len(gy32)-1] = 1 + 0x1p-20
+				}
+				clear(gw)
+				if convWgradTiledBF16(pool, tile, g, nil, gy32, x, gw, make([]byte, convWgradTiledBytes(g))) {
+					t.Errorf("%s: float32 ȳ with a value that is no bf16 number taken natively", what)
+				}
+				for i, v := range gw {
+					if v != 0 {
+						t.Fatalf("%s: declined weight gradient wrote element %d", what, i)
+					}
+				}
+			}
+
+			if _, flip := convInputGeom(g); g.SH == 1 && g.SW == 1 && flip {
+				// The input gradient is the forward convolution of ȳ
+				// with the flipped, transposed weight.
+				gt, _ := convInputGeom(g)
+				wt := make([]uint16, len(w))
+				khw := g.KH * g.KW
+				for k := 0; k < g.K; k++ {
+					for c := 0; c < g.C; c++ {
+						for i := 0; i < khw; i++ {
+							wt[(c*g.K+k)*khw+khw-1-i] = w[(k*g.C+c)*khw+i]
+						}
+					}
+				}
+				wantGX := refConvForwardBF16(gt, gy, wt, nil)
+				gx := make([]float32, len(wantGX))
+				convInputGradBF16(pool, g, gy, w, gx, make([]byte, convBF16Bytes(&prim.Conv2dBackwardInput{}, g)))
+				if i, ok := sameF32Bits(gx, wantGX); !ok {
+					t.Errorf("%s: input gradient element %d is %g, reference %g", what, i, gx[i], wantGX[i])
+				}
+				closeTo(t, what+" input gradient", gx, egx)
+			}
+			pool.Close()
+		}
+	}
+}
+
+func bf16m(shape ...int) trace.Meta {
+	return trace.Meta{DType: tensor.BFloat16, Shape: tensor.Shape(shape)}
+}
+
+// BenchmarkConvBF16 measures the mixed convolutions on bf16 operands
+// (rrdbnet's shapes), native (VDPBF16PS) and widened to the float32
+// kernels (native off).
+func BenchmarkConvBF16(b *testing.B) {
+	for _, s := range convShapes {
+		if s.name[:4] != "rrdb" && s.name != "r152_l1_3x3" && s.name != "r18_l1" {
+			continue
+		}
+		opts := op.ConvOpts{Stride: [2]int{s.s, s.s}, Padding: [2]int{s.ks / 2, s.ks / 2}}
+		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, s.ks, s.ks}, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		flops := 2 * float64(g.N*g.K*g.OH*g.OW) * float64(g.ColRows())
+		x, w, y := bf16m(s.n, s.c, s.h, s.w), bf16m(s.k, s.c, s.ks, s.ks), bf16m(g.N, g.K, g.OH, g.OW)
+		cases := []struct {
+			name string
+			k    func() *kernelCase
+		}{
+			{"fwd", func() *kernelCase { return newKernelCase(b, &prim.Conv2dOp{Opts: opts, Mixed: true}, x, w) }},
+			{"bwd_input", func() *kernelCase {
+				return newKernelCase(b, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape, Mixed: true}, y, w)
+			}},
+			{"bwd_weight", func() *kernelCase {
+				return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, y, x)
+			}},
+			{"bwd_weight_f32gy", func() *kernelCase {
+				// ȳ as the float32 copy other readers keep (bf16 values).
+				y32 := trace.Meta{DType: tensor.Float32, Shape: y.Shape}
+				return newKernelCase(b, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, y32, x)
+			}},
+		}
+		for _, c := range cases {
+			for _, native := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%s/%s/native=%v", s.name, c.name, native), func(b *testing.B) {
+					defer SetNativeBF16(SetNativeBF16(native))
+					k := c.k()
+					r := rand.New(rand.NewPCG(3, 4))
+					for _, t := range k.in {
+						if t.DType == tensor.Float32 {
+							for i, h := range randBF16Vals(r, len(t.F32())) {
+								t.F32()[i] = float32(bfF(h))
+							}
+							continue
+						}
+						copy(t.U16(), randBF16Vals(r, len(t.U16())))
+					}
+					benchKernel(b, k, flops)
+				})
+			}
+		}
+	}
+}
