@@ -809,3 +809,415 @@ store0:
 	VMOVUPS Z23, 64(DX)
 	VZEROUPPER
 	RET
+
+// func bf16Kernel24x16R(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)
+//
+// c = alpha*(A·B) + beta*c, or alpha*(A·B) when beta0 != 0, for the
+// 24x16 tile at c (row stride ldc floats). A and B hold kp pairs of k:
+// a holds row i's pairs at a[272*i+p] (bf16 A[i][2p] low, A[i][2p+1] high),
+// b 16 (column j: B[2p][j] low, B[2p+1][j] high). Sums start at +0 and
+// take one VDPBF16PS per pair, in order of p.
+//
+// Registers: Z0..Z23 accumulators (row r, columns 16z.. in Z1*r+z),
+// Z24..Z24 and Z28..Z28 the B pairs (alternating), Z26/Z27 alpha and beta.
+TEXT ·bf16Kernel24x16R(SB), NOSPLIT, $0-56
+	MOVQ kp+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	MOVQ DX, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	MOVQ CX, R9
+	SHRQ $2, R9
+	JZ tail
+loop4:
+	PREFETCHT0 512(DI)
+	PREFETCHT0 576(DI)
+	PREFETCHT0 640(DI)
+	PREFETCHT0 704(DI)
+	VMOVUPS 0(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x06 // vdpbf16ps 0(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x40; BYTE $0x04; BYTE $0x00; BYTE $0x00 // vdpbf16ps 1088(%rsi){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x80; BYTE $0x08; BYTE $0x00; BYTE $0x00 // vdpbf16ps 2176(%rsi){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc0; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 3264(%rsi){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x00; BYTE $0x11; BYTE $0x00; BYTE $0x00 // vdpbf16ps 4352(%rsi){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x40; BYTE $0x15; BYTE $0x00; BYTE $0x00 // vdpbf16ps 5440(%rsi){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x80; BYTE $0x19; BYTE $0x00; BYTE $0x00 // vdpbf16ps 6528(%rsi){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc0; BYTE $0x1d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 7616(%rsi){1to16}, %zmm24, %zmm7
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x00; BYTE $0x22; BYTE $0x00; BYTE $0x00 // vdpbf16ps 8704(%rsi){1to16}, %zmm24, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x40; BYTE $0x26; BYTE $0x00; BYTE $0x00 // vdpbf16ps 9792(%rsi){1to16}, %zmm24, %zmm9
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x80; BYTE $0x2a; BYTE $0x00; BYTE $0x00 // vdpbf16ps 10880(%rsi){1to16}, %zmm24, %zmm10
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc0; BYTE $0x2e; BYTE $0x00; BYTE $0x00 // vdpbf16ps 11968(%rsi){1to16}, %zmm24, %zmm11
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x00; BYTE $0x33; BYTE $0x00; BYTE $0x00 // vdpbf16ps 13056(%rsi){1to16}, %zmm24, %zmm12
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x40; BYTE $0x37; BYTE $0x00; BYTE $0x00 // vdpbf16ps 14144(%rsi){1to16}, %zmm24, %zmm13
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x80; BYTE $0x3b; BYTE $0x00; BYTE $0x00 // vdpbf16ps 15232(%rsi){1to16}, %zmm24, %zmm14
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc0; BYTE $0x3f; BYTE $0x00; BYTE $0x00 // vdpbf16ps 16320(%rsi){1to16}, %zmm24, %zmm15
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x00; BYTE $0x44; BYTE $0x00; BYTE $0x00 // vdpbf16ps 17408(%rsi){1to16}, %zmm24, %zmm16
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x40; BYTE $0x48; BYTE $0x00; BYTE $0x00 // vdpbf16ps 18496(%rsi){1to16}, %zmm24, %zmm17
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x80; BYTE $0x4c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 19584(%rsi){1to16}, %zmm24, %zmm18
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc0; BYTE $0x50; BYTE $0x00; BYTE $0x00 // vdpbf16ps 20672(%rsi){1to16}, %zmm24, %zmm19
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x00; BYTE $0x55; BYTE $0x00; BYTE $0x00 // vdpbf16ps 21760(%rsi){1to16}, %zmm24, %zmm20
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x40; BYTE $0x59; BYTE $0x00; BYTE $0x00 // vdpbf16ps 22848(%rsi){1to16}, %zmm24, %zmm21
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x80; BYTE $0x5d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 23936(%rsi){1to16}, %zmm24, %zmm22
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc0; BYTE $0x61; BYTE $0x00; BYTE $0x00 // vdpbf16ps 25024(%rsi){1to16}, %zmm24, %zmm23
+	VMOVUPS 64(DI), Z28
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x01 // vdpbf16ps 4(%rsi){1to16}, %zmm28, %zmm0
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x44; BYTE $0x04; BYTE $0x00; BYTE $0x00 // vdpbf16ps 1092(%rsi){1to16}, %zmm28, %zmm1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x84; BYTE $0x08; BYTE $0x00; BYTE $0x00 // vdpbf16ps 2180(%rsi){1to16}, %zmm28, %zmm2
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc4; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 3268(%rsi){1to16}, %zmm28, %zmm3
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x04; BYTE $0x11; BYTE $0x00; BYTE $0x00 // vdpbf16ps 4356(%rsi){1to16}, %zmm28, %zmm4
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x44; BYTE $0x15; BYTE $0x00; BYTE $0x00 // vdpbf16ps 5444(%rsi){1to16}, %zmm28, %zmm5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x84; BYTE $0x19; BYTE $0x00; BYTE $0x00 // vdpbf16ps 6532(%rsi){1to16}, %zmm28, %zmm6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc4; BYTE $0x1d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 7620(%rsi){1to16}, %zmm28, %zmm7
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x04; BYTE $0x22; BYTE $0x00; BYTE $0x00 // vdpbf16ps 8708(%rsi){1to16}, %zmm28, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x44; BYTE $0x26; BYTE $0x00; BYTE $0x00 // vdpbf16ps 9796(%rsi){1to16}, %zmm28, %zmm9
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x84; BYTE $0x2a; BYTE $0x00; BYTE $0x00 // vdpbf16ps 10884(%rsi){1to16}, %zmm28, %zmm10
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc4; BYTE $0x2e; BYTE $0x00; BYTE $0x00 // vdpbf16ps 11972(%rsi){1to16}, %zmm28, %zmm11
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x04; BYTE $0x33; BYTE $0x00; BYTE $0x00 // vdpbf16ps 13060(%rsi){1to16}, %zmm28, %zmm12
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x44; BYTE $0x37; BYTE $0x00; BYTE $0x00 // vdpbf16ps 14148(%rsi){1to16}, %zmm28, %zmm13
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x84; BYTE $0x3b; BYTE $0x00; BYTE $0x00 // vdpbf16ps 15236(%rsi){1to16}, %zmm28, %zmm14
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc4; BYTE $0x3f; BYTE $0x00; BYTE $0x00 // vdpbf16ps 16324(%rsi){1to16}, %zmm28, %zmm15
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x04; BYTE $0x44; BYTE $0x00; BYTE $0x00 // vdpbf16ps 17412(%rsi){1to16}, %zmm28, %zmm16
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x44; BYTE $0x48; BYTE $0x00; BYTE $0x00 // vdpbf16ps 18500(%rsi){1to16}, %zmm28, %zmm17
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x84; BYTE $0x4c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 19588(%rsi){1to16}, %zmm28, %zmm18
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc4; BYTE $0x50; BYTE $0x00; BYTE $0x00 // vdpbf16ps 20676(%rsi){1to16}, %zmm28, %zmm19
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x04; BYTE $0x55; BYTE $0x00; BYTE $0x00 // vdpbf16ps 21764(%rsi){1to16}, %zmm28, %zmm20
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x44; BYTE $0x59; BYTE $0x00; BYTE $0x00 // vdpbf16ps 22852(%rsi){1to16}, %zmm28, %zmm21
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x84; BYTE $0x5d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 23940(%rsi){1to16}, %zmm28, %zmm22
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc4; BYTE $0x61; BYTE $0x00; BYTE $0x00 // vdpbf16ps 25028(%rsi){1to16}, %zmm28, %zmm23
+	VMOVUPS 128(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x02 // vdpbf16ps 8(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x48; BYTE $0x04; BYTE $0x00; BYTE $0x00 // vdpbf16ps 1096(%rsi){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x88; BYTE $0x08; BYTE $0x00; BYTE $0x00 // vdpbf16ps 2184(%rsi){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc8; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 3272(%rsi){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x08; BYTE $0x11; BYTE $0x00; BYTE $0x00 // vdpbf16ps 4360(%rsi){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x48; BYTE $0x15; BYTE $0x00; BYTE $0x00 // vdpbf16ps 5448(%rsi){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x88; BYTE $0x19; BYTE $0x00; BYTE $0x00 // vdpbf16ps 6536(%rsi){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc8; BYTE $0x1d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 7624(%rsi){1to16}, %zmm24, %zmm7
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x08; BYTE $0x22; BYTE $0x00; BYTE $0x00 // vdpbf16ps 8712(%rsi){1to16}, %zmm24, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x48; BYTE $0x26; BYTE $0x00; BYTE $0x00 // vdpbf16ps 9800(%rsi){1to16}, %zmm24, %zmm9
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x88; BYTE $0x2a; BYTE $0x00; BYTE $0x00 // vdpbf16ps 10888(%rsi){1to16}, %zmm24, %zmm10
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc8; BYTE $0x2e; BYTE $0x00; BYTE $0x00 // vdpbf16ps 11976(%rsi){1to16}, %zmm24, %zmm11
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x08; BYTE $0x33; BYTE $0x00; BYTE $0x00 // vdpbf16ps 13064(%rsi){1to16}, %zmm24, %zmm12
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x48; BYTE $0x37; BYTE $0x00; BYTE $0x00 // vdpbf16ps 14152(%rsi){1to16}, %zmm24, %zmm13
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x88; BYTE $0x3b; BYTE $0x00; BYTE $0x00 // vdpbf16ps 15240(%rsi){1to16}, %zmm24, %zmm14
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc8; BYTE $0x3f; BYTE $0x00; BYTE $0x00 // vdpbf16ps 16328(%rsi){1to16}, %zmm24, %zmm15
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x08; BYTE $0x44; BYTE $0x00; BYTE $0x00 // vdpbf16ps 17416(%rsi){1to16}, %zmm24, %zmm16
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x48; BYTE $0x48; BYTE $0x00; BYTE $0x00 // vdpbf16ps 18504(%rsi){1to16}, %zmm24, %zmm17
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x88; BYTE $0x4c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 19592(%rsi){1to16}, %zmm24, %zmm18
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc8; BYTE $0x50; BYTE $0x00; BYTE $0x00 // vdpbf16ps 20680(%rsi){1to16}, %zmm24, %zmm19
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x08; BYTE $0x55; BYTE $0x00; BYTE $0x00 // vdpbf16ps 21768(%rsi){1to16}, %zmm24, %zmm20
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x48; BYTE $0x59; BYTE $0x00; BYTE $0x00 // vdpbf16ps 22856(%rsi){1to16}, %zmm24, %zmm21
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x88; BYTE $0x5d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 23944(%rsi){1to16}, %zmm24, %zmm22
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc8; BYTE $0x61; BYTE $0x00; BYTE $0x00 // vdpbf16ps 25032(%rsi){1to16}, %zmm24, %zmm23
+	VMOVUPS 192(DI), Z28
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x03 // vdpbf16ps 12(%rsi){1to16}, %zmm28, %zmm0
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x4c; BYTE $0x04; BYTE $0x00; BYTE $0x00 // vdpbf16ps 1100(%rsi){1to16}, %zmm28, %zmm1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x8c; BYTE $0x08; BYTE $0x00; BYTE $0x00 // vdpbf16ps 2188(%rsi){1to16}, %zmm28, %zmm2
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xcc; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 3276(%rsi){1to16}, %zmm28, %zmm3
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x0c; BYTE $0x11; BYTE $0x00; BYTE $0x00 // vdpbf16ps 4364(%rsi){1to16}, %zmm28, %zmm4
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x4c; BYTE $0x15; BYTE $0x00; BYTE $0x00 // vdpbf16ps 5452(%rsi){1to16}, %zmm28, %zmm5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x8c; BYTE $0x19; BYTE $0x00; BYTE $0x00 // vdpbf16ps 6540(%rsi){1to16}, %zmm28, %zmm6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xcc; BYTE $0x1d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 7628(%rsi){1to16}, %zmm28, %zmm7
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x0c; BYTE $0x22; BYTE $0x00; BYTE $0x00 // vdpbf16ps 8716(%rsi){1to16}, %zmm28, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x4c; BYTE $0x26; BYTE $0x00; BYTE $0x00 // vdpbf16ps 9804(%rsi){1to16}, %zmm28, %zmm9
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x8c; BYTE $0x2a; BYTE $0x00; BYTE $0x00 // vdpbf16ps 10892(%rsi){1to16}, %zmm28, %zmm10
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xcc; BYTE $0x2e; BYTE $0x00; BYTE $0x00 // vdpbf16ps 11980(%rsi){1to16}, %zmm28, %zmm11
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x0c; BYTE $0x33; BYTE $0x00; BYTE $0x00 // vdpbf16ps 13068(%rsi){1to16}, %zmm28, %zmm12
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x4c; BYTE $0x37; BYTE $0x00; BYTE $0x00 // vdpbf16ps 14156(%rsi){1to16}, %zmm28, %zmm13
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x8c; BYTE $0x3b; BYTE $0x00; BYTE $0x00 // vdpbf16ps 15244(%rsi){1to16}, %zmm28, %zmm14
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xcc; BYTE $0x3f; BYTE $0x00; BYTE $0x00 // vdpbf16ps 16332(%rsi){1to16}, %zmm28, %zmm15
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x0c; BYTE $0x44; BYTE $0x00; BYTE $0x00 // vdpbf16ps 17420(%rsi){1to16}, %zmm28, %zmm16
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x4c; BYTE $0x48; BYTE $0x00; BYTE $0x00 // vdpbf16ps 18508(%rsi){1to16}, %zmm28, %zmm17
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x8c; BYTE $0x4c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 19596(%rsi){1to16}, %zmm28, %zmm18
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xcc; BYTE $0x50; BYTE $0x00; BYTE $0x00 // vdpbf16ps 20684(%rsi){1to16}, %zmm28, %zmm19
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x0c; BYTE $0x55; BYTE $0x00; BYTE $0x00 // vdpbf16ps 21772(%rsi){1to16}, %zmm28, %zmm20
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x4c; BYTE $0x59; BYTE $0x00; BYTE $0x00 // vdpbf16ps 22860(%rsi){1to16}, %zmm28, %zmm21
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x8c; BYTE $0x5d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 23948(%rsi){1to16}, %zmm28, %zmm22
+	BYTE $0x62; BYTE $0xe2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xcc; BYTE $0x61; BYTE $0x00; BYTE $0x00 // vdpbf16ps 25036(%rsi){1to16}, %zmm28, %zmm23
+	ADDQ $16, SI
+	ADDQ $256, DI
+	DECQ R9
+	JNZ loop4
+tail:
+	ANDQ $3, CX
+	JZ store
+loop1:
+	VMOVUPS 0(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x06 // vdpbf16ps 0(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x40; BYTE $0x04; BYTE $0x00; BYTE $0x00 // vdpbf16ps 1088(%rsi){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x80; BYTE $0x08; BYTE $0x00; BYTE $0x00 // vdpbf16ps 2176(%rsi){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc0; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 3264(%rsi){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x00; BYTE $0x11; BYTE $0x00; BYTE $0x00 // vdpbf16ps 4352(%rsi){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x40; BYTE $0x15; BYTE $0x00; BYTE $0x00 // vdpbf16ps 5440(%rsi){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x80; BYTE $0x19; BYTE $0x00; BYTE $0x00 // vdpbf16ps 6528(%rsi){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc0; BYTE $0x1d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 7616(%rsi){1to16}, %zmm24, %zmm7
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x00; BYTE $0x22; BYTE $0x00; BYTE $0x00 // vdpbf16ps 8704(%rsi){1to16}, %zmm24, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x40; BYTE $0x26; BYTE $0x00; BYTE $0x00 // vdpbf16ps 9792(%rsi){1to16}, %zmm24, %zmm9
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x80; BYTE $0x2a; BYTE $0x00; BYTE $0x00 // vdpbf16ps 10880(%rsi){1to16}, %zmm24, %zmm10
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc0; BYTE $0x2e; BYTE $0x00; BYTE $0x00 // vdpbf16ps 11968(%rsi){1to16}, %zmm24, %zmm11
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x00; BYTE $0x33; BYTE $0x00; BYTE $0x00 // vdpbf16ps 13056(%rsi){1to16}, %zmm24, %zmm12
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x40; BYTE $0x37; BYTE $0x00; BYTE $0x00 // vdpbf16ps 14144(%rsi){1to16}, %zmm24, %zmm13
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x80; BYTE $0x3b; BYTE $0x00; BYTE $0x00 // vdpbf16ps 15232(%rsi){1to16}, %zmm24, %zmm14
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc0; BYTE $0x3f; BYTE $0x00; BYTE $0x00 // vdpbf16ps 16320(%rsi){1to16}, %zmm24, %zmm15
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x86; BYTE $0x00; BYTE $0x44; BYTE $0x00; BYTE $0x00 // vdpbf16ps 17408(%rsi){1to16}, %zmm24, %zmm16
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x8e; BYTE $0x40; BYTE $0x48; BYTE $0x00; BYTE $0x00 // vdpbf16ps 18496(%rsi){1to16}, %zmm24, %zmm17
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x96; BYTE $0x80; BYTE $0x4c; BYTE $0x00; BYTE $0x00 // vdpbf16ps 19584(%rsi){1to16}, %zmm24, %zmm18
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x9e; BYTE $0xc0; BYTE $0x50; BYTE $0x00; BYTE $0x00 // vdpbf16ps 20672(%rsi){1to16}, %zmm24, %zmm19
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xa6; BYTE $0x00; BYTE $0x55; BYTE $0x00; BYTE $0x00 // vdpbf16ps 21760(%rsi){1to16}, %zmm24, %zmm20
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xae; BYTE $0x40; BYTE $0x59; BYTE $0x00; BYTE $0x00 // vdpbf16ps 22848(%rsi){1to16}, %zmm24, %zmm21
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xb6; BYTE $0x80; BYTE $0x5d; BYTE $0x00; BYTE $0x00 // vdpbf16ps 23936(%rsi){1to16}, %zmm24, %zmm22
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0xbe; BYTE $0xc0; BYTE $0x61; BYTE $0x00; BYTE $0x00 // vdpbf16ps 25024(%rsi){1to16}, %zmm24, %zmm23
+	ADDQ $4, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ loop1
+store:
+	VBROADCASTSS alpha+40(FP), Z26
+	VBROADCASTSS beta+44(FP), Z27
+	MOVQ beta0+48(FP), AX
+	TESTQ AX, AX
+	JNZ store0
+	VMULPS Z26, Z0, Z0
+	VFMADD231PS 0(DX), Z27, Z0
+	VMOVUPS Z0, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z1, Z1
+	VFMADD231PS 0(DX), Z27, Z1
+	VMOVUPS Z1, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z2, Z2
+	VFMADD231PS 0(DX), Z27, Z2
+	VMOVUPS Z2, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z3, Z3
+	VFMADD231PS 0(DX), Z27, Z3
+	VMOVUPS Z3, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z4, Z4
+	VFMADD231PS 0(DX), Z27, Z4
+	VMOVUPS Z4, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z5, Z5
+	VFMADD231PS 0(DX), Z27, Z5
+	VMOVUPS Z5, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z6, Z6
+	VFMADD231PS 0(DX), Z27, Z6
+	VMOVUPS Z6, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z7, Z7
+	VFMADD231PS 0(DX), Z27, Z7
+	VMOVUPS Z7, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z8, Z8
+	VFMADD231PS 0(DX), Z27, Z8
+	VMOVUPS Z8, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z9, Z9
+	VFMADD231PS 0(DX), Z27, Z9
+	VMOVUPS Z9, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z10, Z10
+	VFMADD231PS 0(DX), Z27, Z10
+	VMOVUPS Z10, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z11, Z11
+	VFMADD231PS 0(DX), Z27, Z11
+	VMOVUPS Z11, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z12, Z12
+	VFMADD231PS 0(DX), Z27, Z12
+	VMOVUPS Z12, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z13, Z13
+	VFMADD231PS 0(DX), Z27, Z13
+	VMOVUPS Z13, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z14, Z14
+	VFMADD231PS 0(DX), Z27, Z14
+	VMOVUPS Z14, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z15, Z15
+	VFMADD231PS 0(DX), Z27, Z15
+	VMOVUPS Z15, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z16, Z16
+	VFMADD231PS 0(DX), Z27, Z16
+	VMOVUPS Z16, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z17, Z17
+	VFMADD231PS 0(DX), Z27, Z17
+	VMOVUPS Z17, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z18, Z18
+	VFMADD231PS 0(DX), Z27, Z18
+	VMOVUPS Z18, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z19, Z19
+	VFMADD231PS 0(DX), Z27, Z19
+	VMOVUPS Z19, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z20, Z20
+	VFMADD231PS 0(DX), Z27, Z20
+	VMOVUPS Z20, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z21, Z21
+	VFMADD231PS 0(DX), Z27, Z21
+	VMOVUPS Z21, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z22, Z22
+	VFMADD231PS 0(DX), Z27, Z22
+	VMOVUPS Z22, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z23, Z23
+	VFMADD231PS 0(DX), Z27, Z23
+	VMOVUPS Z23, 0(DX)
+	VZEROUPPER
+	RET
+store0:
+	VMULPS Z26, Z0, Z0
+	VMOVUPS Z0, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z1, Z1
+	VMOVUPS Z1, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z2, Z2
+	VMOVUPS Z2, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z3, Z3
+	VMOVUPS Z3, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z4, Z4
+	VMOVUPS Z4, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z5, Z5
+	VMOVUPS Z5, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z6, Z6
+	VMOVUPS Z6, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z7, Z7
+	VMOVUPS Z7, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z8, Z8
+	VMOVUPS Z8, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z9, Z9
+	VMOVUPS Z9, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z10, Z10
+	VMOVUPS Z10, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z11, Z11
+	VMOVUPS Z11, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z12, Z12
+	VMOVUPS Z12, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z13, Z13
+	VMOVUPS Z13, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z14, Z14
+	VMOVUPS Z14, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z15, Z15
+	VMOVUPS Z15, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z16, Z16
+	VMOVUPS Z16, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z17, Z17
+	VMOVUPS Z17, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z18, Z18
+	VMOVUPS Z18, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z19, Z19
+	VMOVUPS Z19, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z20, Z20
+	VMOVUPS Z20, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z21, Z21
+	VMOVUPS Z21, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z22, Z22
+	VMOVUPS Z22, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z23, Z23
+	VMOVUPS Z23, 0(DX)
+	VZEROUPPER
+	RET

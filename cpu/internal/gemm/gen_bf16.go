@@ -51,10 +51,16 @@ func vdpbf16ps(disp, src1, dst int) []byte {
 }
 
 type tile struct {
-	mr, nz int // rows, ZMM registers (16 columns each) per row
+	mr, nz int  // rows, ZMM registers (16 columns each) per row
+	rows   bool // A as rows of pairs rowStride dwords apart (else pair-major)
 }
 
 const unroll = 4
+
+// rowStride is bf16RowStride: the dwords between rows of a row-major A
+// panel (256 pairs, the deepest K block, and a cache line more so that the
+// rows fall into different L1 sets).
+const rowStride = 272
 
 func main() {
 	var b strings.Builder
@@ -64,7 +70,7 @@ func main() {
 	w("//go:build amd64 && !purego")
 	w("")
 	w("#include \"textflag.h\"")
-	for _, t := range []tile{{24, 1}, {12, 2}} {
+	for _, t := range []tile{{24, 1, false}, {12, 2, false}, {24, 1, true}} {
 		kernel(w, t)
 	}
 	if err := os.WriteFile("bf16_amd64.s", []byte(b.String()), 0o644); err != nil {
@@ -77,6 +83,15 @@ func kernel(w func(string, ...any), t tile) {
 	mr, nz := t.mr, t.nz
 	nr := 16 * nz
 	name := fmt.Sprintf("bf16Kernel%dx%d", mr, nr)
+	// aDisp is the byte offset of A's row r in unrolled pair s, aStep the
+	// bytes from one pair to the next.
+	aDisp := func(s, r int) int { return 4 * (mr*s + r) }
+	aStep := 4 * mr
+	if t.rows {
+		name += "R"
+		aDisp = func(s, r int) int { return 4 * (rowStride*r + s) }
+		aStep = 4
+	}
 	acc := func(r, z int) int { return r*nz + z }
 	// B registers: pair s of the unrolled loop uses bReg(s, z), two sets
 	// alternating so that the next loads need not wait.
@@ -86,7 +101,11 @@ func kernel(w func(string, ...any), t tile) {
 	w("//")
 	w("// c = alpha*(A·B) + beta*c, or alpha*(A·B) when beta0 != 0, for the")
 	w("// %dx%d tile at c (row stride ldc floats). A and B hold kp pairs of k:", mr, nr)
-	w("// a has %d dwords per pair (row i: bf16 A[i][2p] low, A[i][2p+1] high),", mr)
+	if t.rows {
+		w("// a holds row i's pairs at a[%d*i+p] (bf16 A[i][2p] low, A[i][2p+1] high),", rowStride)
+	} else {
+		w("// a has %d dwords per pair (row i: bf16 A[i][2p] low, A[i][2p+1] high),", mr)
+	}
 	w("// b %d (column j: B[2p][j] low, B[2p+1][j] high). Sums start at +0 and", nr)
 	w("// take one VDPBF16PS per pair, in order of p.")
 	w("//")
@@ -118,7 +137,7 @@ func kernel(w func(string, ...any), t tile) {
 		}
 		for r := 0; r < mr; r++ {
 			for z := 0; z < nz; z++ {
-				disp, src, dst := 4*(mr*s+r), bReg(s, z), acc(r, z)
+				disp, src, dst := aDisp(s, r), bReg(s, z), acc(r, z)
 				var bs []string
 				for _, x := range vdpbf16ps(disp, src, dst) {
 					bs = append(bs, fmt.Sprintf("BYTE $0x%02x", x))
@@ -131,8 +150,9 @@ func kernel(w func(string, ...any), t tile) {
 	w("\tSHRQ $2, R9")
 	w("\tJZ tail")
 	w("loop4:")
-	// Ahead by 4 unrolled steps of A and 8 of B.
-	for off := 0; off < 4*mr*unroll; off += 64 {
+	// Ahead by 4 unrolled steps of A and 8 of B. (Rows of A: the
+	// hardware's stride prefetch, 16 bytes a row per iteration.)
+	for off := 0; off < 4*mr*unroll && !t.rows; off += 64 {
 		w("\tPREFETCHT0 %d(SI)", 4*mr*unroll+off)
 	}
 	for off := 0; off < 64*nz*unroll; off += 64 {
@@ -141,7 +161,7 @@ func kernel(w func(string, ...any), t tile) {
 	for s := 0; s < unroll; s++ {
 		step(s)
 	}
-	w("\tADDQ $%d, SI", 4*mr*unroll)
+	w("\tADDQ $%d, SI", aStep*unroll)
 	w("\tADDQ $%d, DI", 64*nz*unroll)
 	w("\tDECQ R9")
 	w("\tJNZ loop4")
@@ -150,7 +170,7 @@ func kernel(w func(string, ...any), t tile) {
 	w("\tJZ store")
 	w("loop1:")
 	step(0)
-	w("\tADDQ $%d, SI", 4*mr)
+	w("\tADDQ $%d, SI", aStep)
 	w("\tADDQ $%d, DI", 64*nz)
 	w("\tDECQ CX")
 	w("\tJNZ loop1")
