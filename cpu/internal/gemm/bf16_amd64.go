@@ -19,6 +19,18 @@ func bf16Kernel12x32(kp int, a, b *uint32, c *float32, ldc int, alpha, beta floa
 //go:noescape
 func bf16Kernel24x16R(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)
 
+// bf16Ilv24 is in bf16_amd64.s: for q < kp and l < 24,
+// dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16 (AVX-512F).
+//
+//go:noescape
+func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
+
+func init() {
+	if hasAVX512() {
+		ilv24Asm = bf16Ilv24
+	}
+}
+
 //go:generate go run gen_bf16.go
 
 // asmBF16 wraps an assembly bf16 kernel.

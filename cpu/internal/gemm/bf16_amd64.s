@@ -1221,3 +1221,37 @@ store0:
 	VMOVUPS Z23, 0(DX)
 	VZEROUPPER
 	RET
+
+// func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
+//
+// For q < kp and l < 24: dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16.
+// AVX-512F.
+TEXT ·bf16Ilv24(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ ld+8(FP), R8
+	MOVQ kp+16(FP), CX
+	MOVQ dst+24(FP), DI
+	SHLQ $1, R8
+	LEAQ (SI)(R8*1), R9
+	SHLQ $1, R8
+	TESTQ CX, CX
+	JZ ilvdone
+ilvloop:
+	VPMOVZXWD (SI), Z0
+	VPMOVZXWD 32(SI), Y1
+	VPMOVZXWD (R9), Z2
+	VPMOVZXWD 32(R9), Y3
+	VPSLLD $16, Z2, Z2
+	VPSLLD $16, Y3, Y3
+	VPORD Z2, Z0, Z0
+	VPOR Y3, Y1, Y1
+	VMOVDQU32 Z0, (DI)
+	VMOVDQU Y1, 64(DI)
+	ADDQ R8, SI
+	ADDQ R8, R9
+	ADDQ $96, DI
+	DECQ CX
+	JNZ ilvloop
+ilvdone:
+	VZEROUPPER
+	RET

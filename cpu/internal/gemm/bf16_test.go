@@ -470,3 +470,48 @@ func TestBF16Reported(t *testing.T) {
 		}()
 	}
 }
+
+// The packings with assembly (bf16Ilv24, the row-major A copy) give what
+// their portable loops give, for even and odd depths.
+func TestBF16PackForms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const ld = 61
+	src := randBF16s(rng, 40*ld, false)
+	for _, kcur := range []int{1, 2, 7, 38} {
+		kp := ceilDiv(kcur, 2)
+		got := make([]uint32, kp*24)
+		packPairsIlv(got, 24, src, 3, ld, 24, kcur)
+		for q := 0; q < kp; q++ {
+			for l := 0; l < 24; l++ {
+				want := uint32(src[3+2*q*ld+l])
+				if 2*q+1 < kcur {
+					want |= uint32(src[3+(2*q+1)*ld+l]) << 16
+				}
+				if got[q*24+l] != want {
+					t.Fatalf("packPairsIlv kcur %d: pair %d lane %d = %#x, want %#x", kcur, q, l, got[q*24+l], want)
+				}
+			}
+		}
+		rows := make([]uint32, 24*bf16RowStride)
+		for i := range rows {
+			rows[i] = 0xdeadbeef
+		}
+		for _, off := range []int{0, 1} { // 4-byte aligned pairs, and not
+			packRows(rows, src, off, ld, 20, 24, kcur)
+			for i := 0; i < 24; i++ {
+				for q := 0; q < kp; q++ {
+					var want uint32
+					if i < 20 {
+						want = uint32(src[off+i*ld+2*q])
+						if 2*q+1 < kcur {
+							want |= uint32(src[off+i*ld+2*q+1]) << 16
+						}
+					}
+					if got := rows[i*bf16RowStride+q]; got != want {
+						t.Fatalf("packRows kcur %d off %d: row %d pair %d = %#x, want %#x", kcur, off, i, q, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -353,13 +353,24 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 	}
 }
 
+// ilv24Asm, where the CPU has it (bf16_amd64.go), is packPairsIlv for 24
+// full lanes and kp full pairs: dst[24q+l] = src[2q*ld+l] |
+// src[(2q+1)*ld+l]<<16.
+var ilv24Asm func(src *uint16, ld, kp int, dst *uint32)
+
 // packPairsIlv packs w-wide panel lanes from rows of k: lane j < lanes of
 // pair q is dst[q*w+j] = src[off+2q*ld+j] | src[off+(2q+1)*ld+j]<<16, zero
 // past kcur and in lanes [lanes, w). (B, and a transposed A.)
 func packPairsIlv(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 	kp := ceilDiv(kcur, 2)
 	dst = dst[:kp*w]
-	for q := 0; q < kp; q++ {
+	q0 := 0
+	if full := kcur / 2; ilv24Asm != nil && w == 24 && lanes == 24 && full > 0 {
+		_ = src[off+(2*full-1)*ld+23]
+		ilv24Asm(&src[off], ld, full, &dst[0])
+		q0 = full
+	}
+	for q := q0; q < kp; q++ {
 		d := dst[q*w : q*w+w]
 		lo := src[off+2*q*ld : off+2*q*ld+lanes]
 		if 2*q+1 < kcur {

@@ -73,6 +73,7 @@ func main() {
 	for _, t := range []tile{{24, 1, false}, {12, 2, false}, {24, 1, true}} {
 		kernel(w, t)
 	}
+	ilv24(w)
 	if err := os.WriteFile("bf16_amd64.s", []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -204,6 +205,45 @@ func kernel(w func(string, ...any), t tile) {
 			w("\tADDQ R8, DX")
 		}
 	}
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// ilv24 writes bf16Ilv24, the packing of a transposed A into 24-row
+// pair-major panels (the kernels' a) two rows of k at a time.
+func ilv24(w func(string, ...any)) {
+	w("")
+	w("// func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)")
+	w("//")
+	w("// For q < kp and l < 24: dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16.")
+	w("// AVX-512F.")
+	w("TEXT ·bf16Ilv24(SB), NOSPLIT, $0-32")
+	w("\tMOVQ src+0(FP), SI")
+	w("\tMOVQ ld+8(FP), R8")
+	w("\tMOVQ kp+16(FP), CX")
+	w("\tMOVQ dst+24(FP), DI")
+	w("\tSHLQ $1, R8")
+	w("\tLEAQ (SI)(R8*1), R9")
+	w("\tSHLQ $1, R8")
+	w("\tTESTQ CX, CX")
+	w("\tJZ ilvdone")
+	w("ilvloop:")
+	w("\tVPMOVZXWD (SI), Z0")
+	w("\tVPMOVZXWD 32(SI), Y1")
+	w("\tVPMOVZXWD (R9), Z2")
+	w("\tVPMOVZXWD 32(R9), Y3")
+	w("\tVPSLLD $16, Z2, Z2")
+	w("\tVPSLLD $16, Y3, Y3")
+	w("\tVPORD Z2, Z0, Z0")
+	w("\tVPOR Y3, Y1, Y1")
+	w("\tVMOVDQU32 Z0, (DI)")
+	w("\tVMOVDQU Y1, 64(DI)")
+	w("\tADDQ R8, SI")
+	w("\tADDQ R8, R9")
+	w("\tADDQ $96, DI")
+	w("\tDECQ CX")
+	w("\tJNZ ilvloop")
+	w("ilvdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
 }
