@@ -151,10 +151,13 @@ func kernel(w func(string, ...any), t tile) {
 	w("\tSHRQ $2, R9")
 	w("\tJZ tail")
 	w("loop4:")
-	// Ahead by 4 unrolled steps of A and 8 of B. (Rows of A: the
-	// hardware's stride prefetch, 16 bytes a row per iteration.)
+	// Ahead by 4 unrolled steps of A and 8 of B. (Rows of A, 16 bytes of
+	// each an iteration: each row's line 8 iterations ahead.)
 	for off := 0; off < 4*mr*unroll && !t.rows; off += 64 {
 		w("\tPREFETCHT0 %d(SI)", 4*mr*unroll+off)
+	}
+	for r := 0; r < mr && t.rows; r++ {
+		w("\tPREFETCHT0 %d(SI)", 4*rowStride*r+128)
 	}
 	for off := 0; off < 64*nz*unroll; off += 64 {
 		w("\tPREFETCHT0 %d(DI)", 2*64*nz*unroll+off)
