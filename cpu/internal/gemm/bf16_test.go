@@ -515,3 +515,38 @@ func TestBF16PackForms(t *testing.T) {
 		}
 	}
 }
+
+// A kernel's row-major-A form and its pair-major one give the same bits
+// (TestSgemmBF16 runs the kernels as SgemmMixed picks their forms).
+func TestSgemmBF16RowForm(t *testing.T) {
+	for _, kern := range bf16Kernels() {
+		if kern.rows == nil {
+			continue
+		}
+		packed := *kern
+		packed.rows = nil
+		for ci, tc := range bf16Cases() {
+			if tc.transA || testing.Short() && tc.m*tc.n*tc.k > 2e6 {
+				continue
+			}
+			rng := rand.New(rand.NewPCG(uint64(ci), 13))
+			mt := makeMats(tc, rng)
+			a := randBF16s(rng, len(mt.a), ci%3 == 0)
+			b := randBF16s(rng, len(mt.b), ci%3 == 0)
+			c0 := to32(mt.c)
+			var outs [2][]float32
+			for i, k := range []*bf16Kernel{kern, &packed} {
+				outs[i] = append([]float32(nil), c0...)
+				func() {
+					defer useBF16Kern(k)()
+					SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), outs[i], mt.ldc, parallel.NewPool(2))
+				}()
+			}
+			for i := range outs[0] {
+				if !sameBits(outs[0][i], outs[1][i]) {
+					t.Fatalf("%s %v: element %d: rows %g, packed %g", kern.name, tc, i, outs[0][i], outs[1][i])
+				}
+			}
+		}
+	}
+}

@@ -3,7 +3,10 @@
 // gen_bf16 writes bf16_amd64.s, the native bfloat16 micro-kernels: an
 // mr×nr tile of float32 accumulators (one ZMM per row and 16 columns)
 // updated by VDPBF16PS, each instruction multiplying 16 pairs of B values
-// by one pair of A values broadcast from memory ({1to16}).
+// by one pair of A values broadcast from memory ({1to16}). The 24x16
+// tile also comes in a form reading A as rows of pairs (rowStride dwords
+// apart: a non-transposed A's rows copied, not gathered), and bf16Ilv24
+// packs a transposed A's 24-row panels.
 //
 // Go's assembler does not know VDPBF16PS, so the generator encodes it
 // (EVEX.512.F3.0F38.W0 52 /r, memory operand (SI) with a 32-bit
