@@ -25,9 +25,16 @@ func bf16Kernel24x16R(kp int, a, b *uint32, c *float32, ldc int, alpha, beta flo
 //go:noescape
 func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
 
+// bf16Tr16 is in bf16_amd64.s: for q < 16*blocks and r < 16,
+// dst[16q+r] = src[r*ld+2q] | src[r*ld+2q+1]<<16 (AVX-512F).
+//
+//go:noescape
+func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)
+
 func init() {
 	if hasAVX512() {
 		ilv24Asm = bf16Ilv24
+		tr16Asm = bf16Tr16
 	}
 }
 

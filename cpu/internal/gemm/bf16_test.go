@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -545,6 +546,31 @@ func TestSgemmBF16RowForm(t *testing.T) {
 			for i := range outs[0] {
 				if !sameBits(outs[0][i], outs[1][i]) {
 					t.Fatalf("%s %v: element %d: rows %g, packed %g", kern.name, tc, i, outs[0][i], outs[1][i])
+				}
+			}
+		}
+	}
+}
+
+// packPairsTr (16x16 transposes in assembly) packs as packPairsAdj's
+// portable loop does.
+func TestBF16PackTr(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const ld = 131
+	src := randBF16s(rng, 17*ld, false)
+	old := gatherAsm
+	defer func() { gatherAsm = old }()
+	for _, kcur := range []int{1, 31, 32, 33, 64, 95, 128} {
+		for _, off := range []int{0, 1, ld + 2} {
+			for _, lanes := range []int{16, 9} {
+				kp := ceilDiv(kcur, 2)
+				got, want := make([]uint32, kp*16), make([]uint32, kp*16)
+				packPairsTr(got, src, off, ld, lanes, kcur)
+				gatherAsm = nil
+				packPairsAdj(want, 16, src, off, ld, lanes, kcur)
+				gatherAsm = old
+				if !slices.Equal(got, want) {
+					t.Fatalf("kcur %d off %d lanes %d: packPairsTr differs from packPairsAdj", kcur, off, lanes)
 				}
 			}
 		}

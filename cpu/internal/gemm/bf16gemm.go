@@ -121,6 +121,10 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 					j0 := jp * nr
 					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
 					// Row j of the stored B is column j of op(B).
+					if nr == 16 {
+						packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+						continue
+					}
 					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
 				}
 			}
@@ -357,6 +361,26 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 // full lanes and kp full pairs: dst[24q+l] = src[2q*ld+l] |
 // src[(2q+1)*ld+l]<<16.
 var ilv24Asm func(src *uint16, ld, kp int, dst *uint32)
+
+// tr16Asm, where the CPU has it (bf16_amd64.go), packs 16 lanes of pairs
+// whose k runs along memory 16 pairs at a time: for q < 16*blocks and
+// r < 16, dst[16q+r] = src[r*ld+2q] | src[r*ld+2q+1]<<16.
+var tr16Asm func(src *uint16, ld, blocks int, dst *uint32)
+
+// packPairsTr is packPairsAdj for w = 16, by tr16Asm where it can.
+func packPairsTr(dst []uint32, src []uint16, off, ld, lanes, kcur int) {
+	blocks := kcur / 32
+	if tr16Asm == nil || lanes != 16 || blocks == 0 {
+		packPairsAdj(dst, 16, src, off, ld, lanes, kcur)
+		return
+	}
+	_ = src[off+15*ld+32*blocks-1]
+	_ = dst[256*blocks-1]
+	tr16Asm(&src[off], ld, blocks, &dst[0])
+	if q0 := 16 * blocks; 2*q0 < kcur {
+		packPairsAdj(dst[q0*16:], 16, src, off+2*q0, ld, lanes, kcur-2*q0)
+	}
+}
 
 // packPairsIlv packs w-wide panel lanes from rows of k: lane j < lanes of
 // pair q is dst[q*w+j] = src[off+2q*ld+j] | src[off+(2q+1)*ld+j]<<16, zero

@@ -77,6 +77,7 @@ func main() {
 		kernel(w, t)
 	}
 	ilv24(w)
+	tr16(w)
 	if err := os.WriteFile("bf16_amd64.s", []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -250,6 +251,70 @@ func ilv24(w func(string, ...any)) {
 	w("\tDECQ CX")
 	w("\tJNZ ilvloop")
 	w("ilvdone:")
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// tr16 writes bf16Tr16, the packing of a transposed B's 16-column panels
+// (the kernels' b): 16×16 dword transposes in registers, in place of one
+// gather per pair.
+func tr16(w func(string, ...any)) {
+	w("")
+	w("// func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)")
+	w("//")
+	w("// For q < 16*blocks and r < 16: dst[16q+r] = the dword (pair) q of row r,")
+	w("// rows ld values apart: src[r*ld+2q] | src[r*ld+2q+1]<<16. AVX-512F.")
+	w("TEXT ·bf16Tr16(SB), NOSPLIT, $0-32")
+	w("\tMOVQ src+0(FP), SI")
+	w("\tMOVQ ld+8(FP), R8")
+	w("\tMOVQ blocks+16(FP), CX")
+	w("\tMOVQ dst+24(FP), DI")
+	w("\tSHLQ $1, R8")
+	w("\tTESTQ CX, CX")
+	w("\tJZ trdone")
+	w("trloop:")
+	w("\tMOVQ SI, AX")
+	for r := 0; r < 16; r++ {
+		w("\tVMOVDQU32 (AX), Z%d", r)
+		if r < 15 {
+			w("\tADDQ R8, AX")
+		}
+	}
+	// Dwords within 128-bit lanes, then quadwords, then lanes twice.
+	for i := 0; i < 8; i++ {
+		w("\tVPUNPCKLDQ Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i)
+		w("\tVPUNPCKHDQ Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i+1)
+	}
+	for i := 0; i < 4; i++ {
+		t := 16 + 4*i
+		w("\tVPUNPCKLQDQ Z%d, Z%d, Z%d", t+2, t, 4*i)
+		w("\tVPUNPCKHQDQ Z%d, Z%d, Z%d", t+2, t, 4*i+1)
+		w("\tVPUNPCKLQDQ Z%d, Z%d, Z%d", t+3, t+1, 4*i+2)
+		w("\tVPUNPCKHQDQ Z%d, Z%d, Z%d", t+3, t+1, 4*i+3)
+	}
+	// u[4i+j] lane L: column 4L+j of rows 4i..4i+3.
+	for j := 0; j < 4; j++ {
+		x := 16 + 4*j
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", 4+j, j, x)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", 4+j, j, x+1)
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", 12+j, 8+j, x+2)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", 12+j, 8+j, x+3)
+	}
+	for j := 0; j < 4; j++ {
+		x := 16 + 4*j
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", x+2, x, j)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", x+2, x, 8+j)
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", x+3, x+1, 4+j)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", x+3, x+1, 12+j)
+	}
+	for c := 0; c < 16; c++ {
+		w("\tVMOVDQU32 Z%d, %d(DI)", c, 64*c)
+	}
+	w("\tADDQ $64, SI")
+	w("\tADDQ $1024, DI")
+	w("\tDECQ CX")
+	w("\tJNZ trloop")
+	w("trdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
 }
