@@ -13,6 +13,31 @@ func bf16Kernel24x16(kp int, a, b *uint32, c *float32, ldc int, alpha, beta floa
 //go:noescape
 func bf16Kernel12x32(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)
 
+// bf16Kernel24x16R is bf16Kernel24x16 with A as rows of pairs,
+// bf16RowStride dwords apart (bf16Kernel.rows).
+//
+//go:noescape
+func bf16Kernel24x16R(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)
+
+// bf16Ilv24 is in bf16_amd64.s: for q < kp and l < 24,
+// dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16 (AVX-512F).
+//
+//go:noescape
+func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
+
+// bf16Tr16 is in bf16_amd64.s: for q < 16*blocks and r < 16,
+// dst[16q+r] = src[r*ld+2q] | src[r*ld+2q+1]<<16 (AVX-512F).
+//
+//go:noescape
+func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)
+
+func init() {
+	if hasAVX512() {
+		ilv24Asm = bf16Ilv24
+		tr16Asm = bf16Tr16
+	}
+}
+
 //go:generate go run gen_bf16.go
 
 // asmBF16 wraps an assembly bf16 kernel.
@@ -31,9 +56,26 @@ func asmBF16(name string, mr, nr int, f func(kp int, a, b *uint32, c *float32, l
 }
 
 var (
-	bf16AVX512x24 = asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16)
+	bf16AVX512x24 = withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R)
 	bf16AVX512x12 = asmBF16("avx512_bf16 12x32", 12, 32, bf16Kernel12x32)
 )
+
+// withRows gives k the row-major-A form f of its kernel (bf16Kernel.rows).
+func withRows(k *bf16Kernel, f func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)) *bf16Kernel {
+	mr, nr := k.mr, k.nr
+	k.rows = func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+		// Bounds the assembly relies on.
+		_ = a[(mr-1)*bf16RowStride+kp-1]
+		_ = b[nr*kp-1]
+		_ = c[(mr-1)*ldc+nr-1]
+		z := 0
+		if beta0 {
+			z = 1
+		}
+		f(kp, &a[0], &b[0], &c[0], ldc, alpha, beta, z)
+	}
+	return k
+}
 
 // hasAVX512BF16 reports whether the CPU and OS run the bf16 kernels
 // (AVX512_BF16 needs AVX512F, whose state the OS saves; the packing is Go).

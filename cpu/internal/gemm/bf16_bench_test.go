@@ -209,3 +209,71 @@ func BenchmarkBF16Pack(b *testing.B) {
 		b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/(1024*512), "ns/elem")
 	})
 }
+
+// gpt's (nanoGPT 6x384, 2048 rows) products on the native kernel: forward
+// X·W, input gradients dY·Wᵀ (tB) and weight gradients Xᵀ·dY (tA, k =
+// 2048). The cpu-GFLOP/s metric divides by the process's CPU time (all
+// threads), which a loaded machine disturbs less than wall time.
+func BenchmarkBF16GPT(b *testing.B) {
+	shapes := []struct {
+		name    string
+		m, n, k int
+		tA, tB  bool
+	}{
+		{"qkv", 2048, 1152, 384, false, false},
+		{"proj", 2048, 384, 384, false, false},
+		{"fc", 2048, 1536, 384, false, false},
+		{"fc2", 2048, 384, 1536, false, false},
+		{"head", 2048, 256, 384, false, false},
+		{"qkv_dX", 2048, 384, 1152, false, true},
+		{"fc_dX", 2048, 384, 1536, false, true},
+		{"fc2_dX", 2048, 1536, 384, false, true},
+		{"qkv_dW", 384, 1152, 2048, true, false},
+		{"fc_dW", 384, 1536, 2048, true, false},
+		{"fc2_dW", 1536, 384, 2048, true, false},
+		{"attn_qk", 128, 256, 64, false, true},
+		{"attn_pv", 128, 64, 256, false, false},
+	}
+	if bf16Kern == nil {
+		b.Skip("no native bf16 kernel")
+	}
+	// The kernel as it is and without its row-major-A form (A packed
+	// pair-major), run in turn.
+	forms := []*bf16Kernel{bf16Kern}
+	if bf16Kern.rows != nil {
+		packed := *bf16Kern
+		packed.rows = nil
+		forms = append(forms, &packed)
+	}
+	for _, s := range shapes {
+		for _, threads := range []int{1, 2} {
+			for _, kern := range forms {
+				b.Run(fmt.Sprintf("%s/t%d/rows=%v", s.name, threads, kern.rows != nil), func(b *testing.B) {
+					rng := rand.New(rand.NewPCG(1, 2))
+					a16 := randBF16s(rng, s.m*s.k, false)
+					b16 := randBF16s(rng, s.k*s.n, false)
+					c := make([]float32, s.m*s.n)
+					lda, ldb := s.k, s.n
+					if s.tA {
+						lda = s.m
+					}
+					if s.tB {
+						ldb = s.k
+					}
+					pool := parallel.NewPool(threads)
+					defer pool.Close()
+					defer useBF16Kern(kern)()
+					c0 := processCPU()
+					for b.Loop() {
+						SgemmMixed(s.tA, s.tB, s.m, s.n, s.k, 1, BF16(a16), lda, BF16(b16), ldb, 0, c, s.n, pool)
+					}
+					flop := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(b.N)
+					b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					if d := processCPU() - c0; d > 0 {
+						b.ReportMetric(flop*float64(threads)/d.Seconds()/1e9, "cpu-GFLOP/s")
+					}
+				})
+			}
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -391,5 +392,110 @@ func TestBF16Reported(t *testing.T) {
 				t.Errorf("kernel %v: Caps().NativeBF16 = %v", k != nil, Caps().NativeBF16)
 			}
 		}()
+	}
+}
+
+// The packings with assembly (bf16Ilv24, the row-major A copy) give what
+// their portable loops give, for even and odd depths.
+func TestBF16PackForms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const ld = 61
+	src := randBF16s(rng, 40*ld, false)
+	for _, kcur := range []int{1, 2, 7, 38} {
+		kp := ceilDiv(kcur, 2)
+		got := make([]uint32, kp*24)
+		packPairsIlv(got, 24, src, 3, ld, 24, kcur)
+		for q := 0; q < kp; q++ {
+			for l := 0; l < 24; l++ {
+				want := uint32(src[3+2*q*ld+l])
+				if 2*q+1 < kcur {
+					want |= uint32(src[3+(2*q+1)*ld+l]) << 16
+				}
+				if got[q*24+l] != want {
+					t.Fatalf("packPairsIlv kcur %d: pair %d lane %d = %#x, want %#x", kcur, q, l, got[q*24+l], want)
+				}
+			}
+		}
+		rows := make([]uint32, 24*bf16RowStride)
+		for i := range rows {
+			rows[i] = 0xdeadbeef
+		}
+		for _, off := range []int{0, 1} { // 4-byte aligned pairs, and not
+			packRows(rows, src, off, ld, 20, 24, kcur)
+			for i := 0; i < 24; i++ {
+				for q := 0; q < kp; q++ {
+					var want uint32
+					if i < 20 {
+						want = uint32(src[off+i*ld+2*q])
+						if 2*q+1 < kcur {
+							want |= uint32(src[off+i*ld+2*q+1]) << 16
+						}
+					}
+					if got := rows[i*bf16RowStride+q]; got != want {
+						t.Fatalf("packRows kcur %d off %d: row %d pair %d = %#x, want %#x", kcur, off, i, q, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A kernel's row-major-A form and its pair-major one give the same bits
+// (TestSgemmBF16 runs the kernels as SgemmMixed picks their forms).
+func TestSgemmBF16RowForm(t *testing.T) {
+	for _, kern := range bf16Kernels() {
+		if kern.rows == nil {
+			continue
+		}
+		packed := *kern
+		packed.rows = nil
+		for ci, tc := range bf16Cases() {
+			if tc.transA || testing.Short() && tc.m*tc.n*tc.k > 2e6 {
+				continue
+			}
+			rng := rand.New(rand.NewPCG(uint64(ci), 13))
+			mt := makeMats(tc, rng)
+			a := randBF16s(rng, len(mt.a), ci%3 == 0)
+			b := randBF16s(rng, len(mt.b), ci%3 == 0)
+			c0 := to32(mt.c)
+			var outs [2][]float32
+			for i, k := range []*bf16Kernel{kern, &packed} {
+				outs[i] = append([]float32(nil), c0...)
+				func() {
+					defer useBF16Kern(k)()
+					SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), outs[i], mt.ldc, parallel.NewPool(2))
+				}()
+			}
+			for i := range outs[0] {
+				if !sameBits(outs[0][i], outs[1][i]) {
+					t.Fatalf("%s %v: element %d: rows %g, packed %g", kern.name, tc, i, outs[0][i], outs[1][i])
+				}
+			}
+		}
+	}
+}
+
+// packPairsTr (16x16 transposes in assembly) packs as packPairsAdj's
+// portable loop does.
+func TestBF16PackTr(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const ld = 131
+	src := randBF16s(rng, 17*ld, false)
+	old := gatherAsm
+	defer func() { gatherAsm = old }()
+	for _, kcur := range []int{1, 31, 32, 33, 64, 95, 128} {
+		for _, off := range []int{0, 1, ld + 2} {
+			for _, lanes := range []int{16, 9} {
+				kp := ceilDiv(kcur, 2)
+				got, want := make([]uint32, kp*16), make([]uint32, kp*16)
+				packPairsTr(got, src, off, ld, lanes, kcur)
+				gatherAsm = nil
+				packPairsAdj(want, 16, src, off, ld, lanes, kcur)
+				gatherAsm = old
+				if !slices.Equal(got, want) {
+					t.Fatalf("kcur %d off %d lanes %d: packPairsTr differs from packPairsAdj", kcur, off, lanes)
+				}
+			}
+		}
 	}
 }

@@ -29,7 +29,17 @@ type bf16Kernel struct {
 	name   string
 	mr, nr int
 	fn     func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	// rows, where not nil, is fn with A row-major: row i's pairs at
+	// a[i*bf16RowStride:], kp of them. A non-transposed A packs into that
+	// form by copying its rows (its pairs lie in memory as the kernel
+	// reads them), far cheaper than gathering them pair-major.
+	rows func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
 }
+
+// bf16RowStride is the dwords between rows of a row-major A panel: the
+// deepest K block's pairs (bf16KC/2) and a cache line more, so that a
+// panel's rows fall into different L1 sets. (gen_bf16.go's rowStride.)
+const bf16RowStride = bf16KC/2 + 16
 
 // Blocking (in elements of k and rows/columns): a KC-deep B panel of 16
 // columns (16 KiB) stays in L1, an MC×KC A block (144 KiB) in L2, a KC×NC
@@ -82,6 +92,13 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 		return t0 * mr, min(m, t1*mr) - t0*mr
 	}
 
+	// A row-major where the kernel has that form and A's pairs lie in
+	// its rows.
+	rowsA := kern.rows != nil && !transA
+	aLen := kpc * mc
+	if rowsA {
+		aLen = bf16RowStride * mc
+	}
 	bbuf := getU32(kpc * nc)
 	defer bf16Bufs.Put(bbuf)
 	bp := *bbuf
@@ -104,6 +121,10 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 					j0 := jp * nr
 					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
 					// Row j of the stored B is column j of op(B).
+					if nr == 16 {
+						packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+						continue
+					}
 					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
 				}
 			}
@@ -114,14 +135,20 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 				}
 			}
 			compute := func(lo, hi int) {
-				abuf := getU32(kp*mc + mr*nr)
+				abuf := getU32(aLen + mr*nr)
 				defer bf16Bufs.Put(abuf)
 				ap := *abuf
 				// The edge tile's floats, in the buffer's tail.
-				ctile := unsafe.Slice((*float32)(unsafe.Pointer(&ap[kp*mc])), mr*nr)
+				ctile := unsafe.Slice((*float32)(unsafe.Pointer(&ap[aLen])), mr*nr)
 				for t := lo; t < hi; t++ {
 					ib, jb := t/nSplit, t%nSplit
 					ic, mcur := block(ib)
+					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
+					if rowsA {
+						packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
+						bf16MacroRows(kern, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+						continue
+					}
 					for i0 := 0; i0 < mcur; i0 += mr {
 						dst := ap[i0*kp : (i0+mr)*kp]
 						if transA {
@@ -130,7 +157,6 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
 						}
 					}
-					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
 					bf16Macro(kern, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 				}
 			}
@@ -184,6 +210,62 @@ func bf16Macro(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi
 			for i := 0; i < mm; i++ {
 				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
 			}
+		}
+	}
+}
+
+// bf16MacroRows is bf16Macro on kern.rows: ap holds the block's rows,
+// bf16RowStride dwords apart.
+func bf16MacroRows(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
+	mr, nr := kern.mr, kern.nr
+	beta0 := beta == 0
+	for jp := jpLo; jp < jpHi; jp++ {
+		j0 := jp * nr
+		nn := min(nr, ncur-j0)
+		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
+		for i0 := 0; i0 < mcur; i0 += mr {
+			mm := min(mr, mcur-i0)
+			apan := ap[i0*bf16RowStride : (i0+mr)*bf16RowStride]
+			off := coff + i0*ldc + j0
+			if mm == mr && nn == nr {
+				kern.rows(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
+				continue
+			}
+			if !beta0 {
+				for i := 0; i < mm; i++ {
+					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
+				}
+			}
+			kern.rows(kp, apan, bpan, tmp, nr, alpha, beta, beta0)
+			for i := 0; i < mm; i++ {
+				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
+			}
+		}
+	}
+}
+
+// packRows packs rows [0, rows) of a row-major A panel (bf16RowStride
+// dwords apart): row i < lines holds the pairs of src[off+i*ld:][:kcur]
+// (even k low, zero past kcur), rows from lines on zeros.
+func packRows(dst []uint32, src []uint16, off, ld, lines, rows, kcur int) {
+	kp := ceilDiv(kcur, 2)
+	full := kcur / 2
+	for i := 0; i < rows; i++ {
+		d := dst[i*bf16RowStride : i*bf16RowStride+kp]
+		if i >= lines {
+			clear(d)
+			continue
+		}
+		s := src[off+i*ld : off+i*ld+kcur]
+		if p := pairsOf(s[:2*full]); p != nil {
+			copy(d, p)
+		} else {
+			for q := 0; q < full; q++ {
+				d[q] = uint32(s[2*q]) | uint32(s[2*q+1])<<16
+			}
+		}
+		if full < kp {
+			d[full] = uint32(s[2*full])
 		}
 	}
 }
@@ -275,13 +357,44 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 	}
 }
 
+// ilv24Asm, where the CPU has it (bf16_amd64.go), is packPairsIlv for 24
+// full lanes and kp full pairs: dst[24q+l] = src[2q*ld+l] |
+// src[(2q+1)*ld+l]<<16.
+var ilv24Asm func(src *uint16, ld, kp int, dst *uint32)
+
+// tr16Asm, where the CPU has it (bf16_amd64.go), packs 16 lanes of pairs
+// whose k runs along memory 16 pairs at a time: for q < 16*blocks and
+// r < 16, dst[16q+r] = src[r*ld+2q] | src[r*ld+2q+1]<<16.
+var tr16Asm func(src *uint16, ld, blocks int, dst *uint32)
+
+// packPairsTr is packPairsAdj for w = 16, by tr16Asm where it can.
+func packPairsTr(dst []uint32, src []uint16, off, ld, lanes, kcur int) {
+	blocks := kcur / 32
+	if tr16Asm == nil || lanes != 16 || blocks == 0 {
+		packPairsAdj(dst, 16, src, off, ld, lanes, kcur)
+		return
+	}
+	_ = src[off+15*ld+32*blocks-1]
+	_ = dst[256*blocks-1]
+	tr16Asm(&src[off], ld, blocks, &dst[0])
+	if q0 := 16 * blocks; 2*q0 < kcur {
+		packPairsAdj(dst[q0*16:], 16, src, off+2*q0, ld, lanes, kcur-2*q0)
+	}
+}
+
 // packPairsIlv packs w-wide panel lanes from rows of k: lane j < lanes of
 // pair q is dst[q*w+j] = src[off+2q*ld+j] | src[off+(2q+1)*ld+j]<<16, zero
 // past kcur and in lanes [lanes, w). (B, and a transposed A.)
 func packPairsIlv(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 	kp := ceilDiv(kcur, 2)
 	dst = dst[:kp*w]
-	for q := 0; q < kp; q++ {
+	q0 := 0
+	if full := kcur / 2; ilv24Asm != nil && w == 24 && lanes == 24 && full > 0 {
+		_ = src[off+(2*full-1)*ld+23]
+		ilv24Asm(&src[off], ld, full, &dst[0])
+		q0 = full
+	}
+	for q := q0; q < kp; q++ {
 		d := dst[q*w : q*w+w]
 		lo := src[off+2*q*ld : off+2*q*ld+lanes]
 		if 2*q+1 < kcur {

@@ -3,7 +3,10 @@
 // gen_bf16 writes bf16_amd64.s, the native bfloat16 micro-kernels: an
 // mr×nr tile of float32 accumulators (one ZMM per row and 16 columns)
 // updated by VDPBF16PS, each instruction multiplying 16 pairs of B values
-// by one pair of A values broadcast from memory ({1to16}).
+// by one pair of A values broadcast from memory ({1to16}). The 24x16
+// tile also comes in a form reading A as rows of pairs (rowStride dwords
+// apart: a non-transposed A's rows copied, not gathered), and bf16Ilv24
+// packs a transposed A's 24-row panels.
 //
 // Go's assembler does not know VDPBF16PS, so the generator encodes it
 // (EVEX.512.F3.0F38.W0 52 /r, memory operand (SI) with a 32-bit
@@ -51,10 +54,16 @@ func vdpbf16ps(disp, src1, dst int) []byte {
 }
 
 type tile struct {
-	mr, nz int // rows, ZMM registers (16 columns each) per row
+	mr, nz int  // rows, ZMM registers (16 columns each) per row
+	rows   bool // A as rows of pairs rowStride dwords apart (else pair-major)
 }
 
 const unroll = 4
+
+// rowStride is bf16RowStride: the dwords between rows of a row-major A
+// panel (256 pairs, the deepest K block, and a cache line more so that the
+// rows fall into different L1 sets).
+const rowStride = 272
 
 func main() {
 	var b strings.Builder
@@ -64,9 +73,11 @@ func main() {
 	w("//go:build amd64 && !purego")
 	w("")
 	w("#include \"textflag.h\"")
-	for _, t := range []tile{{24, 1}, {12, 2}} {
+	for _, t := range []tile{{24, 1, false}, {12, 2, false}, {24, 1, true}} {
 		kernel(w, t)
 	}
+	ilv24(w)
+	tr16(w)
 	if err := os.WriteFile("bf16_amd64.s", []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -77,6 +88,15 @@ func kernel(w func(string, ...any), t tile) {
 	mr, nz := t.mr, t.nz
 	nr := 16 * nz
 	name := fmt.Sprintf("bf16Kernel%dx%d", mr, nr)
+	// aDisp is the byte offset of A's row r in unrolled pair s, aStep the
+	// bytes from one pair to the next.
+	aDisp := func(s, r int) int { return 4 * (mr*s + r) }
+	aStep := 4 * mr
+	if t.rows {
+		name += "R"
+		aDisp = func(s, r int) int { return 4 * (rowStride*r + s) }
+		aStep = 4
+	}
 	acc := func(r, z int) int { return r*nz + z }
 	// B registers: pair s of the unrolled loop uses bReg(s, z), two sets
 	// alternating so that the next loads need not wait.
@@ -86,7 +106,11 @@ func kernel(w func(string, ...any), t tile) {
 	w("//")
 	w("// c = alpha*(A·B) + beta*c, or alpha*(A·B) when beta0 != 0, for the")
 	w("// %dx%d tile at c (row stride ldc floats). A and B hold kp pairs of k:", mr, nr)
-	w("// a has %d dwords per pair (row i: bf16 A[i][2p] low, A[i][2p+1] high),", mr)
+	if t.rows {
+		w("// a holds row i's pairs at a[%d*i+p] (bf16 A[i][2p] low, A[i][2p+1] high),", rowStride)
+	} else {
+		w("// a has %d dwords per pair (row i: bf16 A[i][2p] low, A[i][2p+1] high),", mr)
+	}
 	w("// b %d (column j: B[2p][j] low, B[2p+1][j] high). Sums start at +0 and", nr)
 	w("// take one VDPBF16PS per pair, in order of p.")
 	w("//")
@@ -118,7 +142,7 @@ func kernel(w func(string, ...any), t tile) {
 		}
 		for r := 0; r < mr; r++ {
 			for z := 0; z < nz; z++ {
-				disp, src, dst := 4*(mr*s+r), bReg(s, z), acc(r, z)
+				disp, src, dst := aDisp(s, r), bReg(s, z), acc(r, z)
 				var bs []string
 				for _, x := range vdpbf16ps(disp, src, dst) {
 					bs = append(bs, fmt.Sprintf("BYTE $0x%02x", x))
@@ -131,9 +155,13 @@ func kernel(w func(string, ...any), t tile) {
 	w("\tSHRQ $2, R9")
 	w("\tJZ tail")
 	w("loop4:")
-	// Ahead by 4 unrolled steps of A and 8 of B.
-	for off := 0; off < 4*mr*unroll; off += 64 {
+	// Ahead by 4 unrolled steps of A and 8 of B. (Rows of A, 16 bytes of
+	// each an iteration: each row's line 8 iterations ahead.)
+	for off := 0; off < 4*mr*unroll && !t.rows; off += 64 {
 		w("\tPREFETCHT0 %d(SI)", 4*mr*unroll+off)
+	}
+	for r := 0; r < mr && t.rows; r++ {
+		w("\tPREFETCHT0 %d(SI)", 4*rowStride*r+128)
 	}
 	for off := 0; off < 64*nz*unroll; off += 64 {
 		w("\tPREFETCHT0 %d(DI)", 2*64*nz*unroll+off)
@@ -141,7 +169,7 @@ func kernel(w func(string, ...any), t tile) {
 	for s := 0; s < unroll; s++ {
 		step(s)
 	}
-	w("\tADDQ $%d, SI", 4*mr*unroll)
+	w("\tADDQ $%d, SI", aStep*unroll)
 	w("\tADDQ $%d, DI", 64*nz*unroll)
 	w("\tDECQ R9")
 	w("\tJNZ loop4")
@@ -150,7 +178,7 @@ func kernel(w func(string, ...any), t tile) {
 	w("\tJZ store")
 	w("loop1:")
 	step(0)
-	w("\tADDQ $%d, SI", 4*mr)
+	w("\tADDQ $%d, SI", aStep)
 	w("\tADDQ $%d, DI", 64*nz)
 	w("\tDECQ CX")
 	w("\tJNZ loop1")
@@ -184,6 +212,109 @@ func kernel(w func(string, ...any), t tile) {
 			w("\tADDQ R8, DX")
 		}
 	}
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// ilv24 writes bf16Ilv24, the packing of a transposed A into 24-row
+// pair-major panels (the kernels' a) two rows of k at a time.
+func ilv24(w func(string, ...any)) {
+	w("")
+	w("// func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)")
+	w("//")
+	w("// For q < kp and l < 24: dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16.")
+	w("// AVX-512F.")
+	w("TEXT ·bf16Ilv24(SB), NOSPLIT, $0-32")
+	w("\tMOVQ src+0(FP), SI")
+	w("\tMOVQ ld+8(FP), R8")
+	w("\tMOVQ kp+16(FP), CX")
+	w("\tMOVQ dst+24(FP), DI")
+	w("\tSHLQ $1, R8")
+	w("\tLEAQ (SI)(R8*1), R9")
+	w("\tSHLQ $1, R8")
+	w("\tTESTQ CX, CX")
+	w("\tJZ ilvdone")
+	w("ilvloop:")
+	w("\tVPMOVZXWD (SI), Z0")
+	w("\tVPMOVZXWD 32(SI), Y1")
+	w("\tVPMOVZXWD (R9), Z2")
+	w("\tVPMOVZXWD 32(R9), Y3")
+	w("\tVPSLLD $16, Z2, Z2")
+	w("\tVPSLLD $16, Y3, Y3")
+	w("\tVPORD Z2, Z0, Z0")
+	w("\tVPOR Y3, Y1, Y1")
+	w("\tVMOVDQU32 Z0, (DI)")
+	w("\tVMOVDQU Y1, 64(DI)")
+	w("\tADDQ R8, SI")
+	w("\tADDQ R8, R9")
+	w("\tADDQ $96, DI")
+	w("\tDECQ CX")
+	w("\tJNZ ilvloop")
+	w("ilvdone:")
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// tr16 writes bf16Tr16, the packing of a transposed B's 16-column panels
+// (the kernels' b): 16×16 dword transposes in registers, in place of one
+// gather per pair.
+func tr16(w func(string, ...any)) {
+	w("")
+	w("// func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)")
+	w("//")
+	w("// For q < 16*blocks and r < 16: dst[16q+r] = the dword (pair) q of row r,")
+	w("// rows ld values apart: src[r*ld+2q] | src[r*ld+2q+1]<<16. AVX-512F.")
+	w("TEXT ·bf16Tr16(SB), NOSPLIT, $0-32")
+	w("\tMOVQ src+0(FP), SI")
+	w("\tMOVQ ld+8(FP), R8")
+	w("\tMOVQ blocks+16(FP), CX")
+	w("\tMOVQ dst+24(FP), DI")
+	w("\tSHLQ $1, R8")
+	w("\tTESTQ CX, CX")
+	w("\tJZ trdone")
+	w("trloop:")
+	w("\tMOVQ SI, AX")
+	for r := 0; r < 16; r++ {
+		w("\tVMOVDQU32 (AX), Z%d", r)
+		if r < 15 {
+			w("\tADDQ R8, AX")
+		}
+	}
+	// Dwords within 128-bit lanes, then quadwords, then lanes twice.
+	for i := 0; i < 8; i++ {
+		w("\tVPUNPCKLDQ Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i)
+		w("\tVPUNPCKHDQ Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i+1)
+	}
+	for i := 0; i < 4; i++ {
+		t := 16 + 4*i
+		w("\tVPUNPCKLQDQ Z%d, Z%d, Z%d", t+2, t, 4*i)
+		w("\tVPUNPCKHQDQ Z%d, Z%d, Z%d", t+2, t, 4*i+1)
+		w("\tVPUNPCKLQDQ Z%d, Z%d, Z%d", t+3, t+1, 4*i+2)
+		w("\tVPUNPCKHQDQ Z%d, Z%d, Z%d", t+3, t+1, 4*i+3)
+	}
+	// u[4i+j] lane L: column 4L+j of rows 4i..4i+3.
+	for j := 0; j < 4; j++ {
+		x := 16 + 4*j
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", 4+j, j, x)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", 4+j, j, x+1)
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", 12+j, 8+j, x+2)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", 12+j, 8+j, x+3)
+	}
+	for j := 0; j < 4; j++ {
+		x := 16 + 4*j
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", x+2, x, j)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", x+2, x, 8+j)
+		w("\tVSHUFI32X4 $0x88, Z%d, Z%d, Z%d", x+3, x+1, 4+j)
+		w("\tVSHUFI32X4 $0xdd, Z%d, Z%d, Z%d", x+3, x+1, 12+j)
+	}
+	for c := 0; c < 16; c++ {
+		w("\tVMOVDQU32 Z%d, %d(DI)", c, 64*c)
+	}
+	w("\tADDQ $64, SI")
+	w("\tADDQ $1024, DI")
+	w("\tDECQ CX")
+	w("\tJNZ trloop")
+	w("trdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
 }
