@@ -3,12 +3,12 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"sync"
 	"unsafe"
 
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/env"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -101,21 +101,27 @@ const (
 var convBF16On = convBF16Bww
 
 func init() {
-	// HEADROOM_CONV_BF16 (a list of fwd, bwi, bww; "none") overrides the
-	// choice, for measurements.
-	if v, ok := os.LookupEnv("HEADROOM_CONV_BF16"); ok {
-		convBF16On = 0
-		for _, f := range strings.Split(v, ",") {
-			switch f {
-			case "fwd":
-				convBF16On |= convBF16Fwd
-			case "bwi":
-				convBF16On |= convBF16Bwi
-			case "bww":
-				convBF16On |= convBF16Bww
-			}
+	// $HEADROOM_CONV_BF16 (internal/env.ConvBF16) overrides the choice,
+	// for measurements; a value with an unknown word keeps the default.
+	v, ok := env.Lookup(env.ConvBF16)
+	if !ok {
+		return
+	}
+	on := 0
+	for _, f := range strings.Split(v, ",") {
+		switch strings.TrimSpace(f) {
+		case "fwd":
+			on |= convBF16Fwd
+		case "bwi":
+			on |= convBF16Bwi
+		case "bww":
+			on |= convBF16Bww
+		case "none":
+		default:
+			return
 		}
 	}
+	convBF16On = on
 }
 
 // align64 rounds a byte count up to 64.

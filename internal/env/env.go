@@ -36,6 +36,13 @@ const (
 	// float32 and run on the float32 kernel, for comparisons; an invalid
 	// value turns it off too. Read by cpu/internal/gemm at start-up.
 	BF16Native = "HEADROOM_BF16_NATIVE"
+	// ConvBF16 chooses which bf16-mixed convolutions run on the native
+	// bf16 kernel, for measurements: a comma-separated list of fwd
+	// (forward), bwi (input gradient), bww (weight gradient), or none
+	// (default: bww, the one measured faster than the float32 kernels);
+	// a value with another word keeps the default. Read by cpu at
+	// start-up.
+	ConvBF16 = "HEADROOM_CONV_BF16"
 	// MaxISA limits the vector extensions every kernel may use to those of
 	// a narrower CPU (none, avx2, avx512, avx512_bf16, all), as if the
 	// machine had no more: for comparing with an AVX2 machine on an
@@ -54,6 +61,7 @@ var Knobs = []struct{ Name, Doc string }{
 	{SGEMMKernel, "float32 matrix-multiply kernel: avx512, avx2 or go (default: the best this CPU runs)"},
 	{Winograd, "0 turns off Winograd 3x3 convolutions on the cpu (default on where faster)"},
 	{BF16Native, "0 turns off the native bf16 matrix-multiply kernel (default on where the CPU has AVX512_BF16)"},
+	{ConvBF16, "bf16-mixed convolutions on the native bf16 kernel: a list of fwd, bwi, bww, or none (default: bww)"},
 	{MaxISA, "widest vector extensions kernels may use: none, avx2, avx512, avx512_bf16 or all (default: all the CPU has)"},
 	{FashionMNIST, "directory with the Fashion-MNIST IDX files"},
 }
