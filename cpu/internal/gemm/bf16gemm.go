@@ -146,7 +146,7 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
 					if rowsA {
 						packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
-						bf16MacroRows(kern, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+						bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 						continue
 					}
 					for i0 := 0; i0 < mcur; i0 += mr {
@@ -157,7 +157,7 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
 						}
 					}
-					bf16Macro(kern, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 				}
 			}
 			if threads > 1 {
@@ -183,10 +183,12 @@ func getU32(n int) *[]uint32 {
 	return &s
 }
 
-// bf16Macro multiplies the packed mcur-row A block ap by the B panels
-// [jpLo, jpHi) of bp (kp pairs deep) into C at c[coff:].
-func bf16Macro(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
-	mr, nr := kern.mr, kern.nr
+// bf16Macro multiplies the mcur-row A block ap by the B panels [jpLo,
+// jpHi) of bp (kp pairs deep) into C at c[coff:] with the micro-kernel fn,
+// whose A panels start every astride dwords (row i0's at i0*astride):
+// kern.fn on packed panels (astride kp), kern.rows on rows bf16RowStride
+// apart.
+func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool), mr, nr, astride, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
 	beta0 := beta == 0
 	for jp := jpLo; jp < jpHi; jp++ {
 		j0 := jp * nr
@@ -194,10 +196,10 @@ func bf16Macro(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi
 		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
 		for i0 := 0; i0 < mcur; i0 += mr {
 			mm := min(mr, mcur-i0)
-			apan := ap[i0*kp : (i0+mr)*kp]
+			apan := ap[i0*astride : (i0+mr)*astride]
 			off := coff + i0*ldc + j0
 			if mm == mr && nn == nr {
-				kern.fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
+				fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
 				continue
 			}
 			// Edge tile: computed in full in tmp, as in macroKernel.
@@ -206,37 +208,7 @@ func bf16Macro(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi
 					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
 				}
 			}
-			kern.fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0)
-			for i := 0; i < mm; i++ {
-				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
-			}
-		}
-	}
-}
-
-// bf16MacroRows is bf16Macro on kern.rows: ap holds the block's rows,
-// bf16RowStride dwords apart.
-func bf16MacroRows(kern *bf16Kernel, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
-	mr, nr := kern.mr, kern.nr
-	beta0 := beta == 0
-	for jp := jpLo; jp < jpHi; jp++ {
-		j0 := jp * nr
-		nn := min(nr, ncur-j0)
-		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
-		for i0 := 0; i0 < mcur; i0 += mr {
-			mm := min(mr, mcur-i0)
-			apan := ap[i0*bf16RowStride : (i0+mr)*bf16RowStride]
-			off := coff + i0*ldc + j0
-			if mm == mr && nn == nr {
-				kern.rows(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
-				continue
-			}
-			if !beta0 {
-				for i := 0; i < mm; i++ {
-					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
-				}
-			}
-			kern.rows(kp, apan, bpan, tmp, nr, alpha, beta, beta0)
+			fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0)
 			for i := 0; i < mm; i++ {
 				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
 			}
