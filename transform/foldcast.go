@@ -74,31 +74,19 @@ func widenAfterPermute(g *trace.Graph) (*trace.Graph, int, error) {
 	if len(widen) == 0 {
 		return g, 0, nil
 	}
-	out := trace.New()
-	mapped := map[*trace.Tensor]*trace.Tensor{}
-	err := trace.Capture(func() {
-		for _, n := range g.Nodes {
-			if skip[n] {
-				continue
-			}
-			ins := make([]*trace.Tensor, len(n.Inputs))
-			for i, in := range n.Inputs {
-				ins[i] = mapped[in]
-			}
-			if w := widen[n]; w != nil {
-				lo := out.Clone(n, []*trace.Tensor{mapped[w.Inputs[0]]})[0]
-				c := *w
-				c.Module = n.Module
-				mapped[n.Outputs[0]] = out.Clone(&c, []*trace.Tensor{lo})[0]
-				continue
-			}
-			for i, o := range out.Clone(n, ins) {
-				mapped[n.Outputs[i]] = o
-			}
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, _ []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		if skip[n] {
+			return true
 		}
-		for i, t := range g.Outputs {
-			out.Output(g.OutputNames[i], mapped[t])
+		w := widen[n]
+		if w == nil {
+			return false
 		}
+		lo := out.Clone(n, []*trace.Tensor{mapped[w.Inputs[0]]})[0]
+		c := *w
+		c.Module = n.Module
+		mapped[n.Outputs[0]] = out.Clone(&c, []*trace.Tensor{lo})[0]
+		return true
 	})
 	if err != nil {
 		return nil, 0, err
@@ -152,38 +140,25 @@ func narrowBeforePermute(g *trace.Graph) (*trace.Graph, int, error) {
 	if len(narrow) == 0 {
 		return g, 0, nil
 	}
-	out := trace.New()
-	mapped := map[*trace.Tensor]*trace.Tensor{}
-	err := trace.Capture(func() {
-		for _, n := range g.Nodes {
-			if skip[n] {
-				// Its permutation (earlier) mapped its output.
-				continue
-			}
-			ins := make([]*trace.Tensor, len(n.Inputs))
-			for i, in := range n.Inputs {
-				ins[i] = mapped[in]
-			}
-			if lo, ok := narrow[n]; ok {
-				c := *n
-				c.Op = &prim.Cast{To: lo}
-				v := out.Clone(&c, ins)[0]
-				v = out.Clone(n, []*trace.Tensor{v})[0]
-				mapped[n.Outputs[0]] = v
-				for _, r := range cons[n.ID] {
-					if skip[r] {
-						mapped[r.Outputs[0]] = v
-					}
-				}
-				continue
-			}
-			for i, o := range out.Clone(n, ins) {
-				mapped[n.Outputs[i]] = o
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		if skip[n] {
+			return true // its permutation (earlier) mapped its output
+		}
+		lo, ok := narrow[n]
+		if !ok {
+			return false
+		}
+		c := *n
+		c.Op = &prim.Cast{To: lo}
+		v := out.Clone(&c, ins)[0]
+		v = out.Clone(n, []*trace.Tensor{v})[0]
+		mapped[n.Outputs[0]] = v
+		for _, r := range cons[n.ID] {
+			if skip[r] {
+				mapped[r.Outputs[0]] = v
 			}
 		}
-		for i, t := range g.Outputs {
-			out.Output(g.OutputNames[i], mapped[t])
-		}
+		return true
 	})
 	if err != nil {
 		return nil, 0, err
@@ -214,35 +189,25 @@ func foldNarrowing(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 		return nil, nil
 	}
-	out := trace.New()
-	mapped := map[*trace.Tensor]*trace.Tensor{}
 	folded := 0
-	err := trace.Capture(func() {
-		for _, n := range g.Nodes {
-			ins := make([]*trace.Tensor, len(n.Inputs))
-			for i, in := range n.Inputs {
-				ins[i] = mapped[in]
-			}
-			if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && (c.To == tensor.BFloat16 || c.To == tensor.Float16) && isF32(n.Inputs[0]) {
-				if src, chain := source(n.Inputs[0], c.To); src != nil {
-					v := mapped[src]
-					for _, a := range chain {
-						r := *a
-						r.Phase, r.Region, r.Recompute, r.Module = n.Phase, n.Region, n.Recompute, n.Module
-						v = out.Clone(&r, []*trace.Tensor{v})[0]
-					}
-					mapped[n.Outputs[0]] = v
-					folded++
-					continue
-				}
-			}
-			for i, o := range out.Clone(n, ins) {
-				mapped[n.Outputs[i]] = o
-			}
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, _ []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		c, ok := n.Op.(*prim.Cast)
+		if !ok || n.Kind != trace.KindOp || (c.To != tensor.BFloat16 && c.To != tensor.Float16) || !isF32(n.Inputs[0]) {
+			return false
 		}
-		for i, t := range g.Outputs {
-			out.Output(g.OutputNames[i], mapped[t])
+		src, chain := source(n.Inputs[0], c.To)
+		if src == nil {
+			return false
 		}
+		v := mapped[src]
+		for _, a := range chain {
+			r := *a
+			r.Phase, r.Region, r.Recompute, r.Module = n.Phase, n.Region, n.Recompute, n.Module
+			v = out.Clone(&r, []*trace.Tensor{v})[0]
+		}
+		mapped[n.Outputs[0]] = v
+		folded++
+		return true
 	})
 	if err != nil {
 		return nil, 0, err
@@ -285,26 +250,45 @@ func roundPairs(g *trace.Graph) (*trace.Graph, map[*trace.Node]*trace.Node, erro
 	if len(pair) == 0 {
 		return g, nil, nil
 	}
-	out := trace.New()
-	mapped := map[*trace.Tensor]*trace.Tensor{}
 	skip := map[*trace.Node]bool{}
 	pairs := map[*trace.Node]*trace.Node{}
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		if skip[n] {
+			return true
+		}
+		w := pair[n]
+		if w == nil {
+			return false
+		}
+		r := *w
+		r.Op = &prim.Round{To: n.Op.(*prim.Cast).To}
+		o := out.Clone(&r, ins)[0]
+		mapped[w.Outputs[0]] = o
+		pairs[o.Node] = n
+		skip[w] = true
+		return true
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, pairs, nil
+}
+
+// rebuild copies g into a new graph node by node, each node's inputs
+// mapped to the copy's: each(out, n, ins, mapped) may clone n its own way
+// (or drop it), setting mapped for what it makes, and returns true; else n
+// is cloned as it is. The graph's outputs keep their names. It is the
+// copy-and-rewire loop of this file's passes.
+func rebuild(g *trace.Graph, each func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool) (*trace.Graph, error) {
+	out := trace.New()
+	mapped := map[*trace.Tensor]*trace.Tensor{}
 	err := trace.Capture(func() {
 		for _, n := range g.Nodes {
-			if skip[n] {
-				continue
-			}
 			ins := make([]*trace.Tensor, len(n.Inputs))
 			for i, in := range n.Inputs {
 				ins[i] = mapped[in]
 			}
-			if w := pair[n]; w != nil {
-				r := *w
-				r.Op = &prim.Round{To: n.Op.(*prim.Cast).To}
-				o := out.Clone(&r, ins)[0]
-				mapped[w.Outputs[0]] = o
-				pairs[o.Node] = n
-				skip[w] = true
+			if each(out, n, ins, mapped) {
 				continue
 			}
 			for i, o := range out.Clone(n, ins) {
@@ -316,7 +300,7 @@ func roundPairs(g *trace.Graph) (*trace.Graph, map[*trace.Node]*trace.Node, erro
 		}
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return out, pairs, nil
+	return out, nil
 }
