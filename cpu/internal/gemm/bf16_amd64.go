@@ -40,32 +40,15 @@ func init() {
 
 //go:generate go run gen_bf16.go
 
-// asmBF16 wraps an assembly bf16 kernel.
-func asmBF16(name string, mr, nr int, f func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)) *bf16Kernel {
-	return &bf16Kernel{name: name, mr: mr, nr: nr, fn: func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
-		// Bounds the assembly relies on.
-		_ = a[mr*kp-1]
-		_ = b[nr*kp-1]
-		_ = c[(mr-1)*ldc+nr-1]
-		z := 0
-		if beta0 {
-			z = 1
-		}
-		f(kp, &a[0], &b[0], &c[0], ldc, alpha, beta, z)
-	}}
-}
+// bf16Asm is an assembly bf16 kernel's signature (beta0 as 0 or 1).
+type bf16Asm func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)
 
-var (
-	bf16AVX512x24 = withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R)
-	bf16AVX512x12 = asmBF16("avx512_bf16 12x32", 12, 32, bf16Kernel12x32)
-)
-
-// withRows gives k the row-major-A form f of its kernel (bf16Kernel.rows).
-func withRows(k *bf16Kernel, f func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)) *bf16Kernel {
-	mr, nr := k.mr, k.nr
-	k.rows = func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
-		// Bounds the assembly relies on.
-		_ = a[(mr-1)*bf16RowStride+kp-1]
+// bf16Wrap is assembly kernel f as a bf16Kernel function, after checking
+// the bounds f relies on: A up to dword aLast(kp), B's nr panel dwords a
+// pair, C's mr×nr tile.
+func bf16Wrap(mr, nr int, aLast func(kp int) int, f bf16Asm) func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+	return func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+		_ = a[aLast(kp)]
 		_ = b[nr*kp-1]
 		_ = c[(mr-1)*ldc+nr-1]
 		z := 0
@@ -74,6 +57,22 @@ func withRows(k *bf16Kernel, f func(kp int, a, b *uint32, c *float32, ldc int, a
 		}
 		f(kp, &a[0], &b[0], &c[0], ldc, alpha, beta, z)
 	}
+}
+
+// asmBF16 wraps an assembly bf16 kernel on packed A panels.
+func asmBF16(name string, mr, nr int, f bf16Asm) *bf16Kernel {
+	return &bf16Kernel{name: name, mr: mr, nr: nr, fn: bf16Wrap(mr, nr, func(kp int) int { return mr*kp - 1 }, f)}
+}
+
+var (
+	bf16AVX512x24 = withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R)
+	bf16AVX512x12 = asmBF16("avx512_bf16 12x32", 12, 32, bf16Kernel12x32)
+)
+
+// withRows gives k the row-major-A form f of its kernel (bf16Kernel.rows).
+func withRows(k *bf16Kernel, f bf16Asm) *bf16Kernel {
+	mr := k.mr
+	k.rows = bf16Wrap(mr, k.nr, func(kp int) int { return (mr-1)*bf16RowStride + kp - 1 }, f)
 	return k
 }
 

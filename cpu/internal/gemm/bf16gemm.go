@@ -202,16 +202,7 @@ func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta 
 				fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
 				continue
 			}
-			// Edge tile: computed in full in tmp, as in macroKernel.
-			if !beta0 {
-				for i := 0; i < mm; i++ {
-					copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
-				}
-			}
-			fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0)
-			for i := 0; i < mm; i++ {
-				copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
-			}
+			edgeTile(c[off:], ldc, mm, nn, nr, tmp, beta0, func() { fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0) })
 		}
 	}
 }

@@ -544,19 +544,23 @@ func panelColumn[T float](kern *kernel[T], i0, mcur, ncur, kcur int, ap, bp []T,
 			fn(kcur, apan, bpan, c[off:], ldc, alpha, beta, beta0)
 			continue
 		}
-		// Edge tile: the kernel runs on a full tile in tmp holding the
-		// valid part of C, so that every element is scaled and rounded
-		// as in a full tile (the result does not depend on where the
-		// tile edges fall, and so not on the kernel's tile size).
-		if !beta0 {
-			for i := 0; i < mm; i++ {
-				copy(tmp[i*nr:i*nr+nn], c[off+i*ldc:off+i*ldc+nn])
-			}
-		}
-		fn(kcur, apan, bpan, tmp, nr, alpha, beta, beta0)
+		edgeTile(c[off:], ldc, mm, nn, nr, tmp, beta0, func() { fn(kcur, apan, bpan, tmp, nr, alpha, beta, beta0) })
+	}
+}
+
+// edgeTile runs a micro-kernel (run) on the mm×nn edge tile of C at c
+// through tmp, a full nr-wide tile holding C's valid part: every element
+// is scaled and rounded as in a full tile, so the result does not depend
+// on where the tile edges fall, and so not on the kernel's tile size.
+func edgeTile[T any](c []T, ldc, mm, nn, nr int, tmp []T, beta0 bool, run func()) {
+	if !beta0 {
 		for i := 0; i < mm; i++ {
-			copy(c[off+i*ldc:off+i*ldc+nn], tmp[i*nr:i*nr+nn])
+			copy(tmp[i*nr:i*nr+nn], c[i*ldc:i*ldc+nn])
 		}
+	}
+	run()
+	for i := 0; i < mm; i++ {
+		copy(c[i*ldc:i*ldc+nn], tmp[i*nr:i*nr+nn])
 	}
 }
 
