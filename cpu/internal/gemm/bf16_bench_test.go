@@ -34,11 +34,34 @@ func BenchmarkBF16Kernel(b *testing.B) {
 	}
 }
 
-var bf16BenchShapes = []struct {
+// bf16Shape is a product's shape for the benchmarks.
+type bf16Shape struct {
 	name    string
 	m, n, k int
 	tA, tB  bool
-}{
+}
+
+// operands are the shape's random bf16 A and B (seeded alike for every
+// path), their float32 widenings, a C, and A's and B's row strides.
+func (s bf16Shape) operands() (a16, b16 []uint16, a32, b32, c []float32, lda, ldb int) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	a16 = randBF16s(rng, s.m*s.k, false)
+	b16 = randBF16s(rng, s.k*s.n, false)
+	a32, b32 = make([]float32, len(a16)), make([]float32, len(b16))
+	Widen(BFloat16, a32, a16)
+	Widen(BFloat16, b32, b16)
+	c = make([]float32, s.m*s.n)
+	lda, ldb = s.k, s.n
+	if s.tA {
+		lda = s.m
+	}
+	if s.tB {
+		ldb = s.k
+	}
+	return
+}
+
+var bf16BenchShapes = []bf16Shape{
 	{"1024x1024x1024", 1024, 1024, 1024, false, false},
 	{"2048x1536x384", 2048, 1536, 384, false, false},
 	{"2048x384x1536", 2048, 384, 1536, false, false},
@@ -63,20 +86,7 @@ func BenchmarkGemmBF16(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			for _, p := range paths {
 				b.Run(fmt.Sprintf("%s/t%d/%s", s.name, threads, p.name), func(b *testing.B) {
-					rng := rand.New(rand.NewPCG(1, 2))
-					a16 := randBF16s(rng, s.m*s.k, false)
-					b16 := randBF16s(rng, s.k*s.n, false)
-					a32, b32 := make([]float32, len(a16)), make([]float32, len(b16))
-					Widen(BFloat16, a32, a16)
-					Widen(BFloat16, b32, b16)
-					c := make([]float32, s.m*s.n)
-					lda, ldb := s.k, s.n
-					if s.tA {
-						lda = s.m
-					}
-					if s.tB {
-						ldb = s.k
-					}
+					a16, b16, a32, b32, c, lda, ldb := s.operands()
 					pool := parallel.NewPool(threads)
 					defer pool.Close()
 					defer useBF16Kern(p.kern)()
@@ -114,20 +124,7 @@ func TestBF16PerfReport(t *testing.T) {
 	pool := parallel.NewPool(threads)
 	defer pool.Close()
 	for _, s := range bf16BenchShapes {
-		rng := rand.New(rand.NewPCG(1, 2))
-		a16 := randBF16s(rng, s.m*s.k, false)
-		b16 := randBF16s(rng, s.k*s.n, false)
-		a32, b32 := make([]float32, len(a16)), make([]float32, len(b16))
-		Widen(BFloat16, a32, a16)
-		Widen(BFloat16, b32, b16)
-		c := make([]float32, s.m*s.n)
-		lda, ldb := s.k, s.n
-		if s.tA {
-			lda = s.m
-		}
-		if s.tB {
-			ldb = s.k
-		}
+		a16, b16, a32, b32, c, lda, ldb := s.operands()
 		type path struct {
 			name string
 			run  func()
@@ -215,11 +212,7 @@ func BenchmarkBF16Pack(b *testing.B) {
 // 2048). The cpu-GFLOP/s metric divides by the process's CPU time (all
 // threads), which a loaded machine disturbs less than wall time.
 func BenchmarkBF16GPT(b *testing.B) {
-	shapes := []struct {
-		name    string
-		m, n, k int
-		tA, tB  bool
-	}{
+	shapes := []bf16Shape{
 		{"qkv", 2048, 1152, 384, false, false},
 		{"proj", 2048, 384, 384, false, false},
 		{"fc", 2048, 1536, 384, false, false},
@@ -249,17 +242,7 @@ func BenchmarkBF16GPT(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			for _, kern := range forms {
 				b.Run(fmt.Sprintf("%s/t%d/rows=%v", s.name, threads, kern.rows != nil), func(b *testing.B) {
-					rng := rand.New(rand.NewPCG(1, 2))
-					a16 := randBF16s(rng, s.m*s.k, false)
-					b16 := randBF16s(rng, s.k*s.n, false)
-					c := make([]float32, s.m*s.n)
-					lda, ldb := s.k, s.n
-					if s.tA {
-						lda = s.m
-					}
-					if s.tB {
-						ldb = s.k
-					}
+					a16, b16, _, _, c, lda, ldb := s.operands()
 					pool := parallel.NewPool(threads)
 					defer pool.Close()
 					defer useBF16Kern(kern)()
