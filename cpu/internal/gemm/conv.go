@@ -63,16 +63,7 @@ func ConvWgradOK() bool { return convWgrad != nil }
 // stride wp) at the kernel row's offset, gy the output gradient rows of 4
 // output channels.
 func ConvWgrad(gy []float32, gyOff, ldk int, x []float32, xOff, dw, wp, ow, oh int, out []float32) {
-	if oh <= 0 {
-		return
-	}
-	if convWgrad == nil {
-		panic("gemm: ConvWgrad without an assembly kernel")
-	}
-	if ow <= 0 || ow%8 != 0 || len(out) < 12 || gyOff < 0 || gyOff+3*ldk+oh*ow > len(gy) || xOff < 0 || xOff+(oh-1)*wp+ow+2*dw > len(x) {
-		panic(fmt.Sprintf("gemm: ConvWgrad: bad arguments (gy %d at %d ldk %d, x %d at %d, dw %d wp %d ow %d oh %d)", len(gy), gyOff, ldk, len(x), xOff, dw, wp, ow, oh))
-	}
-	convWgrad(&gy[gyOff], ldk, &x[xOff], dw, wp, ow, oh, &out[0])
+	convWgradRows("ConvWgrad", convWgrad, 4, gy, gyOff, ldk, x, xOff, dw, wp, ow, oh, out)
 }
 
 // ConvWgrad8OK reports whether ConvWgrad8 has an assembly kernel (AVX-512:
@@ -81,14 +72,20 @@ func ConvWgrad8OK() bool { return convWgrad8 != nil }
 
 // ConvWgrad8 is ConvWgrad for 8 output channels: out[3k+t] for k < 8.
 func ConvWgrad8(gy []float32, gyOff, ldk int, x []float32, xOff, dw, wp, ow, oh int, out []float32) {
+	convWgradRows("ConvWgrad8", convWgrad8, 8, gy, gyOff, ldk, x, xOff, dw, wp, ow, oh, out)
+}
+
+// convWgradRows checks the arguments of weight-gradient kernel fn, for
+// rows output channels, and runs it.
+func convWgradRows(name string, fn func(gy *float32, ldk int, x *float32, dw, wp, ow, oh int, out *float32), rows int, gy []float32, gyOff, ldk int, x []float32, xOff, dw, wp, ow, oh int, out []float32) {
 	if oh <= 0 {
 		return
 	}
-	if convWgrad8 == nil {
-		panic("gemm: ConvWgrad8 without an assembly kernel")
+	if fn == nil {
+		panic("gemm: " + name + " without an assembly kernel")
 	}
-	if ow <= 0 || ow%8 != 0 || len(out) < 24 || gyOff < 0 || gyOff+7*ldk+oh*ow > len(gy) || xOff < 0 || xOff+(oh-1)*wp+ow+2*dw > len(x) {
-		panic(fmt.Sprintf("gemm: ConvWgrad8: bad arguments (gy %d at %d ldk %d, x %d at %d, dw %d wp %d ow %d oh %d)", len(gy), gyOff, ldk, len(x), xOff, dw, wp, ow, oh))
+	if ow <= 0 || ow%8 != 0 || len(out) < 3*rows || gyOff < 0 || gyOff+(rows-1)*ldk+oh*ow > len(gy) || xOff < 0 || xOff+(oh-1)*wp+ow+2*dw > len(x) {
+		panic(fmt.Sprintf("gemm: %s: bad arguments (gy %d at %d ldk %d, x %d at %d, dw %d wp %d ow %d oh %d)", name, len(gy), gyOff, ldk, len(x), xOff, dw, wp, ow, oh))
 	}
-	convWgrad8(&gy[gyOff], ldk, &x[xOff], dw, wp, ow, oh, &out[0])
+	fn(&gy[gyOff], ldk, &x[xOff], dw, wp, ow, oh, &out[0])
 }
