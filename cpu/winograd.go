@@ -140,10 +140,29 @@ func winogradPlan(g prim.ConvGeom) (winograd, bool) {
 	// between them cost more than V and M falling out of L2 (rrdbnet's
 	// 64→64 on 4×128×128, two threads, CPU time a call: forward 46 ms
 	// with chunks of 224 tiles, 85 with 64; one thread about the same).
-	tc := max(winoChunk/(winoPts*(g.C+w.kb))/nr*nr, 64, nr)
-	n := (w.tiles + tc - 1) / tc
-	w.tc = ((w.tiles+n-1)/n + nr - 1) / nr * nr
+	w.tc = w.chunkTiles(nr, 64)
 	return w, true
+}
+
+// chunkTiles is the tiles of a chunk, a multiple of mult, chunks of equal
+// sizes: V and M of a chunk (V and Y for the weight gradient) about
+// winoChunk elements, but at most a quarter of the convolution's input and
+// output together unless that is under least tiles, and never under 64
+// tiles. The workspace is part of the step's peak, and a chunk as large
+// as a small convolution's tensors costs a small model's memory for
+// little time (one thread, Zen 4, CPU time a call, medians of 7
+// interleaved runs against chunks of about winoChunk: the forward and
+// input gradient of rrdbnet's and resnet's layers 0.88-1.07× at 64
+// tiles; the weight gradient 1.15-1.35× at 64 tiles, 0.96-1.02× at 128;
+// the cnn's planned peak at batch 32 15.29 MiB against 17.01).
+func (w winograd) chunkTiles(mult, least int) int {
+	g := w.g
+	perTile := winoPts * (g.C + w.kb)
+	tc := winoChunk / perTile / mult * mult
+	small := g.N * (g.C*g.H*g.W + g.K*g.OH*g.OW) / 4 / perTile / mult * mult
+	tc = max(min(tc, max(small, least)), 64, mult)
+	n := (w.tiles + tc - 1) / tc
+	return ((w.tiles+n-1)/n + mult - 1) / mult * mult
 }
 
 // winogradOff turns Winograd off: $HEADROOM_WINOGRAD=0 (read once, so

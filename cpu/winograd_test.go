@@ -386,3 +386,42 @@ func TestWinogradBlocks(t *testing.T) {
 		}
 	}
 }
+
+// Small convolutions get chunks no larger than their tensors need (the
+// workspace is part of a small model's peak); large ones keep long chunks.
+func TestWinogradChunksFitTheConvolution(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		n, c, h, w, k int
+		long          bool // chunks of about winoChunk elements
+	}{
+		{"cnn conv2", 32, 32, 14, 14, 64, false},
+		{"rrdbnet dense", 4, 64, 32, 32, 32, false},
+		{"rrdbnet hr", 4, 64, 128, 128, 64, true},
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.w}, tensor.Shape{tc.k, tc.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wf, ok := winogradFor(g)
+		if !ok {
+			t.Fatalf("%s: no Winograd plan", tc.name)
+		}
+		wg := wgradPlan(wf)
+		io := g.N * (g.C*g.H*g.W + g.K*g.OH*g.OW) // elements
+		perTile := winoPts * (g.C + wf.kb)
+		for _, c := range []struct {
+			what            string
+			tc, least, mult int
+		}{{"forward", wf.tc, 64, wf.nr}, {"weight gradient", wg.tc, 128, 16}} {
+			if c.tc%c.mult != 0 || c.tc >= wf.tiles+c.mult {
+				t.Errorf("%s %s: chunks of %d tiles (of %d)", tc.name, c.what, c.tc, wf.tiles)
+			}
+			long := c.tc*perTile > winoChunk/2
+			if small := c.tc*perTile > io/4 && c.tc > c.least; small || long != tc.long {
+				t.Errorf("%s %s: chunks of %d tiles, %d elements of V and M against %d of input and output (long: %v, want %v)",
+					tc.name, c.what, c.tc, c.tc*perTile, io, long, tc.long)
+			}
+		}
+	}
+}

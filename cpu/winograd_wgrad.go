@@ -58,11 +58,9 @@ func winogradWgrad(g prim.ConvGeom) (winoWgrad, bool) {
 // ms of CPU a call against 76 with chunks half as long, the direct weight
 // gradient 62; one thread, the same at either length).
 func wgradPlan(w winograd) winoWgrad {
-	tc := max(winoMaxU/2/(winoPts*(w.g.C+w.kb))/16*16, 64) // elements: bytes/4 × 2
 	// Chunks of equal sizes (multiples of 16): a short last chunk costs a
 	// pass over M for few tiles.
-	n := (w.tiles + tc - 1) / tc
-	w.tc = ((w.tiles+n-1)/n + 15) / 16 * 16
+	w.tc = w.chunkTiles(16, 128)
 	// Rows 16 longer than the chunk: the vector gathers write whole
 	// groups of 8 tiles.
 	return winoWgrad{winograd: w, ldt: w.tc + 16}
