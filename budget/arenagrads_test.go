@@ -14,9 +14,9 @@ import (
 	"github.com/headroom-ml/headroom/transform"
 )
 
-// arenaGrads is p with gradients in the arena allowed.
+// arenaGrads is p with gradients in the arena allowed (the default).
 func arenaGrads(p budget.Problem) budget.Problem {
-	p.ArenaGradients = true
+	p.GradientBuffers = false
 	return p
 }
 
@@ -52,7 +52,7 @@ func TestArenaGradientsFitWhereBuffersDoNot(t *testing.T) {
 					t.Fatalf("budget %d: chose %s, gradients %d (in the arena %d), reserves %d (fits %v)",
 						b, c.Describe(), c.Memory.Gradients, c.Memory.TransientGradients, c.Reserved, c.Fits)
 				}
-				if cfg := c.Config(); !cfg.ArenaGradients {
+				if cfg := c.Config(); cfg.GradientBuffers {
 					t.Fatalf("budget %d: %s configures %v", b, c.Describe(), cfg)
 				}
 				var out bytes.Buffer
@@ -65,7 +65,7 @@ func TestArenaGradientsFitWhereBuffersDoNot(t *testing.T) {
 
 				// Without it the same budget needs micro-batches,
 				// recomputation or compression, or nothing fits.
-				p.ArenaGradients = false
+				p.GradientBuffers = true
 				u, err := budget.Fit(context.Background(), p)
 				switch {
 				case errors.Is(err, budget.ErrBudget):
@@ -118,7 +118,7 @@ func TestArenaGradientsOnlyWithOneFP32MicroBatch(t *testing.T) {
 		for _, allowed := range []bool{false, true} {
 			for _, b := range []int64{min, min + 1<<20, min + 4<<20, 1 << 30} {
 				p := base
-				p.Budget, p.ArenaGradients, p.OptimizerInBackward = b, allowed, inBack
+				p.Budget, p.GradientBuffers, p.OptimizerInBackward = b, !allowed, inBack
 				r, err := budget.Fit(context.Background(), p)
 				if errors.Is(err, budget.ErrBudget) && !allowed {
 					continue // below the minimum without it

@@ -64,15 +64,17 @@ type Problem struct {
 	// optimizer that updates one parameter at a time (SGD, Adam, AdamW);
 	// with another it changes nothing.
 	OptimizerInBackward bool
-	// ArenaGradients lets the planner keep gradients in the step's arena
-	// from the backward pass to the optimizer step instead of in buffers
-	// held for the whole step (train.Config.ArenaGradients): every plan of
-	// one micro-batch in fp32 that does not update in the backward pass
-	// then runs that way, since it gives the same results, takes no more
-	// time and never more memory (its peak counts only the gradients
-	// produced so far); plans that accumulate micro-batches or round to
-	// a lower precision keep gradient buffers.
-	ArenaGradients bool
+	// GradientBuffers keeps every gradient in a buffer held for the whole
+	// step (train.Config.GradientBuffers). By default (false) every plan
+	// of one micro-batch in fp32 that does not update in the backward
+	// pass keeps its gradients in the step's arena from the backward pass
+	// to the optimizer step instead, since that gives the same results,
+	// takes no more time and never more memory (its peak counts only the
+	// gradients produced so far), as PyTorch's
+	// zero_grad(set_to_none=True); plans that accumulate micro-batches or
+	// round to a lower precision keep gradient buffers, and the result
+	// says so (Result.Print).
+	GradientBuffers bool
 	// Outputs plans steps that keep the model's outputs to their end for
 	// train.Trainer.Outputs (train.Config.Outputs): they count against
 	// the budget.
@@ -105,7 +107,7 @@ type Choice struct {
 	// in fp32.
 	InBackward bool
 	// ArenaGradients keeps the gradients in the step's arena from the
-	// backward pass to the optimizer step (train.Config.ArenaGradients):
+	// backward pass to the optimizer step (train.Config.GradientBuffers unset):
 	// no gradient buffers. Only with one micro-batch in fp32, and not
 	// with InBackward (which frees them sooner).
 	ArenaGradients bool
@@ -146,7 +148,7 @@ func (c Choice) Bytes() int64 { return c.Reserved }
 // where the optimizer runs.
 func (c Choice) Config() train.Config {
 	st, _ := train.StorageOf(c.Compress) // the planner makes only Compression values
-	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward, ArenaGradients: c.ArenaGradients, Outputs: c.Outputs}
+	return train.Config{Accumulation: c.Accumulation, Precision: c.Precision, Recompute: train.MustRecompute(c.Remat), Storage: st, OptimizerInBackward: c.InBackward, GradientBuffers: !c.ArenaGradients, Outputs: c.Outputs}
 }
 
 // Apply configures tr to run the choice (tr.SetConfig(c.Config())). Step
@@ -181,8 +183,8 @@ type Result struct {
 	// when Best runs the optimizer in the backward pass).
 	notInBackward string
 	// notArena says why Best keeps gradient buffers although
-	// Problem.ArenaGradients allowed otherwise ("" when not asked, or
-	// when it does not).
+	// Problem.GradientBuffers did not ask for them ("" when it did, or
+	// when Best has none).
 	notArena string
 }
 
@@ -339,7 +341,7 @@ func (f *fitter) finish(res *Result) (*Result, error) {
 			res.notInBackward = fmt.Sprintf("not with %v precision", b.Precision)
 		}
 	}
-	if b := res.Best; p.ArenaGradients && !b.noBuffers() {
+	if b := res.Best; !p.GradientBuffers && !b.noBuffers() {
 		// Accumulation adds micro-batches' gradients up in buffers; low
 		// precisions round gradients as they reach them (train.Config).
 		if b.Accumulation > 1 {

@@ -18,14 +18,17 @@ import (
 	"github.com/headroom-ml/headroom/zoo"
 )
 
+// cnnProblem is the cnn at batch with gradient buffers: the tests compare
+// the planner's other choices with them, and the arena's with arenaGrads.
 func cnnProblem(batch int, b int64) budget.Problem {
 	spec, _ := zoo.Lookup("cnn")
 	return budget.Problem{
-		Build:        testkit.Build(spec),
-		Example:      spec.Example,
-		Batch:        batch,
-		Budget:       b,
-		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },
+		Build:           testkit.Build(spec),
+		Example:         spec.Example,
+		Batch:           batch,
+		Budget:          b,
+		NewOptimizer:    func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },
+		GradientBuffers: true,
 	}
 }
 
@@ -128,7 +131,7 @@ func TestMaxBatchIsTheTrueMaximum(t *testing.T) {
 		spec, _ := zoo.Lookup("cnn")
 		dev, _ := device.New(fmt.Sprintf("meta:mem=%d", b))
 		opt, _ := optim.NewAdam(optim.AdamDefaults())
-		tr, err := train.Setup(dev, 0, cnnProblem(1, 0).Build, opt)
+		tr, err := train.SetupConfig(dev, 0, cnnProblem(1, 0).Build, opt, train.Config{GradientBuffers: true}) // as cnnProblem
 		if err != nil {
 			return false
 		}

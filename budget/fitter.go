@@ -22,8 +22,8 @@ type fitter struct {
 	// else inBackErr says why not.
 	inBack    bool
 	inBackErr *train.InBackwardError
-	// arena: Problem.ArenaGradients (where the optimizer does not run in
-	// the backward pass, gradients live in the step's arena).
+	// arena: not Problem.GradientBuffers (where the optimizer does not
+	// run in the backward pass, gradients live in the step's arena).
 	arena bool
 	// full holds the persistent state of a run with gradient buffers
 	// (full[0]) and of one without them, with the optimizer in the
@@ -131,7 +131,7 @@ func newFitter(p Problem) (*fitter, error) {
 			return nil, err
 		}
 	}
-	f.arena = p.ArenaGradients
+	f.arena = !p.GradientBuffers
 	for _, ib := range []bool{false, true} {
 		if ib && !f.noBufs() {
 			break
@@ -190,7 +190,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 	one := noBuffers && k == 1 && s.prec == transform.FP32 // as train's CheckOptimizerInBackward
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
 		InBackward: one && f.inBack, Outputs: f.p.Outputs}
-	c.ArenaGradients = noBuffers && !c.InBackward && train.Config{ArenaGradients: f.arena, Precision: s.prec}.ArenaApplies(k)
+	c.ArenaGradients = noBuffers && !c.InBackward && train.Config{GradientBuffers: !f.arena, Precision: s.prec}.ArenaApplies(k)
 	switch pol {
 	case RecomputeSelective:
 		c.Remat = transform.CheapOps
@@ -277,7 +277,7 @@ func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes
 // loss; gradients in the arena add nothing saved).
 func (f *fitter) describe(c *Choice) error {
 	cfg := c.Config()
-	cfg.Accumulation, cfg.OptimizerInBackward, cfg.ArenaGradients = 0, false, false
+	cfg.Accumulation, cfg.OptimizerInBackward, cfg.GradientBuffers = 0, false, true
 	x, y := f.p.Example(c.MicroBatch)
 	_, comp, err := f.tr.PlanConfig(cfg, x, y, f.p.extra(c.MicroBatch)...)
 	if err != nil {

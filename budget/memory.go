@@ -129,7 +129,7 @@ func (f *fitter) setup(capacity int64, noBuffers bool) (*runState, error) {
 	// Gradient buffers come after the optimizer state (train.NewConfig);
 	// a run that updates in the backward pass or keeps its gradients in
 	// the arena never has them.
-	cfg := train.Config{OptimizerInBackward: noBuffers && f.inBack, ArenaGradients: noBuffers && f.arena}
+	cfg := train.Config{OptimizerInBackward: noBuffers && f.inBack, GradientBuffers: !noBuffers || !f.arena}
 	if _, err := train.SetupConfig(dev, 0, f.p.Build, opt, cfg); err != nil {
 		return nil, err
 	}

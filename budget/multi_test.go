@@ -60,12 +60,12 @@ func TestNewTrainerInputs(t *testing.T) {
 	xs := []*tensor.Tensor{x, mask}
 	ctx := context.Background()
 
-	_, err = budget.NewTrainerInputs(ctx, build, newOpt, xs, y, budget.Options{Budget: 1})
+	_, err = budget.NewTrainerInputs(ctx, build, newOpt, xs, y, budget.Options{Budget: 1, GradientBuffers: true})
 	var ts *budget.TooSmallError
 	if !errors.As(err, &ts) {
 		t.Fatalf("a 1-byte budget: %v", err)
 	}
-	tr, err := budget.NewTrainerInputs(ctx, build, newOpt, xs, y, budget.Options{Budget: ts.Minimum, Seed: 3, Policies: []budget.Policy{budget.RecomputeNone}, Threads: 2})
+	tr, err := budget.NewTrainerInputs(ctx, build, newOpt, xs, y, budget.Options{Budget: ts.Minimum, Seed: 3, Policies: []budget.Policy{budget.RecomputeNone}, Threads: 2, GradientBuffers: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,8 @@ func wideProblem(batch int, b int64, precs []transform.Precision, comps []transf
 		},
 		Batch: batch, Budget: b, Precisions: precs, Compress: comps,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },
+		// Precisions compared with the gradients held apart in each.
+		GradientBuffers: true,
 	}
 }
 

@@ -34,7 +34,10 @@ type Options struct {
 	Precisions          []transform.Precision
 	Compress            []transform.Compression
 	OptimizerInBackward bool
-	ArenaGradients      bool
+	// GradientBuffers keeps every gradient in a buffer held for the whole
+	// step (Problem.GradientBuffers); by default plans of one fp32
+	// micro-batch keep them in the step's arena.
+	GradientBuffers bool
 	// Outputs keeps every step's model outputs for Outputs (training
 	// metrics), planned within the budget.
 	Outputs bool
@@ -141,8 +144,8 @@ func NewTrainerInputs(ctx context.Context, build func(s *nn.Store) (train.Model,
 	res, err := Fit(ctx, Problem{
 		Build: build, Example: exampleOf(xms[0], ym), Inputs: inputsOf(xms[1:]), Batch: o.Batch, Budget: o.Budget, NewOptimizer: newOpt,
 		Cost: o.Cost, Policies: o.Policies, Precisions: o.Precisions, Compress: o.Compress, OptimizerInBackward: o.OptimizerInBackward,
-		ArenaGradients: o.ArenaGradients,
-		Outputs:        o.Outputs,
+		GradientBuffers: o.GradientBuffers,
+		Outputs:         o.Outputs,
 	})
 	if err != nil {
 		return nil, err

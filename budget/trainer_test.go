@@ -38,12 +38,12 @@ func TestNewTrainerSplitsWithinBudget(t *testing.T) {
 	ctx := context.Background()
 
 	// The least memory the planner can run the batch in: micro-batches.
-	_, err = budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: 1})
+	_, err = budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: 1, GradientBuffers: true})
 	var ts *budget.TooSmallError
 	if !errors.As(err, &ts) {
 		t.Fatalf("a 1-byte budget: %v", err)
 	}
-	tr, err := budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: ts.Minimum, Seed: 3, Policies: []budget.Policy{budget.RecomputeNone}})
+	tr, err := budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: ts.Minimum, Seed: 3, Policies: []budget.Policy{budget.RecomputeNone}, GradientBuffers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,5 +164,38 @@ func TestNewTrainerOutputs(t *testing.T) {
 	st := tr.Device.Alloc.Stats()
 	if st.NumOOMs != 0 || tr.Splits != 0 || st.ReservedBytes.Peak > ts.Minimum {
 		t.Errorf("%d OOMs, %d splits, reserved peak %d over the budget %d (micro-batch %d)", st.NumOOMs, tr.Splits, st.ReservedBytes.Peak, ts.Minimum, tr.MicroBatch())
+	}
+}
+
+// NewTrainer keeps the gradients of a step of one fp32 micro-batch in the
+// step's arena unless asked for buffers (as headroom train and plan, and
+// PyTorch's zero_grad(set_to_none=True)): no gradient bytes held for the
+// whole step, and a planned peak no higher than with buffers.
+func TestNewTrainerGradientsInTheArenaByDefault(t *testing.T) {
+	spec, _ := zoo.Lookup("cnn")
+	build := func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss }
+	newOpt := func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }
+	x := randomImages(rand.New(rand.NewSource(1)), 8)
+	y := tensor.FromInt64(tensor.Shape{8}, make([]int64, 8))
+	ctx := context.Background()
+	var peaks [2]int64
+	for i, bufs := range []bool{false, true} {
+		tr, err := budget.NewTrainer(ctx, build, newOpt, x, y, budget.Options{Budget: 1 << 30, Device: "meta", GradientBuffers: bufs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := tr.Plan.Best
+		_, grads := tr.Store.ParamBytes()
+		if tr.GradientsInArena(1) == bufs || b.ArenaGradients == bufs || tr.Config().GradientBuffers != bufs {
+			t.Errorf("GradientBuffers %v: in the arena %v, planned %v, config %v", bufs, tr.GradientsInArena(1), b.ArenaGradients, tr.Config())
+		}
+		if held := tr.Device.Alloc.Stats().ByCategory[device.Gradient]; (held == 0) != !bufs || (b.Memory.Gradients == 0) != !bufs {
+			t.Errorf("GradientBuffers %v: %d bytes of gradient buffers held, %d planned (the parameters' gradients: %d)", bufs, held, b.Memory.Gradients, grads)
+		}
+		peaks[i] = b.Memory.Total()
+		tr.Close()
+	}
+	if peaks[0] > peaks[1] {
+		t.Errorf("planned peak %d with gradients in the arena, %d with buffers", peaks[0], peaks[1])
 	}
 }

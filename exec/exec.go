@@ -275,7 +275,7 @@ type Options struct {
 	// returns copies of the outputs Finish leaves in outs; those it
 	// deletes are its own, valid until the arena runs again or is
 	// released. A trainer whose gradients are arena values
-	// (train.Config.ArenaGradients) runs its optimizer here, so that they
+	// (train.Config.ArenaApplies) runs its optimizer here, so that they
 	// are counted live exactly as long as they are read, and are never
 	// copied to the host.
 	Finish func(outs map[string]*tensor.Tensor) error

@@ -109,7 +109,7 @@ func computedReady(n *trace.Node) int {
 
 // Defer returns order with the backward nodes that only produce step
 // outputs (nothing in the step reads them: the gradients of
-// train.Config.ArenaGradients) moved to the end, in their order, where
+// train.Config.ArenaApplies) moved to the end, in their order, where
 // that shortens lives: a node moves when its outputs take more bytes than
 // the inputs it is the last reader of, which it then keeps alive to the
 // end instead. A ResNet's last-stage weight gradients are megabytes made

@@ -113,8 +113,8 @@ func TestArenaGradientsMatchUsualStep(t *testing.T) {
 					continue
 				}
 				t.Run(m.name+"/"+o.name+"/"+s.name, func(t *testing.T) {
-					usual, lu, gu := arenaSteps(t, m, o.make(), s, train.Config{}, steps)
-					arena, la, ga := arenaSteps(t, m, o.make(), s, train.Config{ArenaGradients: true}, steps)
+					usual, lu, gu := arenaSteps(t, m, o.make(), s, train.Config{GradientBuffers: true}, steps)
+					arena, la, ga := arenaSteps(t, m, o.make(), s, train.Config{}, steps)
 					if st := arena.Device.Alloc.Stats(); st.ByCategory[device.Gradient] != 0 || arena.Splits != 0 {
 						t.Fatalf("%d bytes of gradient buffers held, %d splits", st.ByCategory[device.Gradient], arena.Splits)
 					}
@@ -182,7 +182,7 @@ func TestArenaGradientsPlannedPeak(t *testing.T) {
 				spec, _ := zoo.Lookup(c.name)
 				dev, _ := device.New(kind)
 				opt, _ := optim.NewAdam(optim.AdamDefaults())
-				tr, err := train.Setup(dev, 1, testkit.Build(spec), opt)
+				tr, err := train.SetupConfig(dev, 1, testkit.Build(spec), opt, train.Config{GradientBuffers: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -192,7 +192,7 @@ func TestArenaGradientsPlannedPeak(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := tr.SetConfig(train.Config{ArenaGradients: true}); err != nil {
+				if err := tr.SetConfig(train.Config{}); err != nil {
 					t.Fatal(err)
 				}
 				if b := dev.Alloc.Stats().ByCategory[device.Gradient]; b != 0 {
@@ -240,14 +240,15 @@ func TestArenaGradientsPlannedPeak(t *testing.T) {
 }
 
 // Where the gradients cannot be arena values the step keeps gradient
-// buffers, with results bit for bit those without ArenaGradients:
+// buffers, with results bit for bit those with GradientBuffers:
 // accumulation over micro-batches and bf16 precision.
 func TestArenaGradientsFallBackToBuffers(t *testing.T) {
 	m := arenaModels()[1] // cnn: batch norm
 	for _, cfg := range []train.Config{{Accumulation: 2}, {Precision: transform.BF16Mixed}} {
 		t.Run(cfg.String(), func(t *testing.T) {
+			cfg.GradientBuffers = true
 			usual, lu, gu := arenaSteps(t, m, ibOptimizers[2].make(), arenaSetup{}, cfg, 3)
-			cfg.ArenaGradients = true
+			cfg.GradientBuffers = false
 			arena, la, ga := arenaSteps(t, m, ibOptimizers[2].make(), arenaSetup{}, cfg, 3)
 			if b := arena.Device.Alloc.Stats().ByCategory[device.Gradient]; b == 0 {
 				t.Fatal("no gradient buffers held")
@@ -262,7 +263,7 @@ func TestArenaGradientsFallBackToBuffers(t *testing.T) {
 			}
 			for i := range lu {
 				if lu[i] != la[i] {
-					t.Errorf("step %d: loss %v, %v without ArenaGradients", i, la[i], lu[i])
+					t.Errorf("step %d: loss %v, %v with GradientBuffers", i, la[i], lu[i])
 				}
 			}
 			for i, p := range usual.Store.Trainable() {
@@ -295,7 +296,7 @@ func TestArenaGradientsAfterTheStep(t *testing.T) {
 	}
 	defer s.Release()
 	opt, _ := optim.NewAdam(optim.AdamDefaults())
-	tr, err := train.NewConfig(s.Device(), s, model, loss, opt, train.Config{ArenaGradients: true})
+	tr, err := train.NewConfig(s.Device(), s, model, loss, opt, train.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestArenaGradientsNonFiniteLoss(t *testing.T) {
 	tr, err := train.SetupConfig(device.CPU(), 1, func(s *nn.Store) (train.Model, train.LossFunc) {
 		m := &logNet{fc1: nn.NewLinear(s.Root().Sub("fc1"), 4, 4, true), fc2: nn.NewLinear(s.Root().Sub("fc2"), 4, 2, true)}
 		return m, sse
-	}, opt, train.Config{ArenaGradients: true})
+	}, opt, train.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +410,7 @@ func TestArenaGradientsOutOfMemoryIsSplit(t *testing.T) {
 			t.Fatal(err)
 		}
 		opt, _ := prob.NewOptimizer()
-		tr, err := train.SetupConfig(dev, 3, prob.Build, opt, train.Config{ArenaGradients: true})
+		tr, err := train.SetupConfig(dev, 3, prob.Build, opt, train.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,26 +47,31 @@ type Config struct {
 	// gradient buffers. A step that does not fit in memory is retried on
 	// the usual path, which splits it.
 	OptimizerInBackward bool
-	// ArenaGradients makes each step's gradients values of the step's
-	// arena instead of persistent buffers: a gradient takes memory from
-	// the moment the backward pass produces it until the optimizer (with
-	// the GradScaler and ClipNorm, which need every gradient first) has
-	// read it at the end of the step, so the peak is the largest sum of
-	// live activations and the gradients produced so far, where gradient
-	// buffers add every gradient to it. It is PyTorch's
-	// zero_grad(set_to_none=True) before each step. Results are bit for
-	// bit the usual step's (any optimizer, clipping and loss scaling).
+	// GradientBuffers keeps every gradient in a persistent buffer of its
+	// own, held for the whole step and between steps (the zero value does
+	// not, where it applies). By default each step's gradients are values
+	// of the step's arena instead: a gradient takes memory from the moment
+	// the backward pass produces it until the optimizer (with the
+	// GradScaler and ClipNorm, which need every gradient first) has read
+	// it at the end of the step, so the peak is the largest sum of live
+	// activations and the gradients produced so far, where gradient
+	// buffers add every gradient to it. That is PyTorch's
+	// zero_grad(set_to_none=True) before each step, its default since
+	// 2.0. Results are bit for bit the same either way (any optimizer,
+	// clipping and loss scaling).
 	//
-	// After a step the parameters' Grad are views of the arena, readable
-	// until the trainer next runs (Step, Predict), ReleaseMemory or
-	// Close, which copies them into gradient buffers of the store.
+	// With gradients in the arena, after a step the parameters' Grad are
+	// views of the arena, readable until the trainer next runs (Step,
+	// Predict), ReleaseMemory or Close, which copies them into gradient
+	// buffers of the store.
 	//
-	// It applies to steps of one micro-batch in fp32 on one process (no
-	// Parallel); others keep gradient buffers: accumulation adds micro-
-	// batches' gradients into them, and under the bf16 and fp16 modes
-	// gradients are rounded as they reach them. OptimizerInBackward, where
-	// it applies, comes first. (Left out of JSON when false.)
-	ArenaGradients bool `json:",omitempty"`
+	// The arena applies to steps of one micro-batch in fp32 on one process
+	// (no Parallel); other steps keep gradient buffers whatever this says:
+	// accumulation adds micro-batches' gradients into them, and under the
+	// bf16 and fp16 modes gradients are rounded as they reach them
+	// (ArenaApplies). OptimizerInBackward, where it applies, comes first.
+	// (Left out of JSON when false.)
+	GradientBuffers bool `json:",omitempty"`
 	// Outputs keeps the model's outputs of every step for Trainer.Outputs
 	// (training metrics without a second forward pass). They stay in the
 	// step's arena until its end, which the memory plan counts.
@@ -98,13 +103,13 @@ func (c Config) compress() transform.CompressPolicy {
 }
 
 // String names the configuration (for messages and cache keys).
-// ArenaApplies reports whether ArenaGradients applies to a step of
-// microBatches micro-batches under c: asked for, one micro-batch, fp32,
-// one process. (OptimizerInBackward, where it applies, still comes first:
+// ArenaApplies reports whether a step of microBatches micro-batches
+// under c keeps its gradients in the arena: not GradientBuffers, one
+// micro-batch, fp32, one process. (OptimizerInBackward, where it applies, still comes first:
 // Trainer.GradientsInArena.) The one rule the trainer and the budget
 // planner both follow.
 func (c Config) ArenaApplies(microBatches int) bool {
-	return c.ArenaGradients && microBatches == 1 && c.Accumulation <= 1 && c.Precision == transform.FP32 && c.Parallel == nil
+	return !c.GradientBuffers && microBatches == 1 && c.Accumulation <= 1 && c.Precision == transform.FP32 && c.Parallel == nil
 }
 
 func (c Config) String() string {
@@ -115,8 +120,8 @@ func (c Config) String() string {
 	if c.OptimizerInBackward {
 		s += " in-backward"
 	}
-	if c.ArenaGradients {
-		s += " arena-grads"
+	if c.GradientBuffers {
+		s += " grad-buffers"
 	}
 	if c.Outputs {
 		s += " outputs"

@@ -183,11 +183,21 @@ func TestStepSplitsByAccumulation(t *testing.T) {
 
 // SetConfig installs a GradScaler for fp16-mixed unless one is set, and
 // frees the gradient buffers when the optimizer runs in the backward pass.
+// The default configuration holds none (gradients in the arena).
 func TestSetConfig(t *testing.T) {
-	tr := cnnTrainer(t)
+	if b := cnnTrainer(t).Device.Alloc.Stats().ByCategory[device.Gradient]; b != 0 {
+		t.Fatalf("%d bytes of gradient buffers after construction with the default configuration", b)
+	}
+	spec, _ := zoo.Lookup("cnn")
+	opt, _ := optim.NewAdam(optim.AdamDefaults())
+	tr, err := train.SetupConfig(device.Meta(), 0, testkit.Build(spec), opt, train.Config{GradientBuffers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
 	grads := func() int64 { return tr.Device.Alloc.Stats().ByCategory[device.Gradient] }
 	if grads() == 0 {
-		t.Fatal("no gradient buffers after construction")
+		t.Fatal("no gradient buffers after construction with GradientBuffers")
 	}
 	if err := tr.SetConfig(train.Config{OptimizerInBackward: true}); err != nil {
 		t.Fatal(err)

@@ -257,7 +257,7 @@ func TestOptimizerInBackwardLowersPlannedPeak(t *testing.T) {
 			spec, _ := zoo.Lookup(name)
 			planFor := func(inBackward bool) (train.MemoryPlan, *train.Trainer) {
 				opt, _ := optim.NewAdamW(optim.AdamWDefaults())
-				tr, err := train.SetupConfig(device.Meta(), 1, testkit.Build(spec), opt, train.Config{OptimizerInBackward: inBackward})
+				tr, err := train.SetupConfig(device.Meta(), 1, testkit.Build(spec), opt, train.Config{OptimizerInBackward: inBackward, GradientBuffers: !inBackward})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -446,10 +446,11 @@ func TestOptimizerInBackwardNonFiniteLoss(t *testing.T) {
 func TestOptimizerInBackwardOutOfMemoryIsSplit(t *testing.T) {
 	spec, _ := zoo.Lookup("cnn")
 	prob := budget.Problem{
-		Build:        testkit.Build(spec),
-		Example:      spec.Example,
-		Batch:        64,
-		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1, Momentum: 0.9}) },
+		Build:           testkit.Build(spec),
+		Example:         spec.Example,
+		Batch:           64,
+		NewOptimizer:    func() (optim.Optimizer, error) { return optim.NewSGD(optim.SGDConfig{LR: 0.1, Momentum: 0.9}) },
+		GradientBuffers: true,
 	}
 	// A capacity that holds the usual step of 8 to 32 samples: far from
 	// the 64 of the in-backward step, whose arena is then too large too.

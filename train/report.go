@@ -22,7 +22,7 @@ type MemoryPlan struct {
 	// TransientGradients is the part of Activations that is gradients
 	// in the step's arena at the peak: waiting for their update inside the
 	// step (OptimizerInBackward), or produced so far and kept for the
-	// optimizer at the step's end (ArenaGradients); the persistent
+	// optimizer at the step's end (Config.ArenaApplies); the persistent
 	// Gradients are then zero.
 	TransientGradients int64
 	ArenaBytes         int64 // the arena's size (peak plus packing overhead)

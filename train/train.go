@@ -77,7 +77,7 @@ type Trainer struct {
 	share      float64          // this rank's share of the step's global batch (Config.Parallel), else 1
 	outs       []*tensor.Tensor // the model's outputs of the last step's passes (Config.Outputs)
 	// gradViews are the gradients the last step left in the arena
-	// (Config.ArenaGradients), by trainable parameter: the store's Grad
+	// (not Config.GradientBuffers), by trainable parameter: the store's Grad
 	// while it still points at them.
 	gradViews []*tensor.Tensor
 	// ownsStore: Close releases the store (trainers made by Setup).
@@ -181,14 +181,14 @@ func (t *Trainer) SetConfig(c Config) error {
 
 // GradientsInArena reports whether a step of microBatches micro-batches
 // keeps its gradients in the step's arena under the trainer's
-// configuration (Config.ArenaGradients, where it applies).
+// configuration (Config.GradientBuffers unset, where it applies).
 func (t *Trainer) GradientsInArena(microBatches int) bool {
 	return t.gradMode(t.cfg, microBatches) == gradsInArena
 }
 
 // gradMode is where the gradients of a step of microBatches micro-batches
 // go under cfg: to an update in the backward pass (OptimizerInBackward),
-// to the arena (ArenaGradients), or to gradient buffers.
+// to the arena (the default, where ArenaApplies), or to gradient buffers.
 func (t *Trainer) gradMode(cfg Config, microBatches int) gradMode {
 	switch {
 	case cfg.OptimizerInBackward && t.checkInBackward(cfg, microBatches) == nil:
@@ -218,9 +218,9 @@ func (t *Trainer) inBackward(microBatches int) bool {
 
 // Close releases the trainer's arena and optimizer state (and the store,
 // for trainers made by Setup). Gradients the last step left in the arena
-// (Config.ArenaGradients) are copied into gradient buffers of a store
+// (Config.GradientBuffers unset) are copied into gradient buffers of a store
 // that outlives the trainer, so that they stay readable as they were
-// before ArenaGradients; where those do not fit they are dropped.
+// with gradient buffers; where those do not fit they are dropped.
 func (t *Trainer) Close() {
 	t.closeBackend()
 	if !t.ownsStore {
@@ -289,8 +289,8 @@ const LossScaleInput = "loss_scale"
 
 // TrainProgram returns the compiled training step for inputs and targets
 // of these shapes, tracing it on first use: the step of one micro-batch
-// with its gradients in the arena under Config.ArenaGradients (where it
-// applies), else the one writing the gradient buffers.
+// with its gradients in the arena (Config.ArenaApplies), else the one
+// writing the gradient buffers.
 func (t *Trainer) TrainProgram(x, y trace.Meta) (*exec.Program, error) {
 	mode := writeGrads
 	if t.gradMode(t.cfg, 1) == gradsInArena {
@@ -725,7 +725,7 @@ func (t *Trainer) update() error {
 }
 
 // stepArena runs one step of b with its gradients in the arena
-// (Config.ArenaGradients): the optimizer runs at the step's end, while
+// (Config.ArenaApplies): the optimizer runs at the step's end, while
 // they are live. done is false when the step ran out of memory before any
 // node ran: nothing has changed and the usual path can take the batch.
 func (t *Trainer) stepArena(ctx context.Context, b Batch, scale float64) (loss float64, done bool, err error) {

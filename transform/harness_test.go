@@ -24,12 +24,15 @@ type setup struct {
 	host      *transform.HostPool // where offloads go: bound at run time
 }
 
+// apply sets s on tr, with gradient buffers: the passes' effects on the
+// activations are compared with the gradients held apart, as before the
+// arena became the default.
 func (s setup) apply(tr *train.Trainer) {
 	st, err := train.StorageOf(s.compress)
 	if err != nil {
 		panic(err)
 	}
-	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(s.remat), Storage: st, Precision: s.precision}); err != nil {
+	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(s.remat), Storage: st, Precision: s.precision, GradientBuffers: true}); err != nil {
 		panic(err)
 	}
 	if s.host != nil {

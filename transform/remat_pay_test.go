@@ -127,8 +127,8 @@ func TestSelectiveRecomputationPays(t *testing.T) {
 		{"basic-masks", newBasic, transform.Compression{Masks: true}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			none := planned(t, c.model, train.Config{Storage: c.store})
-			sel := planned(t, c.model, train.Config{Storage: c.store, Recompute: train.Selective})
+			none := planned(t, c.model, train.Config{Storage: c.store, GradientBuffers: true})
+			sel := planned(t, c.model, train.Config{Storage: c.store, Recompute: train.Selective, GradientBuffers: true})
 			t.Logf("planned %d bytes with nothing recomputed, %d selective", none, sel)
 			if sel > none || c.lower && sel == none {
 				t.Fatalf("selective recomputation plans %d bytes, nothing recomputed %d", sel, none)

@@ -79,7 +79,7 @@ func run(t *testing.T, segments int, policy transform.Policy) result {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(policy)}); err != nil {
+	if err := tr.SetConfig(train.Config{Recompute: train.MustRecompute(policy), GradientBuffers: true}); err != nil {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewSource(3))

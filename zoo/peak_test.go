@@ -81,7 +81,7 @@ func TestPlannedPeakEqualsMeasuredInBackward(t *testing.T) {
 				r := rand.New(rand.NewSource(1))
 				for _, n := range []int{3, 2} {
 					xm, ym := spec.Example(n)
-					if err := tr.SetConfig(train.Config{}); err != nil {
+					if err := tr.SetConfig(train.Config{GradientBuffers: true}); err != nil {
 						t.Fatal(err)
 					}
 					usual, err := tr.Plan(xm, ym)

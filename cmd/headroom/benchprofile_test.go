@@ -63,7 +63,7 @@ func kernelsOf(t *testing.T, model string, batch int) int {
 	trainer := testkit.Trainer(t, device.CPU(), 1, testkit.Build(spec), opt)
 	defer trainer.Close()
 	// bench's step: gradients in the arena (no copies into buffers).
-	if err := trainer.SetConfig(train.Config{ArenaGradients: true}); err != nil {
+	if err := trainer.SetConfig(train.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	xm, ym := spec.Example(batch)

@@ -170,12 +170,11 @@ func stepMinimum(t *testing.T) int64 {
 	t.Helper()
 	spec, _ := zoo.Lookup("mlp")
 	_, err := budget.Fit(context.Background(), budget.Problem{
-		Build:          func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
-		Example:        spec.Example,
-		Batch:          8,
-		Budget:         1,
-		NewOptimizer:   func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) },
-		ArenaGradients: true, // as plan and train pass it by default
+		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Example:      spec.Example,
+		Batch:        8,
+		Budget:       1,
+		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) },
 	})
 	var small *budget.TooSmallError
 	if !errors.As(err, &small) {

@@ -92,7 +92,7 @@ func wholeBatchBudget(t *testing.T, batch int, arena bool) int64 {
 		Batch:        batch,
 		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) },
 		// As plan and train pass it.
-		ArenaGradients: arena,
+		GradientBuffers: !arena,
 	}
 	lo, hi := int64(0), int64(1<<31)
 	for hi-lo > 4096 {

@@ -191,7 +191,7 @@ func TestTrainProfile(t *testing.T) {
 	trainer := testkit.Trainer(t, device.CPU(), 1, testkit.Build(spec), opt)
 	defer trainer.Close()
 	// As the run: its gradients in the arena (train's default).
-	if err := trainer.SetConfig(train.Config{ArenaGradients: true}); err != nil {
+	if err := trainer.SetConfig(train.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	xm, ym := spec.Example(32)

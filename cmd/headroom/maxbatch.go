@@ -70,7 +70,7 @@ func (f *trainFlags) chooseMaxBatch(ctx context.Context, spec zoo.Spec, n int, m
 		Example: spec.Example, Batch: upper, Budget: b,
 		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
 		Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
-		ArenaGradients: !f.gradBuffers,
+		GradientBuffers: f.gradBuffers,
 	}
 	best, err := budget.MaxBatch(ctx, prob, pol)
 	if err != nil {

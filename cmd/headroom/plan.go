@@ -141,7 +141,7 @@ Flags:
 		return err
 	}
 	if *budgetFlag == "" {
-		err := printPlan(stdout, stderr, spec, build, newOpt, *batch, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack, ArenaGradients: !*gradBufs}, *passes, func(w io.Writer) error {
+		err := printPlan(stdout, stderr, spec, build, newOpt, *batch, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack, GradientBuffers: *gradBufs}, *passes, func(w io.Writer) error {
 			if loader == nil {
 				return nil
 			}
@@ -154,10 +154,10 @@ Flags:
 		if err != nil || *snapshot == "" {
 			return err
 		}
-		return writePlanSnapshot(ctx, *snapshot, spec, newOpt, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack, ArenaGradients: !*gradBufs}, *batch, 1, stdout)
+		return writePlanSnapshot(ctx, *snapshot, spec, newOpt, train.Config{Precision: precs[0], Storage: comps[0], OptimizerInBackward: *inBack, GradientBuffers: *gradBufs}, *batch, 1, stdout)
 	}
 	prob := budget.Problem{Build: build, Example: spec.Example, Batch: *batch, Budget: b, NewOptimizer: newOpt, Precisions: precs, Compress: comps,
-		OptimizerInBackward: *inBack, ArenaGradients: !*gradBufs}
+		OptimizerInBackward: *inBack, GradientBuffers: *gradBufs}
 	if *policy != "" {
 		prob.Policies = []budget.Policy{pol}
 	}
@@ -267,7 +267,7 @@ func printPlan(w, log io.Writer, spec zoo.Spec, build func(*nn.Store) (train.Mod
 		return err
 	}
 	fmt.Fprintf(w, "model %s (%s), %d parameters, batch %d, precision %s, saved activations %s%s\n", spec.Name, spec.Description, store.NumParams(), batch, prec, storage, optimizer)
-	printGradients(w, tr, 1, !cfg.ArenaGradients)
+	printGradients(w, tr, 1, cfg.GradientBuffers)
 	mp.Print(w)
 	if err := rows(w); err != nil {
 		return err

@@ -29,8 +29,9 @@ func TestPlanSnapshotEqualsRecordedStep(t *testing.T) {
 		accum int
 		cfg   train.Config
 	}{
-		{"cnn", 16, nil, 1, train.Config{ArenaGradients: true}},                              // plan's default
-		{"mlp", 512, []string{"--budget", "5MiB", "--recompute", "none"}, 0, train.Config{}}, // accumulates: gradient buffers
+		{"cnn", 16, nil, 1, train.Config{}}, // plan's default: gradients in the arena
+		// Accumulates: gradient buffers, as the budget's plan sets them.
+		{"mlp", 512, []string{"--budget", "5MiB", "--recompute", "none"}, 0, train.Config{GradientBuffers: true}},
 	} {
 		t.Run(tt.model, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "plan.json")

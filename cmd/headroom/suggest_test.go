@@ -113,12 +113,11 @@ func TestPlanMaxBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	prob := budget.Problem{
-		Build:          func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
-		Example:        spec.Example,
-		Batch:          512,
-		Budget:         24 << 20,
-		NewOptimizer:   func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) },
-		ArenaGradients: true, // as plan and train pass it by default
+		Build:        func(s *nn.Store) (train.Model, train.LossFunc) { return spec.New(s.Root()), spec.Loss },
+		Example:      spec.Example,
+		Batch:        512,
+		Budget:       24 << 20,
+		NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer("adam", 1e-3, -1) },
 	}
 	for _, p := range budget.Policies {
 		n, err := budget.MaxBatch(context.Background(), prob, p)

@@ -280,7 +280,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			Batch:   f.batch, Budget: b,
 			NewOptimizer: func() (optim.Optimizer, error) { return newOptimizer(f.optimizer, f.lr, f.weightDecay) },
 			Precisions:   precs, Compress: comps, OptimizerInBackward: f.inBack,
-			ArenaGradients: !f.gradBuffers,
+			GradientBuffers: f.gradBuffers,
 		}
 		if f.recompute != "none" {
 			pol, _ := budget.ParsePolicy(f.recompute)
@@ -361,7 +361,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		return err
 	}
 	tr, closeTrainer, err := f.dist.newRankTrainer(ctx, out, dev, store, model, spec.Loss, opt,
-		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack, ArenaGradients: arena})
+		train.Config{Precision: prec, Recompute: train.MustRecompute(remat), Storage: st, OptimizerInBackward: inBack, GradientBuffers: !arena})
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ type Result struct {
 	// gradient buffers; bench --optimizer-in-backward).
 	InBackward bool `json:"optimizer_in_backward,omitempty"`
 	// ArenaGradients: headroom's gradients were values of the step's
-	// arena (train.Config.ArenaGradients: bench's default, off with
+	// arena (train.Config.GradientBuffers unset: bench's default, off with
 	// --gradient-buffers), not buffers held for the whole step.
 	ArenaGradients bool `json:"arena_gradients,omitempty"`
 	// Recompute is headroom's recomputation policy ("" for none; bench

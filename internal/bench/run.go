@@ -53,7 +53,7 @@ type Options struct {
 	InBackward bool
 	// GradientBuffers keeps every gradient in a buffer of its own for the
 	// whole step. By default gradients are values of the step's arena
-	// (train.Config.ArenaGradients) where the step allows it, alive from
+	// (train.Config.GradientBuffers unset) where the step allows it, alive from
 	// the backward pass until the optimizer read them: what PyTorch's
 	// zero_grad(set_to_none=True), which the PyTorch script calls, does.
 	GradientBuffers bool
@@ -148,7 +148,7 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 	}
 	// Made under the configuration, so that gradient buffers a step will
 	// not hold are never allocated.
-	cfg := train.Config{Precision: o.Precision, ArenaGradients: !o.GradientBuffers, Recompute: o.Recompute}
+	cfg := train.Config{Precision: o.Precision, GradientBuffers: o.GradientBuffers, Recompute: o.Recompute}
 	tr, err := train.NewConfig(dev, store, model, w.Loss, opt, cfg)
 	if err != nil {
 		return res, err
