@@ -31,6 +31,16 @@ func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
 //go:noescape
 func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)
 
+// bf16PeakLoop is in bf16_amd64.s: n iterations of bf16PeakChains
+// independent VDPBF16PS on registers (the benchmarks' bf16 peak).
+//
+//go:noescape
+func bf16PeakLoop(n int)
+
+// bf16PeakChains is the VDPBF16PS an iteration of bf16PeakLoop runs
+// (gen_bf16.go's peakChains).
+const bf16PeakChains = 16
+
 func init() {
 	if hasAVX512() {
 		ilv24Asm = bf16Ilv24

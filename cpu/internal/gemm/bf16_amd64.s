@@ -1412,3 +1412,52 @@ trloop:
 trdone:
 	VZEROUPPER
 	RET
+
+// func bf16PeakLoop(n int)
+//
+// n iterations of 16 independent VDPBF16PS on registers (64 flops each:
+// 16 lanes, 2 products and 2 additions a lane). AVX512_BF16.
+TEXT ·bf16PeakLoop(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	TESTQ CX, CX
+	JLE peakdone
+peakloop:
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xc7 // vdpbf16ps %zmm31, %zmm30, %zmm0
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xcf // vdpbf16ps %zmm31, %zmm30, %zmm1
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xd7 // vdpbf16ps %zmm31, %zmm30, %zmm2
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xdf // vdpbf16ps %zmm31, %zmm30, %zmm3
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xe7 // vdpbf16ps %zmm31, %zmm30, %zmm4
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xef // vdpbf16ps %zmm31, %zmm30, %zmm5
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xf7 // vdpbf16ps %zmm31, %zmm30, %zmm6
+	BYTE $0x62; BYTE $0x92; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xff // vdpbf16ps %zmm31, %zmm30, %zmm7
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xc7 // vdpbf16ps %zmm31, %zmm30, %zmm8
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xcf // vdpbf16ps %zmm31, %zmm30, %zmm9
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xd7 // vdpbf16ps %zmm31, %zmm30, %zmm10
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xdf // vdpbf16ps %zmm31, %zmm30, %zmm11
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xe7 // vdpbf16ps %zmm31, %zmm30, %zmm12
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xef // vdpbf16ps %zmm31, %zmm30, %zmm13
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xf7 // vdpbf16ps %zmm31, %zmm30, %zmm14
+	BYTE $0x62; BYTE $0x12; BYTE $0x0e; BYTE $0x40; BYTE $0x52; BYTE $0xff // vdpbf16ps %zmm31, %zmm30, %zmm15
+	DECQ CX
+	JNZ peakloop
+peakdone:
+	VZEROUPPER
+	RET

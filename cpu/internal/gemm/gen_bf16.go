@@ -53,6 +53,15 @@ func vdpbf16ps(disp, src1, dst int) []byte {
 	return out
 }
 
+// vdpbf16psReg encodes vdpbf16ps %zmm<src2>, %zmm<src1>, %zmm<dst>.
+func vdpbf16psReg(src2, src1, dst int) []byte {
+	inv := func(v, bit int) byte { return byte(^(v >> bit) & 1) }
+	p0 := inv(dst, 3)<<7 | inv(src2, 4)<<6 | inv(src2, 3)<<5 | inv(dst, 4)<<4 | 0x2 // R X B R' 00 mm=0F38
+	p1 := byte(^src1&0xf)<<3 | 1<<2 | 0x2                                           // W=0 vvvv 1 pp=F3
+	p2 := byte(0x40 | inv(src1, 4)<<3)                                              // z=0 L'L=512 b=0 V' aaa=0
+	return []byte{0x62, p0, p1, p2, 0x52, 0xc0 | byte(dst&7)<<3 | byte(src2&7)}
+}
+
 type tile struct {
 	mr, nz int  // rows, ZMM registers (16 columns each) per row
 	rows   bool // A as rows of pairs rowStride dwords apart (else pair-major)
@@ -78,6 +87,7 @@ func main() {
 	}
 	ilv24(w)
 	tr16(w)
+	peak(w)
 	if err := os.WriteFile("bf16_amd64.s", []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -315,6 +325,43 @@ func tr16(w func(string, ...any)) {
 	w("\tDECQ CX")
 	w("\tJNZ trloop")
 	w("trdone:")
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// peakChains is the independent accumulators of bf16PeakLoop: more than
+// VDPBF16PS's latency times its throughput on the CPUs measured (Zen 4:
+// 6 cycles, one ZMM a cycle).
+const peakChains = 16
+
+// peak writes bf16PeakLoop, VDPBF16PS on registers only: the rate no bf16
+// product can pass, which the benchmarks report the kernels against.
+func peak(w func(string, ...any)) {
+	w("")
+	w("// func bf16PeakLoop(n int)")
+	w("//")
+	w("// n iterations of %d independent VDPBF16PS on registers (%d flops each:", peakChains, 64)
+	w("// 16 lanes, 2 products and 2 additions a lane). AVX512_BF16.")
+	w("TEXT ·bf16PeakLoop(SB), NOSPLIT, $0-8")
+	w("\tMOVQ n+0(FP), CX")
+	for r := 0; r < peakChains; r++ {
+		w("\tVPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	w("\tVPXORD Z30, Z30, Z30")
+	w("\tVPXORD Z31, Z31, Z31")
+	w("\tTESTQ CX, CX")
+	w("\tJLE peakdone")
+	w("peakloop:")
+	for r := 0; r < peakChains; r++ {
+		var bs []string
+		for _, x := range vdpbf16psReg(31, 30, r) {
+			bs = append(bs, fmt.Sprintf("BYTE $0x%02x", x))
+		}
+		w("\t%s // vdpbf16ps %%zmm31, %%zmm30, %%zmm%d", strings.Join(bs, "; "), r)
+	}
+	w("\tDECQ CX")
+	w("\tJNZ peakloop")
+	w("peakdone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
 }
