@@ -255,18 +255,24 @@ func BenchmarkBF16GPT(b *testing.B) {
 	if bf16Kern == nil {
 		b.Skip("no native bf16 kernel")
 	}
-	// The kernel as it is and without its row-major-A form (A packed
-	// pair-major), run in turn.
+	// The kernel as it is, without its strided-A form (A's rows copied),
+	// and without its row-major-A form either (A packed pair-major), run
+	// in turn.
 	forms := []*bf16Kernel{bf16Kern}
+	if bf16Kern.strided != nil {
+		rows := *bf16Kern
+		rows.strided = nil
+		forms = append(forms, &rows)
+	}
 	if bf16Kern.rows != nil {
 		packed := *bf16Kern
-		packed.rows = nil
+		packed.rows, packed.strided = nil, nil
 		forms = append(forms, &packed)
 	}
 	for _, s := range shapes {
 		for _, threads := range []int{1, 2} {
 			for _, kern := range forms {
-				b.Run(fmt.Sprintf("%s/t%d/rows=%v", s.name, threads, kern.rows != nil), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/t%d/rows=%v/strided=%v", s.name, threads, kern.rows != nil, kern.strided != nil), func(b *testing.B) {
 					a16, b16, _, _, c, lda, ldb := s.operands()
 					pool := parallel.NewPool(threads)
 					defer pool.Close()
