@@ -121,9 +121,10 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 	// where its panels fit bf16BPack dwords), each block's panels at
 	// bp[g*kpc*nc:] for the group's block g: one pass over the threads
 	// packs the group, one computes it, each thread's M blocks taking the
-	// group's K blocks in order. Two waits per group, not per K block
-	// (2-thread gpt products with k > bf16KC: 3-12% more per CPU second).
-	// One thread has no waits to save and runs a block at a time: a B
+	// group's K blocks in order. Two waits per group, not per K block:
+	// on a busy machine a descheduled thread holds up the other at each
+	// (2-thread gpt products with k > bf16KC, under load: 0-12% more per
+	// CPU second). One thread has no waits to save and runs a block at a time: a B
 	// block packed right before its use is still in L2 (gpt's weight
 	// gradients were 4-7% slower grouped).
 	kBlocks := ceilDiv(k, kc)
