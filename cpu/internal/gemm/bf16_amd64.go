@@ -19,6 +19,12 @@ func bf16Kernel12x32(kp int, a, b *uint32, c *float32, ldc int, alpha, beta floa
 //go:noescape
 func bf16Kernel24x16R(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int)
 
+// bf16Kernel24x16S is bf16Kernel24x16 with A as rows of pairs rs dwords
+// apart (bf16Kernel.strided): A read where it lies.
+//
+//go:noescape
+func bf16Kernel24x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
+
 // bf16Ilv24 is in bf16_amd64.s: for q < kp and l < 24,
 // dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16 (AVX-512F).
 //
@@ -30,6 +36,16 @@ func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
 //
 //go:noescape
 func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)
+
+// bf16PeakLoop is in bf16_amd64.s: n iterations of bf16PeakChains
+// independent VDPBF16PS on registers (the benchmarks' bf16 peak).
+//
+//go:noescape
+func bf16PeakLoop(n int)
+
+// bf16PeakChains is the VDPBF16PS an iteration of bf16PeakLoop runs
+// (gen_bf16.go's peakChains).
+const bf16PeakChains = 16
 
 func init() {
 	if hasAVX512() {
@@ -65,7 +81,7 @@ func asmBF16(name string, mr, nr int, f bf16Asm) *bf16Kernel {
 }
 
 var (
-	bf16AVX512x24 = withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R)
+	bf16AVX512x24 = withStrided(withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R), bf16Kernel24x16S)
 	bf16AVX512x12 = asmBF16("avx512_bf16 12x32", 12, 32, bf16Kernel12x32)
 )
 
@@ -73,6 +89,24 @@ var (
 func withRows(k *bf16Kernel, f bf16Asm) *bf16Kernel {
 	mr := k.mr
 	k.rows = bf16Wrap(mr, k.nr, func(kp int) int { return (mr-1)*bf16RowStride + kp - 1 }, f)
+	return k
+}
+
+// withStrided gives k the strided-A form f of its kernel
+// (bf16Kernel.strided), after checking the bounds f relies on as bf16Wrap
+// does.
+func withStrided(k *bf16Kernel, f func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)) *bf16Kernel {
+	mr, nr := k.mr, k.nr
+	k.strided = func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+		_ = a[(mr-1)*rs+kp-1]
+		_ = b[nr*kp-1]
+		_ = c[(mr-1)*ldc+nr-1]
+		z := 0
+		if beta0 {
+			z = 1
+		}
+		f(kp, &a[0], &b[0], &c[0], ldc, alpha, beta, z, rs)
+	}
 	return k
 }
 

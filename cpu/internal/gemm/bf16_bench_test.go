@@ -12,6 +12,26 @@ import (
 	"github.com/headroom-ml/headroom/internal/parallel"
 )
 
+// The bf16 peak: VDPBF16PS on registers only (16 independent chains),
+// 64 flops each; cpu-GFLOP/s by the process's CPU time, which a loaded
+// machine disturbs less than wall time. The kernels and products below
+// report against it.
+func BenchmarkBF16Peak(b *testing.B) {
+	if !hasAVX512BF16() {
+		b.Skip("no AVX512_BF16")
+	}
+	const iters = 1 << 16
+	c0 := processCPU()
+	for b.Loop() {
+		bf16PeakLoop(iters)
+	}
+	flop := float64(iters*bf16PeakChains*64) * float64(b.N)
+	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	if d := processCPU() - c0; d > 0 {
+		b.ReportMetric(flop/d.Seconds()/1e9, "cpu-GFLOP/s")
+	}
+}
+
 // The micro-kernels alone, operands in L1/L2 (kp pairs = 2*kp values of k).
 func BenchmarkBF16Kernel(b *testing.B) {
 	for _, kern := range bf16Kernels() {
@@ -26,10 +46,15 @@ func BenchmarkBF16Kernel(b *testing.B) {
 				bb[i] = 0x3f803f80
 			}
 			c := make([]float32, kern.mr*kern.nr)
+			c0 := processCPU()
 			for b.Loop() {
 				kern.fn(kp, a, bb, c, kern.nr, 1, 0, true)
 			}
-			b.ReportMetric(float64(4*kp*kern.mr*kern.nr)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			flop := float64(4*kp*kern.mr*kern.nr) * float64(b.N)
+			b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			if d := processCPU() - c0; d > 0 {
+				b.ReportMetric(flop/d.Seconds()/1e9, "cpu-GFLOP/s")
+			}
 		})
 	}
 }
@@ -230,18 +255,24 @@ func BenchmarkBF16GPT(b *testing.B) {
 	if bf16Kern == nil {
 		b.Skip("no native bf16 kernel")
 	}
-	// The kernel as it is and without its row-major-A form (A packed
-	// pair-major), run in turn.
+	// The kernel as it is, without its strided-A form (A's rows copied),
+	// and without its row-major-A form either (A packed pair-major), run
+	// in turn.
 	forms := []*bf16Kernel{bf16Kern}
+	if bf16Kern.strided != nil {
+		rows := *bf16Kern
+		rows.strided = nil
+		forms = append(forms, &rows)
+	}
 	if bf16Kern.rows != nil {
 		packed := *bf16Kern
-		packed.rows = nil
+		packed.rows, packed.strided = nil, nil
 		forms = append(forms, &packed)
 	}
 	for _, s := range shapes {
 		for _, threads := range []int{1, 2} {
 			for _, kern := range forms {
-				b.Run(fmt.Sprintf("%s/t%d/rows=%v", s.name, threads, kern.rows != nil), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/t%d/rows=%v/strided=%v", s.name, threads, kern.rows != nil, kern.strided != nil), func(b *testing.B) {
 					a16, b16, _, _, c, lda, ldb := s.operands()
 					pool := parallel.NewPool(threads)
 					defer pool.Close()

@@ -34,6 +34,10 @@ type bf16Kernel struct {
 	// form by copying its rows (its pairs lie in memory as the kernel
 	// reads them), far cheaper than gathering them pair-major.
 	rows func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	// strided, where not nil, is fn with A row-major rs dwords apart
+	// (row i's pairs at a[i*rs:]): a non-transposed A whose rows hold
+	// whole pairs read where it lies, not copied.
+	strided func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
 }
 
 // bf16RowStride is the dwords between rows of a row-major A panel: the
@@ -99,9 +103,38 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 	if rowsA {
 		aLen = bf16RowStride * mc
 	}
-	bbuf := getU32(kpc * nc)
+	// A read where it lies (kern.strided) where its rows hold whole
+	// pairs, dword-aligned; per block where the block's k is even and its
+	// tiles whole (else its rows are copied: zeros past k and past m).
+	// Copying cost gpt's products with n = 384 (k = 384, 1152, 1536:
+	// rows 768 to 3072 bytes apart) 5-9% of their CPU time on Zen 4.
+	var a32 []uint32
+	var sfn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	if rowsA && kern.strided != nil && lda%2 == 0 {
+		a32 = pairsOf(a[:len(a)&^1])
+		rs := lda / 2
+		sfn = func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+			kern.strided(kp, a, rs, b, c, ldc, alpha, beta, beta0)
+		}
+	}
+	// On threads, B is packed for a group of K blocks at once (all of K
+	// where its panels fit bf16BPack dwords), each block's panels at
+	// bp[g*kpc*nc:] for the group's block g: one pass over the threads
+	// packs the group, one computes it, each thread's M blocks taking the
+	// group's K blocks in order. Two waits per group, not per K block:
+	// on a busy machine a descheduled thread holds up the other at each
+	// (2-thread gpt products with k > bf16KC, under load: 0-12% more per
+	// CPU second). One thread has no waits to save and runs a block at a time: a B
+	// block packed right before its use is still in L2 (gpt's weight
+	// gradients were 4-7% slower grouped).
+	kBlocks := ceilDiv(k, kc)
+	group := 1
+	if threads > 1 {
+		group = max(1, min(kBlocks, bf16BPack/(kpc*nc)))
+	}
+	bbuf := getU32(group * kpc * nc)
 	defer bf16Bufs.Put(bbuf)
-	bp := *bbuf
+	bpAll := *bbuf
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		nPanels := ceilDiv(ncur, nr)
@@ -109,29 +142,29 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 		if mBlocks < threads {
 			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
 		}
-		for pc := 0; pc < k; pc += kc {
-			kcur := min(kc, k-pc)
-			kp := ceilDiv(kcur, 2)
-			betaCur := beta
-			if pc > 0 {
-				betaCur = 1
-			}
+		for g0 := 0; g0 < kBlocks; g0 += group {
+			g1 := min(kBlocks, g0+group)
 			pack := func(lo, hi int) {
-				for jp := lo; jp < hi; jp++ {
-					j0 := jp * nr
-					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
-					// Row j of the stored B is column j of op(B).
-					if nr == 16 {
-						packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+				for g := g0; g < g1; g++ {
+					pc := g * kc
+					kcur := min(kc, k-pc)
+					kp := ceilDiv(kcur, 2)
+					bp := bpAll[(g-g0)*kpc*nc:]
+					if !transB {
+						// Pair by pair over the panels: whole rows of B read in turn.
+						packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
 						continue
 					}
-					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
-				}
-			}
-			if !transB {
-				// Pair by pair over the panels: whole rows of B read in turn.
-				pack = func(lo, hi int) {
-					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
+					for jp := lo; jp < hi; jp++ {
+						j0 := jp * nr
+						dst := bp[jp*nr*kp : (jp+1)*nr*kp]
+						// Row j of the stored B is column j of op(B).
+						if nr == 16 {
+							packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+							continue
+						}
+						packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
+					}
 				}
 			}
 			compute := func(lo, hi int) {
@@ -144,20 +177,34 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 					ib, jb := t/nSplit, t%nSplit
 					ic, mcur := block(ib)
 					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
-					if rowsA {
-						packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
-						bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-						continue
-					}
-					for i0 := 0; i0 < mcur; i0 += mr {
-						dst := ap[i0*kp : (i0+mr)*kp]
-						if transA {
-							packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
-						} else {
-							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+					for g := g0; g < g1; g++ {
+						pc := g * kc
+						kcur := min(kc, k-pc)
+						kp := ceilDiv(kcur, 2)
+						bp := bpAll[(g-g0)*kpc*nc:]
+						betaCur := beta
+						if pc > 0 {
+							betaCur = 1
 						}
+						if a32 != nil && kcur%2 == 0 && mcur%mr == 0 {
+							bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+							continue
+						}
+						if rowsA {
+							packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
+							bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+							continue
+						}
+						for i0 := 0; i0 < mcur; i0 += mr {
+							dst := ap[i0*kp : (i0+mr)*kp]
+							if transA {
+								packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
+							} else {
+								packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+							}
+						}
+						bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 					}
-					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 				}
 			}
 			if threads > 1 {
@@ -170,6 +217,11 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 		}
 	}
 }
+
+// bf16BPack is the most dwords of packed B a product holds at once (a
+// variable for the tests, which make it small to cut K into groups):
+// 8 MiB, all of K for gpt's products (k = 2048 by 1536 columns: 6 MiB).
+var bf16BPack = 2 << 20
 
 // bf16Bufs holds packing buffers for reuse.
 var bf16Bufs sync.Pool
@@ -196,7 +248,7 @@ func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta 
 		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
 		for i0 := 0; i0 < mcur; i0 += mr {
 			mm := min(mr, mcur-i0)
-			apan := ap[i0*astride : (i0+mr)*astride]
+			apan := ap[i0*astride:] // the kernel wrappers check its bounds
 			off := coff + i0*ldc + j0
 			if mm == mr && nn == nr {
 				fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
