@@ -168,14 +168,14 @@ func convBF16Bytes(op trace.Op, g prim.ConvGeom) int {
 // the native path's and the widening path's (the float32 kernel's
 // workspace and the widened operands).
 func convMixedWorkspace(n *trace.Node) int64 {
-	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
 	ws := align64(int(convFloatWorkspace(n)))
-	for i, t := range n.Inputs {
-		if d := t.DType(); d != tensor.Float32 && (err != nil || !convMixedInPlace(n.Op, g, i, d)) {
+	for _, t := range n.Inputs {
+		if t.DType() != tensor.Float32 {
 			ws += align64(4 * t.Shape().NumElements())
 		}
 	}
 	d0, d1 := n.Inputs[0].DType(), n.Inputs[1].DType()
+	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
 	if err != nil || !convBF16Native(n.Op, g) {
 		return int64(ws)
 	}
@@ -244,18 +244,12 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 		}
 		return nil
 	}
-	// Widened: the float32 kernel on float32 copies, but for the
-	// activations the Winograd kernels read in place.
+	// Widened: the float32 kernel on float32 copies.
 	off := align64(int(convFloatWorkspace(n)))
 	wide := make([]*tensor.Tensor, len(in))
-	inPlace := false
 	for i, t := range in {
 		if t.DType == tensor.Float32 {
 			wide[i] = t
-			continue
-		}
-		if convMixedInPlace(n.Op, g, i, t.DType) {
-			inPlace = true
 			continue
 		}
 		cnt := t.Shape.NumElements()
@@ -264,54 +258,7 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 		wide[i] = w
 		off += align64(4 * cnt)
 	}
-	if !inPlace {
-		return float(pool, n, wide, out, ws[:convFloatWorkspace(n)])
-	}
-	data := func(i int) winoData {
-		if wide[i] != nil {
-			return winoData{f: wide[i].F32()}
-		}
-		return winoData{h: in[i].U16()}
-	}
-	y := out[0].F32()
-	switch n.Op.(type) {
-	case *prim.Conv2dOp:
-		w, _ := winogradFor(g)
-		var bias []float32
-		if len(in) == 3 {
-			bias = wide[2].F32()
-		}
-		w.run(pool, data(0), wide[1].F32(), false, bias, y, convScratch[float32](ws, 0, w.scratch()))
-	case *prim.Conv2dBackwardInput:
-		w, _ := winogradInputGrad(g)
-		w.run(pool, data(0), wide[1].F32(), true, nil, y, convScratch[float32](ws, 0, w.scratch()))
-	case *prim.Conv2dBackwardWeight:
-		w, _ := winogradWgrad(g)
-		w.weightGradData(pool, data(0), data(1), y, convScratch[float32](ws, 0, w.scratch()))
-	}
-	return nil
-}
-
-// convMixedInPlace reports whether input i, of type d, of mixed conv op o
-// of geometry g is read in place by the float32 Winograd kernel that runs
-// it: a bfloat16 activation (the input, ȳ; the weight, small, is
-// widened into the workspace), widened as its tiles are gathered.
-func convMixedInPlace(o trace.Op, g prim.ConvGeom, i int, d tensor.DType) bool {
-	if d != tensor.BFloat16 {
-		return false
-	}
-	switch o.(type) {
-	case *prim.Conv2dOp:
-		_, ok := winogradFor(g)
-		return ok && i == 0
-	case *prim.Conv2dBackwardInput:
-		_, ok := winogradInputGrad(g)
-		return ok && i == 0
-	case *prim.Conv2dBackwardWeight:
-		_, ok := winogradWgrad(g)
-		return ok && i < 2
-	}
-	return false
+	return float(pool, n, wide, out, ws[:convFloatWorkspace(n)])
 }
 
 // convWidenInto converts t (float32, bfloat16 or float16) into dst.

@@ -343,79 +343,45 @@ func BenchmarkConvBF16(b *testing.B) {
 	}
 }
 
-// TestConvMixedWinogradInPlace holds the mixed convolutions whose float32
-// Winograd kernels read bfloat16 activations in place (widened as the
-// tiles are gathered) to the float32 convolutions of the widened values,
-// bit for bit, on the vector and the portable transforms: full and
-// partial edge tiles, runs of tiles longer than one gather, a float32 ȳ
-// beside a bfloat16 input.
-func TestConvMixedWinogradInPlace(t *testing.T) {
+// TestConvNativeCheaper holds the choice between the native bf16 kernels
+// and float32 Winograd on the widened values to the rates: rrdbnet's 3×3
+// layers (where Winograd measured faster) take Winograd, convolutions
+// without a Winograd kernel (1×1, too small) the native kernel, and a
+// native rate far above the float32 one would take the native kernel.
+func TestConvNativeCheaper(t *testing.T) {
 	defer func(f bool) { convNativeForce = f }(convNativeForce)
 	convNativeForce = false
-	for _, s := range []struct{ n, c, h, w, k, pad int }{
-		{2, 64, 32, 32, 64, 1},
-		{2, 64, 30, 29, 64, 1}, // partial tiles at both edges
-		{1, 32, 72, 72, 64, 1}, // tile rows of 18 tiles
-		{2, 64, 34, 34, 64, 0},
+	ops := []trace.Op{&prim.Conv2dOp{}, &prim.Conv2dBackwardInput{}, &prim.Conv2dBackwardWeight{}}
+	for _, c := range []struct {
+		n, c, h, k, ks int
+		native         bool
+	}{
+		{4, 64, 32, 32, 3, false},  // rrdbnet's RDB convolutions
+		{4, 192, 32, 64, 3, false}, // and their last
+		{4, 64, 128, 64, 3, false}, // the upsampled ones
+		{4, 64, 32, 64, 1, true},   // 1×1: no Winograd
+		{1, 16, 8, 16, 3, true},    // too small for Winograd
 	} {
-		opts := op.ConvOpts{Stride: [2]int{1, 1}, Padding: [2]int{s.pad, s.pad}}
-		xs, ws := tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, 3, 3}
-		g, err := prim.ConvGeometry(xs, ws, opts)
+		g, err := prim.ConvGeometry(tensor.Shape{c.n, c.c, c.h, c.h}, tensor.Shape{c.k, c.c, c.ks, c.ks}, op.ConvOpts{Padding: [2]int{c.ks / 2, c.ks / 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ys := tensor.Shape{g.N, g.K, g.OH, g.OW}
-		cases := []struct {
-			name         string
-			mixed, float trace.Op
-			in           []tensor.DType
-			shapes       []tensor.Shape
-		}{
-			{"fwd", &prim.Conv2dOp{Opts: opts, Mixed: true}, &prim.Conv2dOp{Opts: opts},
-				[]tensor.DType{tensor.BFloat16, tensor.BFloat16, tensor.BFloat16}, []tensor.Shape{xs, ws, {s.k}}},
-			{"bwd_input", &prim.Conv2dBackwardInput{Opts: opts, InputShape: xs, Mixed: true}, &prim.Conv2dBackwardInput{Opts: opts, InputShape: xs},
-				[]tensor.DType{tensor.BFloat16, tensor.BFloat16}, []tensor.Shape{ys, ws}},
-			{"bwd_weight", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: ws, Mixed: true}, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: ws},
-				[]tensor.DType{tensor.BFloat16, tensor.BFloat16}, []tensor.Shape{ys, xs}},
-			{"bwd_weight_f32gy", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: ws, Mixed: true}, &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: ws},
-				[]tensor.DType{tensor.Float32, tensor.BFloat16}, []tensor.Shape{ys, xs}},
-		}
-		for _, c := range cases {
-			for _, scalar := range []bool{false, true} {
-				what := fmt.Sprintf("%+v %s scalar=%v", s, c.name, scalar)
-				if !convMixedInPlace(c.mixed, g, 1, c.in[1]) && !convMixedInPlace(c.mixed, g, 0, c.in[0]) {
-					t.Fatalf("%s: no operand read in place", what)
-				}
-				winogradScalar = scalar
-				r := rand.New(rand.NewPCG(uint64(s.h), uint64(s.k)))
-				var mm, fm []trace.Meta
-				for i, d := range c.in {
-					mm = append(mm, trace.Meta{DType: d, Shape: c.shapes[i]})
-					fm = append(fm, f32(c.shapes[i]...))
-				}
-				mk, fk := newKernelCase(t, c.mixed, mm...), newKernelCase(t, c.float, fm...)
-				for i, mt := range mk.in {
-					v := randBF16Vals(r, mt.Shape.NumElements())
-					for j, h := range v {
-						fk.in[i].F32()[j] = float32(bfF(h))
-					}
-					if mt.DType == tensor.Float32 {
-						copy(mt.F32(), fk.in[i].F32())
-					} else {
-						copy(mt.U16(), v)
-					}
-				}
-				mk.run(t)
-				fk.run(t)
-				if i, ok := sameF32Bits(mk.out[0].F32(), fk.out[0].F32()); !ok {
-					t.Errorf("%s: element %d is %g, float32 kernel %g", what, i, mk.out[0].F32()[i], fk.out[0].F32()[i])
-				}
-				// The activations read in place take no workspace.
-				if len(mk.ws) >= len(fk.ws)+4*c.shapes[0].NumElements() {
-					t.Errorf("%s: workspace %d bytes, the float32 kernel's %d", what, len(mk.ws), len(fk.ws))
-				}
+		for _, o := range ops {
+			if got := convNativeCheaper(o, g); got != c.native {
+				t.Errorf("%+v %s: native cheaper %v, want %v", c, o.Name(), got, c.native)
 			}
 		}
+		if !c.native && convBF16Native(&prim.Conv2dBackwardWeight{}, g) {
+			t.Errorf("%+v: weight gradient on the native kernel where Winograd is cheaper", c)
+		}
 	}
-	winogradScalar = false
+	// A native rate 10× the float32 one beats Winograd's 4× fewer products.
+	defer func(r Throughput) { throughputs[0].Throughput = r }(throughputs[0].Throughput)
+	throughputs[0].BF16 = 10 * throughputs[0].FLOPS
+	g, _ := prim.ConvGeometry(tensor.Shape{4, 64, 32, 32}, tensor.Shape{32, 64, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+	for _, o := range ops {
+		if !convNativeCheaper(o, g) {
+			t.Errorf("%s: Winograd chosen against a native kernel 10× as fast", o.Name())
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"math"
 	"sync"
 
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
@@ -188,7 +187,7 @@ func (w winograd) kcBlock() int {
 // transformed once and read by every block. With more than one block, each
 // chunk transforms the weights again (a small cost next to its products:
 // about 1/(2tc) of their flops).
-func (w winograd) run(pool *parallel.Pool, x winoData, wt []float32, flip bool, bias, y, ws []float32) {
+func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
 	u := ws[:winoPts*w.uStride()]
@@ -379,13 +378,13 @@ var winogradScalar bool
 // tile t into row 6j+r, column t), then transformed in place, down the
 // columns of each patch (rows 6j..6j+5, for each j), then along its rows
 // (rows i, 6+i, ..., for each i).
-func (w winograd) transformInputVec(x winoData, c, t0, cnt int, v []float32) {
+func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
 	w.inputVec(x, c, t0, cnt, v, w.vStride(), w.vPanel(), 16)
 }
 
 // inputVec is transformInputVec into any layout of blocks of 16 tiles:
 // rows R apart (the points), tile t of channel c at t/16*ps + c*cs + t%16.
-func (w winograd) inputVec(x winoData, c, t0, cnt int, v []float32, R, ps, cs int) {
+func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs int) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
 	// Only the blocks holding the chunk's tiles: the products read no
@@ -408,21 +407,8 @@ func (w winograd) inputVec(x winoData, c, t0, cnt int, v []float32, R, ps, cs in
 		ty, tx := q/w.tw, q%w.tw
 		l := min(w.tw-tx, 16-t%16, cnt-t)
 		base := t/16*ps + c*cs + t%16
+		plane := x[(n*C+c)*H*W:][:H*W]
 		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
-		if x.h != nil {
-			// bfloat16: each group of 8 tiles widened as gathered.
-			hp := x.h[(n*C+c)*H*W:][:H*W]
-			for i := 0; i < l; i += 8 {
-				k := min(8, l-i)
-				if !rows && t%16+i+8 <= 16 {
-					k = 8
-				}
-				winoGatherBF16(min(8, l-i), k, hp, ih0, H, W, iw0+4*i, v, base+i, R, winoIn, rows)
-			}
-			t += l
-			continue
-		}
-		plane := x.f[(n*C+c)*H*W:][:H*W]
 		if rows {
 			// All six rows of up to 8 tiles a call (AVX-512).
 			for i := 0; i < l; i += 8 {
@@ -462,6 +448,14 @@ func (w winograd) inputVec(x winoData, c, t0, cnt int, v []float32, R, ps, cs in
 	}
 }
 
+// rowAt is row[i], zero outside the row.
+func rowAt(row []float32, i int) float32 {
+	if uint(i) < uint(len(row)) {
+		return row[i]
+	}
+	return 0
+}
+
 // transformOutputVec is transformOutput on the vector kernels: output
 // channel k's rows of M (row kl of the block's M) are transformed in place, down the columns (rows
 // 6j..6j+5 to 6j..6j+3), then along the rows (rows i, 6+i, ..., 30+i to
@@ -494,7 +488,7 @@ func (w winograd) transformOutputVec(m []float32, kl, k, t0, cnt int, b float32,
 // [t0, t0+cnt) of the chunk (zeros for the chunk's tiles past cnt) into
 // v in the B-panel layout: point ξ (the row winoRow gives), panel p of nr
 // tiles: v[ξ*vStride() + p*vPanel() + c*nr + t%nr].
-func (w winograd) transformInput(x winoData, c, t0, cnt int, v []float32) {
+func (w winograd) transformInput(x []float32, c, t0, cnt int, v []float32) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
 	nr := w.nr
@@ -511,7 +505,29 @@ func (w winograd) transformInput(x winoData, c, t0, cnt int, v []float32) {
 		tt := t0 + t
 		n, r := tt/(w.th*w.tw), tt%(w.th*w.tw)
 		ih0, iw0 := r/w.tw*winoOut-g.PH, r%w.tw*winoOut-g.PW
-		x.patch(d[:], winoIn, (n*C+c)*H*W, H, W, ih0, iw0)
+		plane := x[(n*C+c)*H*W:][:H*W]
+		if ih0 >= 0 && iw0 >= 0 && ih0+winoIn <= H && iw0+winoIn <= W {
+			for i := 0; i < winoIn; i++ {
+				*(*[winoIn]float32)(d[i*winoIn:]) = *(*[winoIn]float32)(plane[(ih0+i)*W+iw0:])
+			}
+		} else {
+			for i := 0; i < winoIn; i++ {
+				ih := ih0 + i
+				row := d[i*winoIn : (i+1)*winoIn]
+				if uint(ih) >= uint(H) {
+					clear(row)
+					continue
+				}
+				src := plane[ih*W : (ih+1)*W]
+				for j := range row {
+					if iw := iw0 + j; uint(iw) < uint(W) {
+						row[j] = src[iw]
+					} else {
+						row[j] = 0
+					}
+				}
+			}
+		}
 		winoInput(&d, &o)
 		for xi, val := range o {
 			v[winoRow[xi]*stride+base] = val
@@ -651,7 +667,7 @@ func winoWeight(g *[9]float64, u *[winoPts]float32) {
 // forward computes the forward convolution of its geometry with weight wt
 // ([K, C, 3, 3]).
 func (w winograd) forward(pool *parallel.Pool, x, wt, bias, y, ws []float32) {
-	w.run(pool, winoData{f: x}, wt, false, bias, y, ws[:w.scratch()])
+	w.run(pool, x, wt, false, bias, y, ws[:w.scratch()])
 }
 
 // winogradInputGrad is the Winograd plan of the input gradient of g, a
@@ -678,70 +694,5 @@ func winogradInputGeom(g prim.ConvGeom) (prim.ConvGeom, bool) {
 // gradient's geometry it has, from gy and that convolution's weight wt
 // ([K, C, 3, 3], K being the gradient's input channels).
 func (w winograd) inputGrad(pool *parallel.Pool, gy, wt, gx, ws []float32) {
-	w.run(pool, winoData{f: gy}, wt, true, nil, gx, ws[:w.scratch()])
-}
-
-// winoData is the large operand of a Winograd kernel (the input of the
-// forward and weight gradient, ȳ of either gradient): float32 values f,
-// or, where h is not nil, bfloat16 values read in place and widened as
-// the tiles are gathered (exact: the values of a float32 copy, without
-// the copy's pass over memory and its workspace).
-type winoData struct {
-	f []float32
-	h []uint16
-}
-
-// patch writes the rows×6 patch (row stride 6) of the h×w plane at
-// offset off whose top left corner is (ih0, iw0) into d, zero outside
-// the plane.
-func (x winoData) patch(d []float32, rows, off, h, w, ih0, iw0 int) {
-	for i := 0; i < rows; i++ {
-		ih := ih0 + i
-		row := d[i*winoIn : (i+1)*winoIn]
-		if uint(ih) >= uint(h) {
-			clear(row)
-			continue
-		}
-		for j := range row {
-			row[j] = 0
-			if iw := iw0 + j; uint(iw) < uint(w) {
-				row[j] = x.at(off + ih*w + iw)
-			}
-		}
-	}
-}
-
-// at is element i, as float32.
-func (x winoData) at(i int) float32 {
-	if x.h != nil {
-		return math.Float32frombits(uint32(x.h[i]) << 16)
-	}
-	return x.f[i]
-}
-
-// winoBufW is the width of the block a bfloat16 gather widens: the
-// columns that the patches of 8 tiles (4 apart, 6 wide) read.
-const winoBufW = 4*8 + 2
-
-// winoGatherBF16 is the gather of rows [0, nrows) of the patches of n <= 8
-// tiles of the bfloat16 h×w plane p whose top left corner is (ih0, iw0):
-// WinoGatherRows (rows), or WinoGather row by row with k lanes. The block
-// those patches read is widened into a buffer, zero outside the plane,
-// and gathered from there: the values the float32 gathers take from the
-// plane's float32 copy.
-func winoGatherBF16(n, k int, p []uint16, ih0, h, w, iw0 int, dst []float32, off, rs, nrows int, rows bool) {
-	var buf [winoIn * winoBufW]float32
-	j0, j1 := max(iw0, 0), min(iw0+winoBufW, w)
-	for r := 0; r < nrows && j0 < j1; r++ {
-		if ih := ih0 + r; uint(ih) < uint(h) {
-			blas.Widen(blas.BFloat16, buf[r*winoBufW+j0-iw0:], p[ih*w+j0:ih*w+j1])
-		}
-	}
-	if rows {
-		blas.WinoGatherRows(n, buf[:], 0, nrows, winoBufW, 0, dst, off, rs, nrows)
-		return
-	}
-	for r := 0; r < nrows; r++ {
-		blas.WinoGather(k, buf[r*winoBufW:(r+1)*winoBufW], 0, dst, off+r*rs, rs)
-	}
+	w.run(pool, gy, wt, true, nil, gx, ws[:w.scratch()])
 }

@@ -84,11 +84,6 @@ func (w winoWgrad) scratch() int {
 // tiles); the input is transformed again for each block unless one chunk
 // holds all tiles.
 func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
-	w.weightGradData(pool, winoData{f: gy}, winoData{f: x}, gw, ws)
-}
-
-// weightGradData is weightGrad on operands that may be bfloat16.
-func (w winoWgrad) weightGradData(pool *parallel.Pool, gy, x winoData, gw, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
 	v := ws[:winoPts*w.vSize()]
@@ -149,7 +144,7 @@ func (w winoWgrad) weightGradData(pool *parallel.Pool, gy, x winoData, gw, ws []
 
 // transformInputRows writes V = Bᵀ d B of input channel c for the chunk's
 // tiles [t0, t0+cnt): point ξ = 6i+j, v[ξ*vSize() + c*ldt + t].
-func (w winoWgrad) transformInputRows(x winoData, c, t0, cnt int, v []float32) {
+func (w winoWgrad) transformInputRows(x []float32, c, t0, cnt int, v []float32) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
 	var d, o [winoPts]float32
@@ -159,7 +154,25 @@ func (w winoWgrad) transformInputRows(x winoData, c, t0, cnt int, v []float32) {
 		tt := t0 + t
 		n, r := tt/per, tt%per
 		ih0, iw0 := r/w.tw*winoOut-g.PH, r%w.tw*winoOut-g.PW
-		x.patch(d[:], winoIn, (n*C+c)*H*W, H, W, ih0, iw0)
+		plane := x[(n*C+c)*H*W:][:H*W]
+		if ih0 >= 0 && iw0 >= 0 && ih0+winoIn <= H && iw0+winoIn <= W {
+			for i := 0; i < winoIn; i++ {
+				*(*[winoIn]float32)(d[i*winoIn:]) = *(*[winoIn]float32)(plane[(ih0+i)*W+iw0:])
+			}
+		} else {
+			for i := 0; i < winoIn; i++ {
+				row := d[i*winoIn : (i+1)*winoIn]
+				ih := ih0 + i
+				if uint(ih) >= uint(H) {
+					clear(row)
+					continue
+				}
+				src := plane[ih*W : (ih+1)*W]
+				for j := range row {
+					row[j] = rowAt(src, iw0+j)
+				}
+			}
+		}
 		winoInput(&d, &o)
 		base := c*w.ldt + t
 		for xi, val := range o {
@@ -179,7 +192,7 @@ func (w winoWgrad) transformInputRows(x winoData, c, t0, cnt int, v []float32) {
 //	    [1  2 4  8]
 //	    [1 -2 4 -8]
 //	    [0  0 0  1]
-func (w winoWgrad) transformGrad(gy winoData, k, kl, t0, cnt int, yt []float32, tr bool) {
+func (w winoWgrad) transformGrad(gy []float32, k, kl, t0, cnt int, yt []float32, tr bool) {
 	g := w.g
 	K, OH, OW := g.K, g.OH, g.OW
 	per := w.th * w.tw
@@ -194,11 +207,16 @@ func (w winoWgrad) transformGrad(gy winoData, k, kl, t0, cnt int, yt []float32, 
 		tt := t0 + t
 		n, r := tt/per, tt%per
 		oh0, ow0 := r/w.tw*winoOut, r%w.tw*winoOut
+		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
 		rows, cols := min(winoOut, OH-oh0), min(winoOut, OW-ow0)
-		clear(d[:])
-		for i := 0; i < rows; i++ {
-			for j := 0; j < cols; j++ {
-				d[i*winoOut+j] = gy.at((n*K+k)*OH*OW + (oh0+i)*OW + ow0 + j)
+		if rows == winoOut && cols == winoOut {
+			for i := 0; i < winoOut; i++ {
+				*(*[winoOut]float32)(d[i*winoOut:]) = *(*[winoOut]float32)(plane[(oh0+i)*OW+ow0:])
+			}
+		} else {
+			clear(d[:])
+			for i := 0; i < rows; i++ {
+				copy(d[i*winoOut:][:cols], plane[(oh0+i)*OW+ow0:])
 			}
 		}
 		// Down the columns: t6 (6×4) = A d.
@@ -236,7 +254,7 @@ func (w winoWgrad) transformGrad(gy winoData, k, kl, t0, cnt int, yt []float32, 
 // the next tile's columns and are overwritten), then transformed in place,
 // down the columns of each tile (rows 6j..6j+3 to 6j..6j+5, j < 4), then
 // along its rows (rows i, 6+i, 12+i, 18+i to i, 6+i, ..., 30+i).
-func (w winoWgrad) gradVec(gy winoData, k, kl, t0, cnt int, yt []float32) {
+func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
 	g := w.g
 	K, OH, OW := g.K, g.OH, g.OW
 	R := w.ySize()
@@ -248,17 +266,8 @@ func (w winoWgrad) gradVec(gy winoData, k, kl, t0, cnt int, yt []float32) {
 		ty, tx := q/w.tw, q%w.tw
 		l := min(w.tw-tx, cnt-t)
 		base := kl*w.ldt + t
+		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
 		oh0, ow0 := ty*winoOut, tx*winoOut
-		if gy.h != nil {
-			// bfloat16: each group of 8 tiles widened as gathered.
-			hp := gy.h[(n*K+k)*OH*OW:][:OH*OW]
-			for i := 0; i < l; i += 8 {
-				winoGatherBF16(min(8, l-i), 8, hp, oh0, OH, OW, ow0+4*i, yt, base+i, R, winoOut, rows)
-			}
-			t += l
-			continue
-		}
-		plane := gy.f[(n*K+k)*OH*OW:][:OH*OW]
 		if rows {
 			// All four rows of up to 8 tiles a call (AVX-512).
 			for i := 0; i < l; i += 8 {
