@@ -107,7 +107,8 @@ const (
 // convBF16On selects them: the weight gradient only, by measurement
 // (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
 // im2col and packing cost more than the float32 Winograd kernels they
-// would replace).
+// would replace), and of those only where the cost model expects it to
+// beat float32 Winograd (convNativeCheaper).
 var convBF16On = convBF16Bww
 
 func init() {
