@@ -148,6 +148,11 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		// the graph's; the bytes stay the graph's.
 		rate = c.BF16FLOPS
 		k.Flops = prim.CostOn(c.arithmetic(), n.Op, asBF16(in), asBF16(out)).Flops
+		// The backend runs a mixed convolution in float32 (Winograd on
+		// the widened values) where that is faster: the cheaper of the two.
+		if f := prim.CostOn(c.arithmetic(), n.Op, asF32(in), asF32(out)).Flops; f/c.FLOPS < k.Flops/rate {
+			rate, k.Flops = c.FLOPS, f
+		}
 	}
 	t := max(k.Flops/rate, k.Bytes/c.Bandwidth)
 	if k.HostBytes > 0 {
@@ -181,6 +186,19 @@ func asBF16(ms []trace.Meta) []trace.Meta {
 	for i, m := range ms {
 		if m.DType == tensor.Float32 || m.DType == tensor.Float16 {
 			m.DType = tensor.BFloat16
+		}
+		r[i] = m
+	}
+	return r
+}
+
+// asF32 is ms with bfloat16 and float16 retyped float32: the operands of
+// the float32 kernel a backend may run a low-precision product on.
+func asF32(ms []trace.Meta) []trace.Meta {
+	r := make([]trace.Meta, len(ms))
+	for i, m := range ms {
+		if m.DType == tensor.BFloat16 || m.DType == tensor.Float16 {
+			m.DType = tensor.Float32
 		}
 		r[i] = m
 	}

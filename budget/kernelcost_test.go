@@ -17,7 +17,9 @@ import (
 // A node's time is charged the arithmetic of the kernel that runs it, as
 // the backend reports it: a Winograd-eligible convolution at Winograd's
 // count on the cpu, at its declared (direct) count without a backend's
-// account or under a native bf16 kernel (Winograd is float32 only); bf16
+// account; under a native bf16 kernel, the cheaper of the direct count at
+// the bf16 rate and Winograd's (float32 only, on the widened values) at
+// the float32 rate, as the cpu backend chooses; bf16
 // conversions at the emulation's measured rate, or at memory speed where a
 // native bf16 kernel converts with instructions.
 func TestNodeCostFromBackend(t *testing.T) {
@@ -41,6 +43,8 @@ func TestNodeCostFromBackend(t *testing.T) {
 	d := budget.DefaultCost
 	native := d
 	native.BF16FLOPS = 2 * d.FLOPS
+	fast := d // a native kernel that beats Winograd
+	fast.BF16FLOPS = 10 * d.FLOPS
 	const (
 		direct = 2.0 * (2 * 64 * 32 * 32) * (64 * 9)
 		// 128 tiles: products, input, output and weight transforms
@@ -59,11 +63,13 @@ func TestNodeCostFromBackend(t *testing.T) {
 		{"conv on the cpu under bf16-mixed, emulated", d.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), conv, winograd / d.FLOPS},
 		{"conv on the reference backend (no account)", d.On(ref.New()), conv, direct / d.FLOPS},
 		{"conv on the cpu, fp32, native bf16 CPU", native.On(cpu.Backend()), conv, winograd / d.FLOPS},
-		{"conv on the cpu under bf16-mixed, native bf16 kernel", native.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), conv, direct / native.BF16FLOPS},
+		{"conv on the cpu under bf16-mixed, native bf16 kernel", native.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), conv, winograd / d.FLOPS},
+		{"conv on the cpu under bf16-mixed, faster native bf16 kernel", fast.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), conv, direct / fast.BF16FLOPS},
 		{"conv on the cpu under fp16-mixed, native bf16 CPU", native.On(cpu.Backend()).ForPrecision(transform.FP16Mixed), conv, winograd / d.FLOPS},
 		{"fused conv+relu on the cpu", d.On(cpu.Backend()), fused, (winograd + relu) / d.FLOPS},
 		{"fused conv+relu, declarations alone", d, fused, (direct + relu) / d.FLOPS},
-		{"fused conv+relu under bf16-mixed, native bf16 kernel", native.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), fused, (direct + relu) / native.BF16FLOPS},
+		{"fused conv+relu under bf16-mixed, native bf16 kernel", native.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), fused, (winograd + relu) / d.FLOPS},
+		{"fused conv+relu under bf16-mixed, faster native bf16 kernel", fast.On(cpu.Backend()).ForPrecision(transform.BF16Mixed), fused, (direct + relu) / fast.BF16FLOPS},
 		{"cast to bf16, emulated", d, cast, elems / d.Convert},
 		{"cast to bf16, native", native, cast, 6 * elems / d.Bandwidth},
 		{"int8 quantization, native bf16 CPU", native, quant, 3 * elems / d.Convert},

@@ -73,6 +73,12 @@ func convBF16Native(op trace.Op, g prim.ConvGeom) bool {
 	if g.Groups != 1 || g.N == 0 {
 		return false
 	}
+	// Where the float32 Winograd kernel is expected to be faster, it runs
+	// on the widened values (convNativeCheaper), unless a benchmark
+	// forces the native kernel.
+	if !convNativeForce && !convNativeCheaper(op, g) {
+		return false
+	}
 	switch op.(type) {
 	case *prim.Conv2dOp:
 		return convBF16On&convBF16Fwd != 0
@@ -87,6 +93,10 @@ func convBF16Native(op trace.Op, g prim.ConvGeom) bool {
 	return false
 }
 
+// convNativeForce takes the native kernels wherever they apply, whatever
+// the cost: for benchmarks timing both.
+var convNativeForce bool
+
 // Which convolutions take the native path (all three by default).
 const (
 	convBF16Fwd = 1 << iota
@@ -97,7 +107,8 @@ const (
 // convBF16On selects them: the weight gradient only, by measurement
 // (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
 // im2col and packing cost more than the float32 Winograd kernels they
-// would replace).
+// would replace), and of those only where the cost model expects it to
+// beat float32 Winograd (convNativeCheaper).
 var convBF16On = convBF16Bww
 
 func init() {

@@ -287,7 +287,8 @@ func bf16m(shape ...int) trace.Meta {
 }
 
 // BenchmarkConvBF16 measures the mixed convolutions on bf16 operands
-// (rrdbnet's shapes), native (VDPBF16PS) and widened to the float32
+// (rrdbnet's shapes), native (VDPBF16PS, forced whatever the cost model
+// says, for the kernels convBF16On enables) and widened to the float32
 // kernels (native off).
 func BenchmarkConvBF16(b *testing.B) {
 	for _, s := range convShapes {
@@ -322,6 +323,8 @@ func BenchmarkConvBF16(b *testing.B) {
 			for _, native := range []bool{true, false} {
 				b.Run(fmt.Sprintf("%s/%s/native=%v", s.name, c.name, native), func(b *testing.B) {
 					defer SetNativeBF16(SetNativeBF16(native))
+					defer func(f bool) { convNativeForce = f }(convNativeForce)
+					convNativeForce = native
 					k := c.k()
 					r := rand.New(rand.NewPCG(3, 4))
 					for _, t := range k.in {
@@ -336,6 +339,49 @@ func BenchmarkConvBF16(b *testing.B) {
 					benchKernel(b, k, flops)
 				})
 			}
+		}
+	}
+}
+
+// TestConvNativeCheaper holds the choice between the native bf16 kernels
+// and float32 Winograd on the widened values to the rates: rrdbnet's 3×3
+// layers (where Winograd measured faster) take Winograd, convolutions
+// without a Winograd kernel (1×1, too small) the native kernel, and a
+// native rate far above the float32 one would take the native kernel.
+func TestConvNativeCheaper(t *testing.T) {
+	defer func(f bool) { convNativeForce = f }(convNativeForce)
+	convNativeForce = false
+	ops := []trace.Op{&prim.Conv2dOp{}, &prim.Conv2dBackwardInput{}, &prim.Conv2dBackwardWeight{}}
+	for _, c := range []struct {
+		n, c, h, k, ks int
+		native         bool
+	}{
+		{4, 64, 32, 32, 3, false},  // rrdbnet's RDB convolutions
+		{4, 192, 32, 64, 3, false}, // and their last
+		{4, 64, 128, 64, 3, false}, // the upsampled ones
+		{4, 64, 32, 64, 1, true},   // 1×1: no Winograd
+		{1, 16, 8, 16, 3, true},    // too small for Winograd
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{c.n, c.c, c.h, c.h}, tensor.Shape{c.k, c.c, c.ks, c.ks}, op.ConvOpts{Padding: [2]int{c.ks / 2, c.ks / 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ops {
+			if got := convNativeCheaper(o, g); got != c.native {
+				t.Errorf("%+v %s: native cheaper %v, want %v", c, o.Name(), got, c.native)
+			}
+		}
+		if !c.native && convBF16Native(&prim.Conv2dBackwardWeight{}, g) {
+			t.Errorf("%+v: weight gradient on the native kernel where Winograd is cheaper", c)
+		}
+	}
+	// A native rate 10× the float32 one beats Winograd's 4× fewer products.
+	defer func(r Throughput) { throughputs[0].Throughput = r }(throughputs[0].Throughput)
+	throughputs[0].BF16 = 10 * throughputs[0].FLOPS
+	g, _ := prim.ConvGeometry(tensor.Shape{4, 64, 32, 32}, tensor.Shape{32, 64, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+	for _, o := range ops {
+		if !convNativeCheaper(o, g) {
+			t.Errorf("%s: Winograd chosen against a native kernel 10× as fast", o.Name())
 		}
 	}
 }

@@ -56,6 +56,46 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 	return 0, false
 }
 
+// convNativeCheaper reports whether the native bf16 kernel of conv op o
+// (VDPBF16PS, the declared arithmetic) is expected to be faster for
+// geometry g than the float32 Winograd kernel on the operands' widened
+// values (bf16 values are exact in float32, and Winograd's float32 sums
+// keep autocast's semantics as they keep fp32's), by the ratio of the
+// native-bf16 row's rates (its CPUs are the only ones the native kernels
+// run on). By geometry alone, whatever kernels a test turns on, so that
+// a workspace sized for one choice is never run with the other. On
+// rrdbnet's layers Winograd wins (weight gradient, CPU time a call, one
+// thread: 64→32 on 4×32×32 0.93 ms against 1.04 native, 192→64 4.1
+// against 5.4), as the rates say.
+func convNativeCheaper(o trace.Op, g prim.ConvGeom) bool {
+	var wino float64
+	switch o.(type) {
+	case *prim.Conv2dOp:
+		w, ok := winogradFor(g)
+		if !ok {
+			return true
+		}
+		wino = w.flops()
+	case *prim.Conv2dBackwardInput:
+		w, ok := winogradInputGrad(g)
+		if !ok {
+			return true
+		}
+		wino = w.flops()
+	case *prim.Conv2dBackwardWeight:
+		w, ok := winogradWgrad(g)
+		if !ok {
+			return true
+		}
+		wino = w.flops()
+	default:
+		return true
+	}
+	direct := 2 * float64(g.N) * float64(g.K*g.OH*g.OW) * float64(g.C/max(1, g.Groups)*g.KH*g.KW)
+	r := throughputs[0].Throughput
+	return direct/r.BF16 < wino/r.FLOPS
+}
+
 // Throughput is the speed of the cpu kernels on some CPU, relative to the
 // AVX2 kernels on 2 Zen 3 cores (the machine of budget.DefaultCost).
 type Throughput struct {
