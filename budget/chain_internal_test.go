@@ -24,6 +24,8 @@ func TestResidualSegmentsChosenWhereCheaper(t *testing.T) {
 		Batch:        batch,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) },
 		Policies:     []Policy{RecomputeAuto},
+		// The budget below is counted with a buffer per gradient.
+		GradientBuffers: true,
 	}
 	prob.Budget = 1 << 50
 	whole, err := Fit(context.Background(), prob)
