@@ -154,3 +154,43 @@ func TestS2DConvMatchesGEMM(t *testing.T) {
 		t.Error("3x3 stride 2 taken")
 	}
 }
+
+// col2im's pair scatter (short output rows) gives col2im's run scatter's
+// sums bit for bit.
+func TestCol2imPairsMatchRuns(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, tc := range []struct{ c, h, w, kh, kw, s, p, d, cnt int }{
+		{3, 4, 4, 3, 3, 1, 1, 1, 2},   // ResNet's 4×4 layer
+		{2, 8, 8, 3, 3, 2, 1, 1, 3},   // stride 2
+		{4, 8, 8, 1, 1, 2, 0, 1, 2},   // 1×1 stride 2 (downsample)
+		{2, 9, 7, 5, 3, 2, 2, 1, 1},   // odd sizes
+		{2, 7, 7, 3, 3, 1, 2, 2, 2},   // dilation
+		{1, 5, 40, 3, 3, 1, 1, 1, 2},  // output 40 wide
+		{2, 16, 16, 3, 3, 2, 1, 1, 2}, // output 8 wide
+		{2, 2, 2, 3, 3, 1, 1, 1, 4},
+	} {
+		opts := op.ConvOpts{Stride: [2]int{tc.s, tc.s}, Padding: [2]int{tc.p, tc.p}, Dilation: [2]int{tc.d, tc.d}}
+		g, err := prim.ConvGeometry(tensor.Shape{tc.cnt, tc.c, tc.h, tc.w}, tensor.Shape{1, tc.c, tc.kh, tc.kw}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		P := g.OH * g.OW
+		ld := tc.cnt*P + 3 // a row stride past the columns
+		col := make([]float32, g.ColRows()*ld)
+		for i := range col {
+			col[i] = float32(r.NormFloat64())
+		}
+		want := make([]float32, tc.cnt*g.C*g.H*g.W)
+		got := make([]float32, len(want))
+		for i := range got {
+			got[i] = float32(i) // col2im must overwrite
+		}
+		col2imRuns(nil, g, col, ld, tc.cnt, want)
+		col2imPairs(nil, g, col, ld, tc.cnt, got)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%+v: x[%d] = %v, want %v", tc, i, got[i], want[i])
+			}
+		}
+	}
+}
