@@ -194,3 +194,59 @@ func TestCol2imPairsMatchRuns(t *testing.T) {
 		}
 	}
 }
+
+// Pointwise convolutions that run one in-place sgemm an image (and their
+// input gradients) agree with the definition.
+func TestPointwiseInPlace(t *testing.T) {
+	for _, tc := range []struct{ n, c, h, w, k, groups int }{
+		{3, 64, 16, 16, 128, 1},
+		{2, 128, 16, 20, 64, 1},
+		{2, 128, 32, 32, 256, 2},
+		{2, 64, 8, 8, 64, 1}, // chunked: too few positions
+	} {
+		opts := op.ConvOpts{Groups: tc.groups}
+		x, w := f32(tc.n, tc.c, tc.h, tc.w), f32(tc.k, tc.c/tc.groups, 1, 1)
+		g, err := prim.ConvGeometry(x.Shape, w.Shape, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := convPointwiseInPlace(g), tc.h*tc.w >= 256; got != want {
+			t.Fatalf("%+v: in place %v, want %v", tc, got, want)
+		}
+		P, kg, cg := tc.h*tc.w, tc.k/tc.groups, tc.c/tc.groups
+		fwd := newKernelCase(t, &prim.Conv2dOp{Opts: opts}, x, w)
+		fwd.run(t)
+		xs, ws, ys := fwd.in[0].F32(), fwd.in[1].F32(), fwd.out[0].F32()
+		for n := 0; n < tc.n; n++ {
+			for k := 0; k < tc.k; k++ {
+				gi := k / kg
+				for p := 0; p < P; p++ {
+					var s float64
+					for c := 0; c < cg; c++ {
+						s += float64(ws[k*cg+c]) * float64(xs[(n*tc.c+gi*cg+c)*P+p])
+					}
+					if got := ys[(n*tc.k+k)*P+p]; math.Abs(float64(got)-s) > 1e-3*(1+math.Abs(s)) {
+						t.Fatalf("%+v: y[%d,%d,%d] = %v, want %v", tc, n, k, p, got, s)
+					}
+				}
+			}
+		}
+		bwd := newKernelCase(t, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, f32(tc.n, tc.k, tc.h, tc.w), w)
+		bwd.run(t)
+		gys, ws, gxs := bwd.in[0].F32(), bwd.in[1].F32(), bwd.out[0].F32()
+		for n := 0; n < tc.n; n++ {
+			for c := 0; c < tc.c; c++ {
+				gi := c / cg
+				for p := 0; p < P; p++ {
+					var s float64
+					for k := 0; k < kg; k++ {
+						s += float64(ws[(gi*kg+k)*cg+c%cg]) * float64(gys[(n*tc.k+gi*kg+k)*P+p])
+					}
+					if got := gxs[(n*tc.c+c)*P+p]; math.Abs(float64(got)-s) > 1e-3*(1+math.Abs(s)) {
+						t.Fatalf("%+v: x̄[%d,%d,%d] = %v, want %v", tc, n, c, p, got, s)
+					}
+				}
+			}
+		}
+	}
+}

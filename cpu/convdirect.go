@@ -118,15 +118,12 @@ func directForward(g prim.ConvGeom) (directConv, bool) {
 }
 
 // directGemmBetter reports whether pointwise convolution g (or its input
-// gradient, the same shapes) has images of at least convTargetCols
-// positions, each then one sgemm reading the image in place (convForward),
-// which runs faster than the direct kernel: its taps are whole planes
-// apart, so a tile's 256 taps load from as many pages (ResNet-152's 1×1
-// convolutions of 32×32 images, one thread, Zen 4: 1.6× faster forward,
-// 2.2× input gradient).
-func directGemmBetter(g prim.ConvGeom) bool {
-	return g.Pointwise() && g.H*g.W >= convTargetCols
-}
+// gradient, the same shapes) runs as one sgemm an image in place
+// (convPointwiseInPlace), which is faster than the direct kernel: its taps
+// are whole planes apart, so a tile's 256 taps load from as many pages
+// (ResNet-152's 1×1 convolutions of 32×32 images, one thread, Zen 4: 1.6×
+// faster forward, 2.2× input gradient).
+func directGemmBetter(g prim.ConvGeom) bool { return convPointwiseInPlace(g) }
 
 // directInputGrad is the direct form of the input gradient of g: a
 // convolution of ȳ ([K, OH, OW]) giving x̄ ([C, H, W]).
