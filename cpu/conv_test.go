@@ -154,3 +154,99 @@ func TestS2DConvMatchesGEMM(t *testing.T) {
 		t.Error("3x3 stride 2 taken")
 	}
 }
+
+// col2im's pair scatter (short output rows) gives col2im's run scatter's
+// sums bit for bit.
+func TestCol2imPairsMatchRuns(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, tc := range []struct{ c, h, w, kh, kw, s, p, d, cnt int }{
+		{3, 4, 4, 3, 3, 1, 1, 1, 2},   // ResNet's 4×4 layer
+		{2, 8, 8, 3, 3, 2, 1, 1, 3},   // stride 2
+		{4, 8, 8, 1, 1, 2, 0, 1, 2},   // 1×1 stride 2 (downsample)
+		{2, 9, 7, 5, 3, 2, 2, 1, 1},   // odd sizes
+		{2, 7, 7, 3, 3, 1, 2, 2, 2},   // dilation
+		{1, 5, 40, 3, 3, 1, 1, 1, 2},  // output 40 wide
+		{2, 16, 16, 3, 3, 2, 1, 1, 2}, // output 8 wide
+		{2, 2, 2, 3, 3, 1, 1, 1, 4},
+	} {
+		opts := op.ConvOpts{Stride: [2]int{tc.s, tc.s}, Padding: [2]int{tc.p, tc.p}, Dilation: [2]int{tc.d, tc.d}}
+		g, err := prim.ConvGeometry(tensor.Shape{tc.cnt, tc.c, tc.h, tc.w}, tensor.Shape{1, tc.c, tc.kh, tc.kw}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		P := g.OH * g.OW
+		ld := tc.cnt*P + 3 // a row stride past the columns
+		col := make([]float32, g.ColRows()*ld)
+		for i := range col {
+			col[i] = float32(r.NormFloat64())
+		}
+		want := make([]float32, tc.cnt*g.C*g.H*g.W)
+		got := make([]float32, len(want))
+		for i := range got {
+			got[i] = float32(i) // col2im must overwrite
+		}
+		col2imRuns(nil, g, col, ld, tc.cnt, want)
+		col2imPairs(nil, g, col, ld, tc.cnt, got)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%+v: x[%d] = %v, want %v", tc, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// Pointwise convolutions that run one in-place sgemm an image (and their
+// input gradients) agree with the definition.
+func TestPointwiseInPlace(t *testing.T) {
+	for _, tc := range []struct{ n, c, h, w, k, groups int }{
+		{3, 64, 16, 16, 128, 1},
+		{2, 128, 16, 20, 64, 1},
+		{2, 128, 32, 32, 256, 2},
+		{2, 64, 8, 8, 64, 1}, // chunked: too few positions
+	} {
+		opts := op.ConvOpts{Groups: tc.groups}
+		x, w := f32(tc.n, tc.c, tc.h, tc.w), f32(tc.k, tc.c/tc.groups, 1, 1)
+		g, err := prim.ConvGeometry(x.Shape, w.Shape, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := convPointwiseInPlace(g), tc.h*tc.w >= 256; got != want {
+			t.Fatalf("%+v: in place %v, want %v", tc, got, want)
+		}
+		P, kg, cg := tc.h*tc.w, tc.k/tc.groups, tc.c/tc.groups
+		fwd := newKernelCase(t, &prim.Conv2dOp{Opts: opts}, x, w)
+		fwd.run(t)
+		xs, ws, ys := fwd.in[0].F32(), fwd.in[1].F32(), fwd.out[0].F32()
+		for n := 0; n < tc.n; n++ {
+			for k := 0; k < tc.k; k++ {
+				gi := k / kg
+				for p := 0; p < P; p++ {
+					var s float64
+					for c := 0; c < cg; c++ {
+						s += float64(ws[k*cg+c]) * float64(xs[(n*tc.c+gi*cg+c)*P+p])
+					}
+					if got := ys[(n*tc.k+k)*P+p]; math.Abs(float64(got)-s) > 1e-3*(1+math.Abs(s)) {
+						t.Fatalf("%+v: y[%d,%d,%d] = %v, want %v", tc, n, k, p, got, s)
+					}
+				}
+			}
+		}
+		bwd := newKernelCase(t, &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, f32(tc.n, tc.k, tc.h, tc.w), w)
+		bwd.run(t)
+		gys, ws, gxs := bwd.in[0].F32(), bwd.in[1].F32(), bwd.out[0].F32()
+		for n := 0; n < tc.n; n++ {
+			for c := 0; c < tc.c; c++ {
+				gi := c / cg
+				for p := 0; p < P; p++ {
+					var s float64
+					for k := 0; k < kg; k++ {
+						s += float64(ws[(gi*kg+k)*cg+c%cg]) * float64(gys[(n*tc.k+gi*kg+k)*P+p])
+					}
+					if got := gxs[(n*tc.c+c)*P+p]; math.Abs(float64(got)-s) > 1e-3*(1+math.Abs(s)) {
+						t.Fatalf("%+v: x̄[%d,%d,%d] = %v, want %v", tc, n, c, p, got, s)
+					}
+				}
+			}
+		}
+	}
+}
