@@ -302,20 +302,22 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 		}
 	}
 	o.progress("  sgemm headroom: %d steps of %d products, median %s a product (%.1f GFLOP/s)\n", len(res.Steps), GEMMReps, FormatSeconds(Summarize(res.Steps).Median), res.Throughput()/1e9)
-	if o.Progress != nil {
-		// The machine's FMA rate right after the steps, next to the
-		// header's peak: on a shared host a neighbour can halve both
-		// cores' rate for seconds (the FMA loop as much as the product),
-		// with our threads each running all the time (the step lines).
-		p := cpu.FMAPeak(res.Threads, 100*time.Millisecond)
-		o.progress("  sgemm headroom: FMA rate right after the steps %.1f GFLOP/s (%d threads, best of %d tries of 10 ms; median %.1f)\n", p.FLOPS/1e9, p.Threads, p.Tries, p.Median/1e9)
-	}
 	after, err := ReadMemory()
 	if err != nil {
 		return res, err
 	}
 	res.RSSPeak = after.Peak
 	res.Loss = float64(c[0])
+	if o.Progress != nil {
+		// The machine's FMA rate right after the steps (and after the
+		// memory reading: its threads are not the product's), next to
+		// the header's peak: on a shared host a neighbour can halve both
+		// cores' rate for seconds, the FMA loop's as much as the
+		// product's, while our threads each run all the time (the step
+		// lines).
+		p := cpu.FMAPeak(res.Threads, 100*time.Millisecond)
+		o.progress("  sgemm headroom: FMA rate right after the steps %.1f GFLOP/s (%d threads, best of %d tries of 10 ms; median %.1f)\n", p.FLOPS/1e9, p.Threads, p.Tries, p.Median/1e9)
+	}
 	return res, nil
 }
 
