@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/headroom-ml/headroom/budget"
@@ -287,6 +288,7 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 		// A step is GEMMReps products (about 0.1 s), so that a short
 		// hiccup of the machine does not make a step; its time is per
 		// product.
+		th0, pool0 := cputime.Threads(), defaultPool.Stats()
 		start, cpu0 := time.Now(), cpuTime()
 		for range GEMMReps {
 			cpu.Sgemm(false, false, n, n, n, 1, a, n, b, n, 0, c, n)
@@ -295,6 +297,8 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 		if i >= o.Warmup {
 			res.Steps = append(res.Steps, d)
 			res.CPU = append(res.CPU, cpu)
+			o.progress("  sgemm headroom step %d/%d: %s a product, cpu %s%s\n", i-o.Warmup+1, o.Steps, FormatSeconds(d), FormatSeconds(cpu),
+				threadReport(th0, cputime.Threads(), pool0, defaultPool.Stats(), res.Threads, GEMMReps))
 		}
 	}
 	o.progress("  sgemm headroom: %d steps of %d products, median %s a product (%.1f GFLOP/s)\n", len(res.Steps), GEMMReps, FormatSeconds(Summarize(res.Steps).Median), res.Throughput()/1e9)
@@ -304,7 +308,54 @@ func runSgemm(ctx context.Context, res Result, o Options) (Result, error) {
 	}
 	res.RSSPeak = after.Peak
 	res.Loss = float64(c[0])
+	if o.Progress != nil {
+		// The machine's FMA rate right after the steps (and after the
+		// memory reading: its threads are not the product's), next to
+		// the header's peak: on a shared host a neighbour can halve both
+		// cores' rate for seconds, the FMA loop's as much as the
+		// product's, while our threads each run all the time (the step
+		// lines).
+		p := cpu.FMAPeak(res.Threads, 100*time.Millisecond)
+		o.progress("  sgemm headroom: FMA rate right after the steps %.1f GFLOP/s (%d threads, best of %d tries of 10 ms; median %.1f)\n", p.FLOPS/1e9, p.Threads, p.Tries, p.Median/1e9)
+	}
 	return res, nil
+}
+
+// threadReport says, for a step of reps products, how long the busiest
+// threads threads ran and how long all waited for a CPU (per product),
+// from cputime.Threads before and after, and how the pool's workers fared
+// (from its Stats): what tells a slow step whose threads did not all run
+// (waits, loops run alone, workers woken from sleep) from one whose
+// threads all ran but slowly (the machine's cores were slower: another
+// virtual machine on them, say). Empty where the system gives no
+// per-thread times.
+func threadReport(before, after []cputime.Thread, p0, p1 parallel.Stats, threads, reps int) string {
+	if before == nil || after == nil {
+		return ""
+	}
+	was := make(map[int]cputime.Thread, len(before))
+	for _, t := range before {
+		was[t.ID] = t
+	}
+	var runs []time.Duration
+	var wait time.Duration
+	for _, t := range after {
+		b := was[t.ID] // zero for a thread started during the step
+		runs = append(runs, (t.Run-b.Run)/time.Duration(reps))
+		wait += (t.Wait - b.Wait) / time.Duration(reps)
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i] > runs[j] })
+	runs = runs[:min(len(runs), max(1, threads))]
+	ran := make([]string, len(runs))
+	for i, r := range runs {
+		ran[i] = FormatSeconds(r.Seconds())
+	}
+	waited := "0s"
+	if wait > 0 {
+		waited = FormatSeconds(wait.Seconds())
+	}
+	return fmt.Sprintf("; threads ran %s, waited %s for a CPU; %d of %d loops run alone, %d worker wake-ups",
+		strings.Join(ran, "+"), waited, p1.Alone-p0.Alone, p1.Loops-p0.Loops, p1.Blocked-p0.Blocked)
 }
 
 // StepFlops is the arithmetic of a compiled step, as the ops declare it
@@ -316,6 +367,10 @@ func StepFlops(g *trace.Graph) float64 {
 	}
 	return f
 }
+
+// defaultPool is package parallel's default pool (a nil *Pool), whose
+// Stats the sgemm workload reports.
+var defaultPool *parallel.Pool
 
 // cpuTime is the CPU time the process has used, all threads.
 func cpuTime() time.Duration { return cputime.Process() }

@@ -158,6 +158,9 @@ func TestForDoesNotWaitForLateWorker(t *testing.T) {
 	if others.Load() != 0 {
 		t.Fatalf("%d indices ran off the caller", others.Load())
 	}
+	if s := p.Stats(); s.Loops != 1 || s.Alone != 1 {
+		t.Errorf("after a loop the worker missed: %+v, want 1 loop, run alone", s)
+	}
 	close(hold)
 	// The next loops still use the worker.
 	fail := make(chan string, 1)
@@ -166,5 +169,31 @@ func TestForDoesNotWaitForLateWorker(t *testing.T) {
 	case m := <-fail:
 		t.Fatal(m)
 	default:
+	}
+	if s := p.Stats(); s.Loops != 2 || s.Alone != 1 {
+		t.Errorf("after a loop on both threads: %+v, want 2 loops, 1 run alone", s)
+	}
+}
+
+// A worker idle for longer than it spins blocks, and Stats counts it.
+func TestStatsCountBlockedWaits(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	if s := p.Stats(); s.Blocked != 0 {
+		t.Fatalf("a pool that never ran a loop: %+v", s)
+	}
+	fail := make(chan string, 1)
+	p.For(2, 1, needsTwo(fail)) // starts the worker, which then idles
+	select {
+	case m := <-fail:
+		t.Fatal(m)
+	default:
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Blocked == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no blocked wait counted after %v idle: %+v", 5*time.Second, p.Stats())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package cputime
+
+func threads() []Thread { return nil }
