@@ -117,7 +117,8 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 			kern.strided(kp, a, rs, b, c, ldc, alpha, beta, beta0)
 		}
 	}
-	// On threads, B is packed for a group of K blocks at once (all of K
+	// On threads, B may be packed for a group of K blocks at once (off by
+	// default, see bf16BPack; all of K
 	// where its panels fit bf16BPack dwords), each block's panels at
 	// bp[g*kpc*nc:] for the group's block g: one pass over the threads
 	// packs the group, one computes it, each thread's M blocks taking the
@@ -219,9 +220,12 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 }
 
 // bf16BPack is the most dwords of packed B a product holds at once (a
-// variable for the tests, which make it small to cut K into groups):
-// 8 MiB, all of K for gpt's products (k = 2048 by 1536 columns: 6 MiB).
-var bf16BPack = 2 << 20
+// variable for the tests, which set it to cut K into groups). 0: one K
+// block at a time. At 8 MiB (all of K for gpt's products) the quiet
+// 2-thread bf16-mixed gpt step was no faster (554-610 ms against
+// 525-579 ms, interleaved) and resident memory rose 333 -> 370 MiB: the
+// large buffers share a pool with the small A buffers and are re-made.
+var bf16BPack = 0
 
 // bf16Bufs holds packing buffers for reuse.
 var bf16Bufs sync.Pool
