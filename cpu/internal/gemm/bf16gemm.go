@@ -118,8 +118,8 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 		}
 	}
 	// On threads, B may be packed for a group of K blocks at once (off by
-	// default, see bf16BPack; all of K
-	// where its panels fit bf16BPack dwords), each block's panels at
+	// default, see bf16BPack; all of K where its panels fit bf16BPack
+	// dwords), each block's panels at
 	// bp[g*kpc*nc:] for the group's block g: one pass over the threads
 	// packs the group, one computes it, each thread's M blocks taking the
 	// group's K blocks in order. Two waits per group, not per K block:
