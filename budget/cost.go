@@ -147,10 +147,10 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		// these ops float32 copies, so the types are the kernel's, not
 		// the graph's; the bytes stay the graph's.
 		rate = c.BF16FLOPS
-		k.Flops = prim.CostOn(c.arithmetic(), n.Op, asBF16(in), asBF16(out)).Flops
+		k.Flops = prim.CostOn(c.arithmetic(), n.Op, retyped(in, tensor.BFloat16), retyped(out, tensor.BFloat16)).Flops
 		// The backend runs a mixed convolution in float32 (Winograd on
 		// the widened values) where that is faster: the cheaper of the two.
-		if f := prim.CostOn(c.arithmetic(), n.Op, asF32(in), asF32(out)).Flops; f/c.FLOPS < k.Flops/rate {
+		if f := prim.CostOn(c.arithmetic(), n.Op, retyped(in, tensor.Float32), retyped(out, tensor.Float32)).Flops; f/c.FLOPS < k.Flops/rate {
 			rate, k.Flops = c.FLOPS, f
 		}
 	}
@@ -179,26 +179,15 @@ func metas(ts []*trace.Tensor) []trace.Meta {
 	return ms
 }
 
-// asBF16 is ms with float32 and float16 retyped bfloat16: the operands of
-// a native bf16 kernel.
-func asBF16(ms []trace.Meta) []trace.Meta {
+// retyped is ms with its float32, float16 and bfloat16 operands retyped
+// to: bfloat16 for the operands of a native bf16 kernel, float32 for the
+// float32 kernel a backend may run a low-precision product on.
+func retyped(ms []trace.Meta, to tensor.DType) []trace.Meta {
 	r := make([]trace.Meta, len(ms))
 	for i, m := range ms {
-		if m.DType == tensor.Float32 || m.DType == tensor.Float16 {
-			m.DType = tensor.BFloat16
-		}
-		r[i] = m
-	}
-	return r
-}
-
-// asF32 is ms with bfloat16 and float16 retyped float32: the operands of
-// the float32 kernel a backend may run a low-precision product on.
-func asF32(ms []trace.Meta) []trace.Meta {
-	r := make([]trace.Meta, len(ms))
-	for i, m := range ms {
-		if m.DType == tensor.BFloat16 || m.DType == tensor.Float16 {
-			m.DType = tensor.Float32
+		switch m.DType {
+		case tensor.Float32, tensor.Float16, tensor.BFloat16:
+			m.DType = to
 		}
 		r[i] = m
 	}
