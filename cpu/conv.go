@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"unsafe"
@@ -851,7 +852,8 @@ func convGrain(g prim.ConvGeom) int {
 // and channels are split across threads together (one image of a deep
 // layer is too little work to split).
 func col2im[T Float](pool *parallel.Pool, g prim.ConvGeom, col []T, ld, cnt int, x []T) {
-	if g.OW < col2imPairsOW {
+	// (The pairs are int32 offsets.)
+	if g.OW < col2imPairsOW && int64(g.KH*g.KW)*int64(ld) <= math.MaxInt32 && int64(g.H)*int64(g.W) <= math.MaxInt32 {
 		col2imPairs(pool, g, col, ld, cnt, x)
 		return
 	}
