@@ -102,16 +102,16 @@ func (c Config) compress() transform.CompressPolicy {
 	return c.Storage
 }
 
-// String names the configuration (for messages and cache keys).
 // ArenaApplies reports whether a step of microBatches micro-batches
 // under c keeps its gradients in the arena: not GradientBuffers, one
-// micro-batch, fp32, one process. (OptimizerInBackward, where it applies, still comes first:
-// Trainer.GradientsInArena.) The one rule the trainer and the budget
-// planner both follow.
+// micro-batch, fp32, one process. (OptimizerInBackward, where it
+// applies, still comes first: Trainer.GradientsInArena.) The one rule the
+// trainer and the budget planner both follow.
 func (c Config) ArenaApplies(microBatches int) bool {
 	return !c.GradientBuffers && microBatches == 1 && c.Accumulation <= 1 && c.Precision == transform.FP32 && c.Parallel == nil
 }
 
+// String names the configuration (for messages and cache keys).
 func (c Config) String() string {
 	s := fmt.Sprintf("acc=%d prec=%v recompute=%v storage=%v", max(c.Accumulation, 1), c.Precision, c.Recompute, c.Storage)
 	if b := c.Storage.MinBytes; b > 0 && c.Storage.To != transform.Keep {
