@@ -500,14 +500,13 @@ func TestBF16PackTr(t *testing.T) {
 	}
 }
 
-// The driver packs B for groups of K blocks: one block a group, two, and
-// all of K (the default) give the reference's bits, on 1 and 2 threads.
-func TestSgemmBF16Groups(t *testing.T) {
+// Products deeper than one K block (B packed a block at a time, C
+// accumulated across blocks) give the reference's bits, on 1 and 2
+// threads.
+func TestSgemmBF16KBlocks(t *testing.T) {
 	if bf16Kern == nil {
 		t.Skip("no native bf16 kernel in use")
 	}
-	old := bf16BPack
-	defer func() { bf16BPack = old }()
 	for ci, tc := range bf16Cases() {
 		if tc.k <= bf16KC || testing.Short() && tc.m*tc.n*tc.k > 2e7 {
 			continue
@@ -519,16 +518,12 @@ func TestSgemmBF16Groups(t *testing.T) {
 		c0 := to32(mt.c)
 		want := append([]float32(nil), c0...)
 		refGemmBF16(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), a, mt.lda, b, mt.ldb, float32(tc.beta), want, mt.ldc)
-		blockDwords := bf16Block(tc.k) / 2 * min(bf16NC, roundUp(tc.n, bf16Kern.nr))
-		for _, pack := range []int{1, 2 * blockDwords, old} {
-			bf16BPack = pack
-			for _, threads := range []int{1, 2} {
-				got := append([]float32(nil), c0...)
-				SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc, parallel.NewPool(threads))
-				for i := range want {
-					if !sameBits(got[i], want[i]) {
-						t.Fatalf("pack %d t%d %v: element %d = %g, want %g", pack, threads, tc, i, got[i], want[i])
-					}
+		for _, threads := range []int{1, 2} {
+			got := append([]float32(nil), c0...)
+			SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc, parallel.NewPool(threads))
+			for i := range want {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("t%d %v: element %d = %g, want %g", threads, tc, i, got[i], want[i])
 				}
 			}
 		}

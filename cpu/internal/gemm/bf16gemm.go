@@ -117,25 +117,15 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 			kern.strided(kp, a, rs, b, c, ldc, alpha, beta, beta0)
 		}
 	}
-	// On threads, B may be packed for a group of K blocks at once (off by
-	// default, see bf16BPack; all of K where its panels fit bf16BPack
-	// dwords), each block's panels at
-	// bp[g*kpc*nc:] for the group's block g: one pass over the threads
-	// packs the group, one computes it, each thread's M blocks taking the
-	// group's K blocks in order. Two waits per group, not per K block:
-	// on a busy machine a descheduled thread holds up the other at each
-	// (2-thread gpt products with k > bf16KC, under load: 0-12% more per
-	// CPU second). One thread has no waits to save and runs a block at a time: a B
-	// block packed right before its use is still in L2 (gpt's weight
-	// gradients were 4-7% slower grouped).
-	kBlocks := ceilDiv(k, kc)
-	group := 1
-	if threads > 1 {
-		group = max(1, min(kBlocks, bf16BPack/(kpc*nc)))
-	}
-	bbuf := getU32(group * kpc * nc)
+	// B is packed one K block at a time, all threads packing a block,
+	// then all computing it. (Packing all of K at once, two waits a
+	// product instead of two per K block, was tried: on the quiet
+	// 2-thread bf16-mixed gpt step no faster, 554-610 ms against 525-579
+	// ms interleaved, and 37 MiB more resident: its 8 MiB buffers share
+	// the pool with the small A buffers and are re-made.)
+	bbuf := getU32(kpc * nc)
 	defer bf16Bufs.Put(bbuf)
-	bpAll := *bbuf
+	bp := *bbuf
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		nPanels := ceilDiv(ncur, nr)
@@ -143,29 +133,28 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 		if mBlocks < threads {
 			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
 		}
-		for g0 := 0; g0 < kBlocks; g0 += group {
-			g1 := min(kBlocks, g0+group)
+		for pc := 0; pc < k; pc += kc {
+			kcur := min(kc, k-pc)
+			kp := ceilDiv(kcur, 2)
+			betaCur := beta
+			if pc > 0 {
+				betaCur = 1
+			}
 			pack := func(lo, hi int) {
-				for g := g0; g < g1; g++ {
-					pc := g * kc
-					kcur := min(kc, k-pc)
-					kp := ceilDiv(kcur, 2)
-					bp := bpAll[(g-g0)*kpc*nc:]
-					if !transB {
-						// Pair by pair over the panels: whole rows of B read in turn.
-						packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
+				if !transB {
+					// Pair by pair over the panels: whole rows of B read in turn.
+					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
+					return
+				}
+				for jp := lo; jp < hi; jp++ {
+					j0 := jp * nr
+					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
+					// Row j of the stored B is column j of op(B).
+					if nr == 16 {
+						packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
 						continue
 					}
-					for jp := lo; jp < hi; jp++ {
-						j0 := jp * nr
-						dst := bp[jp*nr*kp : (jp+1)*nr*kp]
-						// Row j of the stored B is column j of op(B).
-						if nr == 16 {
-							packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
-							continue
-						}
-						packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
-					}
+					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
 				}
 			}
 			compute := func(lo, hi int) {
@@ -178,34 +167,24 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 					ib, jb := t/nSplit, t%nSplit
 					ic, mcur := block(ib)
 					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
-					for g := g0; g < g1; g++ {
-						pc := g * kc
-						kcur := min(kc, k-pc)
-						kp := ceilDiv(kcur, 2)
-						bp := bpAll[(g-g0)*kpc*nc:]
-						betaCur := beta
-						if pc > 0 {
-							betaCur = 1
-						}
-						if a32 != nil && kcur%2 == 0 && mcur%mr == 0 {
-							bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-							continue
-						}
-						if rowsA {
-							packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
-							bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-							continue
-						}
-						for i0 := 0; i0 < mcur; i0 += mr {
-							dst := ap[i0*kp : (i0+mr)*kp]
-							if transA {
-								packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
-							} else {
-								packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
-							}
-						}
-						bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+					if a32 != nil && kcur%2 == 0 && mcur%mr == 0 {
+						bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+						continue
 					}
+					if rowsA {
+						packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
+						bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+						continue
+					}
+					for i0 := 0; i0 < mcur; i0 += mr {
+						dst := ap[i0*kp : (i0+mr)*kp]
+						if transA {
+							packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
+						} else {
+							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+						}
+					}
+					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 				}
 			}
 			if threads > 1 {
@@ -218,14 +197,6 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 		}
 	}
 }
-
-// bf16BPack is the most dwords of packed B a product holds at once (a
-// variable for the tests, which set it to cut K into groups). 0: one K
-// block at a time. At 8 MiB (all of K for gpt's products) the quiet
-// 2-thread bf16-mixed gpt step was no faster (554-610 ms against
-// 525-579 ms, interleaved) and resident memory rose 333 -> 370 MiB: the
-// large buffers share a pool with the small A buffers and are re-made.
-var bf16BPack = 0
 
 // bf16Bufs holds packing buffers for reuse.
 var bf16Bufs sync.Pool
