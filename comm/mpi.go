@@ -15,7 +15,15 @@ static MPI_Op hr_sum(void) { return MPI_SUM; }
 static MPI_Comm hr_world(void) { return MPI_COMM_WORLD; }
 static MPI_Comm hr_comm_null(void) { return MPI_COMM_NULL; }
 static int hr_undefined(void) { return MPI_UNDEFINED; }
-static void *hr_in_place(void) { return MPI_IN_PLACE; }
+// MPI_IN_PLACE is (void *)1 in Open MPI: never let it reach Go, where a
+// pointer-typed stack slot holding 1 is fatal when the stack is copied
+// ("invalid pointer found on stack"); these substitute it in C.
+static int hr_iallreduce_in_place(void *buf, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *r) {
+	return MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, c, r);
+}
+static int hr_iallgather(void *send, int in_place, int m, MPI_Datatype t, void *recv, MPI_Comm c, MPI_Request *r) {
+	return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, m, t, recv, m, t, c, r);
+}
 static MPI_Request hr_null_request(void) { return MPI_REQUEST_NULL; }
 
 static int hr_init(int *provided) {
@@ -164,7 +172,7 @@ func (c *mpiComm) run(ctx context.Context, op string, bufs []unsafe.Pointer, sta
 
 func (c *mpiComm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 	err := c.run(ctx, "all-reduce", []unsafe.Pointer{ptr32(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Iallreduce(C.hr_in_place(), ptr32(buf), C.int(len(buf)), C.hr_float(), C.hr_sum(), c.h, req)
+		return C.hr_iallreduce_in_place(ptr32(buf), C.int(len(buf)), C.hr_float(), C.hr_sum(), c.h, req)
 	})
 	if err == nil && op == Avg {
 		n := float32(c.size)
@@ -177,7 +185,7 @@ func (c *mpiComm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 
 func (c *mpiComm) AllReduce64(ctx context.Context, buf []float64, op Op) error {
 	err := c.run(ctx, "all-reduce", []unsafe.Pointer{ptr64(buf)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Iallreduce(C.hr_in_place(), ptr64(buf), C.int(len(buf)), C.hr_double(), C.hr_sum(), c.h, req)
+		return C.hr_iallreduce_in_place(ptr64(buf), C.int(len(buf)), C.hr_double(), C.hr_sum(), c.h, req)
 	})
 	if err == nil && op == Avg {
 		for i := range buf {
@@ -208,12 +216,12 @@ func (c *mpiComm) AllGather(ctx context.Context, send, recv []float32) error {
 		return err
 	}
 	m := len(send)
-	src := ptr32(send)
-	if m > 0 && src == unsafe.Pointer(&recv[c.rank*m]) {
-		src = C.hr_in_place()
+	inPlace := C.int(0)
+	if m > 0 && ptr32(send) == unsafe.Pointer(&recv[c.rank*m]) {
+		inPlace = 1
 	}
 	return c.run(ctx, "all-gather", []unsafe.Pointer{ptr32(send), ptr32(recv)}, func(req *C.MPI_Request) C.int {
-		return C.MPI_Iallgather(src, C.int(m), C.hr_float(), ptr32(recv), C.int(m), C.hr_float(), c.h, req)
+		return C.hr_iallgather(ptr32(send), inPlace, C.int(m), C.hr_float(), ptr32(recv), c.h, req)
 	})
 }
 
