@@ -202,20 +202,24 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 			for c := c0; c < c1; c++ {
 				mean[c], inv[c] = 0, 0
 			}
+			// One pass for the sum and the sum of squares, in float64:
+			// Σ(x-m)² = Σx² - m·Σx loses to cancellation only the bits
+			// below float64's 2⁻⁵³·(1+m²/var) of it, far below the
+			// float32 statistics' rounding for any activation (a second
+			// pass over x for Σ(x-m)² cost a quarter of the kernel).
 			for i := 0; i < N; i++ {
 				for c := c0; c < c1; c++ {
 					off := (i*C + c) * S
-					mean[c] += sum64(x[off : off+S])
+					xs := x[off : off+S]
+					s, q := sumDot64(xs, xs, 0)
+					mean[c] += s
+					inv[c] += q
 				}
 			}
 			for c := c0; c < c1; c++ {
-				mean[c] /= cnt
-			}
-			for i := 0; i < N; i++ {
-				for c := c0; c < c1; c++ {
-					off := (i*C + c) * S
-					inv[c] += sumSqDev64(x[off:off+S], mean[c])
-				}
+				s := mean[c]
+				mean[c] = s / cnt
+				inv[c] = max(0, inv[c]-mean[c]*s)
 			}
 			for c := c0; c < c1; c++ {
 				// Normalize with the saved (rounded) statistics, as PyTorch
