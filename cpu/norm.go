@@ -196,37 +196,46 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 			invOut[c] = T(1 / math.Sqrt(float64(rv[c])+o.Eps))
 			mean[c], inv[c] = float64(meanOut[c]), float64(invOut[c])
 		}
-	} else {
-		cnt := float64(N * S)
-		pool.For(C, grain, func(c0, c1 int) {
+	}
+	// Training statistics of a range of channels are computed in the pass
+	// that normalizes them: one parallel loop, not two, and the range's x
+	// is read again from the core's own cache.
+	cnt := float64(N * S)
+	stats := func(c0, c1 int) {
+		for c := c0; c < c1; c++ {
+			mean[c], inv[c] = 0, 0
+		}
+		// One pass for the sum and the sum of squares, in float64:
+		// Σ(x-m)² = Σx² - m·Σx loses to cancellation only the bits
+		// below float64's 2⁻⁵³·(1+m²/var) of it, far below the
+		// float32 statistics' rounding for any activation (a second
+		// pass over x for Σ(x-m)² cost a quarter of the kernel).
+		for i := 0; i < N; i++ {
 			for c := c0; c < c1; c++ {
-				mean[c], inv[c] = 0, 0
+				off := (i*C + c) * S
+				xs := x[off : off+S]
+				s, q := sumDot64(xs, xs, 0)
+				mean[c] += s
+				inv[c] += q
 			}
-			for i := 0; i < N; i++ {
-				for c := c0; c < c1; c++ {
-					off := (i*C + c) * S
-					mean[c] += sum64(x[off : off+S])
-				}
-			}
-			for c := c0; c < c1; c++ {
-				mean[c] /= cnt
-			}
-			for i := 0; i < N; i++ {
-				for c := c0; c < c1; c++ {
-					off := (i*C + c) * S
-					inv[c] += sumSqDev64(x[off:off+S], mean[c])
-				}
-			}
-			for c := c0; c < c1; c++ {
-				// Normalize with the saved (rounded) statistics, as PyTorch
-				// does, so forward and backward see the same values.
-				meanOut[c] = T(mean[c])
-				invOut[c] = T(1 / math.Sqrt(inv[c]/cnt+o.Eps))
-				mean[c], inv[c] = float64(meanOut[c]), float64(invOut[c])
-			}
-		})
+		}
+		for c := c0; c < c1; c++ {
+			s := mean[c]
+			mean[c] = s / cnt
+			inv[c] = max(0, inv[c]-mean[c]*s)
+		}
+		for c := c0; c < c1; c++ {
+			// Normalize with the saved (rounded) statistics, as PyTorch
+			// does, so forward and backward see the same values.
+			meanOut[c] = T(mean[c])
+			invOut[c] = T(1 / math.Sqrt(inv[c]/cnt+o.Eps))
+			mean[c], inv[c] = float64(meanOut[c]), float64(invOut[c])
+		}
 	}
 	pool.For(C, grain, func(c0, c1 int) {
+		if o.Training {
+			stats(c0, c1)
+		}
 		for i := 0; i < N; i++ {
 			for c := c0; c < c1; c++ {
 				// y = x*alpha + beta with alpha = invstd*weight and beta =
