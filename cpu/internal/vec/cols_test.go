@@ -1,0 +1,60 @@
+package vec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// ColAdd and NormCols are, bit for bit, the scalar loops they replace,
+// over many rows (the sums carried from row to row), every prefix length
+// and values of widely different magnitudes.
+func TestColsMatchScalar(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	val := func() float32 { return float32(r.NormFloat64() * math.Exp(r.NormFloat64()*6)) }
+	for _, n := range []int{0, 1, 3, 4, 7, 8, 9, 16, 33, 384, 1539} {
+		const rows = 40
+		acc, want := make([]float64, n), make([]float64, n)
+		sw, sb, wsw, wsb := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		for range rows {
+			g, x := make([]float32, n), make([]float32, n)
+			for j := range g {
+				g[j], x[j] = val(), val()
+			}
+			m, rs := r.NormFloat64(), math.Exp(r.NormFloat64())
+			done := ColAdd(acc, x)
+			if done != n&^7 {
+				t.Fatalf("n=%d: ColAdd did %d", n, done)
+			}
+			for j := done; j < n; j++ {
+				acc[j] += float64(x[j])
+			}
+			done = NormCols(sw, sb, g, x, m, rs)
+			if done != n&^3 {
+				t.Fatalf("n=%d: NormCols did %d", n, done)
+			}
+			for j := done; j < n; j++ {
+				gd := float64(g[j])
+				sw[j] += gd * (float64(x[j]) - m) * rs
+				sb[j] += gd
+			}
+			for j := range n {
+				want[j] += float64(x[j])
+				gd := float64(g[j])
+				wsw[j] += gd * (float64(x[j]) - m) * rs
+				wsb[j] += gd
+			}
+		}
+		for j := range n {
+			if math.Float64bits(acc[j]) != math.Float64bits(want[j]) {
+				t.Fatalf("n=%d: ColAdd column %d = %v, want %v", n, j, acc[j], want[j])
+			}
+			if math.Float64bits(sw[j]) != math.Float64bits(wsw[j]) || math.Float64bits(sb[j]) != math.Float64bits(wsb[j]) {
+				t.Fatalf("n=%d: NormCols column %d = %v, %v, want %v, %v", n, j, sw[j], sb[j], wsw[j], wsb[j])
+			}
+		}
+	}
+}
