@@ -29,7 +29,7 @@ func TestSgemmMixedRows(t *testing.T) {
 		{300, 1152, 384, false, true, true},
 		{77, 50, 1100, true, false, true},
 		{24, 100, 4096, false, false, false}, // one M block, split by columns
-		{24, 16, 64, false, false, true},   // one M block and one panel
+		{24, 16, 64, false, false, true},     // one M block and one panel
 		{50, bf16NC + 40, 48, false, true, false},
 	} {
 		for _, threads := range []int{1, 2} {
