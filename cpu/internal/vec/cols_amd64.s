@@ -67,3 +67,39 @@ ncloop:
 ncdone:
 	VZEROUPPER
 	RET
+
+// func maxAVX2(x *float32, n int, out *[8]float32)
+// out[l] = the largest of x[8i+l] for 8i+l < n (a multiple of 8), NaNs
+// skipped, from out[l] on entry: each lane is the scalar loop's
+// "if v > m { m = v }" (VMAXPS returns its second source unless the first
+// is greater).
+TEXT ·maxAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DI
+	VMOVUPS 0(DI), Y0
+	VMOVUPS Y0, Y1
+	SHRQ $3, CX
+	JZ   mxdone
+	TESTQ $1, CX
+	JZ   mxpairs
+	VMOVUPS 0(SI), Y2
+	VMAXPS  Y0, Y2, Y0
+	ADDQ    $32, SI
+	DECQ    CX
+	JZ      mxdone
+mxpairs:
+	SHRQ $1, CX
+mxloop:
+	VMOVUPS 0(SI), Y2
+	VMOVUPS 32(SI), Y3
+	VMAXPS  Y0, Y2, Y0
+	VMAXPS  Y1, Y3, Y1
+	ADDQ    $64, SI
+	DECQ    CX
+	JNZ     mxloop
+mxdone:
+	VMAXPS  Y0, Y1, Y0
+	VMOVUPS Y0, 0(DI)
+	VZEROUPPER
+	RET

@@ -58,3 +58,40 @@ func TestColsMatchScalar(t *testing.T) {
 		}
 	}
 }
+
+// Max is the largest element of its prefix, NaNs skipped, for every
+// length, with the maximum at every position.
+func TestMax(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	nan := float32(math.NaN())
+	for n := 0; n < 70; n++ {
+		for hi := range max(1, n) {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+				if r.IntN(5) == 0 {
+					x[i] = nan
+				}
+			}
+			if hi < n {
+				x[hi] = 100
+			}
+			got, done := Max(x)
+			if done != n&^7 {
+				t.Fatalf("n=%d: did %d", n, done)
+			}
+			want := float32(math.Inf(-1))
+			for _, v := range x[:done] {
+				if v > want {
+					want = v
+				}
+			}
+			if math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("n=%d, max at %d: %v, want %v", n, hi, got, want)
+			}
+		}
+	}
+}

@@ -47,3 +47,6 @@ func colAddAVX2(acc *float64, x *float32, n int)
 
 //go:noescape
 func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64)
+
+//go:noescape
+func maxAVX2(x *float32, n int, out *[8]float32)
