@@ -218,3 +218,43 @@ func BenchmarkAttentionGPT(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttentionGPTBF16 is BenchmarkAttentionGPT's bf16 path as
+// gpt's bf16-mixed graph runs it: q, k, v, dO and O in bfloat16.
+func BenchmarkAttentionGPTBF16(b *testing.B) {
+	const bh, tt, d = 48, 256, 64
+	sh := tensor.Shape{bh, tt, d}
+	rng := rand.New(rand.NewPCG(1, 1))
+	mk := func() *tensor.Tensor {
+		x := tensor.New(tensor.BFloat16, sh)
+		for i := range x.U16() {
+			x.U16()[i] = uint16(math.Float32bits(float32(rng.NormFloat64())) >> 16)
+		}
+		return x
+	}
+	q, k, v, gy := mk(), mk(), mk(), mk()
+	meta := func(dt tensor.DType, s tensor.Shape) *trace.Tensor {
+		return &trace.Tensor{Meta: trace.Meta{DType: dt, Shape: s}}
+	}
+	m16, ml := meta(tensor.BFloat16, sh), meta(tensor.Float32, tensor.Shape{bh, tt})
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
+			pool := parallel.NewPool(threads)
+			defer pool.Close()
+			fn := &trace.Node{Op: &prim.AttentionOp{Causal: true, Scale: 0.125, BF16: true}, Inputs: []*trace.Tensor{m16, m16, m16}}
+			bn := &trace.Node{Op: &prim.AttentionBackward{Causal: true, Scale: 0.125, BF16: true}, Inputs: []*trace.Tensor{m16, m16, m16, m16, m16, ml}}
+			y, lse := tensor.New(tensor.Float32, sh), tensor.New(tensor.Float32, tensor.Shape{bh, tt})
+			y16 := mk()
+			dq, dk, dv := tensor.New(tensor.Float32, sh), tensor.New(tensor.Float32, sh), tensor.New(tensor.Float32, sh)
+			fws, bws := make([]byte, Workspace(fn)), make([]byte, Workspace(bn))
+			for b.Loop() {
+				if err := runOn(pool, fn, []*tensor.Tensor{q, k, v}, []*tensor.Tensor{y, lse}, fws); err != nil {
+					b.Fatal(err)
+				}
+				if err := runOn(pool, bn, []*tensor.Tensor{gy, q, k, v, y16, lse}, []*tensor.Tensor{dq, dk, dv}, bws); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -456,6 +456,18 @@ func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 			gs, gxs = gs[:len(xs)], gxs[:len(xs)]
 			if w != nil {
 				w := w[:len(xs)]
+				if gx32, ok := any(gxs).([]float32); ok && vec.Enabled() {
+					// g*w, then (g*w - ca - (x-mt)*cb)*rt vectorized:
+					// the same operations, each rounded to float32.
+					for j, v := range gs {
+						gxs[j] = v * w[j]
+					}
+					j := vec.NormGrad(gx32, any(xs).([]float32), gx32, float32(ca), float32(mt), float32(cb), float32(rt))
+					for ; j < len(xs); j++ {
+						gxs[j] = rt * (gxs[j] - ca - (xs[j]-mt)*cb)
+					}
+					continue
+				}
 				for j, v := range xs {
 					gxs[j] = rt * (gs[j]*w[j] - ca - (v-mt)*cb)
 				}
@@ -482,8 +494,13 @@ func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 			m, rs := float64(meanT[r]), float64(rstdT[r])
 			xs, gs := x[r*M+j0:r*M+j1], gy[r*M+j0:r*M+j1]
 			xs, sw, sb := xs[:len(gs)], sw[:len(gs)], sb[:len(gs)]
-			for j, g := range gs {
-				gd := float64(g)
+			j := 0
+			if g32, ok := any(gs).([]float32); ok {
+				// Each column a vector lane, its rows in order.
+				j = vec.NormCols(sw, sb, g32, any(xs).([]float32), m, rs)
+			}
+			for ; j < len(gs); j++ {
+				gd := float64(gs[j])
 				sw[j] += gd * (float64(xs[j]) - m) * rs
 				sb[j] += gd
 			}

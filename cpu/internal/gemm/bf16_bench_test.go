@@ -232,23 +232,23 @@ func BenchmarkBF16Pack(b *testing.B) {
 	})
 }
 
-// gpt's (nanoGPT 6x384, 2048 rows) products on the native kernel: forward
-// X·W, input gradients dY·Wᵀ (tB) and weight gradients Xᵀ·dY (tA, k =
-// 2048). The cpu-GFLOP/s metric divides by the process's CPU time (all
+// gpt's (nanoGPT 6x384, 2048 rows) products on the native kernel, as
+// its graph has them: forward X·Wᵀ (tB, W stored out×in), input gradients
+// dY·W and weight gradients dYᵀ·X (tA, k = 2048). The cpu-GFLOP/s metric divides by the process's CPU time (all
 // threads), which a loaded machine disturbs less than wall time.
 func BenchmarkBF16GPT(b *testing.B) {
 	shapes := []bf16Shape{
-		{"qkv", 2048, 1152, 384, false, false},
-		{"proj", 2048, 384, 384, false, false},
-		{"fc", 2048, 1536, 384, false, false},
-		{"fc2", 2048, 384, 1536, false, false},
-		{"head", 2048, 256, 384, false, false},
-		{"qkv_dX", 2048, 384, 1152, false, true},
-		{"fc_dX", 2048, 384, 1536, false, true},
-		{"fc2_dX", 2048, 1536, 384, false, true},
-		{"qkv_dW", 384, 1152, 2048, true, false},
-		{"fc_dW", 384, 1536, 2048, true, false},
-		{"fc2_dW", 1536, 384, 2048, true, false},
+		{"qkv", 2048, 1152, 384, false, true},
+		{"proj", 2048, 384, 384, false, true},
+		{"fc", 2048, 1536, 384, false, true},
+		{"fc2", 2048, 384, 1536, false, true},
+		{"head", 2048, 256, 384, false, true},
+		{"qkv_dX", 2048, 384, 1152, false, false},
+		{"fc_dX", 2048, 384, 1536, false, false},
+		{"fc2_dX", 2048, 1536, 384, false, false},
+		{"qkv_dW", 1152, 384, 2048, true, false},
+		{"fc_dW", 1536, 384, 2048, true, false},
+		{"fc2_dW", 384, 1536, 2048, true, false},
 		{"attn_qk", 128, 256, 64, false, true},
 		{"attn_pv", 128, 64, 256, false, false},
 	}

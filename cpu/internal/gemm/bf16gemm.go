@@ -73,6 +73,15 @@ func bf16Block(k int) int {
 // sgemmBF16 is SgemmMixed for bfloat16 A and B on kern. The arguments are
 // checked; m, n and k are positive and alpha is not 0.
 func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	sgemmBF16Rows(kern, pool, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
+}
+
+// sgemmBF16Rows is sgemmBF16 that, where rows is not nil and each M block
+// is one thread's whole (C in one column block, not split among threads),
+// calls rows(i0, i1) for each block's rows of C once they are final, from
+// the thread that computed them, and reports true; else it calls rows
+// for none and reports false.
+func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, rows func(i0, i1 int)) bool {
 	mr, nr := kern.mr, kern.nr
 	threads := bf16Threads(pool, m, n, k)
 	kc := bf16Block(k)
@@ -126,6 +135,9 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 	bbuf := getU32(kpc * nc)
 	defer bf16Bufs.Put(bbuf)
 	bp := *bbuf
+	if rows != nil && (n > nc || (mBlocks < threads && ceilDiv(n, nr) > 1)) {
+		rows = nil // blocks of C's rows are not final in one thread
+	}
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		nPanels := ceilDiv(ncur, nr)
@@ -139,6 +151,10 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 			betaCur := beta
 			if pc > 0 {
 				betaCur = 1
+			}
+			var done func(i0, i1 int) // rows, in the last K block
+			if pc+kcur == k {
+				done = rows
 			}
 			pack := func(lo, hi int) {
 				if !transB {
@@ -167,24 +183,26 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 					ib, jb := t/nSplit, t%nSplit
 					ic, mcur := block(ib)
 					jpLo, jpHi := jb*nPanels/nSplit, (jb+1)*nPanels/nSplit
-					if a32 != nil && kcur%2 == 0 && mcur%mr == 0 {
+					switch {
+					case a32 != nil && kcur%2 == 0 && mcur%mr == 0:
 						bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-						continue
-					}
-					if rowsA {
+					case rowsA:
 						packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
 						bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-						continue
-					}
-					for i0 := 0; i0 < mcur; i0 += mr {
-						dst := ap[i0*kp : (i0+mr)*kp]
-						if transA {
-							packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
-						} else {
-							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+					default:
+						for i0 := 0; i0 < mcur; i0 += mr {
+							dst := ap[i0*kp : (i0+mr)*kp]
+							if transA {
+								packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
+							} else {
+								packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+							}
 						}
+						bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
 					}
-					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+					if done != nil {
+						done(ic, ic+mcur)
+					}
 				}
 			}
 			if threads > 1 {
@@ -196,6 +214,7 @@ func sgemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n,
 			}
 		}
 	}
+	return rows != nil
 }
 
 // bf16Bufs holds packing buffers for reuse.
@@ -442,6 +461,33 @@ func gemmBF16(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m, n, 
 		return
 	}
 	sgemmBF16(kern, pool, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmMixedRows is SgemmMixed (with a pool) that may call rows(i0, i1)
+// for disjoint ranges of C's rows covering [0, m), each once its values
+// are final, possibly concurrently from the pool's threads, while the
+// product runs on: an elementwise epilogue then finds its rows in cache.
+// It reports whether it did; where it did not (no native bf16 product for
+// these operands, or one whose row blocks are split among threads) it
+// called rows for none, and C is SgemmMixed's.
+func SgemmMixedRows(transA, transB bool, m, n, k int, alpha float32, a Matrix, lda int, b Matrix, ldb int, beta float32, c []float32, ldc int, pool *parallel.Pool, rows func(i0, i1 int)) bool {
+	kern := bf16Kern
+	if kern == nil || rows == nil || a.Type != BFloat16 || b.Type != BFloat16 || m <= 0 || n <= 0 || k <= 0 || alpha == 0 {
+		SgemmMixed(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pool)
+		return false
+	}
+	a.check("a")
+	b.check("b")
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	checkStride("b", bc, ldb)
+	checkLen("b", b.len(), br, bc, ldb)
+	if trivial(transA, m, n, k, alpha, len(a.U16), lda, beta, c, ldc) {
+		return false // not reached: m, n, k > 0 and alpha != 0
+	}
+	return sgemmBF16Rows(kern, pool, transA, transB, m, n, k, alpha, a.U16, lda, b.U16, ldb, beta, c, ldc, rows)
 }
 
 // pairsOf is s (of even length) as dwords, each two consecutive values

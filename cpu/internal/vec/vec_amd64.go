@@ -41,3 +41,12 @@ func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
 
 //go:noescape
 func addAVX2(a, b, y *float32, n int)
+
+//go:noescape
+func colAddAVX2(acc *float64, x *float32, n int)
+
+//go:noescape
+func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64)
+
+//go:noescape
+func maxAVX2(x *float32, n int, out *[8]float32)

@@ -19,3 +19,8 @@ func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int) { pan
 func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int) { panic("vec: no assembly") }
 
 func addAVX2(a, b, y *float32, n int) { panic("vec: no assembly") }
+
+func colAddAVX2(acc *float64, x *float32, n int)                         { panic("vec: no assembly") }
+func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64) { panic("vec: no assembly") }
+
+func maxAVX2(x *float32, n int, out *[8]float32) { panic("vec: no assembly") }

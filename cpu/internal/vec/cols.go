@@ -1,0 +1,49 @@
+package vec
+
+import "math"
+
+// ColAdd adds x, widened to float64, to acc element by element
+// (acc[j] += float64(x[j])) over a prefix of acc and x, and returns its
+// length: a row's turn in column sums that add each column's rows in
+// order. The sums are bit for bit the scalar loop's.
+func ColAdd(acc []float64, x []float32) int {
+	n := min(len(acc), len(x)) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	colAddAVX2(&acc[0], &x[0], n)
+	return n
+}
+
+// NormCols is a row's turn in a layer norm's weight and bias gradients:
+// sw[j] += (float64(g[j])*(float64(x[j])-m))*rs and sb[j] +=
+// float64(g[j]), each operation rounded (no fused multiply-add), over a
+// prefix of the four slices whose length it returns.
+func NormCols(sw, sb []float64, g, x []float32, m, rs float64) int {
+	n := min(len(sw), len(sb), len(g), len(x)) &^ 3
+	if !enabled || n == 0 {
+		return 0
+	}
+	c := [2]float64{m, rs}
+	normColsAVX2(&sw[0], &sb[0], &g[0], &x[0], n, &c)
+	return n
+}
+
+// Max returns the largest element of a prefix of x, NaNs skipped (-Inf
+// if none is a number), and the prefix's length.
+func Max(x []float32) (float32, int) {
+	inf := float32(math.Inf(-1))
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return inf, 0
+	}
+	out := [8]float32{inf, inf, inf, inf, inf, inf, inf, inf}
+	maxAVX2(&x[0], n, &out)
+	m := out[0]
+	for _, v := range out[1:] {
+		if v > m {
+			m = v
+		}
+	}
+	return m, n
+}

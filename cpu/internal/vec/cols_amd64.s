@@ -1,0 +1,105 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Column sums in float64, a row at a time: each lane is one column's
+// running sum, so every column's rows are added in order, as the scalar
+// loops add them. The sums are the first operand of each addition (as in
+// the scalar acc += v), and no multiply-add is fused.
+
+// func colAddAVX2(acc *float64, x *float32, n int)
+// acc[j] += float64(x[j]) for j < n, n a multiple of 8.
+TEXT ·colAddAVX2(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   cadone
+caloop:
+	VCVTPS2PD 0(SI), Y0
+	VCVTPS2PD 16(SI), Y1
+	VMOVUPD   0(DI), Y2
+	VMOVUPD   32(DI), Y3
+	VADDPD    Y0, Y2, Y2
+	VADDPD    Y1, Y3, Y3
+	VMOVUPD   Y2, 0(DI)
+	VMOVUPD   Y3, 32(DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       caloop
+cadone:
+	VZEROUPPER
+	RET
+
+// func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64)
+// For j < n (a multiple of 4): sw[j] += (float64(dy[j])*(float64(x[j])-c[0]))*c[1];
+// sb[j] += float64(dy[j]).
+TEXT ·normColsAVX2(SB), NOSPLIT, $0-48
+	MOVQ sw+0(FP), DI
+	MOVQ sb+8(FP), R8
+	MOVQ dy+16(FP), DX
+	MOVQ x+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ c+40(FP), AX
+	VBROADCASTSD 0(AX), Y14
+	VBROADCASTSD 8(AX), Y15
+	SHRQ $2, CX
+	JZ   ncdone
+ncloop:
+	VCVTPS2PD 0(DX), Y0
+	VCVTPS2PD 0(SI), Y1
+	VSUBPD    Y14, Y1, Y1
+	VMULPD    Y1, Y0, Y1
+	VMULPD    Y15, Y1, Y1
+	VMOVUPD   0(DI), Y2
+	VADDPD    Y1, Y2, Y2
+	VMOVUPD   Y2, 0(DI)
+	VMOVUPD   0(R8), Y3
+	VADDPD    Y0, Y3, Y3
+	VMOVUPD   Y3, 0(R8)
+	ADDQ      $16, DX
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	ADDQ      $32, R8
+	DECQ      CX
+	JNZ       ncloop
+ncdone:
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int, out *[8]float32)
+// out[l] = the largest of x[8i+l] for 8i+l < n (a multiple of 8), NaNs
+// skipped, from out[l] on entry: each lane is the scalar loop's
+// "if v > m { m = v }" (VMAXPS returns its second source unless the first
+// is greater).
+TEXT ·maxAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DI
+	VMOVUPS 0(DI), Y0
+	VMOVUPS Y0, Y1
+	SHRQ $3, CX
+	JZ   mxdone
+	TESTQ $1, CX
+	JZ   mxpairs
+	VMOVUPS 0(SI), Y2
+	VMAXPS  Y0, Y2, Y0
+	ADDQ    $32, SI
+	DECQ    CX
+	JZ      mxdone
+mxpairs:
+	SHRQ $1, CX
+mxloop:
+	VMOVUPS 0(SI), Y2
+	VMOVUPS 32(SI), Y3
+	VMAXPS  Y0, Y2, Y0
+	VMAXPS  Y1, Y3, Y1
+	ADDQ    $64, SI
+	DECQ    CX
+	JNZ     mxloop
+mxdone:
+	VMAXPS  Y0, Y1, Y0
+	VMOVUPS Y0, 0(DI)
+	VZEROUPPER
+	RET
