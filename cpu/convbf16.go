@@ -245,6 +245,9 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 		}
 		return nil
 	}
+	if convWinoBF16(pool, n, g, in, out, ws) {
+		return nil
+	}
 	// Widened: the float32 kernel on float32 copies.
 	off := align64(int(convFloatWorkspace(n)))
 	wide := make([]*tensor.Tensor, len(in))
@@ -261,6 +264,84 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 	}
 	return float(pool, n, wide, out, ws[:convFloatWorkspace(n)])
 }
+
+// convWinoBF16 runs a mixed convolution that takes float32 Winograd on
+// its widened operands with its bf16 input (x; ȳ of the input gradient)
+// read as it is, gathered and widened tile by tile by the input
+// transform (blas.WinoGatherRowsBF16), the other operands widened into
+// the workspace as the widened path does: bitwise that path's result,
+// without writing and reading a float32 copy of the largest operand
+// (widening was 4-5% of rrdbnet's forward layers' time, one thread, Zen
+// 4). Within the widened path's workspace. False where it does not apply
+// (no AVX-512 BW gather, no Winograd plan, the portable transforms, an
+// input not bf16): the caller widens.
+func convWinoBF16(pool *parallel.Pool, n *trace.Node, g prim.ConvGeom, in, out []*tensor.Tensor, ws []byte) bool {
+	if convWinoBF16Off || !blas.WinoGatherRowsBF16OK() || !blas.WinoOK() || winogradScalar {
+		return false
+	}
+	var wf winograd
+	var ww winoWgrad
+	src := 0 // the input read as bf16
+	switch n.Op.(type) {
+	case *prim.Conv2dOp:
+		w, ok := winogradFor(g)
+		if !ok || !w.vec() {
+			return false
+		}
+		wf = w
+	case *prim.Conv2dBackwardInput:
+		w, ok := winogradInputGrad(g)
+		if !ok || !w.vec() {
+			return false
+		}
+		wf = w
+	case *prim.Conv2dBackwardWeight:
+		w, ok := winogradWgrad(g)
+		if !ok {
+			return false
+		}
+		ww, src = w, 1
+	default:
+		return false
+	}
+	if in[src].DType != tensor.BFloat16 {
+		return false
+	}
+	fws := ws[:convFloatWorkspace(n)]
+	off := len(fws)
+	off = align64(off)
+	wide := make([][]float32, len(in))
+	for i, t := range in {
+		switch {
+		case i == src:
+		case t.DType == tensor.Float32:
+			wide[i] = t.F32()
+		default:
+			cnt := t.Shape.NumElements()
+			wide[i] = convWsF32(ws, off, cnt)
+			convWidenInto(pool, t, wide[i])
+			off += align64(4 * cnt)
+		}
+	}
+	xb, y := in[src].U16(), out[0].F32()
+	switch n.Op.(type) {
+	case *prim.Conv2dOp:
+		var bias []float32
+		if len(in) == 3 {
+			bias = wide[2]
+		}
+		wf.runSrc(pool, nil, xb, wide[1], false, bias, y, convScratch[float32](fws, 0, wf.scratch()))
+	case *prim.Conv2dBackwardInput:
+		wf.runSrc(pool, nil, xb, wide[1], true, nil, y, convScratch[float32](fws, 0, wf.scratch()))
+	case *prim.Conv2dBackwardWeight:
+		ww.weightGradSrc(pool, wide[0], nil, xb, y, convScratch[float32](fws, 0, ww.scratch()))
+	}
+	return true
+}
+
+// convWinoBF16Off turns convWinoBF16 off: tests compare it with the
+// widened path.
+var convWinoBF16Off bool
 
 // convWidenInto converts t (float32, bfloat16 or float16) into dst.
 func convWidenInto(pool *parallel.Pool, t *tensor.Tensor, dst []float32) {

@@ -82,6 +82,13 @@ func (w winoWgrad) scratch() int {
 // tiles); the input is transformed again for each block unless one chunk
 // holds all tiles.
 func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
+	w.weightGradSrc(pool, gy, x, nil, gw, ws)
+}
+
+// weightGradSrc is weightGrad on the input x, or where xb is not nil on
+// the bfloat16 input xb, gathered and widened tile by tile (with the
+// vector kernels and WinoGatherRowsBF16OK only; see runSrc).
+func (w winoWgrad) weightGradSrc(pool *parallel.Pool, gy, x []float32, xb []uint16, gw, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
 	v := ws[:winoPts*w.vSize()]
@@ -110,7 +117,7 @@ func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
 							w.transformGrad(gy, k0+k, k, t0, cnt, yt, false)
 						}
 					case vec:
-						w.inputVec(x, i, t0, cnt, v, w.vSize(), 16, w.ldt)
+						w.inputVec(x, xb, i, t0, cnt, v, w.vSize(), 16, w.ldt)
 					default:
 						w.transformInputRows(x, i, t0, cnt, v)
 					}
