@@ -390,7 +390,7 @@ func TestConvNativeCheaper(t *testing.T) {
 // with their bf16 input gathered and widened tile by tile (convWinoBF16)
 // give bitwise the widened path's results, on workspaces filled with
 // NaNs: forward with and without bias, input gradient, weight gradient
-// with ȳ bf16 and float32 (bf16 values), on rrdbnet's layers and one with
+// with ȳ and x bf16 and either float32 (bf16 values), on rrdbnet's layers and one with
 // partial tiles at the edges and a short last chunk.
 func TestConvWinoBF16(t *testing.T) {
 	if !blas.WinoGatherRowsBF16OK() || !blas.WinoOK() {
@@ -427,6 +427,7 @@ func TestConvWinoBF16(t *testing.T) {
 			{"bwd_input", &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape, Mixed: true}, []trace.Meta{y, w}},
 			{"bwd_weight", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y, x}},
 			{"bwd_weight_f32gy", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y32, x}},
+			{"bwd_weight_f32x", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y, {DType: tensor.Float32, Shape: x.Shape}}},
 		}
 		for _, c := range cases {
 			k := newKernelCase(t, c.o, c.in...)
