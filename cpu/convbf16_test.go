@@ -385,3 +385,124 @@ func TestConvNativeCheaper(t *testing.T) {
 		}
 	}
 }
+
+// TestConvWinoBF16 checks that mixed convolutions taking float32 Winograd
+// with their bf16 input gathered and widened tile by tile (convWinoBF16)
+// give bitwise the widened path's results, on workspaces filled with
+// NaNs: forward with and without bias, input gradient, weight gradient
+// with ȳ and x bf16 and either float32 (bf16 values), on rrdbnet's layers and one with
+// partial tiles at the edges and a short last chunk.
+func TestConvWinoBF16(t *testing.T) {
+	if !blas.WinoGatherRowsBF16OK() || !blas.WinoOK() {
+		t.Skip("no AVX-512 BW bf16 gather on this CPU")
+	}
+	defer func(f bool) { convWinoBF16Off = f }(convWinoBF16Off)
+	defer func(f bool) { convNativeForce = f }(convNativeForce)
+	convNativeForce = false
+	shapes := []struct{ n, c, h, w, k int }{
+		{4, 64, 32, 32, 32},
+		{4, 72, 30, 34, 64},
+	}
+	if !testing.Short() {
+		shapes = append(shapes, struct{ n, c, h, w, k int }{4, 192, 32, 32, 64})
+	}
+	for _, s := range shapes {
+		opts := op.ConvOpts{Padding: [2]int{1, 1}}
+		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, 3, 3}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := winogradFor(g); !ok {
+			t.Fatalf("%+v: no Winograd plan: the test checks nothing", s)
+		}
+		x, w, y := bf16m(s.n, s.c, s.h, s.w), bf16m(s.k, s.c, 3, 3), bf16m(g.N, g.K, g.OH, g.OW)
+		y32 := trace.Meta{DType: tensor.Float32, Shape: y.Shape}
+		cases := []struct {
+			name string
+			o    trace.Op
+			in   []trace.Meta
+		}{
+			{"fwd", &prim.Conv2dOp{Opts: opts, Mixed: true}, []trace.Meta{x, w}},
+			{"fwd_bias", &prim.Conv2dOp{Opts: opts, Mixed: true}, []trace.Meta{x, w, bf16m(s.k)}},
+			{"bwd_input", &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape, Mixed: true}, []trace.Meta{y, w}},
+			{"bwd_weight", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y, x}},
+			{"bwd_weight_f32gy", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y32, x}},
+			{"bwd_weight_f32x", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y, {DType: tensor.Float32, Shape: x.Shape}}},
+		}
+		for _, c := range cases {
+			k := newKernelCase(t, c.o, c.in...)
+			r := rand.New(rand.NewPCG(5, 6))
+			for _, tt := range k.in {
+				if tt.DType == tensor.Float32 {
+					for i, h := range randBF16Vals(r, len(tt.F32())) {
+						tt.F32()[i] = float32(bfF(h))
+					}
+					continue
+				}
+				copy(tt.U16(), randBF16Vals(r, len(tt.U16())))
+			}
+			var outs [2][]float32
+			for i, off := range []bool{true, false} {
+				convWinoBF16Off = off
+				for j := range k.ws {
+					k.ws[j] = 0xff
+				}
+				k.run(t)
+				outs[i] = append([]float32(nil), k.out[0].F32()...)
+			}
+			for i := range outs[0] {
+				if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+					t.Fatalf("%+v %s: out[%d] = %g, widened %g", s, c.name, i, outs[1][i], outs[0][i])
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkConvWinoBF16 measures mixed convolutions on float32 Winograd
+// with the bf16 input gathered tile by tile (gather) against the widened
+// copy (widen), rrdbnet's layers.
+func BenchmarkConvWinoBF16(b *testing.B) {
+	defer func(f bool) { convWinoBF16Off = f }(convWinoBF16Off)
+	for _, s := range convShapes {
+		if s.name[:4] != "rrdb" {
+			continue
+		}
+		opts := op.ConvOpts{Padding: [2]int{1, 1}}
+		x, w, y := bf16m(s.n, s.c, s.h, s.w), bf16m(s.k, s.c, 3, 3), bf16m(s.n, s.k, s.h, s.w)
+		y32 := trace.Meta{DType: tensor.Float32, Shape: y.Shape}
+		cases := []struct {
+			name string
+			o    trace.Op
+			in   []trace.Meta
+		}{
+			{"fwd", &prim.Conv2dOp{Opts: opts, Mixed: true}, []trace.Meta{x, w}},
+			{"bwd_input", &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape, Mixed: true}, []trace.Meta{y, w}},
+			{"bwd_weight", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y, x}},
+			{"bwd_weight_f32gy", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape, Mixed: true}, []trace.Meta{y32, x}},
+		}
+		for _, c := range cases {
+			k := newKernelCase(b, c.o, c.in...)
+			r := rand.New(rand.NewPCG(3, 4))
+			for _, t := range k.in {
+				if t.DType == tensor.Float32 {
+					for i, h := range randBF16Vals(r, len(t.F32())) {
+						t.F32()[i] = float32(bfF(h))
+					}
+					continue
+				}
+				copy(t.U16(), randBF16Vals(r, len(t.U16())))
+			}
+			for _, off := range []bool{true, false} {
+				name := "gather"
+				if off {
+					name = "widen"
+				}
+				b.Run(fmt.Sprintf("%s/%s/%s", s.name, c.name, name), func(b *testing.B) {
+					convWinoBF16Off = off
+					benchKernel(b, k, 0)
+				})
+			}
+		}
+	}
+}

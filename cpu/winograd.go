@@ -207,6 +207,15 @@ func (w winograd) kcBlock() int {
 // chunk transforms the weights again (a small cost next to its products:
 // about 1/(2tc) of their flops).
 func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, ws []float32) {
+	w.runSrc(pool, x, nil, wt, flip, bias, y, ws)
+}
+
+// runSrc is run on the input x, or where xb is not nil on the bfloat16
+// input xb, gathered and widened tile by tile (blas.WinoGatherRowsBF16:
+// only with the vector kernels, w.vec() and WinoGatherRowsBF16OK) with
+// the values of the widened tensor: a mixed convolution without a
+// float32 copy of its input.
+func (w winograd) runSrc(pool *parallel.Pool, x []float32, xb []uint16, wt []float32, flip bool, bias, y, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
 	u := ws[:winoPts*w.uStride()]
@@ -219,7 +228,7 @@ func (w winograd) run(pool *parallel.Pool, x, wt []float32, flip bool, bias, y, 
 		pool.For(C, max(1, 2048/w.tc), func(c0, c1 int) {
 			for c := c0; c < c1; c++ {
 				if fast {
-					w.transformInputVec(x, c, t0, cnt, v)
+					w.transformInputVec(x, xb, c, t0, cnt, v)
 				} else {
 					w.transformInput(x, c, t0, cnt, v)
 				}
@@ -397,13 +406,14 @@ var winogradScalar bool
 // tile t into row 6j+r, column t), then transformed in place, down the
 // columns of each patch (rows 6j..6j+5, for each j), then along its rows
 // (rows i, 6+i, ..., for each i).
-func (w winograd) transformInputVec(x []float32, c, t0, cnt int, v []float32) {
-	w.inputVec(x, c, t0, cnt, v, w.vStride(), w.vPanel(), 16)
+func (w winograd) transformInputVec(x []float32, xb []uint16, c, t0, cnt int, v []float32) {
+	w.inputVec(x, xb, c, t0, cnt, v, w.vStride(), w.vPanel(), 16)
 }
 
 // inputVec is transformInputVec into any layout of blocks of 16 tiles:
-// rows R apart (the points), tile t of channel c at t/16*ps + c*cs + t%16.
-func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs int) {
+// rows R apart (the points), tile t of channel c at t/16*ps + c*cs + t%16;
+// from the bfloat16 input xb where it is not nil (AVX-512 BW only).
+func (w winograd) inputVec(x []float32, xb []uint16, c, t0, cnt int, v []float32, R, ps, cs int) {
 	g := w.g
 	C, H, W := g.C, g.H, g.W
 	// Only the blocks holding the chunk's tiles: the products read no
@@ -426,8 +436,16 @@ func (w winograd) inputVec(x []float32, c, t0, cnt int, v []float32, R, ps, cs i
 		ty, tx := q/w.tw, q%w.tw
 		l := min(w.tw-tx, 16-t%16, cnt-t)
 		base := t/16*ps + c*cs + t%16
-		plane := x[(n*C+c)*H*W:][:H*W]
 		ih0, iw0 := ty*winoOut-g.PH, tx*winoOut-g.PW
+		if xb != nil {
+			plane := xb[(n*C+c)*H*W:][:H*W]
+			for i := 0; i < l; i += 8 {
+				blas.WinoGatherRowsBF16(min(8, l-i), plane, ih0, H, W, iw0+4*i, v, base+i, R, winoIn)
+			}
+			t += l
+			continue
+		}
+		plane := x[(n*C+c)*H*W:][:H*W]
 		if rows {
 			// All six rows of up to 8 tiles a call (AVX-512).
 			for i := 0; i < l; i += 8 {

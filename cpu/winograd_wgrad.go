@@ -82,6 +82,13 @@ func (w winoWgrad) scratch() int {
 // tiles); the input is transformed again for each block unless one chunk
 // holds all tiles.
 func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
+	w.weightGradSrc(pool, gy, nil, x, nil, gw, ws)
+}
+
+// weightGradSrc is weightGrad on ȳ and the input x, or where gyb or xb is
+// not nil on that bfloat16 operand, gathered and widened tile by tile
+// (with the vector kernels and WinoGatherRowsBF16OK only; see runSrc).
+func (w winoWgrad) weightGradSrc(pool *parallel.Pool, gy []float32, gyb []uint16, x []float32, xb []uint16, gw, ws []float32) {
 	g := w.g
 	C, K := g.C, g.K
 	v := ws[:winoPts*w.vSize()]
@@ -105,12 +112,12 @@ func (w winoWgrad) weightGrad(pool *parallel.Pool, gy, x, gw, ws []float32) {
 					switch {
 					case i >= nc:
 						if k := i - nc; vec {
-							w.gradVec(gy, k0+k, k, t0, cnt, yt)
+							w.gradVec(gy, gyb, k0+k, k, t0, cnt, yt)
 						} else {
 							w.transformGrad(gy, k0+k, k, t0, cnt, yt, false)
 						}
 					case vec:
-						w.inputVec(x, i, t0, cnt, v, w.vSize(), 16, w.ldt)
+						w.inputVec(x, xb, i, t0, cnt, v, w.vSize(), 16, w.ldt)
 					default:
 						w.transformInputRows(x, i, t0, cnt, v)
 					}
@@ -252,7 +259,7 @@ func (w winoWgrad) transformGrad(gy []float32, k, kl, t0, cnt int, yt []float32,
 // the next tile's columns and are overwritten), then transformed in place,
 // down the columns of each tile (rows 6j..6j+3 to 6j..6j+5, j < 4), then
 // along its rows (rows i, 6+i, 12+i, 18+i to i, 6+i, ..., 30+i).
-func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
+func (w winoWgrad) gradVec(gy []float32, gyb []uint16, k, kl, t0, cnt int, yt []float32) {
 	g := w.g
 	K, OH, OW := g.K, g.OH, g.OW
 	R := w.ySize()
@@ -264,8 +271,16 @@ func (w winoWgrad) gradVec(gy []float32, k, kl, t0, cnt int, yt []float32) {
 		ty, tx := q/w.tw, q%w.tw
 		l := min(w.tw-tx, cnt-t)
 		base := kl*w.ldt + t
-		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
 		oh0, ow0 := ty*winoOut, tx*winoOut
+		if gyb != nil {
+			plane := gyb[(n*K+k)*OH*OW:][:OH*OW]
+			for i := 0; i < l; i += 8 {
+				blas.WinoGatherRowsBF16(min(8, l-i), plane, oh0, OH, OW, ow0+4*i, yt, base+i, R, winoOut)
+			}
+			t += l
+			continue
+		}
+		plane := gy[(n*K+k)*OH*OW:][:OH*OW]
 		if rows {
 			// All four rows of up to 8 tiles a call (AVX-512).
 			for i := 0; i < l; i += 8 {

@@ -253,7 +253,7 @@ func TestWinogradGradVecMatchesPortable(t *testing.T) {
 			}
 			for k := 0; k < g.K; k++ { // one block: row kl = k
 				kl := k
-				w.gradVec(gy, k, kl, t0, cnt, got)
+				w.gradVec(gy, nil, k, kl, t0, cnt, got)
 				w.transformGrad(gy, k, kl, t0, cnt, want, true)
 				for xi := 0; xi < winoPts; xi++ {
 					for tt := 0; tt < cnt; tt++ {

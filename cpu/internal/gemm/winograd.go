@@ -1,6 +1,9 @@
 package gemm
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Vector transforms of Winograd convolution F(4×4, 3×3), in place on rows
 // of 16 floats: the columns of a block of rows are independent tiles, so
@@ -13,6 +16,7 @@ var (
 	winoWOut        func(n16 int, p *float32, rs, ps int)
 	winoGradA       func(n16 int, p *float32, rs, ps int)
 	winoGathRows    func(n int, plane *float32, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
+	winoGathRowsB   func(n int, plane *uint16, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
 	winoGath        func(n int, row *float32, iw0, w int, dst *float32, rs int)
 	winoScat        func(n int, m *float32, rs int, b float32, y *float32, ldy, rows, cols int)
 	winoWGath       func(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
@@ -142,6 +146,44 @@ func WinoGatherRows(n int, plane []float32, ih0, h, w, iw0 int, p []float32, off
 
 // WinoGatherRowsOK reports whether WinoGatherRows has its one-call kernel.
 func WinoGatherRowsOK() bool { return winoGathRows != nil }
+
+// WinoGatherRowsBF16 is WinoGatherRows on a bfloat16 plane, each value
+// widened (exactly) to float32: a bf16 convolution's input read as it is,
+// without a widened copy of the whole tensor first.
+func WinoGatherRowsBF16(n int, plane []uint16, ih0, h, w, iw0 int, p []float32, off, rs, nrows int) {
+	if n <= 0 || nrows <= 0 {
+		return
+	}
+	if n > 8 || nrows > 6 || h <= 0 || w <= 0 || len(plane) < h*w || off < 0 || rs < 8 || off+(30+nrows-1)*rs+n > len(p) {
+		panic(fmt.Sprintf("gemm: WinoGatherRowsBF16: bad arguments (n %d, plane %d of %d×%d, p %d at %d, rs %d, rows %d)", n, len(plane), h, w, len(p), off, rs, nrows))
+	}
+	if f := winoGathRowsB; f != nil {
+		f(n, &plane[0], ih0, h, w, iw0, &p[off], rs, nrows)
+		return
+	}
+	winoGatherRowsBF16Ref(n, plane, ih0, h, w, iw0, p, off, rs, nrows)
+}
+
+// winoGatherRowsBF16Ref is WinoGatherRowsBF16 by its definition.
+func winoGatherRowsBF16Ref(n int, plane []uint16, ih0, h, w, iw0 int, p []float32, off, rs, nrows int) {
+	for r := 0; r < nrows; r++ {
+		ih := ih0 + r
+		for j := 0; j < 6; j++ {
+			for i := 0; i < n; i++ {
+				var v float32
+				if iw := iw0 + 4*i + j; uint(ih) < uint(h) && uint(iw) < uint(w) {
+					v = math.Float32frombits(uint32(plane[ih*w+iw]) << 16)
+				}
+				p[off+(6*j+r)*rs+i] = v
+			}
+		}
+	}
+}
+
+// WinoGatherRowsBF16OK reports whether WinoGatherRowsBF16 has its vector
+// kernel (else it runs portable Go, for tests: the convolutions widen
+// the whole input instead).
+func WinoGatherRowsBF16OK() bool { return winoGathRowsB != nil }
 
 // WinoScatter writes the outputs of n <= 8 consecutive tiles of one tile
 // row, after WinoOutput, plus b: for rows i < rows <= 4, tiles t < n and

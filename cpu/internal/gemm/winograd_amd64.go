@@ -2,6 +2,8 @@
 
 package gemm
 
+import "github.com/headroom-ml/headroom/internal/cpuid"
+
 //go:noescape
 func winoBT6(n16 int, p *float32, rs, ps int)
 
@@ -24,6 +26,9 @@ func winoGT6(n16 int, p *float32, rs, ps int)
 func winoGatherRows512(n int, plane *float32, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
 
 //go:noescape
+func winoGatherRowsBF16512(n int, plane *uint16, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
+
+//go:noescape
 func winoA6(n16 int, p *float32, rs, ps int)
 
 //go:noescape
@@ -40,5 +45,8 @@ func init() {
 	// AVX2): masked loads and stores on opmasks, and one call a run.
 	if hasAVX512() && sgemmKern == kernAVX512 {
 		winoGathRows = winoGatherRows512
+		if cpuid.X86.AVX512BW {
+			winoGathRowsB = winoGatherRowsBF16512
+		}
 	}
 }

@@ -834,3 +834,112 @@ grnext:
 grdone:
 	VZEROUPPER
 	RET
+
+// func winoGatherRowsBF16512(n int, plane *uint16, ih0, h, w, iw0 int, dst *float32, rs, nrows int)
+// AVX-512F and BW. winoGatherRows512 on a bfloat16 plane, each value
+// widened exactly to float32 (shifted into the high half): the same
+// masks and permutations after 16-bit masked loads.
+TEXT ·winoGatherRowsBF16512(SB), NOSPLIT, $0-72
+	MOVQ n+0(FP), CX
+	MOVQ plane+8(FP), SI
+	MOVQ ih0+16(FP), AX
+	MOVQ h+24(FP), R8
+	MOVQ w+32(FP), R9
+	MOVQ iw0+40(FP), R10
+	MOVQ dst+48(FP), DI
+	MOVQ rs+56(FP), R11
+	MOVQ nrows+64(FP), R14
+	SHLQ $2, R11
+	LEAQ (R11)(R11*2), R12
+	SHLQ $1, R12 // 6 rows, in bytes
+
+	// Column masks of the four loads (columns 0-15, 16-31, 4-19, 20-35
+	// of the run): iw0 + c < w, unsigned (negative columns fail too).
+	VMOVDQU32    winoLane16<>(SB), Z15
+	VPBROADCASTD R10, Z14
+	VPADDD       Z15, Z14, Z13
+	VPBROADCASTD R9, Z12
+	VPCMPUD      $1, Z12, Z13, K1
+	MOVL         $16, DX
+	VPBROADCASTD DX, Z11
+	VPADDD       Z11, Z13, Z10
+	VPCMPUD      $1, Z12, Z10, K2
+	MOVL         $4, DX
+	VPBROADCASTD DX, Z11
+	VPADDD       Z11, Z13, Z10
+	VPCMPUD      $1, Z12, Z10, K3
+	MOVL         $20, DX
+	VPBROADCASTD DX, Z11
+	VPADDD       Z11, Z13, Z10
+	VPCMPUD      $1, Z12, Z10, K4
+	// Store mask: lanes < n.
+	VPBROADCASTD CX, Z11
+	VPCMPUD      $1, Z11, Z15, K5
+
+	VMOVUPS winoDeint<>+0(SB), Z4
+	VMOVUPS winoDeint<>+64(SB), Z5
+	VMOVUPS winoDeint<>+128(SB), Z6
+	VMOVUPS winoDeint<>+192(SB), Z7
+	SHLQ    $1, R9 // row stride, bytes
+	LEAQ    (SI)(R10*2), SI // column iw0 of row 0
+
+	TESTQ R14, R14
+	JLE   gbdone
+
+gbloop:
+	MOVQ DI, BX
+	CMPQ AX, R8
+	JAE  gbzero // ih0+r outside [0, h)
+
+	MOVQ  AX, R13
+	IMULQ R9, R13
+	ADDQ  SI, R13
+	VMOVDQU16.Z (R13), K1, Y0
+	VMOVDQU16.Z 32(R13), K2, Y1
+	VMOVDQU16.Z 8(R13), K3, Y2
+	VMOVDQU16.Z 40(R13), K4, Y3
+	VPMOVZXWD   Y0, Z0
+	VPMOVZXWD   Y1, Z1
+	VPMOVZXWD   Y2, Z2
+	VPMOVZXWD   Y3, Z3
+	VPSLLD      $16, Z0, Z0
+	VPSLLD      $16, Z1, Z1
+	VPSLLD      $16, Z2, Z2
+	VPSLLD      $16, Z3, Z3
+
+	VMOVAPS   Z0, Z8
+	VPERMT2PS Z1, Z4, Z8 // column 4i
+	STORE6(Z8)
+	VMOVAPS   Z0, Z8
+	VPERMT2PS Z1, Z5, Z8 // 4i+1
+	STORE6(Z8)
+	VMOVAPS   Z0, Z8
+	VPERMT2PS Z1, Z6, Z8 // 4i+2
+	STORE6(Z8)
+	VPERMT2PS Z1, Z7, Z0 // 4i+3
+	STORE6(Z0)
+	VMOVAPS   Z2, Z8
+	VPERMT2PS Z3, Z4, Z8 // 4i+4
+	STORE6(Z8)
+	VPERMT2PS Z3, Z5, Z2 // 4i+5
+	STORE6(Z2)
+	JMP gbnext
+
+gbzero:
+	VPXORD Z8, Z8, Z8
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+	STORE6(Z8)
+
+gbnext:
+	INCQ AX
+	ADDQ R11, DI
+	DECQ R14
+	JNZ  gbloop
+
+gbdone:
+	VZEROUPPER
+	RET

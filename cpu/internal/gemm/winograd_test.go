@@ -159,3 +159,40 @@ func TestWinoGatherRows(t *testing.T) {
 		winoGathRows = saved
 	}
 }
+
+// WinoGatherRowsBF16's vector kernel against its definition
+// (winoGatherRowsBF16Ref), bit for bit on random bf16 bit patterns (NaNs,
+// infinities and subnormals included), with patches overlapping every
+// edge: the lanes it writes and nothing else.
+func TestWinoGatherRowsBF16(t *testing.T) {
+	if !WinoGatherRowsBF16OK() {
+		t.Skip("no AVX-512 BW bf16 gather on this CPU")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	const rs = 13
+	for _, hw := range [][2]int{{1, 1}, {3, 5}, {6, 6}, {9, 32}, {32, 35}, {5, 70}} {
+		h, w := hw[0], hw[1]
+		plane := make([]uint16, h*w)
+		for i := range plane {
+			plane[i] = uint16(r.Uint32())
+		}
+		for range 60 {
+			n, nrows := 1+r.IntN(8), 1+r.IntN(6)
+			ih0, iw0 := r.IntN(h+8)-4, r.IntN(w+8)-6
+			off := r.IntN(5)
+			p := make([]float32, off+36*rs+4)
+			for i := range p {
+				p[i] = float32(math.NaN())
+			}
+			want := make([]float32, len(p))
+			copy(want, p)
+			WinoGatherRowsBF16(n, plane, ih0, h, w, iw0, p, off, rs, nrows)
+			winoGatherRowsBF16Ref(n, plane, ih0, h, w, iw0, want, off, rs, nrows)
+			for i := range p {
+				if math.Float32bits(p[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%d×%d plane, n %d, rows %d, at (%d, %d): p[%d] = %#x, want %#x", h, w, n, nrows, ih0, iw0, i, math.Float32bits(p[i]), math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}
