@@ -23,3 +23,11 @@ func SetFoldOnly(on bool) bool {
 	foldOnly = on
 	return old
 }
+
+// SetCatLow turns foldCasts' 16-bit concatenations (widenAfterCat) on or
+// off and returns the previous setting.
+func SetCatLow(on bool) bool {
+	old := catLow
+	catLow = on
+	return old
+}

@@ -122,3 +122,37 @@ func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
 		}()
 	}
 }
+
+// Under bf16-mixed a DenseNet block concatenates its bfloat16 values and
+// widens the concatenation (widenAfterCat), rather than concatenating
+// widened copies and rounding the result again: loss and gradients bit
+// for bit as before, no float32 concatenation left, and no more memory.
+func TestMixedCatsLowValues(t *testing.T) {
+	spec := tinyRRDB()
+	for _, s := range []setup{{precision: transform.BF16Mixed}, {precision: transform.BF16Mixed, remat: transform.CheapOps}} {
+		old := transform.SetCatLow(false)
+		base := step(t, spec, 2, s)
+		transform.SetCatLow(true)
+		got := step(t, spec, 2, s)
+		transform.SetCatLow(old)
+		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations", got, base)
+		if got.plan.Total() > base.plan.Total() {
+			t.Errorf("planned %d bytes, %d with float32 concatenations", got.plan.Total(), base.plan.Total())
+		}
+		low, wide := 0, 0
+		for _, n := range got.prog.Nodes {
+			if _, ok := n.Op.(*prim.CatOp); ok && n.Kind == trace.KindOp && n.Phase == trace.Forward {
+				if n.Outputs[0].DType() == tensor.BFloat16 {
+					low++
+				} else {
+					wide++
+				}
+			}
+		}
+		// 3 dense blocks of 4 concatenations.
+		if low != 12 || wide != 0 {
+			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations in the forward pass, want 12 and 0", s.remat != nil, low, wide)
+		}
+		t.Logf("remat %v: planned %d bytes, was %d", s.remat != nil, got.plan.Total(), base.plan.Total())
+	}
+}
