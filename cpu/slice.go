@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -16,6 +17,7 @@ func init() {
 	Register[*prim.SliceBackward](sliceBackwardKernel)
 	Register[*prim.CatOp](catKernel)
 	Register[*prim.SplitOp](splitKernel)
+	Register[*prim.SplitAdd](splitAddKernel)
 }
 
 // sliceBlocks describes a copy repeated over outer rows: in each row o, n
@@ -141,4 +143,56 @@ func splitKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _
 		off += k
 	}
 	return nil
+}
+
+// splitAddKernel is splitKernel with the pieces prim.SplitAdd accumulates
+// added to their inputs on the way (binaryRun, the add kernel's loop, in
+// the add's operand order): each such piece is read once from the split
+// tensor and never written on its own.
+func splitAddKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*prim.SplitAdd)
+	src := in[0]
+	esize := src.DType.Size()
+	outer, ib := sliceLayout(src.Shape, o.Axis, esize)
+	srcRow := src.Shape[o.Axis] * ib
+	off, k := 0, 1
+	for i, t := range out {
+		blk := t.Shape[o.Axis] * ib
+		if o.Acc[i] == prim.AccNone {
+			sliceBlocks{outer: outer, n: 1, blk: blk, srcRow: srcRow, srcOff: off, dstRow: blk}.run(pool, t.Data, src.Data)
+			off += blk
+			continue
+		}
+		acc := in[k]
+		k++
+		switch src.DType {
+		case tensor.Float32:
+			splitAddRows(pool, slice[float32](t), slice[float32](acc), slice[float32](src), outer, blk/esize, srcRow/esize, off/esize, o.Acc[i])
+		case tensor.Float64:
+			splitAddRows(pool, slice[float64](t), slice[float64](acc), slice[float64](src), outer, blk/esize, srcRow/esize, off/esize, o.Acc[i])
+		default:
+			return fmt.Errorf("cpu: %s: adds of %v are not supported", n.Label(), src.DType)
+		}
+		off += blk
+	}
+	return nil
+}
+
+// splitAddRows sets y = acc + piece (AccBefore) or piece + acc, where row
+// r of the piece (row elements) starts at src[r*srcRow+off].
+func splitAddRows[T Float](pool *parallel.Pool, y, acc, src []T, outer, row, srcRow, off int, order prim.AccOrder) {
+	pool.For(outer*row, elemGrain, func(lo, hi int) {
+		for lo < hi {
+			r, c := lo/row, lo%row
+			m := min(hi-lo, row-c)
+			p := src[r*srcRow+off+c:][:m]
+			a, yy := acc[lo:lo+m], y[lo:lo+m]
+			if order == prim.AccBefore {
+				binaryRun(prim.AddKind, a, p, yy)
+			} else {
+				binaryRun(prim.AddKind, p, a, yy)
+			}
+			lo += m
+		}
+	})
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
-func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}) }
+func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}, &SplitAdd{}) }
 
 // SliceOp copies x[..., Start:End:Step, ...] along Axis (aten::slice, but a
 // copy, not a view). Its attributes are normalized: 0 <= Start <= End <=
@@ -241,4 +241,73 @@ func (o *SplitOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 		return []*trace.Tensor{nil}
 	}
 	return []*trace.Tensor{Cat(o.Axis, parts...)}
+}
+
+// SplitAdd is a SplitOp whose pieces are added, where Acc says, to further
+// inputs: output i is piece i, or Acc[i] == AccBefore: input + piece, or
+// AccAfter: piece + input (the order of the add it replaces, so that the
+// sums are its bits, NaN payloads included), the inputs after the first
+// taken in piece order. transform.Fuse makes it from a split whose pieces
+// only gradient sums read (autodiff's accumulation of a concatenation's
+// gradient into each input's), so the pieces are never written on their
+// own; it has no gradient.
+type SplitAdd struct {
+	Axis  int
+	Sizes []int
+	Acc   []AccOrder
+}
+
+// AccOrder says whether and on which side SplitAdd adds a piece to an input.
+type AccOrder uint8
+
+const (
+	AccNone   AccOrder = iota // the piece as it is
+	AccBefore                 // input + piece
+	AccAfter                  // piece + input
+)
+
+func (o *SplitAdd) Name() string { return "split_with_sizes+add" }
+
+func (o *SplitAdd) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SplitAdd) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SplitAdd) InPlaceInputs(in []trace.Meta) []int { return nil }
+
+func (o *SplitAdd) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	if len(in) == 0 {
+		return nil, fmt.Errorf("expected the tensor to split")
+	}
+	if len(o.Acc) != len(o.Sizes) {
+		return nil, fmt.Errorf("%d accumulation orders for %d pieces", len(o.Acc), len(o.Sizes))
+	}
+	out, err := (&SplitOp{Axis: o.Axis, Sizes: o.Sizes}).Infer(in[:1])
+	if err != nil {
+		return nil, err
+	}
+	k := 1
+	for i, a := range o.Acc {
+		if a == AccNone {
+			continue
+		}
+		if a > AccAfter {
+			return nil, fmt.Errorf("piece %d: accumulation order %d", i, a)
+		}
+		if k >= len(in) {
+			return nil, fmt.Errorf("piece %d has no input to add", i)
+		}
+		if in[k].DType != out[i].DType || !in[k].Shape.Equal(out[i].Shape) {
+			return nil, fmt.Errorf("piece %d is %v, its addend %v", i, out[i], in[k])
+		}
+		k++
+	}
+	if k != len(in) {
+		return nil, fmt.Errorf("%d inputs, %d used", len(in), k)
+	}
+	if !out[0].DType.IsFloat() && k > 1 {
+		return nil, fmt.Errorf("adds of %v", out[0].DType)
+	}
+	return out, nil
 }

@@ -31,3 +31,11 @@ func SetCatLow(on bool) bool {
 	catLow = on
 	return old
 }
+
+// SetSplitAdd turns Fuse's merging of splits and gradient sums
+// (splitAdds) on or off and returns the previous setting.
+func SetSplitAdd(on bool) bool {
+	old := splitAdd
+	splitAdd = on
+	return old
+}

@@ -1,6 +1,7 @@
 package transform_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
@@ -154,5 +155,39 @@ func TestMixedCatsLowValues(t *testing.T) {
 			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations in the forward pass, want 12 and 0", s.remat != nil, low, wide)
 		}
 		t.Logf("remat %v: planned %d bytes, was %d", s.remat != nil, got.plan.Total(), base.plan.Total())
+	}
+}
+
+// A DenseNet block's backward cuts each concatenation's gradient and adds
+// the pieces to the inputs' gradients in one node (Fuse's splitAdds):
+// loss and gradients bit for bit those of the separate split and adds, in
+// fp32 and bf16-mixed, and no more memory.
+func TestSplitAddsMerge(t *testing.T) {
+	spec := tinyRRDB()
+	for _, s := range []setup{{}, {precision: transform.BF16Mixed}, {remat: transform.CheapOps}} {
+		old := transform.SetSplitAdd(false)
+		base := step(t, spec, 2, s)
+		transform.SetSplitAdd(true)
+		got := step(t, spec, 2, s)
+		transform.SetSplitAdd(old)
+		what := fmt.Sprintf("rrdbnet-tiny %v remat %v, split+add", s.precision, s.remat != nil)
+		sameGrads(t, what, got, base)
+		if got.plan.Total() > base.plan.Total() {
+			t.Errorf("%s: planned %d bytes, %d with separate adds", what, got.plan.Total(), base.plan.Total())
+		}
+		merged, splits := 0, 0
+		for _, n := range got.prog.Nodes {
+			switch n.Op.(type) {
+			case *prim.SplitAdd:
+				merged++
+			case *prim.SplitOp:
+				splits++
+			}
+		}
+		// 3 dense blocks of 4 concatenations, each cut once.
+		if merged != 12 || splits != 0 {
+			t.Errorf("%s: %d split+add nodes and %d splits, want 12 and 0", what, merged, splits)
+		}
+		t.Logf("%s: planned %d bytes, was %d", what, got.plan.Total(), base.plan.Total())
 	}
 }
