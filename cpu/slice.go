@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -18,6 +20,7 @@ func init() {
 	Register[*prim.CatOp](catKernel)
 	Register[*prim.SplitOp](splitKernel)
 	Register[*prim.SplitAdd](splitAddKernel)
+	Register[*prim.CatWiden](catWidenKernel)
 }
 
 // sliceBlocks describes a copy repeated over outer rows: in each row o, n
@@ -195,4 +198,39 @@ func splitAddRows[T Float](pool *parallel.Pool, y, acc, src []T, outer, row, src
 			lo += m
 		}
 	})
+}
+
+// catWidenKernel is catKernel of 16-bit inputs that also writes the
+// concatenation widened (castKernel's conversions), each input row read
+// once for both outputs.
+func catWidenKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	axis := n.Op.(*prim.CatWiden).Axis
+	lo, wide := out[0].U16(), out[1].F32()
+	outer, inner := sliceLayout(out[0].Shape, axis, 1)
+	dstRow := out[0].Shape[axis] * inner
+	offs := make([]int, len(in))
+	off := 0
+	for i, t := range in {
+		offs[i] = off
+		off += t.Shape[axis] * inner
+	}
+	half := out[0].DType == tensor.Float16
+	pool.For(outer*len(in), 1, func(a, b int) {
+		for r := a; r < b; r++ {
+			o, i := r/len(in), r%len(in)
+			k := in[i].Shape[axis] * inner
+			src := in[i].U16()[o*k : (o+1)*k]
+			at := o*dstRow + offs[i]
+			copy(lo[at:at+k], src)
+			d := wide[at : at+k]
+			if half {
+				for j, v := range src {
+					d[j] = tensor.Float16ToFloat32(v)
+				}
+			} else {
+				blas.Widen(blas.BFloat16, d, src)
+			}
+		}
+	})
+	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
-func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}, &SplitAdd{}) }
+func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}, &SplitAdd{}, &CatWiden{}) }
 
 // SliceOp copies x[..., Start:End:Step, ...] along Axis (aten::slice, but a
 // copy, not a view). Its attributes are normalized: 0 <= Start <= End <=
@@ -310,4 +310,33 @@ func (o *SplitAdd) Infer(in []trace.Meta) ([]trace.Meta, error) {
 		return nil, fmt.Errorf("adds of %v", out[0].DType)
 	}
 	return out, nil
+}
+
+// CatWiden is a CatOp of 16-bit (bfloat16 or float16) tensors that also
+// returns the concatenation widened to float32 (exact): output 0 is the
+// 16-bit concatenation, output 1 its float32 copy, written in one pass
+// over the inputs. transform.ReadLow makes it where autocast concatenates
+// low-precision values and a float32 op reads the result; it has no
+// gradient.
+type CatWiden struct{ Axis int }
+
+func (o *CatWiden) Name() string { return "cat+to_float32" }
+
+func (o *CatWiden) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *CatWiden) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *CatWiden) InPlaceInputs(in []trace.Meta) []int { return nil }
+
+func (o *CatWiden) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	out, err := (&CatOp{Axis: o.Axis}).Infer(in)
+	if err != nil {
+		return nil, err
+	}
+	if d := out[0].DType; d != tensor.BFloat16 && d != tensor.Float16 {
+		return nil, fmt.Errorf("widening %v", d)
+	}
+	return []trace.Meta{out[0], {DType: tensor.Float32, Shape: out[0].Shape.Clone()}}, nil
 }

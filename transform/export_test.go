@@ -39,3 +39,11 @@ func SetSplitAdd(on bool) bool {
 	splitAdd = on
 	return old
 }
+
+// SetCatWiden turns widenAfterCat's prim.CatWiden on or off and returns
+// the previous setting.
+func SetCatWiden(on bool) bool {
+	old := catWiden
+	catWiden = on
+	return old
+}

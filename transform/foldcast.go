@@ -103,6 +103,10 @@ func widenAfterPermute(g *trace.Graph) (*trace.Graph, int, error) {
 // widened values.
 var catLow = true
 
+// catWiden is off only in tests that compare prim.CatWiden with a
+// concatenation and a widening.
+var catWiden = true
+
 // widenAfterCat returns a copy of g in which a concatenation whose inputs
 // are all widenings from one 16-bit type, and whose output that type's
 // narrowing reads, concatenates the 16-bit values and widens the result
@@ -167,6 +171,40 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 	if len(cats) == 0 {
 		return g, 0, nil
 	}
+	// lastRead[t] is the position of t's last reader (graph outputs: past
+	// the end).
+	lastRead := map[*trace.Tensor]int{}
+	pos := map[*trace.Node]int{}
+	for i, n := range g.Nodes {
+		pos[n] = i
+		for _, in := range n.Inputs {
+			lastRead[in] = i
+		}
+	}
+	for t := range outputs {
+		lastRead[t] = len(g.Nodes)
+	}
+	// narrow marks the changed concatenations' narrowings, which read the
+	// 16-bit concatenation instead; wide the concatenations with float32
+	// readers too; both those whose inputs all outlive them, which make
+	// both outputs in one pass (prim.CatWiden): the step holds what the
+	// widening's held.
+	narrow, wide, both := map[*trace.Node]bool{}, map[*trace.Node]bool{}, map[*trace.Node]bool{}
+	for n, lo := range cats {
+		for _, r := range cons[n.ID] {
+			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo {
+				narrow[r] = true
+			} else {
+				wide[n] = true
+			}
+		}
+		both[n] = wide[n] && catWiden
+		for _, in := range n.Inputs {
+			if lastRead[in.Node.Inputs[0]] <= pos[n] {
+				both[n] = false
+			}
+		}
+	}
 	// Widenings every reader of which is a changed concatenation go.
 	drop := map[*trace.Node]bool{}
 	for n := range cats {
@@ -184,8 +222,14 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 			drop[w] = all
 		}
 	}
+	// lows maps each changed concatenation's output to its 16-bit copy.
+	lows := map[*trace.Tensor]*trace.Tensor{}
 	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, _ []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
 		if drop[n] {
+			return true
+		}
+		if narrow[n] {
+			mapped[n.Outputs[0]] = lows[n.Inputs[0]]
 			return true
 		}
 		if _, ok := cats[n]; !ok {
@@ -195,10 +239,20 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 		for i, in := range n.Inputs {
 			ins[i] = mapped[in.Node.Inputs[0]]
 		}
+		if both[n] {
+			c := *n
+			c.Op = &prim.CatWiden{Axis: n.Op.(*prim.CatOp).Axis}
+			vs := out.Clone(&c, ins)
+			lows[n.Outputs[0]], mapped[n.Outputs[0]] = vs[0], vs[1]
+			return true
+		}
 		v := out.Clone(n, ins)[0]
-		c := *n
-		c.Op = &prim.Cast{To: tensor.Float32}
-		mapped[n.Outputs[0]] = out.Clone(&c, []*trace.Tensor{v})[0]
+		lows[n.Outputs[0]] = v
+		if wide[n] {
+			c := *n
+			c.Op = &prim.Cast{To: tensor.Float32}
+			mapped[n.Outputs[0]] = out.Clone(&c, []*trace.Tensor{v})[0]
+		}
 		return true
 	})
 	if err != nil {

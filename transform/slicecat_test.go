@@ -125,36 +125,54 @@ func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
 }
 
 // Under bf16-mixed a DenseNet block concatenates its bfloat16 values and
-// widens the concatenation (widenAfterCat), rather than concatenating
-// widened copies and rounding the result again: loss and gradients bit
-// for bit as before, no float32 concatenation left, and no more memory.
+// widens the concatenation (widenAfterCat), in one pass (prim.CatWiden),
+// rather than concatenating widened copies and rounding the result again:
+// loss and gradients bit for bit as before, no float32 concatenation
+// left, and no more memory.
 func TestMixedCatsLowValues(t *testing.T) {
 	spec := tinyRRDB()
 	for _, s := range []setup{{precision: transform.BF16Mixed}, {precision: transform.BF16Mixed, remat: transform.CheapOps}} {
-		old := transform.SetCatLow(false)
+		oldLow, oldWiden := transform.SetCatLow(false), transform.SetCatWiden(false)
 		base := step(t, spec, 2, s)
 		transform.SetCatLow(true)
+		apart := step(t, spec, 2, s)
+		transform.SetCatWiden(true)
 		got := step(t, spec, 2, s)
-		transform.SetCatLow(old)
-		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations", got, base)
-		if got.plan.Total() > base.plan.Total() {
-			t.Errorf("planned %d bytes, %d with float32 concatenations", got.plan.Total(), base.plan.Total())
-		}
-		low, wide := 0, 0
-		for _, n := range got.prog.Nodes {
-			if _, ok := n.Op.(*prim.CatOp); ok && n.Kind == trace.KindOp && n.Phase == trace.Forward {
-				if n.Outputs[0].DType() == tensor.BFloat16 {
-					low++
-				} else {
-					wide++
-				}
+		transform.SetCatLow(oldLow)
+		transform.SetCatWiden(oldWiden)
+		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations", apart, base)
+		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations widened in one pass", got, base)
+		for _, o := range []outcome{apart, got} {
+			if o.plan.Total() > base.plan.Total() {
+				t.Errorf("planned %d bytes, %d with float32 concatenations", o.plan.Total(), base.plan.Total())
 			}
 		}
-		// 3 dense blocks of 4 concatenations.
-		if low != 12 || wide != 0 {
-			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations in the forward pass, want 12 and 0", s.remat != nil, low, wide)
+		count := func(o outcome) (low, wide, both int) {
+			for _, n := range o.prog.Nodes {
+				if n.Kind != trace.KindOp || n.Phase != trace.Forward {
+					continue
+				}
+				switch n.Op.(type) {
+				case *prim.CatOp:
+					if n.Outputs[0].DType() == tensor.BFloat16 {
+						low++
+					} else {
+						wide++
+					}
+				case *prim.CatWiden:
+					both++
+				}
+			}
+			return
 		}
-		t.Logf("remat %v: planned %d bytes, was %d", s.remat != nil, got.plan.Total(), base.plan.Total())
+		// 3 dense blocks of 4 concatenations.
+		if low, wide, both := count(apart); low != 12 || wide != 0 || both != 0 {
+			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations and %d cat+to_float32, want 12, 0 and 0", s.remat != nil, low, wide, both)
+		}
+		if low, wide, both := count(got); low != 0 || wide != 0 || both != 12 {
+			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations and %d cat+to_float32, want 0, 0 and 12", s.remat != nil, low, wide, both)
+		}
+		t.Logf("remat %v: planned %d bytes, %d apart, was %d", s.remat != nil, got.plan.Total(), apart.plan.Total(), base.plan.Total())
 	}
 }
 
