@@ -4,14 +4,39 @@ import (
 	"math"
 	"testing"
 
+	"github.com/headroom-ml/headroom/internal/cputime"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
+// prepared records op on inputs of ins' metas and returns its outputs and
+// a run of its kernel on pool into them (benchmarks: no allocation).
+func prepared(t testing.TB, pool *parallel.Pool, op trace.Op, ins ...*tensor.Tensor) ([]*tensor.Tensor, func()) {
+	t.Helper()
+	g := trace.New()
+	var args []*trace.Tensor
+	for i, x := range ins {
+		args = append(args, g.Input(string(rune('a'+i)), x.DType, x.Shape))
+	}
+	var outs []*trace.Tensor
+	if err := trace.Capture(func() { outs = g.Apply(op, args...) }); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]*tensor.Tensor, len(outs))
+	for i, o := range outs {
+		res[i] = tensor.New(o.DType(), o.Shape())
+	}
+	return res, func() {
+		if err := runOn(pool, outs[0].Node, ins, res, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // runNode records op on inputs of ins' metas and runs its kernel on pool.
-func runNode(t *testing.T, pool *parallel.Pool, op trace.Op, ins ...*tensor.Tensor) []*tensor.Tensor {
+func runNode(t testing.TB, pool *parallel.Pool, op trace.Op, ins ...*tensor.Tensor) []*tensor.Tensor {
 	t.Helper()
 	g := trace.New()
 	var args []*trace.Tensor
@@ -142,4 +167,89 @@ func TestCatWidenKernel(t *testing.T) {
 			pool.Close()
 		}
 	}
+}
+
+// denseBlock is one RRDB dense block of rrdbnet's bench (batch 4, 32x32,
+// nf 64, gc 32): the concatenations conv2..conv5 read.
+var denseBlock = []int{64, 32, 32, 32, 32}
+
+// BenchmarkDenseCat compares a dense block's forward concatenations under
+// bf16-mixed: widened pieces concatenated in float32 and narrowed again
+// (before), and prim.CatWiden of the bfloat16 pieces (after). One thread;
+// the CPU time per block is reported as cpu-ns/op.
+func BenchmarkDenseCat(b *testing.B) {
+	pool := parallel.NewPool(1)
+	defer pool.Close()
+	var lows, wides []*tensor.Tensor
+	for i, c := range denseBlock {
+		w := filled(tensor.Shape{4, c, 32, 32}, uint32(i))
+		lows = append(lows, w.Convert(tensor.BFloat16))
+		wides = append(wides, w.Convert(tensor.BFloat16).Convert(tensor.Float32))
+	}
+	var before, after []func()
+	for k := 2; k <= len(denseBlock); k++ {
+		_, w := prepared(b, pool, &prim.Cast{To: tensor.Float32}, lows[k-1])
+		cat, c := prepared(b, pool, &prim.CatOp{Axis: 1}, wides[:k]...)
+		_, n := prepared(b, pool, &prim.Cast{To: tensor.BFloat16}, cat[0])
+		_, cw := prepared(b, pool, &prim.CatWiden{Axis: 1}, lows[:k]...)
+		before = append(before, w, c, n)
+		after = append(after, cw)
+	}
+	b.Run("before", func(b *testing.B) { benchCPU(b, before) })
+	b.Run("after", func(b *testing.B) { benchCPU(b, after) })
+}
+
+// BenchmarkDenseSplit compares a dense block's backward gradient cuts:
+// split_with_sizes and the adds into the inputs' gradients (before), and
+// prim.SplitAdd (after).
+func BenchmarkDenseSplit(b *testing.B) {
+	pool := parallel.NewPool(1)
+	defer pool.Close()
+	type cut struct {
+		g    *tensor.Tensor
+		accs []*tensor.Tensor
+		op   *prim.SplitAdd
+	}
+	var cuts []cut
+	for k := len(denseBlock); k >= 2; k-- {
+		sizes := denseBlock[:k]
+		c := 0
+		for _, s := range sizes {
+			c += s
+		}
+		ct := cut{g: filled(tensor.Shape{4, c, 32, 32}, uint32(k)), op: &prim.SplitAdd{Axis: 1, Sizes: sizes, Acc: make([]prim.AccOrder, k)}}
+		for i, s := range sizes[:k-1] {
+			ct.op.Acc[i] = prim.AccBefore
+			ct.accs = append(ct.accs, filled(tensor.Shape{4, s, 32, 32}, uint32(i)))
+		}
+		cuts = append(cuts, ct)
+	}
+	var before, after []func()
+	for _, c := range cuts {
+		pieces, sp := prepared(b, pool, &prim.SplitOp{Axis: 1, Sizes: c.op.Sizes}, c.g)
+		before = append(before, sp)
+		for i, a := range c.accs {
+			_, add := prepared(b, pool, &prim.Binary{Kind: prim.AddKind}, a, pieces[i])
+			before = append(before, add)
+		}
+		_, sa := prepared(b, pool, c.op, append([]*tensor.Tensor{c.g}, c.accs...)...)
+		after = append(after, sa)
+	}
+	b.Run("before", func(b *testing.B) { benchCPU(b, before) })
+	b.Run("after", func(b *testing.B) { benchCPU(b, after) })
+}
+
+func benchCPU(b *testing.B, runs []func()) {
+	f := func() {
+		for _, r := range runs {
+			r()
+		}
+	}
+	f()
+	b.ResetTimer()
+	t0 := cputime.Process()
+	for range b.N {
+		f()
+	}
+	b.ReportMetric(float64(cputime.Process()-t0)/float64(b.N), "cpu-ns/op")
 }
