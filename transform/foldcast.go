@@ -144,6 +144,19 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 		return tensor.Invalid
 	}
+	// lastRead[t] is the position of t's last reader (graph outputs: past
+	// the end).
+	lastRead := map[*trace.Tensor]int{}
+	pos := map[*trace.Node]int{}
+	for i, n := range g.Nodes {
+		pos[n] = i
+		for _, in := range n.Inputs {
+			lastRead[in] = i
+		}
+	}
+	for t := range outputs {
+		lastRead[t] = len(g.Nodes)
+	}
 	cats := map[*trace.Node]tensor.DType{}
 	for _, n := range g.Nodes {
 		if _, ok := n.Op.(*prim.CatOp); !ok || n.Kind != trace.KindOp || outputs[n.Outputs[0]] || len(n.Inputs) == 0 {
@@ -158,37 +171,34 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 		if lo == tensor.Invalid {
 			continue
 		}
+		// A 16-bit input read after the concatenation anyway lives no
+		// longer for being read by it.
+		for _, in := range n.Inputs {
+			if lastRead[in.Node.Inputs[0]] <= pos[n] {
+				lo = tensor.Invalid
+			}
+		}
+		// The narrowing comes right after the concatenation: nothing
+		// allocates while both 16-bit and float32 copies are live that did
+		// not before.
 		narrowed := false
 		for _, r := range cons[n.ID] {
-			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo {
+			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo && pos[r] == pos[n]+1 {
 				narrowed = true
 			}
 		}
-		if narrowed {
+		if lo != tensor.Invalid && narrowed {
 			cats[n] = lo
 		}
 	}
 	if len(cats) == 0 {
 		return g, 0, nil
 	}
-	// lastRead[t] is the position of t's last reader (graph outputs: past
-	// the end).
-	lastRead := map[*trace.Tensor]int{}
-	pos := map[*trace.Node]int{}
-	for i, n := range g.Nodes {
-		pos[n] = i
-		for _, in := range n.Inputs {
-			lastRead[in] = i
-		}
-	}
-	for t := range outputs {
-		lastRead[t] = len(g.Nodes)
-	}
 	// narrow marks the changed concatenations' narrowings, which read the
 	// 16-bit concatenation instead; wide the concatenations with float32
-	// readers too; both those whose inputs all outlive them, which make
-	// both outputs in one pass (prim.CatWiden): the step holds what the
-	// widening's held.
+	// readers too, and both those of them made with their widening in one
+	// pass (prim.CatWiden): as the inputs outlive the concatenation, that
+	// step holds what the widening's held.
 	narrow, wide, both := map[*trace.Node]bool{}, map[*trace.Node]bool{}, map[*trace.Node]bool{}
 	for n, lo := range cats {
 		for _, r := range cons[n.ID] {
@@ -199,11 +209,6 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 			}
 		}
 		both[n] = wide[n] && catWiden
-		for _, in := range n.Inputs {
-			if lastRead[in.Node.Inputs[0]] <= pos[n] {
-				both[n] = false
-			}
-		}
 	}
 	// Widenings every reader of which is a changed concatenation go.
 	drop := map[*trace.Node]bool{}
