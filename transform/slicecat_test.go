@@ -209,3 +209,48 @@ func TestSplitAddsMerge(t *testing.T) {
 		t.Logf("%s: planned %d bytes, was %d", what, got.plan.Total(), base.plan.Total())
 	}
 }
+
+// splitAdds keeps each add's operand order (the sum of two NaNs is the
+// first one's) and the addends' order, and leaves a piece read elsewhere
+// as it is.
+func TestSplitAddsOrder(t *testing.T) {
+	g := trace.New()
+	f32 := func(name string, c int) *trace.Tensor {
+		return g.Input(name, tensor.Float32, tensor.Shape{2, c, 3})
+	}
+	var a, b *trace.Tensor
+	err := trace.Capture(func() {
+		x := f32("x", 7)
+		a, b = f32("a", 2), f32("b", 4)
+		p := g.Apply(&prim.SplitOp{Axis: 1, Sizes: []int{2, 4, 1}}, x)
+		g.Output("sa", prim.Add(a, p[0]))
+		g.Output("sb", prim.Add(p[1], b))
+		g.Output("c", prim.Apply1(&prim.Unary{Kind: prim.ReLUKind}, p[2]))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fg, _, err := transform.Fuse(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa *trace.Node
+	for _, n := range fg.Nodes {
+		if _, ok := n.Op.(*prim.SplitAdd); ok {
+			sa = n
+		}
+	}
+	if sa == nil {
+		t.Fatal("no split+add node")
+	}
+	o := sa.Op.(*prim.SplitAdd)
+	want := []prim.AccOrder{prim.AccBefore, prim.AccAfter, prim.AccNone}
+	for i, w := range want {
+		if o.Acc[i] != w {
+			t.Fatalf("accumulation orders %v, want %v", o.Acc, want)
+		}
+	}
+	if len(sa.Inputs) != 3 || sa.Inputs[1].Node.Name != a.Node.Name || sa.Inputs[2].Node.Name != b.Node.Name {
+		t.Fatalf("inputs %v, want x, a, b", sa.Inputs)
+	}
+}
