@@ -1,7 +1,10 @@
 package cpu
 
 import (
+	"fmt"
 	"unsafe"
+
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
@@ -16,6 +19,8 @@ func init() {
 	Register[*prim.SliceBackward](sliceBackwardKernel)
 	Register[*prim.CatOp](catKernel)
 	Register[*prim.SplitOp](splitKernel)
+	Register[*prim.SplitAdd](splitAddKernel)
+	Register[*prim.CatWiden](catWidenKernel)
 }
 
 // sliceBlocks describes a copy repeated over outer rows: in each row o, n
@@ -140,5 +145,92 @@ func splitKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _
 		sliceBlocks{outer: outer, n: 1, blk: k, srcRow: srcRow, srcOff: off, dstRow: k}.run(pool, t.Data, in[0].Data)
 		off += k
 	}
+	return nil
+}
+
+// splitAddKernel is splitKernel with the pieces prim.SplitAdd accumulates
+// added to their inputs on the way (binaryRun, the add kernel's loop, in
+// the add's operand order): each such piece is read once from the split
+// tensor and never written on its own.
+func splitAddKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	o := n.Op.(*prim.SplitAdd)
+	src := in[0]
+	esize := src.DType.Size()
+	outer, ib := sliceLayout(src.Shape, o.Axis, esize)
+	srcRow := src.Shape[o.Axis] * ib
+	off, k := 0, 1
+	for i, t := range out {
+		blk := t.Shape[o.Axis] * ib
+		if o.Acc[i] == prim.AccNone {
+			sliceBlocks{outer: outer, n: 1, blk: blk, srcRow: srcRow, srcOff: off, dstRow: blk}.run(pool, t.Data, src.Data)
+			off += blk
+			continue
+		}
+		acc := in[k]
+		k++
+		switch src.DType {
+		case tensor.Float32:
+			splitAddRows(pool, slice[float32](t), slice[float32](acc), slice[float32](src), outer, blk/esize, srcRow/esize, off/esize, o.Acc[i])
+		case tensor.Float64:
+			splitAddRows(pool, slice[float64](t), slice[float64](acc), slice[float64](src), outer, blk/esize, srcRow/esize, off/esize, o.Acc[i])
+		default:
+			return fmt.Errorf("cpu: %s: adds of %v are not supported", n.Label(), src.DType)
+		}
+		off += blk
+	}
+	return nil
+}
+
+// splitAddRows sets y = acc + piece (AccBefore) or piece + acc, where row
+// r of the piece (row elements) starts at src[r*srcRow+off].
+func splitAddRows[T Float](pool *parallel.Pool, y, acc, src []T, outer, row, srcRow, off int, order prim.AccOrder) {
+	pool.For(outer*row, elemGrain, func(lo, hi int) {
+		for lo < hi {
+			r, c := lo/row, lo%row
+			m := min(hi-lo, row-c)
+			p := src[r*srcRow+off+c:][:m]
+			a, yy := acc[lo:lo+m], y[lo:lo+m]
+			if order == prim.AccBefore {
+				binaryRun(prim.AddKind, a, p, yy)
+			} else {
+				binaryRun(prim.AddKind, p, a, yy)
+			}
+			lo += m
+		}
+	})
+}
+
+// catWidenKernel is catKernel of 16-bit inputs that also writes the
+// concatenation widened (castKernel's conversions), each input row read
+// once for both outputs.
+func catWidenKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	axis := n.Op.(*prim.CatWiden).Axis
+	lo, wide := out[0].U16(), out[1].F32()
+	outer, inner := sliceLayout(out[0].Shape, axis, 1)
+	dstRow := out[0].Shape[axis] * inner
+	offs := make([]int, len(in))
+	off := 0
+	for i, t := range in {
+		offs[i] = off
+		off += t.Shape[axis] * inner
+	}
+	half := out[0].DType == tensor.Float16
+	pool.For(outer*len(in), 1, func(a, b int) {
+		for r := a; r < b; r++ {
+			o, i := r/len(in), r%len(in)
+			k := in[i].Shape[axis] * inner
+			src := in[i].U16()[o*k : (o+1)*k]
+			at := o*dstRow + offs[i]
+			copy(lo[at:at+k], src)
+			d := wide[at : at+k]
+			if half {
+				for j, v := range src {
+					d[j] = tensor.Float16ToFloat32(v)
+				}
+			} else {
+				blas.Widen(blas.BFloat16, d, src)
+			}
+		}
+	})
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
-func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}) }
+func init() { register(&SliceOp{}, &SliceBackward{}, &CatOp{}, &SplitOp{}, &SplitAdd{}, &CatWiden{}) }
 
 // SliceOp copies x[..., Start:End:Step, ...] along Axis (aten::slice, but a
 // copy, not a view). Its attributes are normalized: 0 <= Start <= End <=
@@ -241,4 +241,102 @@ func (o *SplitOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor {
 		return []*trace.Tensor{nil}
 	}
 	return []*trace.Tensor{Cat(o.Axis, parts...)}
+}
+
+// SplitAdd is a SplitOp whose pieces are added, where Acc says, to further
+// inputs: output i is piece i, or Acc[i] == AccBefore: input + piece, or
+// AccAfter: piece + input (the order of the add it replaces, so that the
+// sums are its bits, NaN payloads included), the inputs after the first
+// taken in piece order. transform.Fuse makes it from a split whose pieces
+// only gradient sums read (autodiff's accumulation of a concatenation's
+// gradient into each input's), so the pieces are never written on their
+// own; it has no gradient.
+type SplitAdd struct {
+	Axis  int
+	Sizes []int
+	Acc   []AccOrder
+}
+
+// AccOrder says whether and on which side SplitAdd adds a piece to an input.
+type AccOrder uint8
+
+const (
+	AccNone   AccOrder = iota // the piece as it is
+	AccBefore                 // input + piece
+	AccAfter                  // piece + input
+)
+
+func (o *SplitAdd) Name() string { return "split_with_sizes+add" }
+
+func (o *SplitAdd) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *SplitAdd) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *SplitAdd) InPlaceInputs(in []trace.Meta) []int { return nil }
+
+func (o *SplitAdd) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	if len(in) == 0 {
+		return nil, fmt.Errorf("expected the tensor to split")
+	}
+	if len(o.Acc) != len(o.Sizes) {
+		return nil, fmt.Errorf("%d accumulation orders for %d pieces", len(o.Acc), len(o.Sizes))
+	}
+	out, err := (&SplitOp{Axis: o.Axis, Sizes: o.Sizes}).Infer(in[:1])
+	if err != nil {
+		return nil, err
+	}
+	k := 1
+	for i, a := range o.Acc {
+		if a == AccNone {
+			continue
+		}
+		if a > AccAfter {
+			return nil, fmt.Errorf("piece %d: accumulation order %d", i, a)
+		}
+		if k >= len(in) {
+			return nil, fmt.Errorf("piece %d has no input to add", i)
+		}
+		if in[k].DType != out[i].DType || !in[k].Shape.Equal(out[i].Shape) {
+			return nil, fmt.Errorf("piece %d is %v, its addend %v", i, out[i], in[k])
+		}
+		k++
+	}
+	if k != len(in) {
+		return nil, fmt.Errorf("%d inputs, %d used", len(in), k)
+	}
+	if !out[0].DType.IsFloat() && k > 1 {
+		return nil, fmt.Errorf("adds of %v", out[0].DType)
+	}
+	return out, nil
+}
+
+// CatWiden is a CatOp of 16-bit (bfloat16 or float16) tensors that also
+// returns the concatenation widened to float32 (exact): output 0 is the
+// 16-bit concatenation, output 1 its float32 copy, written in one pass
+// over the inputs. transform.ReadLow makes it where autocast concatenates
+// low-precision values and a float32 op reads the result; it has no
+// gradient.
+type CatWiden struct{ Axis int }
+
+func (o *CatWiden) Name() string { return "cat+to_float32" }
+
+func (o *CatWiden) Traits() Traits {
+	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
+}
+
+func (o *CatWiden) Cost(in, out []trace.Meta) Cost { return elementwiseCost(in, out) }
+
+func (o *CatWiden) InPlaceInputs(in []trace.Meta) []int { return nil }
+
+func (o *CatWiden) Infer(in []trace.Meta) ([]trace.Meta, error) {
+	out, err := (&CatOp{Axis: o.Axis}).Infer(in)
+	if err != nil {
+		return nil, err
+	}
+	if d := out[0].DType; d != tensor.BFloat16 && d != tensor.Float16 {
+		return nil, fmt.Errorf("widening %v", d)
+	}
+	return []trace.Meta{out[0], {DType: tensor.Float32, Shape: out[0].Shape.Clone()}}, nil
 }

@@ -23,3 +23,27 @@ func SetFoldOnly(on bool) bool {
 	foldOnly = on
 	return old
 }
+
+// SetCatLow turns foldCasts' 16-bit concatenations (widenAfterCat) on or
+// off and returns the previous setting.
+func SetCatLow(on bool) bool {
+	old := catLow
+	catLow = on
+	return old
+}
+
+// SetSplitAdd turns Fuse's merging of splits and gradient sums
+// (splitAdds) on or off and returns the previous setting.
+func SetSplitAdd(on bool) bool {
+	old := splitAdd
+	splitAdd = on
+	return old
+}
+
+// SetCatWiden turns widenAfterCat's prim.CatWiden on or off and returns
+// the previous setting.
+func SetCatWiden(on bool) bool {
+	old := catWiden
+	catWiden = on
+	return old
+}

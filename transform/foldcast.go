@@ -25,6 +25,11 @@ func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	g, cats, err := widenAfterCat(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	moved += cats
 	g, folded, err := foldNarrowing(g)
 	if err != nil {
 		return nil, 0, err
@@ -92,6 +97,173 @@ func widenAfterPermute(g *trace.Graph) (*trace.Graph, int, error) {
 		return nil, 0, err
 	}
 	return out, len(widen), nil
+}
+
+// catLow is off only in tests that compare against concatenations of
+// widened values.
+var catLow = true
+
+// catWiden is off only in tests that compare prim.CatWiden with a
+// concatenation and a widening.
+var catWiden = true
+
+// widenAfterCat returns a copy of g in which a concatenation whose inputs
+// are all widenings from one 16-bit type, and whose output that type's
+// narrowing reads, concatenates the 16-bit values and widens the result
+// instead: the same numbers (a concatenation copies, and widening is
+// exact), and foldNarrowing then drops the narrowing, whose readers take
+// the 16-bit concatenation. This is the autocast DenseNet block (ESRGAN's
+// RRDB): each LeakyReLU output is rounded (cast to bfloat16 and back), the
+// widened copies are concatenated and the concatenation rounded again to
+// be saved for the weight gradients; now the block concatenates the
+// bfloat16 values, moving half the bytes, and a widening only the
+// convolution reads replaces the narrowing. A widening that only such
+// concatenations read goes. Every value keeps its bytes but for the
+// concatenation's own step, which holds 16-bit inputs where it held
+// float32 ones, so no step holds more. It returns the copy and how many
+// concatenations changed.
+func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
+	if !catLow {
+		return g, 0, nil
+	}
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// widening returns the 16-bit type t is widened from (Invalid: t is
+	// not a widening's output).
+	widening := func(t *trace.Tensor) tensor.DType {
+		n := t.Node
+		c, ok := n.Op.(*prim.Cast)
+		if !ok || n.Kind != trace.KindOp || c.To != tensor.Float32 {
+			return tensor.Invalid
+		}
+		if d := n.Inputs[0].DType(); d == tensor.BFloat16 || d == tensor.Float16 {
+			return d
+		}
+		return tensor.Invalid
+	}
+	// lastRead[t] is the position of t's last reader (graph outputs: past
+	// the end).
+	lastRead := map[*trace.Tensor]int{}
+	pos := map[*trace.Node]int{}
+	for i, n := range g.Nodes {
+		pos[n] = i
+		for _, in := range n.Inputs {
+			lastRead[in] = i
+		}
+	}
+	for t := range outputs {
+		lastRead[t] = len(g.Nodes)
+	}
+	cats := map[*trace.Node]tensor.DType{}
+	for _, n := range g.Nodes {
+		if _, ok := n.Op.(*prim.CatOp); !ok || n.Kind != trace.KindOp || outputs[n.Outputs[0]] || len(n.Inputs) == 0 {
+			continue
+		}
+		lo := widening(n.Inputs[0])
+		for _, in := range n.Inputs[1:] {
+			if widening(in) != lo {
+				lo = tensor.Invalid
+			}
+		}
+		if lo == tensor.Invalid {
+			continue
+		}
+		// A 16-bit input read after the concatenation anyway lives no
+		// longer for being read by it.
+		for _, in := range n.Inputs {
+			if lastRead[in.Node.Inputs[0]] <= pos[n] {
+				lo = tensor.Invalid
+			}
+		}
+		// The narrowing comes right after the concatenation: nothing
+		// allocates while both 16-bit and float32 copies are live that did
+		// not before.
+		narrowed := false
+		for _, r := range cons[n.ID] {
+			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo && pos[r] == pos[n]+1 {
+				narrowed = true
+			}
+		}
+		if lo != tensor.Invalid && narrowed {
+			cats[n] = lo
+		}
+	}
+	if len(cats) == 0 {
+		return g, 0, nil
+	}
+	// narrow marks the changed concatenations' narrowings, which read the
+	// 16-bit concatenation instead; wide the concatenations with float32
+	// readers too, and both those of them made with their widening in one
+	// pass (prim.CatWiden): as the inputs outlive the concatenation, that
+	// step holds what the widening's held.
+	narrow, wide, both := map[*trace.Node]bool{}, map[*trace.Node]bool{}, map[*trace.Node]bool{}
+	for n, lo := range cats {
+		for _, r := range cons[n.ID] {
+			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo {
+				narrow[r] = true
+			} else {
+				wide[n] = true
+			}
+		}
+		both[n] = wide[n] && catWiden
+	}
+	// Widenings every reader of which is a changed concatenation go.
+	drop := map[*trace.Node]bool{}
+	for n := range cats {
+		for _, in := range n.Inputs {
+			w := in.Node
+			if outputs[in] || drop[w] {
+				continue
+			}
+			all := true
+			for _, r := range cons[w.ID] {
+				if _, ok := cats[r]; !ok {
+					all = false
+				}
+			}
+			drop[w] = all
+		}
+	}
+	// lows maps each changed concatenation's output to its 16-bit copy.
+	lows := map[*trace.Tensor]*trace.Tensor{}
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, _ []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		if drop[n] {
+			return true
+		}
+		if narrow[n] {
+			mapped[n.Outputs[0]] = lows[n.Inputs[0]]
+			return true
+		}
+		if _, ok := cats[n]; !ok {
+			return false
+		}
+		ins := make([]*trace.Tensor, len(n.Inputs))
+		for i, in := range n.Inputs {
+			ins[i] = mapped[in.Node.Inputs[0]]
+		}
+		if both[n] {
+			c := *n
+			c.Op = &prim.CatWiden{Axis: n.Op.(*prim.CatOp).Axis}
+			vs := out.Clone(&c, ins)
+			lows[n.Outputs[0]], mapped[n.Outputs[0]] = vs[0], vs[1]
+			return true
+		}
+		v := out.Clone(n, ins)[0]
+		lows[n.Outputs[0]] = v
+		if wide[n] {
+			c := *n
+			c.Op = &prim.Cast{To: tensor.Float32}
+			mapped[n.Outputs[0]] = out.Clone(&c, []*trace.Tensor{v})[0]
+		}
+		return true
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, len(cats), nil
 }
 
 // narrowBeforePermute returns a copy of g in which the narrowings of a

@@ -64,6 +64,13 @@ func Fuse(g *trace.Graph) (*trace.Graph, FuseStats, error) {
 	if on, err := env.Bool(env.Fuse, true); err != nil || !on {
 		return g, st, err
 	}
+	g, splits, err := splitAdds(g)
+	if err != nil {
+		return nil, st, err
+	}
+	if splits > 0 {
+		st.Patterns[(&prim.SplitAdd{}).Name()] += splits
+	}
 	orig := g
 	g, pairs, err := roundPairs(g)
 	if err != nil {

@@ -1,6 +1,7 @@
 package transform_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/headroom-ml/headroom/device"
@@ -120,5 +121,136 @@ func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
 				t.Errorf("without the pass %d concatenation inputs live into the backward pass, want at least 15 (the test no longer sees what the pass removes)", kept)
 			}
 		}()
+	}
+}
+
+// Under bf16-mixed a DenseNet block concatenates its bfloat16 values and
+// widens the concatenation (widenAfterCat), in one pass (prim.CatWiden),
+// rather than concatenating widened copies and rounding the result again:
+// loss and gradients bit for bit as before, no float32 concatenation
+// left, and no more memory.
+func TestMixedCatsLowValues(t *testing.T) {
+	spec := tinyRRDB()
+	for _, s := range []setup{{precision: transform.BF16Mixed}, {precision: transform.BF16Mixed, remat: transform.CheapOps}} {
+		oldLow, oldWiden := transform.SetCatLow(false), transform.SetCatWiden(false)
+		base := step(t, spec, 2, s)
+		transform.SetCatLow(true)
+		apart := step(t, spec, 2, s)
+		transform.SetCatWiden(true)
+		got := step(t, spec, 2, s)
+		transform.SetCatLow(oldLow)
+		transform.SetCatWiden(oldWiden)
+		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations", apart, base)
+		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations widened in one pass", got, base)
+		for _, o := range []outcome{apart, got} {
+			if o.plan.Total() > base.plan.Total() {
+				t.Errorf("planned %d bytes, %d with float32 concatenations", o.plan.Total(), base.plan.Total())
+			}
+		}
+		count := func(o outcome) (low, wide, both int) {
+			for _, n := range o.prog.Nodes {
+				if n.Kind != trace.KindOp || n.Phase != trace.Forward {
+					continue
+				}
+				switch n.Op.(type) {
+				case *prim.CatOp:
+					if n.Outputs[0].DType() == tensor.BFloat16 {
+						low++
+					} else {
+						wide++
+					}
+				case *prim.CatWiden:
+					both++
+				}
+			}
+			return
+		}
+		// 3 dense blocks of 4 concatenations.
+		if low, wide, both := count(apart); low != 12 || wide != 0 || both != 0 {
+			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations and %d cat+to_float32, want 12, 0 and 0", s.remat != nil, low, wide, both)
+		}
+		if low, wide, both := count(got); low != 0 || wide != 0 || both != 12 {
+			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations and %d cat+to_float32, want 0, 0 and 12", s.remat != nil, low, wide, both)
+		}
+		t.Logf("remat %v: planned %d bytes, %d apart, was %d", s.remat != nil, got.plan.Total(), apart.plan.Total(), base.plan.Total())
+	}
+}
+
+// A DenseNet block's backward cuts each concatenation's gradient and adds
+// the pieces to the inputs' gradients in one node (Fuse's splitAdds):
+// loss and gradients bit for bit those of the separate split and adds, in
+// fp32 and bf16-mixed, and no more memory.
+func TestSplitAddsMerge(t *testing.T) {
+	spec := tinyRRDB()
+	for _, s := range []setup{{}, {precision: transform.BF16Mixed}, {remat: transform.CheapOps}} {
+		old := transform.SetSplitAdd(false)
+		base := step(t, spec, 2, s)
+		transform.SetSplitAdd(true)
+		got := step(t, spec, 2, s)
+		transform.SetSplitAdd(old)
+		what := fmt.Sprintf("rrdbnet-tiny %v remat %v, split+add", s.precision, s.remat != nil)
+		sameGrads(t, what, got, base)
+		if got.plan.Total() > base.plan.Total() {
+			t.Errorf("%s: planned %d bytes, %d with separate adds", what, got.plan.Total(), base.plan.Total())
+		}
+		merged, splits := 0, 0
+		for _, n := range got.prog.Nodes {
+			switch n.Op.(type) {
+			case *prim.SplitAdd:
+				merged++
+			case *prim.SplitOp:
+				splits++
+			}
+		}
+		// 3 dense blocks of 4 concatenations, each cut once.
+		if merged != 12 || splits != 0 {
+			t.Errorf("%s: %d split+add nodes and %d splits, want 12 and 0", what, merged, splits)
+		}
+		t.Logf("%s: planned %d bytes, was %d", what, got.plan.Total(), base.plan.Total())
+	}
+}
+
+// splitAdds keeps each add's operand order (the sum of two NaNs is the
+// first one's) and the addends' order, and leaves a piece read elsewhere
+// as it is.
+func TestSplitAddsOrder(t *testing.T) {
+	g := trace.New()
+	f32 := func(name string, c int) *trace.Tensor {
+		return g.Input(name, tensor.Float32, tensor.Shape{2, c, 3})
+	}
+	var a, b *trace.Tensor
+	err := trace.Capture(func() {
+		x := f32("x", 7)
+		a, b = f32("a", 2), f32("b", 4)
+		p := g.Apply(&prim.SplitOp{Axis: 1, Sizes: []int{2, 4, 1}}, x)
+		g.Output("sa", prim.Add(a, p[0]))
+		g.Output("sb", prim.Add(p[1], b))
+		g.Output("c", prim.Apply1(&prim.Unary{Kind: prim.ReLUKind}, p[2]))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fg, _, err := transform.Fuse(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa *trace.Node
+	for _, n := range fg.Nodes {
+		if _, ok := n.Op.(*prim.SplitAdd); ok {
+			sa = n
+		}
+	}
+	if sa == nil {
+		t.Fatal("no split+add node")
+	}
+	o := sa.Op.(*prim.SplitAdd)
+	want := []prim.AccOrder{prim.AccBefore, prim.AccAfter, prim.AccNone}
+	for i, w := range want {
+		if o.Acc[i] != w {
+			t.Fatalf("accumulation orders %v, want %v", o.Acc, want)
+		}
+	}
+	if len(sa.Inputs) != 3 || sa.Inputs[1].Node.Name != a.Node.Name || sa.Inputs[2].Node.Name != b.Node.Name {
+		t.Fatalf("inputs %v, want x, a, b", sa.Inputs)
 	}
 }
