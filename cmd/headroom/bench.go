@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ type benchFlags struct {
 	markdown   bool
 	noPeak     bool
 	cpuprofile string
-	opProfile  bool
+	opProfile  opProfileFlag
 	child      string
 	// profile is --profile (benchprofile.go); profilePid and profileName
 	// name a child's process in it.
@@ -67,12 +68,56 @@ func benchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.BoolVar(&f.markdown, "markdown", false, "print the table as Markdown")
 	fs.BoolVar(&f.noPeak, "no-peak", false, "do not measure the FMA peak (nor print the fraction of it each workload reached)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of headroom's timed steps to `file` (one workload only)")
-	fs.BoolVar(&f.opProfile, "op-profile", false, "print headroom's kernel time per op for each workload")
+	fs.Var(&f.opProfile, "op-profile", "print headroom's kernel time per op for each workload; --op-profile=shapes also lists under each op the input dtypes and shapes of its calls (with a matrix product's M×N×K and the op's parameters: transposes, strides, padding), the "+strconv.Itoa(bench.DefaultOpShapes)+" that take the most time and a line for the rest; --op-profile=shapes:N lists N")
 	fs.StringVar(&f.profile, "profile", "", "write a profiler trace of headroom's measurements to `file`, as train --profile does (Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing: a slice per executed node and per step, warm-up steps included, memory and whole-process counters); each workload and round is a process of its own in it. Profiling every node slows the timed steps a little")
 	fs.StringVar(&f.child, "child", "", "(internal) measure this workload in this process and print the result line")
 	fs.IntVar(&f.profilePid, "profile-pid", 0, "(internal) with --child: the process id of this child's trace")
 	fs.StringVar(&f.profileName, "profile-name", "", "(internal) with --child: the process name of this child's trace")
 	return fs
+}
+
+// opProfileFlag is --op-profile: a boolean flag (plain --op-profile is
+// the table by op) that also takes =shapes or =shapes:N, for the input
+// shapes of each op's calls under its line.
+type opProfileFlag struct {
+	on     bool
+	shapes int // input shapes listed per op; 0: none
+}
+
+func (p *opProfileFlag) IsBoolFlag() bool { return true }
+
+func (p *opProfileFlag) String() string {
+	switch {
+	case p == nil || !p.on:
+		return "false"
+	case p.shapes == 0:
+		return "true"
+	case p.shapes == bench.DefaultOpShapes:
+		return "shapes"
+	}
+	return "shapes:" + strconv.Itoa(p.shapes)
+}
+
+func (p *opProfileFlag) Set(s string) error {
+	if on, err := strconv.ParseBool(s); err == nil {
+		*p = opProfileFlag{on: on}
+		return nil
+	}
+	switch n, found := strings.CutPrefix(s, "shapes:"); {
+	case s == "ops":
+		*p = opProfileFlag{on: true}
+	case s == "shapes":
+		*p = opProfileFlag{on: true, shapes: bench.DefaultOpShapes}
+	case found:
+		k, err := strconv.Atoi(n)
+		if err != nil || k < 1 {
+			return fmt.Errorf("want shapes:N with N at least 1, not %q", s)
+		}
+		*p = opProfileFlag{on: true, shapes: k}
+	default:
+		return fmt.Errorf("want true, false, ops, shapes or shapes:N, not %q", s)
+	}
+	return nil
 }
 
 // printPublicFlags is printFlags without the (internal) flags.
@@ -159,6 +204,7 @@ Examples:
   headroom bench --workloads gpt,rrdbnet --precision bf16-mixed --compare-pytorch
   HEADROOM_MAX_ISA=avx2 headroom bench --threads 2 --compare-pytorch
   headroom bench --workloads resnet18 --op-profile --cpuprofile cpu.pprof
+  headroom bench --workloads gpt --steps 1 --op-profile=shapes   # which matmul takes the time
   headroom bench --workloads mlp,gpt --profile bench.json   # open in ui.perfetto.dev
 
 Flags:
@@ -294,8 +340,8 @@ func benchRun(ctx context.Context, f benchFlags, ws []bench.Workload, out, log i
 			if f.cpuprofile != "" {
 				argv = append(argv, "--cpuprofile", f.cpuprofile)
 			}
-			if f.opProfile {
-				argv = append(argv, "--op-profile")
+			if f.opProfile.on {
+				argv = append(argv, "--op-profile="+f.opProfile.String())
 			}
 			if f.inBack {
 				argv = append(argv, "--optimizer-in-backward")
@@ -411,8 +457,8 @@ func benchChild(ctx context.Context, f benchFlags, out, log io.Writer) error {
 	}
 	o := bench.Options{Warmup: f.warmup, Steps: f.steps, Threads: f.threads, Seed: f.seed, CPUProfile: f.cpuprofile, Progress: log, Precision: prec, InBackward: f.inBack,
 		GradientBuffers: f.gradBufs, Recompute: remat}
-	if f.opProfile {
-		o.OpProfile = log
+	if f.opProfile.on {
+		o.OpProfile, o.OpShapes = log, f.opProfile.shapes
 	}
 	var watch *benchWatch
 	if f.profile != "" {

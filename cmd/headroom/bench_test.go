@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestBenchHelp(t *testing.T) {
 	var help strings.Builder
 	writeBenchUsage(&help, fs)
 	h := help.String()
-	for _, want := range []string{"Usage: headroom bench [flags]", "\n  --model list\n", "\n  --precision string\n", "\n  --compare-pytorch\n", "resnet152-128", "(zoo model mlp-1024)", "OPENBLAS_CORETYPE"} {
+	for _, want := range []string{"Usage: headroom bench [flags]", "\n  --model list\n", "\n  --precision string\n", "\n  --compare-pytorch\n", "resnet152-128", "(zoo model mlp-1024)", "OPENBLAS_CORETYPE", "--op-profile=shapes"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("bench -h lacks %q:\n%s", want, h)
 		}
@@ -56,6 +57,45 @@ func TestBenchHelp(t *testing.T) {
 	}
 	if out, code := runChild(t, nil, "bench", "-h"); code != 0 || !strings.Contains(out, "Usage: headroom bench") {
 		t.Errorf("bench -h: exit %d, output:\n%s", code, out)
+	}
+}
+
+// --op-profile is a boolean flag that also takes =shapes and =shapes:N;
+// its String is what the parent passes its children, so it parses back to
+// the same setting.
+func TestBenchOpProfileFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want opProfileFlag
+		ok   bool
+	}{
+		{nil, opProfileFlag{}, true},
+		{[]string{"--op-profile"}, opProfileFlag{on: true}, true},
+		{[]string{"--op-profile=true"}, opProfileFlag{on: true}, true},
+		{[]string{"--op-profile=ops"}, opProfileFlag{on: true}, true},
+		{[]string{"--op-profile=false"}, opProfileFlag{}, true},
+		{[]string{"--op-profile=shapes"}, opProfileFlag{on: true, shapes: bench.DefaultOpShapes}, true},
+		{[]string{"--op-profile=shapes:12"}, opProfileFlag{on: true, shapes: 12}, true},
+		{[]string{"--op-profile", "--workloads", "gpt"}, opProfileFlag{on: true}, true},
+		{[]string{"--op-profile=shapes:0"}, opProfileFlag{}, false},
+		{[]string{"--op-profile=shapes:x"}, opProfileFlag{}, false},
+		{[]string{"--op-profile=shape"}, opProfileFlag{}, false},
+	} {
+		var f benchFlags
+		fs := benchFlagSet(&f)
+		fs.SetOutput(io.Discard)
+		err := fs.Parse(c.args)
+		if (err == nil) != c.ok || c.ok && f.opProfile != c.want {
+			t.Errorf("%v: got %+v, %v; want %+v (ok %v)", c.args, f.opProfile, err, c.want, c.ok)
+			continue
+		}
+		if !c.ok {
+			continue
+		}
+		var back opProfileFlag
+		if err := back.Set(f.opProfile.String()); err != nil || back != f.opProfile {
+			t.Errorf("%v: %q parses to %+v, %v", c.args, f.opProfile.String(), back, err)
+		}
 	}
 }
 
@@ -95,7 +135,7 @@ func TestBenchChildZooModel(t *testing.T) {
 func TestBenchChild(t *testing.T) {
 	defer parallel.SetThreads(parallel.Threads())
 	var out, log bytes.Buffer
-	f := benchFlags{child: "mlp", steps: 1, warmup: 0, threads: 1, seed: 1, opProfile: true}
+	f := benchFlags{child: "mlp", steps: 1, warmup: 0, threads: 1, seed: 1, opProfile: opProfileFlag{on: true}}
 	if err := benchChild(context.Background(), f, &out, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}

@@ -44,6 +44,9 @@ type Options struct {
 	// OpProfile, if set, receives a table of time per op over the timed
 	// steps (exec.Options.Observe).
 	OpProfile io.Writer
+	// OpShapes, with OpProfile, lists under each op the input shapes of
+	// its calls, this many at most (0: none).
+	OpShapes int
 	// Progress, if set, receives a line per step.
 	Progress io.Writer
 	// Precision of the training step (zero value: fp32).
@@ -188,7 +191,7 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 		w.Name, store.NumParams(), device.FormatBytes(res.Planned), grads,
 		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations-mp.TransientGradients))
 
-	prof := newOpProfile()
+	prof := newOpProfile(o.OpShapes)
 	if o.Watch != nil {
 		o.Watch.Begin(dev, tr)
 	}
@@ -374,38 +377,3 @@ var defaultPool *parallel.Pool
 
 // cpuTime is the CPU time the process has used, all threads.
 func cpuTime() time.Duration { return cputime.Process() }
-
-// opProfile sums node times per op name (and phase) over the timed steps.
-type opProfile struct {
-	total map[string]time.Duration
-	calls map[string]int
-}
-
-func newOpProfile() *opProfile {
-	return &opProfile{total: map[string]time.Duration{}, calls: map[string]int{}}
-}
-
-func (p *opProfile) observe(_ int, n *trace.Node, d time.Duration) {
-	k := n.Op.Name() + " (" + n.Phase.String() + ")"
-	p.total[k] += d
-	p.calls[k]++
-}
-
-func (p *opProfile) write(w io.Writer, steps int) {
-	type row struct {
-		k string
-		d time.Duration
-	}
-	var rows []row
-	var sum time.Duration
-	for k, d := range p.total {
-		rows = append(rows, row{k, d})
-		sum += d
-	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].d > rows[j].d })
-	steps = max(1, steps)
-	fmt.Fprintf(w, "  time per step by op (kernels only, %s per step in all):\n", FormatSeconds(sum.Seconds()/float64(steps)))
-	for _, r := range rows {
-		fmt.Fprintf(w, "    %-40s %6d calls %10s %5.1f%%\n", r.k, p.calls[r.k]/steps, FormatSeconds(r.d.Seconds()/float64(steps)), 100*float64(r.d)/float64(max(1, sum)))
-	}
-}
