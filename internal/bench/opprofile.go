@@ -239,7 +239,7 @@ func opAttrs(op trace.Op) string {
 			if !f.IsExported() {
 				continue
 			}
-			if st, ok := fv.Interface().(fmt.Stringer); ok && fv.CanInt() && !fv.IsZero() {
+			if st, ok := fv.Interface().(fmt.Stringer); ok && (fv.CanInt() || fv.CanUint()) && !fv.IsZero() {
 				// An enum (a dtype, a unary op's kind) by its name.
 				out = append(out, f.Name+"="+st.String())
 				continue
@@ -261,6 +261,9 @@ func opAttrs(op trace.Op) string {
 					out = append(out, f.Name+"="+strconv.FormatInt(x, 10))
 				}
 			case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				if fv.Type().PkgPath() != "" {
+					continue // an enum without names, as above
+				}
 				if x := fv.Uint(); x != 0 {
 					out = append(out, f.Name+"="+strconv.FormatUint(x, 10))
 				}

@@ -102,6 +102,10 @@ func TestDescribeCall(t *testing.T) {
 		{opNode(&prim.Conv2dBackwardInput{Opts: prim.ConvOpts{}.Normalized(), InputShape: tensor.Shape{8, 3, 32, 32}}, trace.Backward,
 			meta(f32, 8, 16, 32, 32), meta(f32, 16, 3, 3, 3)),
 			"f32[8,16,32,32] f32[16,3,3,3] InputShape=[8,3,32,32]"},
+		// A dtype (an 8-bit enum with names) by its name.
+		{opNode(&prim.Cast{To: bf16}, trace.Forward, meta(f32, 4)), "f32[4] To=bfloat16"},
+		// An unsigned enum without names says nothing the op's name does not.
+		{opNode(&prim.Unary{Kind: prim.UnaryKind(16)}, trace.Forward, meta(f32, 4)), "f32[4]"},
 	} {
 		if got := describeCall(c.n); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.n.Op.Name(), got, c.want)
