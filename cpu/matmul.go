@@ -20,31 +20,49 @@ func init() {
 // cache; the pass over gpt's [2048, 1536] products' outputs cost about a
 // tenth of their time), else in a pass of its own.
 func matmulEpilogue(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
-	o := n.Op.(*prim.MatMul)
-	as, bs := in[0].Shape, in[1].Shape
-	if in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 && out[0].DType == tensor.Float32 {
-		batch, m, k, nn, err := o.Dims(as, bs)
-		if err != nil {
-			return err
-		}
-		lda, ldb := as[len(as)-1], bs[len(bs)-1]
-		aOffs := offsets(batch, bstrides(as[:len(as)-2], batch))
-		bOffs := offsets(batch, bstrides(bs[:len(bs)-2], batch))
-		aMat, bMat := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
-		a16, b16, c := in[0].U16(), in[1].U16(), out[0].F32()
-		for bi, ao := range aOffs {
-			base := bi * m * nn
-			rows := func(i0, i1 int) { epi(base+i0*nn, base+i1*nn) }
-			if !blas.SgemmMixedRows(o.TransA, o.TransB, m, nn, k, 1, blas.BF16(a16[ao*aMat:]), lda, blas.BF16(b16[bOffs[bi]*bMat:]), ldb, 0, c[base:], nn, pool, rows) {
-				pool.For(m, max(1, elemGrain/16/max(1, nn)), rows)
-			}
-		}
-		return nil
+	if mixedProduct(in, out) {
+		return matmulMixed(pool, n, in, out, epi)
 	}
 	if err := runOn(pool, n, in, out, ws); err != nil {
 		return err
 	}
 	pool.For(out[0].Shape.NumElements(), elemGrain/16, epi)
+	return nil
+}
+
+// mixedProduct reports whether a product's operands are narrower than C
+// (16-bit operands converted as the kernel packs them).
+func mixedProduct(in, out []*tensor.Tensor) bool {
+	return in[0].DType != out[0].DType || in[1].DType != out[0].DType
+}
+
+// matmulMixed runs a mixed product a batch at a time. With epi, each
+// batch's rows of C go to epi as the bf16 product finishes them
+// (blas.SgemmMixedRows), or in a pass after the product where it cannot.
+func matmulMixed(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, epi func(lo, hi int)) error {
+	o := n.Op.(*prim.MatMul)
+	as, bs := in[0].Shape, in[1].Shape
+	batch, m, k, nn, err := o.Dims(as, bs)
+	if err != nil {
+		return err
+	}
+	lda, ldb := as[len(as)-1], bs[len(bs)-1]
+	aOffs := offsets(batch, bstrides(as[:len(as)-2], batch))
+	bOffs := offsets(batch, bstrides(bs[:len(bs)-2], batch))
+	aMat, bMat := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
+	c := out[0].F32()
+	for bi, ao := range aOffs {
+		a, b := gemmOperand(in[0], ao*aMat), gemmOperand(in[1], bOffs[bi]*bMat)
+		base := bi * m * nn
+		if epi == nil {
+			blas.SgemmMixed(o.TransA, o.TransB, m, nn, k, 1, a, lda, b, ldb, 0, c[base:], nn, pool)
+			continue
+		}
+		rows := func(i0, i1 int) { epi(base+i0*nn, base+i1*nn) }
+		if !blas.SgemmMixedRows(o.TransA, o.TransB, m, nn, k, 1, a, lda, b, ldb, 0, c[base:], nn, pool, rows) {
+			pool.For(m, max(1, elemGrain/16/max(1, nn)), rows)
+		}
+	}
 	return nil
 }
 
@@ -59,6 +77,9 @@ func gemm[T Float](pool *parallel.Pool, transA, transB bool, m, n, k int, a []T,
 }
 
 func matmulKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, _ []byte) error {
+	if mixedProduct(in, out) {
+		return matmulMixed(pool, n, in, out, nil)
+	}
 	o := n.Op.(*prim.MatMul)
 	as, bs := in[0].Shape, in[1].Shape
 	batch, m, k, nn, err := o.Dims(as, bs)
@@ -70,15 +91,6 @@ func matmulKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor
 	bBatch := bstrides(bs[:len(bs)-2], batch)
 	aMat, bMat := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
 	bOffs := offsets(batch, bBatch)
-	if in[0].DType != out[0].DType || in[1].DType != out[0].DType {
-		// A mixed product: 16-bit operands converted as the kernel packs them.
-		c := out[0].F32()
-		for bi, ao := range offsets(batch, aBatch) {
-			a, b := gemmOperand(in[0], ao*aMat), gemmOperand(in[1], bOffs[bi]*bMat)
-			blas.SgemmMixed(o.TransA, o.TransB, m, nn, k, 1, a, lda, b, ldb, 0, c[bi*m*nn:], nn, pool)
-		}
-		return nil
-	}
 	a, b, c := slice[T](in[0]), slice[T](in[1]), slice[T](out[0])
 	for bi, ao := range offsets(batch, aBatch) {
 		bo := bOffs[bi]
