@@ -281,31 +281,31 @@ func convWinoBF16(pool *parallel.Pool, n *trace.Node, g prim.ConvGeom, in, out [
 	}
 	var wf winograd
 	var ww winoWgrad
-	direct := make([]bool, len(in)) // the inputs read as bf16
+	readBF16 := make([]bool, len(in)) // the inputs read as bf16
 	switch n.Op.(type) {
 	case *prim.Conv2dOp:
 		w, ok := winogradFor(g)
 		if !ok || !w.vec() {
 			return false
 		}
-		wf, direct[0] = w, in[0].DType == tensor.BFloat16
+		wf, readBF16[0] = w, in[0].DType == tensor.BFloat16
 	case *prim.Conv2dBackwardInput:
 		w, ok := winogradInputGrad(g)
 		if !ok || !w.vec() {
 			return false
 		}
-		wf, direct[0] = w, in[0].DType == tensor.BFloat16
+		wf, readBF16[0] = w, in[0].DType == tensor.BFloat16
 	case *prim.Conv2dBackwardWeight:
 		w, ok := winogradWgrad(g)
 		if !ok {
 			return false
 		}
 		ww = w
-		direct[0], direct[1] = in[0].DType == tensor.BFloat16, in[1].DType == tensor.BFloat16
+		readBF16[0], readBF16[1] = in[0].DType == tensor.BFloat16, in[1].DType == tensor.BFloat16
 	default:
 		return false
 	}
-	if !direct[0] && !direct[1] {
+	if !readBF16[0] && !readBF16[1] {
 		return false
 	}
 	fws := ws[:convFloatWorkspace(n)]
@@ -314,7 +314,7 @@ func convWinoBF16(pool *parallel.Pool, n *trace.Node, g prim.ConvGeom, in, out [
 	bf := make([][]uint16, len(in))
 	for i, t := range in {
 		switch {
-		case direct[i]:
+		case readBF16[i]:
 			bf[i] = t.U16()
 		case t.DType == tensor.Float32:
 			wide[i] = t.F32()

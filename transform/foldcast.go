@@ -111,8 +111,8 @@ var catWiden = true
 // are all widenings from one 16-bit type, and whose output that type's
 // narrowing reads, concatenates the 16-bit values and widens the result
 // instead: the same numbers (a concatenation copies, and widening is
-// exact), and foldNarrowing then drops the narrowing, whose readers take
-// the 16-bit concatenation. This is the autocast DenseNet block (ESRGAN's
+// exact), and the narrowing goes, its readers taking the 16-bit
+// concatenation. This is the autocast DenseNet block (ESRGAN's
 // RRDB): each LeakyReLU output is rounded (cast to bfloat16 and back), the
 // widened copies are concatenated and the concatenation rounded again to
 // be saved for the weight gradients; now the block concatenates the
