@@ -529,3 +529,44 @@ func TestSgemmBF16KBlocks(t *testing.T) {
 		}
 	}
 }
+
+// A transposed A's product split among threads by columns (each thread
+// packing its own B panels; gpt's weight gradient 384×1536×2048) is
+// bitwise the reference and the split by M blocks: shapes with edge
+// tiles, odd k and several K blocks, B plain and transposed, on 2 and 3
+// threads.
+func TestSgemmBF16ColSplit(t *testing.T) {
+	if bf16Kern == nil {
+		t.Skip("no native bf16 kernel in use")
+	}
+	defer func(old bool) { bf16ColSplit = old }(bf16ColSplit)
+	for ci, tc := range []gemmCase{
+		{m: 24, n: 160, k: 1200, transA: true},
+		{m: 29, n: 203, k: 1025, transA: true, padA: 1, padB: 3, padC: 2, alpha: -0.5, beta: 1.25},
+		{m: 12, n: 77, k: 1555, transA: true, transB: true, padA: 2, padB: 1, padC: 1, alpha: 1, beta: 0},
+		{m: 48, n: 400, k: 512, transA: true, alpha: 2, beta: 0.5},
+	} {
+		if tc.alpha == 0 {
+			tc.alpha = 1
+		}
+		rng := rand.New(rand.NewPCG(uint64(ci), 15))
+		mt := makeMats(tc, rng)
+		a := randBF16s(rng, len(mt.a), ci%2 == 0)
+		b := randBF16s(rng, len(mt.b), ci%2 == 0)
+		c0 := to32(mt.c)
+		want := append([]float32(nil), c0...)
+		refGemmBF16(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), a, mt.lda, b, mt.ldb, float32(tc.beta), want, mt.ldc)
+		for _, split := range []bool{true, false} {
+			bf16ColSplit = split
+			for _, threads := range []int{2, 3} {
+				got := append([]float32(nil), c0...)
+				SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc, parallel.NewPool(threads))
+				for i := range want {
+					if !sameBits(got[i], want[i]) {
+						t.Fatalf("split %v t%d %v: element %d = %g (%#08x), want %g (%#08x)", split, threads, tc, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
