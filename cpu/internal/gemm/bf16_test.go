@@ -531,16 +531,21 @@ func TestSgemmBF16KBlocks(t *testing.T) {
 }
 
 // A transposed A's product split among threads by columns (each thread
-// packing its own B panels; gpt's weight gradient 384×1536×2048) is
-// bitwise the reference and the split by M blocks: shapes with edge
-// tiles, odd k and several K blocks, B plain and transposed, on 2 and 3
-// threads.
+// packing its own B panels; gpt's weight gradient 384×1536×2048), and a
+// product with few columns split by M blocks with B packed by each thread
+// (gpt's 1536×384×2048), are bitwise the reference and the shared split:
+// shapes with edge tiles, odd k and several K blocks, A and B plain and
+// transposed, on 2 and 3 threads.
 func TestSgemmBF16ColSplit(t *testing.T) {
 	if bf16Kern == nil {
 		t.Skip("no native bf16 kernel in use")
 	}
-	defer func(old bool) { bf16ColSplit = old }(bf16ColSplit)
+	defer func(c, r bool) { bf16ColSplit, bf16RowPriv = c, r }(bf16ColSplit, bf16RowPriv)
 	for ci, tc := range []gemmCase{
+		{m: 160, n: 24, k: 1200, transA: true},
+		{m: 203, n: 29, k: 1025, padA: 1, padB: 3, padC: 2, alpha: -0.5, beta: 1.25},
+		{m: 77, n: 12, k: 1555, transB: true, padA: 2, padB: 1, padC: 1, alpha: 1, beta: 0},
+		{m: 400, n: 48, k: 512, transA: true, transB: true, alpha: 2, beta: 0.5},
 		{m: 24, n: 160, k: 1200, transA: true},
 		{m: 29, n: 203, k: 1025, transA: true, padA: 1, padB: 3, padC: 2, alpha: -0.5, beta: 1.25},
 		{m: 12, n: 77, k: 1555, transA: true, transB: true, padA: 2, padB: 1, padC: 1, alpha: 1, beta: 0},
@@ -557,7 +562,7 @@ func TestSgemmBF16ColSplit(t *testing.T) {
 		want := append([]float32(nil), c0...)
 		refGemmBF16(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), a, mt.lda, b, mt.ldb, float32(tc.beta), want, mt.ldc)
 		for _, split := range []bool{true, false} {
-			bf16ColSplit = split
+			bf16ColSplit, bf16RowPriv = split, split
 			for _, threads := range []int{2, 3} {
 				got := append([]float32(nil), c0...)
 				SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc, parallel.NewPool(threads))

@@ -143,6 +143,12 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// core's cache: on Zen 4, gpt's weight gradient 384×1536×2048 spent
 	// 15% of its CPU time packing B on 2 threads against 6% on one.
 	colSplit := bf16ColSplit && threads > 1 && transA && !rowsA && n >= 2*threads*m && n <= nc
+	// Few columns against rows (m >= 2*threads*n): the threads split the
+	// M blocks, each packing all of B into a buffer of its own, rather
+	// than packing a shared one in turns: writing lines the other core
+	// read in the previous K block cost gpt's 1536×384×2048 weight
+	// gradient 9% of its CPU time packing B on 2 threads against 3% on one.
+	rowPriv := bf16RowPriv && threads > 1 && !colSplit && m >= 2*threads*n && n <= nc && mBlocks >= threads
 	if rows != nil && (n > nc || colSplit || (mBlocks < threads && ceilDiv(n, nr) > 1)) {
 		rows = nil // blocks of C's rows are not final in one thread
 	}
@@ -164,7 +170,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 			if pc+kcur == k {
 				done = rows
 			}
-			pack := func(lo, hi int) {
+			pack := func(bp []uint32, lo, hi int) {
 				if !transB {
 					// Pair by pair over the panels: whole rows of B read in turn.
 					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
@@ -183,7 +189,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 			}
 			// run computes M block ib with the B panels [jpLo, jpHi), A packed
 			// into ap (the edge tile's floats in ctile).
-			run := func(ap []uint32, ctile []float32, ib, jpLo, jpHi int) {
+			run := func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int) {
 				ic, mcur := block(ib)
 				switch {
 				case a32 != nil && kcur%2 == 0 && mcur%mr == 0:
@@ -217,7 +223,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 				defer bf16Bufs.Put(abuf)
 				for t := lo; t < hi; t++ {
 					ib, jb := t/nSplit, t%nSplit
-					run(ap, ctile, ib, jb*nPanels/nSplit, (jb+1)*nPanels/nSplit)
+					run(bp, ap, ctile, ib, jb*nPanels/nSplit, (jb+1)*nPanels/nSplit)
 				}
 			}
 			switch {
@@ -229,17 +235,32 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 					defer bf16Bufs.Put(abuf)
 					for jb := lo; jb < hi; jb++ {
 						jpLo, jpHi := jb*nPanels/threads, (jb+1)*nPanels/threads
-						pack(jpLo, jpHi)
+						pack(bp, jpLo, jpHi)
 						for ib := range mBlocks {
-							run(ap, ctile, ib, jpLo, jpHi)
+							run(bp, ap, ctile, ib, jpLo, jpHi)
+						}
+					}
+				})
+			case rowPriv:
+				// Each thread packs all of B into a buffer of its own and runs
+				// its share of the M blocks on it.
+				pool.For(threads, 1, func(lo, hi int) {
+					abuf, ap, ctile := buffers()
+					defer bf16Bufs.Put(abuf)
+					pbuf := getU32(kpc * nc)
+					defer bf16Bufs.Put(pbuf)
+					for tt := lo; tt < hi; tt++ {
+						pack(*pbuf, 0, nPanels)
+						for ib := tt * mBlocks / threads; ib < (tt+1)*mBlocks/threads; ib++ {
+							run(*pbuf, ap, ctile, ib, 0, nPanels)
 						}
 					}
 				})
 			case threads > 1:
-				pool.For(nPanels, 1, pack)
+				pool.For(nPanels, 1, func(lo, hi int) { pack(bp, lo, hi) })
 				pool.For(mBlocks*nSplit, 1, compute)
 			default:
-				pack(0, nPanels)
+				pack(bp, 0, nPanels)
 				compute(0, mBlocks*nSplit)
 			}
 		}
@@ -247,9 +268,10 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	return rows != nil
 }
 
-// bf16ColSplit lets sgemmBF16Rows split a transposed A's product among
-// threads by columns (for tests and measurements of both ways).
-var bf16ColSplit = true
+// bf16ColSplit and bf16RowPriv let sgemmBF16Rows split a product among
+// threads by columns, or by rows with B packed by each thread (else both
+// by rows with B packed together): for tests and measurements of both.
+var bf16ColSplit, bf16RowPriv = true, true
 
 // bf16Bufs holds packing buffers for reuse.
 var bf16Bufs sync.Pool
