@@ -247,12 +247,16 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 				pool.For(threads, 1, func(lo, hi int) {
 					abuf, ap, ctile := buffers()
 					defer bf16Bufs.Put(abuf)
-					pbuf := getU32(kpc * nc)
-					defer bf16Bufs.Put(pbuf)
 					for tt := lo; tt < hi; tt++ {
-						pack(*pbuf, 0, nPanels)
+						own := bp // share 0's; the others take one each
+						if tt > 0 {
+							pbuf := getU32(kpc * nc)
+							defer bf16Bufs.Put(pbuf)
+							own = *pbuf
+						}
+						pack(own, 0, nPanels)
 						for ib := tt * mBlocks / threads; ib < (tt+1)*mBlocks/threads; ib++ {
-							run(*pbuf, ap, ctile, ib, 0, nPanels)
+							run(own, ap, ctile, ib, 0, nPanels)
 						}
 					}
 				})
