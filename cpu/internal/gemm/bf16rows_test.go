@@ -28,6 +28,7 @@ func TestSgemmMixedRows(t *testing.T) {
 		{2048, 384, 1536, false, false, true},
 		{300, 1152, 384, false, true, true},
 		{77, 50, 1100, true, false, true},
+		{96, 400, 1100, true, false, false},  // split by columns (n >= 4m)
 		{24, 100, 4096, false, false, false}, // one M block, split by columns
 		{24, 16, 64, false, false, true},     // one M block and one panel
 		{50, bf16NC + 40, 48, false, true, false},
