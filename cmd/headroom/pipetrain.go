@@ -260,12 +260,14 @@ func pipeTrainMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 			saved = step + 1
 			if stop {
 				// Every rank returns an error now, which ends the job
-				// (comm.Run, mpirun): not before rank 0 has written.
-				if err := c.Barrier(stepCtx); err != nil {
-					return err
-				}
+				// (comm.Run, mpirun): not before rank 0 has written the
+				// checkpoint and the hint (after the barrier, another
+				// rank's error could end the job before rank 0 printed it).
 				if r == 0 {
 					fmt.Fprintf(stdout, "resume with: headroom train --pipeline %d --resume %s (and the same flags)\n", *P, ckf.dir)
+				}
+				if err := c.Barrier(stepCtx); err != nil {
+					return err
 				}
 				return fmt.Errorf("interrupted after step %d, saved in %s: %w", step+1, ckf.dir, context.Cause(ctx))
 			}
