@@ -181,7 +181,11 @@ python3-torch, through %s, embedded in this
 binary, so it works from any directory), in a child process of their own,
 alternating with headroom round by round, with the same thread count, and
 the table gives the ratios headroom/PyTorch (below 1 is better for
-headroom). Before that, bench checks that PyTorch runs on its proper
+headroom). With --rounds 2 or more the time ratio has in brackets the
+ratio of the two engines' fastest rounds (each round's median step): on a
+shared machine a neighbour's busy phase slows whole rounds of either
+engine, so when the two figures differ the bracketed one is like for like.
+Before that, bench checks that PyTorch runs on its proper
 kernels: it reads the BLAS torch was built with, the library file whose
 sgemm torch calls (Debian's torch links a generic libblas.so.3: with only
 libblas3 installed that is the reference BLAS, 10-40x slower, and bench

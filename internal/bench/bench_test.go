@@ -235,3 +235,47 @@ func TestMergeAndTable(t *testing.T) {
 		t.Errorf("headroom-only table:\n%s", solo.String())
 	}
 }
+
+// A slow phase of the host that hits one engine's round moves the pooled
+// medians; the fastest rounds' ratio stays where the quiet rounds put it.
+func TestBestRoundRatio(t *testing.T) {
+	mlp, _ := Lookup("mlp")
+	res := func(e string, steps ...float64) Result {
+		return Result{Workload: "mlp", Engine: e, Work: 128, Unit: "samples", Steps: steps}
+	}
+	cases := []struct {
+		name       string
+		hr, pt     []Result
+		pooled     float64
+		best       float64
+		wantInCell string
+	}{
+		{"slow phase on headroom's second round",
+			[]Result{res(Headroom, 0.010, 0.011, 0.012), res(Headroom, 0.030, 0.031, 0.029)},
+			[]Result{res(PyTorch, 0.020, 0.021, 0.022), res(PyTorch, 0.020, 0.020, 0.021)},
+			0.0205 / 0.0205, 0.011 / 0.0200, "1.00× [0.55×]"},
+		{"one round each: no bracket", []Result{res(Headroom, 0.010)}, []Result{res(PyTorch, 0.020)}, 0.5, 0, "0.50×"},
+		{"failed round ignored",
+			[]Result{res(Headroom, 0.010), {Workload: "mlp", Engine: Headroom, Error: "boom"}, res(Headroom, 0.012)},
+			[]Result{res(PyTorch, 0.040), res(PyTorch, 0.020)},
+			0.011 / 0.030, 0.010 / 0.020, "0.37× [0.50×]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			row := Comparison{Workload: mlp, Headroom: Merge(c.hr), PyTorch: Merge(c.pt)}
+			if r := row.TimeRatio(); !near(r, c.pooled) {
+				t.Errorf("TimeRatio = %v, want %v", r, c.pooled)
+			}
+			if r := row.BestRoundRatio(); !near(r, c.best) {
+				t.Errorf("BestRoundRatio = %v, want %v", r, c.best)
+			}
+			var b bytes.Buffer
+			if err := WriteTable(&b, []Comparison{row}, true); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), "| "+c.wantInCell+" |") {
+				t.Errorf("table has no %q cell:\n%s", c.wantInCell, b.String())
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -12,17 +13,21 @@ import (
 // Measurement is one engine's results for one workload, merged over the
 // rounds of a run: step times pooled, memory the largest of the rounds.
 type Measurement struct {
-	Engine    string
-	Rounds    int
-	Steps     []float64
-	Work      float64
-	Unit      string
-	RSSDelta  int64
-	PeakReset bool
-	Planned   int64
-	Allocated int64
-	Flops     float64 // per step
-	Err       string
+	Engine string
+	Rounds int
+	Steps  []float64
+	// RoundMedians is each successful round's median step, in round order:
+	// a shared host's slow phases last about as long as a round, so they
+	// move whole rounds (see BestRoundRatio).
+	RoundMedians []float64
+	Work         float64
+	Unit         string
+	RSSDelta     int64
+	PeakReset    bool
+	Planned      int64
+	Allocated    int64
+	Flops        float64 // per step
+	Err          string
 }
 
 // Merge combines the results of one engine on one workload.
@@ -37,6 +42,7 @@ func Merge(rs []Result) Measurement {
 			continue
 		}
 		m.Steps = append(m.Steps, r.Steps...)
+		m.RoundMedians = append(m.RoundMedians, Summarize(r.Steps).Median)
 		m.Work, m.Unit = r.Work, r.Unit
 		m.RSSDelta = max(m.RSSDelta, r.RSSDelta())
 		m.PeakReset = m.PeakReset && r.PeakReset
@@ -89,6 +95,35 @@ func (c Comparison) TimeRatio() float64 {
 		return 0
 	}
 	return c.Headroom.Summary().Median / c.PyTorch.Summary().Median
+}
+
+// BestRoundRatio is headroom's fastest round over PyTorch's fastest round
+// (medians of each round's steps; 0 unless both engines ran at least two
+// rounds). On a host whose neighbours slow everything down in phases, the
+// pooled medians of TimeRatio move with whichever engine's rounds a slow
+// phase hit; each engine's fastest round is its least disturbed one, so
+// when the two ratios differ the host was noisy and this one is the
+// like-for-like figure.
+func (c Comparison) BestRoundRatio() float64 {
+	h, p := c.Headroom.RoundMedians, c.PyTorch.RoundMedians
+	if len(h) < 2 || len(p) < 2 {
+		return 0
+	}
+	bh, bp := slices.Min(h), slices.Min(p)
+	if bh <= 0 || bp <= 0 {
+		return 0
+	}
+	return bh / bp
+}
+
+// ratioCell is the time ratio of the pooled medians and, in brackets,
+// of the fastest rounds when there are several.
+func (c Comparison) ratioCell() string {
+	s := ratio(c.TimeRatio())
+	if b := c.BestRoundRatio(); b > 0 && s != "-" {
+		s += " [" + ratio(b) + "]"
+	}
+	return s
 }
 
 // PeakFraction is the fraction of the machine's arithmetic peak (FLOPS)
@@ -209,7 +244,7 @@ func (t Table) Write(w io.Writer, rows []Comparison) error {
 		}
 		var l []string
 		if withPT {
-			l = []string{r.Workload.Name, steps(h), steps(p), ratio(r.TimeRatio()),
+			l = []string{r.Workload.Name, steps(h), steps(p), r.ratioCell(),
 				FormatThroughput(h.Throughput(), h.Unit), FormatThroughput(p.Throughput(), p.Unit),
 				mem(h, training), mem(p, training), ratio(r.MemRatio()), planned}
 		} else {
