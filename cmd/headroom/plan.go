@@ -28,7 +28,7 @@ var (
 	precisionHelp = "numeric precision: " + strings.Join(transform.Precisions, ", ") +
 		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
 		strings.Join(budget.Names(budget.AutoPrecisions), " and ") + "; fp16-mixed and bf16-true only when named). " +
-		"Low precision is emulated on the cpu (operands and outputs rounded, float32 arithmetic): it saves memory, not time"
+		"bf16 products run on the CPU's bfloat16 dot products (AVX512-BF16, float32 accumulation) where it has them, which saves time as well as memory; elsewhere, and for fp16, low precision is emulated (operands and outputs rounded, float32 arithmetic) and saves memory, not time. The planner's cost model knows which this CPU does"
 	compressHelp = "how saved activations are stored until the backward pass: " + strings.Join(transform.Compressions, ", ") +
 		", a comma-separated list of them for the planner to choose from, or auto (with --budget: the planner chooses among " +
 		strings.Join(budget.Names(budget.AutoCompress), ", ") + "; masks stores ReLU masks as bits, exactly, and bf16 and int8 do too and compress " +
