@@ -187,6 +187,9 @@ type Result struct {
 	// Problem.GradientBuffers did not ask for them ("" when it did, or
 	// when Best has none).
 	notArena string
+	// nativeBF16 is set when the cost model charged bf16 products at a
+	// native kernel's rate (CostModel.BF16FLOPS): the plan's wording.
+	nativeBF16 bool
 }
 
 // Slowdown is the best choice's estimated time over the baseline's.
@@ -224,7 +227,7 @@ func Fit(ctx context.Context, p Problem) (*Result, error) {
 		return nil, err
 	}
 	defer f.close()
-	res := &Result{}
+	res := &Result{nativeBF16: f.cost.BF16FLOPS > 0}
 	// The baseline is the step as it runs without the planner: gradients
 	// where the problem asks for them (in the arena by default), so a
 	// plan's slowdown never counts the arena's savings as speed.

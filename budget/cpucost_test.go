@@ -2,6 +2,7 @@ package budget_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/headroom-ml/headroom/budget"
@@ -49,8 +50,8 @@ func TestCPUCost(t *testing.T) {
 }
 
 // The planner picks the precision the CPU's table makes faster: fp32 where
-// 16-bit products are not faster (every CPU today: autocast only adds
-// casts), bf16-mixed where they are.
+// 16-bit products are not faster (autocast only adds casts where bf16 is
+// emulated), bf16-mixed where they are; the plan says which it is.
 func TestPrecisionFollowsCPUCost(t *testing.T) {
 	spec, err := zoo.Lookup("mlp-1024") // matmuls: where 16-bit products pay
 	if err != nil {
@@ -58,21 +59,33 @@ func TestPrecisionFollowsCPUCost(t *testing.T) {
 	}
 	p := budget.Problem{Build: testkit.Build(spec), Example: spec.Example, Batch: 128, Budget: 1 << 40, Precisions: mixed, Compress: keep,
 		NewOptimizer: func() (optim.Optimizer, error) { return optim.NewAdam(optim.AdamDefaults()) }}
-	pick := func(c budget.CostModel) transform.Precision {
+	pick := func(c budget.CostModel) (transform.Precision, string) {
 		p.Cost = c
 		res, err := budget.Fit(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res.Best.Precision
+		var b strings.Builder
+		res.Print(&b, p.Budget)
+		return res.Best.Precision, b.String()
 	}
-	if got := pick(budget.DefaultCost); got != transform.FP32 {
+	if got, _ := pick(budget.DefaultCost); got != transform.FP32 {
 		t.Errorf("DefaultCost: %v, want fp32", got)
 	}
 	fast := budget.DefaultCost
 	fast.BF16FLOPS = 4 * fast.FLOPS
-	if got := pick(fast); got != transform.BF16Mixed {
+	got, plan := pick(fast)
+	if got != transform.BF16Mixed {
 		t.Errorf("16-bit products 4 times faster: %v, want bf16-mixed", got)
+	}
+	// The plan says why a low precision is cheaper, not that it is emulated.
+	if !strings.Contains(plan, "bf16 products native on this CPU") || strings.Contains(plan, "emulated") {
+		t.Errorf("plan chosen for a native bf16 kernel reads:\n%s", plan)
+	}
+	// Forced to bf16-mixed where bf16 is emulated, it says so.
+	p.Precisions = []transform.Precision{transform.BF16Mixed}
+	if _, plan := pick(budget.DefaultCost); !strings.Contains(plan, "emulated on the cpu") {
+		t.Errorf("plan in emulated bf16-mixed reads:\n%s", plan)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/transform"
 )
 
@@ -50,7 +51,11 @@ func (r *Result) Print(w io.Writer, budget int64) {
 	fmt.Fprintf(w, "  micro-batch %d x %d accumulation steps (effective batch %d)\n", b.MicroBatch, b.Accumulation, r.Baseline.MicroBatch)
 	prec := b.Precision.String()
 	if b.Precision != transform.FP32 {
-		prec += fmt.Sprintf(" (%d values rounded per micro-batch; emulated on the cpu, so rounding costs time)", b.Rounded)
+		how := "emulated on the cpu, so rounding costs time"
+		if r.nativeBF16 && b.Precision.LowDType() == tensor.BFloat16 {
+			how = "bf16 products native on this CPU, charged at its bf16 rate"
+		}
+		prec += fmt.Sprintf(" (%d values rounded per micro-batch; %s)", b.Rounded, how)
 	}
 	fmt.Fprintf(w, "  precision %s\n", prec)
 	fmt.Fprintf(w, "  saved activations: %s\n", b.storage())
