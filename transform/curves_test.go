@@ -371,8 +371,8 @@ from another initialization: the spread a change of seed causes, the yardstick f
 "activations at peak" is the planned activation memory of one step (train.Trainer.Plan), which
 equals the measured peak. "fp32 + X saved" is fp32 training with saved activations stored as X (size threshold 4 KiB,
 ReLU masks as bits). fp16-mixed runs with the GradScaler (initial scale 2^16). Times include the
-float32 emulation of low precision (the cpu kernels compute in float32 only): rounding costs time
-here, it does not save it; they were taken on a shared machine and are indicative only.
+low precision's rounding passes (and, on a CPU without AVX512-BF16, its float32 emulation);
+they were taken on a shared machine and are indicative only (headroom bench --precision measures speed).
 The same comparison plotted from two command-line runs (headroom train --log, rendered by
 headroom report) is in [precision-runs.md](precision-runs.md).
 
