@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"strings"
 )
@@ -46,6 +47,22 @@ func (a *asm) args(names []string, regs ...string) {
 	}
 }
 
+// ret leaves a kernel (clearing the upper halves of the vector registers
+// for SSE code after it).
+func (a *asm) ret() {
+	a.i("VZEROUPPER")
+	a.i("RET")
+}
+
+// endLoop closes a kernel's outer loop: counter counts down to zero, then
+// label done and the return.
+func (a *asm) endLoop(counter, loop, done string) {
+	a.i("DECQ %s", counter)
+	a.i("JNZ %s", loop)
+	a.label(done)
+	a.ret()
+}
+
 // floatY broadcasts the float32 v to all lanes of Yn (through AX).
 func (a *asm) floatY(n int, v float32, note string) {
 	a.i("MOVL $0x%08X, AX // %s", math.Float32bits(v), note)
@@ -60,8 +77,13 @@ func (a *asm) intY(n int, src string) {
 	a.i("VPBROADCASTD X%d, Y%d", n, n)
 }
 
-// data writes a read-only table of int32 values.
-func (a *asm) data(name string, vals []int) {
+// data writes a read-only table of int32 values, after a blank line and
+// the comment lines doc.
+func (a *asm) data(name string, vals []int, doc ...string) {
+	a.w("")
+	for _, l := range doc {
+		a.w("// %s", l)
+	}
 	for k, v := range vals {
 		a.w("DATA %s<>+%d(SB)/4, $%d", name, 4*k, v)
 	}
@@ -184,11 +206,7 @@ func (t rowTransform) gen(a *asm) {
 	a.i("JNZ %shalf", p)
 	a.w("")
 	a.i("ADDQ R10, SI")
-	a.i("DECQ CX")
-	a.i("JNZ %sloop", p)
-	a.label(p + "done")
-	a.i("VZEROUPPER")
-	a.i("RET")
+	a.endLoop("CX", p+"loop", p+"done")
 }
 
 var rowTransforms = []rowTransform{
@@ -348,18 +366,13 @@ func genTables(a *asm) {
 		next = append(next, tileLane((k+1)%8))
 		spread = append(spread, laneTile(k))
 	}
-	a.w("")
-	a.w("// Lanes 0..7.")
-	a.data("winoLane", lane)
-	a.w("")
-	a.w("// Lanes of tiles 0..7 after the in-lane 4×4 transposes hold tiles")
-	a.w("// 0 2 4 6 1 3 5 7: winoOrder puts them back in order, winoNext shifts by")
-	a.w("// one tile (lane 7 is filled in after), and winoSpread is the inverse")
-	a.w("// (what the scatter applies before its transposes).")
-	a.data("winoOrder", order)
-	a.w("")
+	a.data("winoLane", lane, "Lanes 0..7.")
+	a.data("winoOrder", order,
+		"Lanes of tiles 0..7 after the in-lane 4×4 transposes hold tiles",
+		"0 2 4 6 1 3 5 7: winoOrder puts them back in order, winoNext shifts by",
+		"one tile (lane 7 is filled in after), and winoSpread is the inverse",
+		"(what the scatter applies before its transposes).")
 	a.data("winoNext", next)
-	a.w("")
 	a.data("winoSpread", spread)
 }
 
@@ -454,15 +467,13 @@ func genGather(a *asm) {
 	for j, y := range cols {
 		a.i("VMASKMOVPS Y%d, Y11, %s", y, sixRows(j))
 	}
-	a.i("VZEROUPPER")
-	a.i("RET")
+	a.ret()
 	a.w("")
 	a.w("full: // masked stores are slow on some CPUs (microcoded on AMD's)")
 	for j, y := range cols {
 		a.i("VMOVUPS Y%d, %s", y, sixRows(j))
 	}
-	a.i("VZEROUPPER")
-	a.i("RET")
+	a.ret()
 }
 
 func genScatter(a *asm) {
@@ -527,11 +538,7 @@ func genScatter(a *asm) {
 	a.label("scnext")
 	a.i("ADDQ R11, SI // next output row: next point row of m (6j+i)")
 	a.i("ADDQ R9, DI")
-	a.i("DECQ CX")
-	a.i("JNZ scrow")
-	a.label("scdone")
-	a.i("VZEROUPPER")
-	a.i("RET")
+	a.endLoop("CX", "scrow", "scdone")
 }
 
 func offDI(off int) string {
@@ -582,11 +589,7 @@ func genWGather(a *asm) {
 	}
 	a.i("ADDQ $32, DX")
 	a.i("ADDQ $32, DI")
-	a.i("DECQ CX")
-	a.i("JNZ wgloop")
-	a.label("wgdone")
-	a.i("VZEROUPPER")
-	a.i("RET")
+	a.endLoop("CX", "wgloop", "wgdone")
 }
 
 // ---- AVX-512 many-row gather
@@ -610,59 +613,45 @@ func genTables512(a *asm) {
 			deint = append(deint, v)
 		}
 	}
-	a.w("")
-	a.w("// Lanes 0..15, and the indices of VPERMT2PS deinterleaving columns 4i+j")
-	a.w("// (i < 8) of two registers (columns 0..31): table j at winoDeint<>+64j.")
-	a.data("winoLane16", lane16)
-	a.w("")
+	a.data("winoLane16", lane16,
+		"Lanes 0..15, and the indices of VPERMT2PS deinterleaving columns 4i+j",
+		"(i < 8) of two registers (columns 0..31): table j at winoDeint<>+64j.")
 	a.data("winoDeint", deint)
 }
 
-// loadKind is the element type of the plane the AVX-512 gather reads.
+// loadKind is the element type of the plane the AVX-512 gather reads:
+// its masked loads of runStarts' columns (K1..K4, from R13) fill Z0..Z3
+// with float32, directly or (widen) as 16-bit values into Y0..Y3 that are
+// then zero-extended and shifted into the high halves (bfloat16 to
+// float32, exact).
 type loadKind struct {
 	name, elem string
+	doc        []string
 	prefix     string // of the labels
 	size       int    // bytes
-	shift      int    // log2(size)
-	doc        []string
-	// load writes the masked loads of runStarts' columns (K1..K4) from
-	// R13 into Z0..Z3 as float32.
-	load func(a *asm)
+	load       string // the masked load (zeroing)
+	widen      bool
 }
 
 var loadF32 = loadKind{
-	name: "winoGatherRows512", elem: "float32", prefix: "gr", size: 4, shift: 2,
+	name: "winoGatherRows512", elem: "float32",
 	doc: []string{
 		"AVX-512F. For rows r < nrows of the patches of n <= 8 consecutive tiles",
 		"(4 columns apart) of an h×w plane, i < n, j < 6: dst[(6j+r)*rs + i] =",
 		"plane[(ih0+r)*w + iw0 + 4i + j], zero outside the plane (nothing outside",
 		"it is read: masked loads).",
 	},
-	load: func(a *asm) {
-		for k, c := range runStarts {
-			a.i("VMOVUPS.Z %s, K%d, Z%d", offR13(4*c), k+1, k)
-		}
-	},
+	prefix: "gr", size: 4, load: "VMOVUPS.Z",
 }
 
 var loadBF16 = loadKind{
-	name: "winoGatherRowsBF16512", elem: "uint16", prefix: "gb", size: 2, shift: 1,
+	name: "winoGatherRowsBF16512", elem: "uint16",
 	doc: []string{
 		"AVX-512F and BW. winoGatherRows512 on a bfloat16 plane, each value",
 		"widened exactly to float32 (shifted into the high half): the same",
 		"masks and permutations after 16-bit masked loads.",
 	},
-	load: func(a *asm) {
-		for k, c := range runStarts {
-			a.i("VMOVDQU16.Z %s, K%d, Y%d", offR13(2*c), k+1, k)
-		}
-		for k := range runStarts {
-			a.i("VPMOVZXWD Y%d, Z%d", k, k)
-		}
-		for k := range runStarts {
-			a.i("VPSLLD $16, Z%d, Z%d", k, k)
-		}
-	},
+	prefix: "gb", size: 2, load: "VMOVDQU16.Z", widen: true,
 }
 
 func offR13(off int) string {
@@ -712,7 +701,7 @@ func genGatherRows512(a *asm, k loadKind) {
 	for j := 0; j < 4; j++ {
 		a.i("VMOVUPS winoDeint<>+%d(SB), Z%d", 64*j, 4+j)
 	}
-	a.i("SHLQ $%d, R9 // row stride, bytes", k.shift)
+	a.i("SHLQ $%d, R9 // row stride, bytes", bits.TrailingZeros(uint(k.size)))
 	a.i("LEAQ (SI)(R10*%d), SI // column iw0 of row 0", k.size)
 	a.w("")
 	a.i("TESTQ R14, R14")
@@ -725,7 +714,21 @@ func genGatherRows512(a *asm, k loadKind) {
 	a.i("MOVQ AX, R13")
 	a.i("IMULQ R9, R13")
 	a.i("ADDQ SI, R13")
-	k.load(a)
+	for m, c := range runStarts {
+		dst := fmt.Sprintf("Z%d", m)
+		if k.widen {
+			dst = fmt.Sprintf("Y%d", m)
+		}
+		a.i("%s %s, K%d, %s", k.load, offR13(k.size*c), m+1, dst)
+	}
+	if k.widen {
+		for m := range runStarts {
+			a.i("VPMOVZXWD Y%d, Z%d", m, m)
+		}
+		for m := range runStarts {
+			a.i("VPSLLD $16, Z%d, Z%d", m, m)
+		}
+	}
 	a.w("")
 	// Column 4i+j of the patches, stored to rows 6j+r (lanes < n): from
 	// Z0/Z1 (j < 4) or Z2/Z3 (j = 4, 5) through table j%4, into Z8, or in
@@ -754,9 +757,5 @@ func genGatherRows512(a *asm, k loadKind) {
 	a.label(p + "next")
 	a.i("INCQ AX")
 	a.i("ADDQ R11, DI")
-	a.i("DECQ R14")
-	a.i("JNZ %sloop", p)
-	a.label(p + "done")
-	a.i("VZEROUPPER")
-	a.i("RET")
+	a.endLoop("R14", p+"loop", p+"done")
 }
