@@ -163,10 +163,10 @@ func (t rowTransform) gen(a *asm) {
 	p := t.prefix
 	a.w("")
 	a.w("// func %s(n16 int, p *float32, rs, ps int)", t.name)
-	a.w("// On rows r of 16 floats at p + b*ps + r*rs (elements), blocks b < n16.")
 	for _, l := range t.doc {
 		a.w("// %s", l)
 	}
+	a.w("// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).")
 	a.w("TEXT ·%s(SB), NOSPLIT, $0-32", t.name)
 	a.args([]string{"n16", "p", "rs", "ps"}, "CX", "SI", "R8", "R10")
 	a.i("SHLQ $2, R8")
@@ -187,11 +187,14 @@ func (t rowTransform) gen(a *asm) {
 	}
 	a.w("")
 	for _, l := range t.body {
-		if l == "" || strings.HasPrefix(l, "//") {
+		switch {
+		case l == "":
+			a.w("")
+		case strings.HasPrefix(l, "//"):
 			a.w("\t%s", l)
-			continue
+		default:
+			a.i("%s", l)
 		}
-		a.i("%s", l)
 	}
 	a.w("")
 	for r, y := range t.out {

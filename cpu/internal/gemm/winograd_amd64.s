@@ -5,8 +5,8 @@
 #include "textflag.h"
 
 // func winoBT6(n16 int, p *float32, rs, ps int)
-// On rows r of 16 floats at p + b*ps + r*rs (elements), blocks b < n16.
 // In place, rows s_0..s_5 -> rows 0..5 of Bᵀ s (F(4×4,3×3) input transform).
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
 TEXT ·winoBT6(SB), NOSPLIT, $0-32
 	MOVQ n16+0(FP), CX
 	MOVQ p+8(FP), SI
@@ -44,7 +44,7 @@ bthalf:
 	VMOVAPS Y4, Y6
 	VFMADD231PS Y12, Y0, Y6
 	VFMADD231PS Y13, Y2, Y6
-	
+
 	// a = s4 - 4 s2, b = s3 - 4 s1; o1 = a + b, o2 = a - b
 	VMOVAPS Y4, Y7
 	VFMADD231PS Y14, Y2, Y7
@@ -52,14 +52,14 @@ bthalf:
 	VFMADD231PS Y14, Y1, Y8
 	VADDPS Y8, Y7, Y9
 	VSUBPS Y8, Y7, Y10
-	
+
 	// c = s4 - s2, e = 2 (s3 - s1); o3 = c + e, o4 = c - e
 	VSUBPS Y2, Y4, Y7
 	VSUBPS Y1, Y3, Y8
 	VADDPS Y8, Y8, Y8
 	VADDPS Y8, Y7, Y11
 	VSUBPS Y8, Y7, Y15
-	
+
 	// o5 = 4 s1 - 5 s3 + s5
 	VFMADD231PS Y12, Y1, Y5
 	VFMADD231PS Y13, Y3, Y5
@@ -85,8 +85,8 @@ btdone:
 	RET
 
 // func winoAT6(n16 int, p *float32, rs, ps int)
-// On rows r of 16 floats at p + b*ps + r*rs (elements), blocks b < n16.
 // In place, rows s_0..s_5 -> rows 0..3 of Aᵀ s (F(4×4,3×3) output transform).
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
 TEXT ·winoAT6(SB), NOSPLIT, $0-32
 	MOVQ n16+0(FP), CX
 	MOVQ p+8(FP), SI
@@ -125,18 +125,18 @@ athalf:
 	VSUBPS Y2, Y1, Y7
 	VADDPS Y4, Y3, Y8
 	VSUBPS Y4, Y3, Y9
-	
+
 	// o0 = s0 + a + c
 	VADDPS Y6, Y0, Y10
 	VADDPS Y8, Y10, Y10
-	
+
 	// o1 = b + 2 e
 	VMOVAPS Y7, Y11
 	VFMADD231PS Y12, Y9, Y11
-	
+
 	// o2 = a + 4 c
 	VFMADD231PS Y13, Y8, Y6
-	
+
 	// o3 = b + 8 e + s5
 	VADDPS Y5, Y7, Y7
 	VFMADD231PS Y14, Y9, Y7
@@ -160,8 +160,8 @@ atdone:
 	RET
 
 // func winoG6(n16 int, p *float32, rs, ps int)
-// On rows r of 16 floats at p + b*ps + r*rs (elements), blocks b < n16.
 // In place, rows g_0..g_2 -> rows 0..5 of G g (F(4×4,3×3) weight transform).
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
 TEXT ·winoG6(SB), NOSPLIT, $0-32
 	MOVQ n16+0(FP), CX
 	MOVQ p+8(FP), SI
@@ -231,9 +231,9 @@ gdone:
 	RET
 
 // func winoGT6(n16 int, p *float32, rs, ps int)
-// On rows r of 16 floats at p + b*ps + r*rs (elements), blocks b < n16.
 // In place, rows s_0..s_5 -> rows 0..2 of Gᵀ s (the F(4×4,3×3) weight
 // gradient's output transform).
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
 TEXT ·winoGT6(SB), NOSPLIT, $0-32
 	MOVQ n16+0(FP), CX
 	MOVQ p+8(FP), SI
@@ -274,7 +274,7 @@ gthalf:
 	VSUBPS Y1, Y2, Y7 // s2 - s1
 	VADDPS Y4, Y3, Y8 // s3 + s4
 	VSUBPS Y4, Y3, Y9 // s3 - s4
-	
+
 	VMULPS Y10, Y0, Y0 // s0/4
 	VFNMADD231PS Y11, Y6, Y0 // - (s1+s2)/6
 	VFMADD231PS Y12, Y8, Y0 // + (s3+s4)/24
@@ -301,12 +301,12 @@ gtdone:
 	RET
 
 // func winoA6(n16 int, p *float32, rs, ps int)
-// On rows r of 16 floats at p + b*ps + r*rs (elements), blocks b < n16.
 // In place, rows s_0..s_3 -> rows 0..5 of A s (the output gradient's
 // transform of the Winograd weight gradient). The sums are the portable
 // transformGrad's: a = s0 + s2, b = s1 + s3, c = s0 + 4 s2, e = 2 s1 + 8 s3
 // (the products by powers of two exact, so the fused forms round as the
 // separate ones). Row 0 (s0) stays.
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
 TEXT ·winoA6(SB), NOSPLIT, $0-32
 	MOVQ n16+0(FP), CX
 	MOVQ p+8(FP), SI
