@@ -629,7 +629,7 @@ func genTables512(a *asm) {
 // float32, exact).
 type loadKind struct {
 	name, elem string
-	doc        []string
+	doc        string // lines of the comment
 	prefix     string // of the labels
 	size       int    // bytes
 	load       string // the masked load (zeroing)
@@ -637,24 +637,18 @@ type loadKind struct {
 }
 
 var loadF32 = loadKind{
-	name: "winoGatherRows512", elem: "float32",
-	doc: []string{
-		"AVX-512F. For rows r < nrows of the patches of n <= 8 consecutive tiles",
-		"(4 columns apart) of an h×w plane, i < n, j < 6: dst[(6j+r)*rs + i] =",
-		"plane[(ih0+r)*w + iw0 + 4i + j], zero outside the plane (nothing outside",
-		"it is read: masked loads).",
-	},
-	prefix: "gr", size: 4, load: "VMOVUPS.Z",
+	name: "winoGatherRows512", elem: "float32", prefix: "gr", size: 4, load: "VMOVUPS.Z",
+	doc: `AVX-512F. For rows r < nrows of the patches of n <= 8 consecutive tiles
+(4 columns apart) of an h×w plane, i < n, j < 6: dst[(6j+r)*rs + i] =
+plane[(ih0+r)*w + iw0 + 4i + j], zero outside the plane (nothing outside
+it is read: masked loads).`,
 }
 
 var loadBF16 = loadKind{
-	name: "winoGatherRowsBF16512", elem: "uint16",
-	doc: []string{
-		"AVX-512F and BW. winoGatherRows512 on a bfloat16 plane, each value",
-		"widened exactly to float32 (shifted into the high half): the same",
-		"masks and permutations after 16-bit masked loads.",
-	},
-	prefix: "gb", size: 2, load: "VMOVDQU16.Z", widen: true,
+	name: "winoGatherRowsBF16512", elem: "uint16", prefix: "gb", size: 2, load: "VMOVDQU16.Z", widen: true,
+	doc: `AVX-512F and BW. winoGatherRows512 on a bfloat16 plane, each value
+widened exactly to float32 (shifted into the high half): the same
+masks and permutations after 16-bit masked loads.`,
 }
 
 func offR13(off int) string {
@@ -671,7 +665,7 @@ func genGatherRows512(a *asm, k loadKind) {
 	p := k.prefix
 	a.w("")
 	a.w("// func %s(n int, plane *%s, ih0, h, w, iw0 int, dst *float32, rs, nrows int)", k.name, k.elem)
-	for _, l := range k.doc {
+	for _, l := range strings.Split(k.doc, "\n") {
 		a.w("// %s", l)
 	}
 	a.w("TEXT ·%s(SB), NOSPLIT, $0-72", k.name)
