@@ -159,212 +159,6 @@ atdone:
 	VZEROUPPER
 	RET
 
-// func winoG6(n16 int, p *float32, rs, ps int)
-// In place, rows g_0..g_2 -> rows 0..5 of G g (F(4×4,3×3) weight transform).
-// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
-TEXT ·winoG6(SB), NOSPLIT, $0-32
-	MOVQ n16+0(FP), CX
-	MOVQ p+8(FP), SI
-	MOVQ rs+16(FP), R8
-	MOVQ ps+24(FP), R10
-	SHLQ $2, R8
-	SHLQ $2, R10
-	LEAQ (R8)(R8*2), R11
-	MOVL $0x3E800000, AX // 1/4
-	VMOVD AX, X10
-	VBROADCASTSS X10, Y10
-	MOVL $0xBE2AAAAB, AX // -1/6
-	VMOVD AX, X11
-	VBROADCASTSS X11, Y11
-	MOVL $0x3D2AAAAB, AX // 1/24
-	VMOVD AX, X12
-	VBROADCASTSS X12, Y12
-	MOVL $0x3E2AAAAB, AX // 1/6
-	VMOVD AX, X13
-	VBROADCASTSS X13, Y13
-	MOVL $0x3DAAAAAB, AX // 1/12
-	VMOVD AX, X14
-	VBROADCASTSS X14, Y14
-	TESTQ CX, CX
-	JLE gdone
-
-gloop:
-	LEAQ (SI)(R11*1), DI // row 3
-	MOVQ $2, DX
-	MOVQ SI, BX
-
-ghalf:
-	VMOVUPS (BX), Y0
-	VMOVUPS (BX)(R8*1), Y1
-	VMOVUPS (BX)(R8*2), Y2
-
-	VMULPS Y10, Y0, Y3 // g0/4
-	VADDPS Y2, Y0, Y4 // s = g0 + g2
-	VADDPS Y1, Y4, Y5
-	VMULPS Y11, Y5, Y5 // -(s + g1)/6
-	VSUBPS Y1, Y4, Y6
-	VMULPS Y11, Y6, Y6 // -(s - g1)/6
-	VMULPS Y13, Y2, Y7
-	VFMADD231PS Y12, Y0, Y7 // p = g0/24 + g2/6
-	VMULPS Y14, Y1, Y8 // q = g1/12
-	VADDPS Y8, Y7, Y9 // p + q
-	VSUBPS Y8, Y7, Y7 // p - q
-
-	VMOVUPS Y3, (BX)
-	VMOVUPS Y5, (BX)(R8*1)
-	VMOVUPS Y6, (BX)(R8*2)
-	VMOVUPS Y9, (DI)
-	VMOVUPS Y7, (DI)(R8*1)
-	VMOVUPS Y2, (DI)(R8*2)
-
-	ADDQ $32, BX
-	ADDQ $32, DI
-	DECQ DX
-	JNZ ghalf
-
-	ADDQ R10, SI
-	DECQ CX
-	JNZ gloop
-
-gdone:
-	VZEROUPPER
-	RET
-
-// func winoGT6(n16 int, p *float32, rs, ps int)
-// In place, rows s_0..s_5 -> rows 0..2 of Gᵀ s (the F(4×4,3×3) weight
-// gradient's output transform).
-// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
-TEXT ·winoGT6(SB), NOSPLIT, $0-32
-	MOVQ n16+0(FP), CX
-	MOVQ p+8(FP), SI
-	MOVQ rs+16(FP), R8
-	MOVQ ps+24(FP), R10
-	SHLQ $2, R8
-	SHLQ $2, R10
-	LEAQ (R8)(R8*2), R11
-	MOVL $0x3E800000, AX // 1/4
-	VMOVD AX, X10
-	VBROADCASTSS X10, Y10
-	MOVL $0x3E2AAAAB, AX // 1/6
-	VMOVD AX, X11
-	VBROADCASTSS X11, Y11
-	MOVL $0x3D2AAAAB, AX // 1/24
-	VMOVD AX, X12
-	VBROADCASTSS X12, Y12
-	MOVL $0x3DAAAAAB, AX // 1/12
-	VMOVD AX, X13
-	VBROADCASTSS X13, Y13
-	TESTQ CX, CX
-	JLE gtdone
-
-gtloop:
-	LEAQ (SI)(R11*1), DI // row 3
-	MOVQ $2, DX
-	MOVQ SI, BX
-
-gthalf:
-	VMOVUPS (BX), Y0
-	VMOVUPS (BX)(R8*1), Y1
-	VMOVUPS (BX)(R8*2), Y2
-	VMOVUPS (DI), Y3
-	VMOVUPS (DI)(R8*1), Y4
-	VMOVUPS (DI)(R8*2), Y5
-
-	VADDPS Y2, Y1, Y6 // s1 + s2
-	VSUBPS Y1, Y2, Y7 // s2 - s1
-	VADDPS Y4, Y3, Y8 // s3 + s4
-	VSUBPS Y4, Y3, Y9 // s3 - s4
-
-	VMULPS Y10, Y0, Y0 // s0/4
-	VFNMADD231PS Y11, Y6, Y0 // - (s1+s2)/6
-	VFMADD231PS Y12, Y8, Y0 // + (s3+s4)/24
-	VMULPS Y11, Y7, Y7 // (s2-s1)/6
-	VFMADD231PS Y13, Y9, Y7 // + (s3-s4)/12
-	VSUBPS Y6, Y8, Y8
-	VFMADD231PS Y11, Y8, Y5 // s5 + (s3+s4-s1-s2)/6
-
-	VMOVUPS Y0, (BX)
-	VMOVUPS Y7, (BX)(R8*1)
-	VMOVUPS Y5, (BX)(R8*2)
-
-	ADDQ $32, BX
-	ADDQ $32, DI
-	DECQ DX
-	JNZ gthalf
-
-	ADDQ R10, SI
-	DECQ CX
-	JNZ gtloop
-
-gtdone:
-	VZEROUPPER
-	RET
-
-// func winoA6(n16 int, p *float32, rs, ps int)
-// In place, rows s_0..s_3 -> rows 0..5 of A s (the output gradient's
-// transform of the Winograd weight gradient). The sums are the portable
-// transformGrad's: a = s0 + s2, b = s1 + s3, c = s0 + 4 s2, e = 2 s1 + 8 s3
-// (the products by powers of two exact, so the fused forms round as the
-// separate ones). Row 0 (s0) stays.
-// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
-TEXT ·winoA6(SB), NOSPLIT, $0-32
-	MOVQ n16+0(FP), CX
-	MOVQ p+8(FP), SI
-	MOVQ rs+16(FP), R8
-	MOVQ ps+24(FP), R10
-	SHLQ $2, R8
-	SHLQ $2, R10
-	LEAQ (R8)(R8*2), R11
-	MOVL $0x40800000, AX // 4
-	VMOVD AX, X12
-	VBROADCASTSS X12, Y12
-	MOVL $0x41000000, AX // 8
-	VMOVD AX, X13
-	VBROADCASTSS X13, Y13
-	TESTQ CX, CX
-	JLE adone
-
-aloop:
-	LEAQ (SI)(R11*1), DI // row 3
-	MOVQ $2, DX
-	MOVQ SI, BX
-
-ahalf:
-	VMOVUPS (BX), Y0
-	VMOVUPS (BX)(R8*1), Y1
-	VMOVUPS (BX)(R8*2), Y2
-	VMOVUPS (DI), Y3
-
-	VADDPS Y2, Y0, Y4 // a = s0 + s2
-	VADDPS Y3, Y1, Y5 // b = s1 + s3
-	VADDPS Y5, Y4, Y6 // o1 = a + b
-	VSUBPS Y5, Y4, Y7 // o2 = a - b
-	VMOVAPS Y0, Y8
-	VFMADD231PS Y12, Y2, Y8 // c = s0 + 4 s2
-	VADDPS Y1, Y1, Y9
-	VFMADD231PS Y13, Y3, Y9 // e = 2 s1 + 8 s3
-	VADDPS Y9, Y8, Y10 // o3 = c + e
-	VSUBPS Y9, Y8, Y11 // o4 = c - e
-
-	VMOVUPS Y6, (BX)(R8*1)
-	VMOVUPS Y7, (BX)(R8*2)
-	VMOVUPS Y10, (DI)
-	VMOVUPS Y11, (DI)(R8*1)
-	VMOVUPS Y3, (DI)(R8*2)
-
-	ADDQ $32, BX
-	ADDQ $32, DI
-	DECQ DX
-	JNZ ahalf
-
-	ADDQ R10, SI
-	DECQ CX
-	JNZ aloop
-
-adone:
-	VZEROUPPER
-	RET
-
 // Lanes 0..7.
 DATA winoLane<>+0(SB)/4, $0
 DATA winoLane<>+4(SB)/4, $1
@@ -594,6 +388,77 @@ scdone:
 	VZEROUPPER
 	RET
 
+// func winoG6(n16 int, p *float32, rs, ps int)
+// In place, rows g_0..g_2 -> rows 0..5 of G g (F(4×4,3×3) weight transform).
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
+TEXT ·winoG6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x3E800000, AX // 1/4
+	VMOVD AX, X10
+	VBROADCASTSS X10, Y10
+	MOVL $0xBE2AAAAB, AX // -1/6
+	VMOVD AX, X11
+	VBROADCASTSS X11, Y11
+	MOVL $0x3D2AAAAB, AX // 1/24
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x3E2AAAAB, AX // 1/6
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	MOVL $0x3DAAAAAB, AX // 1/12
+	VMOVD AX, X14
+	VBROADCASTSS X14, Y14
+	TESTQ CX, CX
+	JLE gdone
+
+gloop:
+	LEAQ (SI)(R11*1), DI // row 3
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+ghalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+
+	VMULPS Y10, Y0, Y3 // g0/4
+	VADDPS Y2, Y0, Y4 // s = g0 + g2
+	VADDPS Y1, Y4, Y5
+	VMULPS Y11, Y5, Y5 // -(s + g1)/6
+	VSUBPS Y1, Y4, Y6
+	VMULPS Y11, Y6, Y6 // -(s - g1)/6
+	VMULPS Y13, Y2, Y7
+	VFMADD231PS Y12, Y0, Y7 // p = g0/24 + g2/6
+	VMULPS Y14, Y1, Y8 // q = g1/12
+	VADDPS Y8, Y7, Y9 // p + q
+	VSUBPS Y8, Y7, Y7 // p - q
+
+	VMOVUPS Y3, (BX)
+	VMOVUPS Y5, (BX)(R8*1)
+	VMOVUPS Y6, (BX)(R8*2)
+	VMOVUPS Y9, (DI)
+	VMOVUPS Y7, (DI)(R8*1)
+	VMOVUPS Y2, (DI)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ ghalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ gloop
+
+gdone:
+	VZEROUPPER
+	RET
+
 // func winoWGather(n8 int, wt *float32, idx *int32, dst *float32, rs int, flip int)
 // For blocks b < n8 and lanes l < 8, with x = idx[8b+l] and e = 3kh+kw < 9:
 // dst[(6kw+kh)*rs + 8b + l] = wt[x + e] (flip: wt[x + 8 - e]), or zero
@@ -676,6 +541,141 @@ wgloop:
 	JNZ wgloop
 
 wgdone:
+	VZEROUPPER
+	RET
+
+// func winoGT6(n16 int, p *float32, rs, ps int)
+// In place, rows s_0..s_5 -> rows 0..2 of Gᵀ s (the F(4×4,3×3) weight
+// gradient's output transform).
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
+TEXT ·winoGT6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x3E800000, AX // 1/4
+	VMOVD AX, X10
+	VBROADCASTSS X10, Y10
+	MOVL $0x3E2AAAAB, AX // 1/6
+	VMOVD AX, X11
+	VBROADCASTSS X11, Y11
+	MOVL $0x3D2AAAAB, AX // 1/24
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x3DAAAAAB, AX // 1/12
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	TESTQ CX, CX
+	JLE gtdone
+
+gtloop:
+	LEAQ (SI)(R11*1), DI // row 3
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+gthalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (DI), Y3
+	VMOVUPS (DI)(R8*1), Y4
+	VMOVUPS (DI)(R8*2), Y5
+
+	VADDPS Y2, Y1, Y6 // s1 + s2
+	VSUBPS Y1, Y2, Y7 // s2 - s1
+	VADDPS Y4, Y3, Y8 // s3 + s4
+	VSUBPS Y4, Y3, Y9 // s3 - s4
+
+	VMULPS Y10, Y0, Y0 // s0/4
+	VFNMADD231PS Y11, Y6, Y0 // - (s1+s2)/6
+	VFMADD231PS Y12, Y8, Y0 // + (s3+s4)/24
+	VMULPS Y11, Y7, Y7 // (s2-s1)/6
+	VFMADD231PS Y13, Y9, Y7 // + (s3-s4)/12
+	VSUBPS Y6, Y8, Y8
+	VFMADD231PS Y11, Y8, Y5 // s5 + (s3+s4-s1-s2)/6
+
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y7, (BX)(R8*1)
+	VMOVUPS Y5, (BX)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ gthalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ gtloop
+
+gtdone:
+	VZEROUPPER
+	RET
+
+// func winoA6(n16 int, p *float32, rs, ps int)
+// In place, rows s_0..s_3 -> rows 0..5 of A s (the output gradient's
+// transform of the Winograd weight gradient). The sums are the portable
+// transformGrad's: a = s0 + s2, b = s1 + s3, c = s0 + 4 s2, e = 2 s1 + 8 s3
+// (the products by powers of two exact, so the fused forms round as the
+// separate ones). Row 0 (s0) stays.
+// Row r of block b < n16: the 16 floats at p + b*ps + r*rs (elements).
+TEXT ·winoA6(SB), NOSPLIT, $0-32
+	MOVQ n16+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ rs+16(FP), R8
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R8
+	SHLQ $2, R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0x40800000, AX // 4
+	VMOVD AX, X12
+	VBROADCASTSS X12, Y12
+	MOVL $0x41000000, AX // 8
+	VMOVD AX, X13
+	VBROADCASTSS X13, Y13
+	TESTQ CX, CX
+	JLE adone
+
+aloop:
+	LEAQ (SI)(R11*1), DI // row 3
+	MOVQ $2, DX
+	MOVQ SI, BX
+
+ahalf:
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (DI), Y3
+
+	VADDPS Y2, Y0, Y4 // a = s0 + s2
+	VADDPS Y3, Y1, Y5 // b = s1 + s3
+	VADDPS Y5, Y4, Y6 // o1 = a + b
+	VSUBPS Y5, Y4, Y7 // o2 = a - b
+	VMOVAPS Y0, Y8
+	VFMADD231PS Y12, Y2, Y8 // c = s0 + 4 s2
+	VADDPS Y1, Y1, Y9
+	VFMADD231PS Y13, Y3, Y9 // e = 2 s1 + 8 s3
+	VADDPS Y9, Y8, Y10 // o3 = c + e
+	VSUBPS Y9, Y8, Y11 // o4 = c - e
+
+	VMOVUPS Y6, (BX)(R8*1)
+	VMOVUPS Y7, (BX)(R8*2)
+	VMOVUPS Y10, (DI)
+	VMOVUPS Y11, (DI)(R8*1)
+	VMOVUPS Y3, (DI)(R8*2)
+
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ DX
+	JNZ ahalf
+
+	ADDQ R10, SI
+	DECQ CX
+	JNZ aloop
+
+adone:
 	VZEROUPPER
 	RET
 
