@@ -388,7 +388,10 @@ func (w winograd) transformWeights(pool *parallel.Pool, wt []float32, flip bool,
 		// task takes a strip of sc channels c (sc*mr values of the
 		// layout, whole blocks of 16) through the block's output
 		// channels, first touching a value of every cache line of the
-		// strip's pieces, so that their loads overlap. Same values.
+		// strip's pieces, so that their loads overlap (the touching is
+		// what pays: resnet152 step, input gradients' transforms 0.08-
+		// 0.11 s of CPU in 6 steps with it, 0.24-0.32 s by strips
+		// without it, as in the layout's order). Same values.
 		per := sc * w.mr / 16 // blocks of a strip, per mr output channels
 		lo, hi := k0, min(k0+rows, K)
 		pool.For(C/sc, 1, func(s0, s1 int) {
