@@ -3,10 +3,12 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/headroom-ml/headroom/internal/cputime"
+	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -156,6 +158,41 @@ func BenchmarkConv(b *testing.B) {
 			b.Run(s.name+"/"+c.name, func(b *testing.B) {
 				benchKernel(b, c.k(), flops)
 			})
+		}
+	}
+}
+
+// BenchmarkConvThreads measures the convolutions of resnet152's stages 3
+// and 4 (the bulk of its step) on one and two threads: cpu-ms/op is the
+// cost on a shared machine, where wall time is not.
+func BenchmarkConvThreads(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		for _, s := range convShapes {
+			if !strings.HasPrefix(s.name, "r152_l3") && !strings.HasPrefix(s.name, "r152_l4") {
+				continue
+			}
+			opts := op.ConvOpts{Stride: [2]int{s.s, s.s}, Padding: [2]int{s.ks / 2, s.ks / 2}}
+			g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, s.ks, s.ks}, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			flops := 2 * float64(g.N*g.K*g.OH*g.OW) * float64(g.ColRows())
+			x, w, y := f32(s.n, s.c, s.h, s.w), f32(s.k, s.c, s.ks, s.ks), f32(g.N, g.K, g.OH, g.OW)
+			for _, c := range []struct {
+				name string
+				o    trace.Op
+				in   []trace.Meta
+			}{
+				{"fwd", &prim.Conv2dOp{Opts: opts}, []trace.Meta{x, w}},
+				{"bwd_input", &prim.Conv2dBackwardInput{Opts: opts, InputShape: x.Shape}, []trace.Meta{y, w}},
+				{"bwd_weight", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: w.Shape}, []trace.Meta{y, x}},
+			} {
+				b.Run(fmt.Sprintf("t%d/%s/%s", threads, s.name, c.name), func(b *testing.B) {
+					old := parallel.SetThreads(threads)
+					defer parallel.SetThreads(old)
+					benchKernel(b, newKernelCase(b, c.o, c.in...), flops)
+				})
+			}
 		}
 	}
 }

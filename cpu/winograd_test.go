@@ -425,3 +425,45 @@ func TestWinogradChunksFitTheConvolution(t *testing.T) {
 		}
 	}
 }
+
+// The flipped weight transform by strips of input channels writes the
+// same transformed weights as in the layout's order, bit for bit, for
+// every block of output channels.
+func TestWinogradFlipStrips(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 9))
+	for _, tc := range []struct{ n, c, h, k int }{
+		{8, 256, 8, 256}, // resnet152's stage 3: 5 blocks of output channels
+		{1, 300, 6, 64},  // input gradient: 300 output channels in blocks, the last partly past C
+		{2, 16, 16, 16},  // one strip
+		{1, 512, 8, 96},  // two blocks of input channels (of 256)
+		{1, 40, 8, 40},   // no strips: 40 channels are not whole blocks of 16
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{tc.n, tc.c, tc.h, tc.h}, tensor.Shape{tc.k, tc.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gt, _ := winogradInputGeom(g)
+		w, ok := winogradPlan(gt)
+		if !ok || !w.vec() {
+			t.Skipf("%+v: no vector Winograd plan", tc)
+		}
+		wt := make([]float32, g.K*g.C*9)
+		for i := range wt {
+			wt[i] = float32(r.NormFloat64())
+		}
+		n := winoPts * w.uStride()
+		for k0 := 0; k0 < w.kpad; k0 += w.kb {
+			rows := min(w.kb, w.kpad-k0)
+			got, want := make([]float32, n), make([]float32, n)
+			w.transformWeights(nil, wt, true, got, k0, rows)
+			winoNoStrips = true
+			w.transformWeights(nil, wt, true, want, k0, rows)
+			winoNoStrips = false
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%+v block at %d: U[%d] = %g by strips, %g in order", tc, k0, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
