@@ -109,14 +109,19 @@ const attnRowBlock16 = 48
 
 func (g attnGeom) br16() int { return max(1, min(attnRowBlock16, g.t)) }
 
+// Each slot also holds the head's packed B operands (attnTile's path):
+// K^T and V in the forward; K^T, V^T, dO, q and K in the backward.
 func (g attnGeom) fwd16SlotBytes() int {
 	br := g.br16()
-	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv)) + a64(4*br*g.s) + a64(2*br*g.s)
+	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv)) + a64(4*br*g.s) + a64(2*br*g.s) +
+		a64(4*attnPackLen(g.s, g.d)) + a64(4*attnPackLen(g.dv, g.s))
 }
 
 func (g attnGeom) bwd16SlotBytes() int {
 	br := g.br16()
-	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv+2*g.t*g.dv)) + 2*a64(4*br*g.s) + 2*a64(2*br*g.s)
+	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv+2*g.t*g.dv)) + 2*a64(4*br*g.s) + 2*a64(2*br*g.s) +
+		a64(4*attnPackLen(g.s, g.d)) + a64(4*attnPackLen(g.s, g.dv)) + a64(4*attnPackLen(g.dv, g.t)) +
+		a64(4*attnPackLen(g.d, g.t)) + a64(4*attnPackLen(g.d, g.s))
 }
 
 func a64(n int) int { return (n + 63) &^ 63 }
