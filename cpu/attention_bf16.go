@@ -252,8 +252,9 @@ func attnSoftmaxBlock(sc []float32, p16 []uint16, lse []float32, rows, cols, i0 
 		}
 		lse[r] = float32(attnSoftmaxRow(row[:lim], scale))
 		clear(row[lim:])
+		// Rounded while the row is in cache.
+		blas.NarrowBF16(p16[r*cols:(r+1)*cols], row)
 	}
-	blas.NarrowBF16(p16, sc)
 }
 
 // attnGradBlock turns a row block's recomputed scores p and dP ds (rows
@@ -261,23 +262,47 @@ func attnSoftmaxBlock(sc []float32, p16 []uint16, lse []float32, rows, cols, i0 
 // masked ones zero) and writes their bfloat16 roundings to pb and dsb;
 // g16, y16 (dO and O) and lse are the head's.
 func attnGradBlock(p, ds []float32, pb, dsb []uint16, g16, y16 []uint16, lse []float32, rows, cols, i0, dv int, causal bool, scale float64) {
+	var di [4]float64
 	for r := 0; r < rows; r++ {
 		i := i0 + r
 		lim := cols
 		if causal {
 			lim = min(cols, i+1)
 		}
-		// D_i = rowsum(dO * O), from their bfloat16 values.
-		var di float64
-		gr, yr := g16[i*dv:(i+1)*dv], y16[i*dv:(i+1)*dv]
-		for c, h := range gr {
-			di += float64(bf16f(h)) * float64(bf16f(yr[c]))
+		if r%4 == 0 {
+			di = attnRowDots(g16, y16, i, min(4, rows-r), dv)
 		}
 		pr, dr := p[r*cols:(r+1)*cols], ds[r*cols:(r+1)*cols]
-		attnGradRow(pr[:lim], dr[:lim], scale, float64(lse[i]), di)
+		attnGradRow(pr[:lim], dr[:lim], scale, float64(lse[i]), di[r%4])
 		clear(pr[lim:])
 		clear(dr[lim:])
+		// Rounded while the row is in cache.
+		blas.NarrowBF16(pb[r*cols:(r+1)*cols], pr)
+		blas.NarrowBF16(dsb[r*cols:(r+1)*cols], dr)
 	}
-	blas.NarrowBF16(pb, p)
-	blas.NarrowBF16(dsb, ds)
+}
+
+// attnRowDots returns D_i = rowsum(dO * O) of rows [i, i+n) (n <= 4),
+// from their bfloat16 values, each summed in order in float64: the rows'
+// sums run side by side (one alone waits on each addition's latency).
+func attnRowDots(g16, y16 []uint16, i, n, dv int) (di [4]float64) {
+	if n < 4 {
+		for r := range n {
+			gr, yr := g16[(i+r)*dv:(i+r+1)*dv], y16[(i+r)*dv:(i+r+1)*dv]
+			for c, h := range gr {
+				di[r] += float64(bf16f(h)) * float64(bf16f(yr[c]))
+			}
+		}
+		return di
+	}
+	g0, g1, g2, g3 := g16[i*dv:(i+1)*dv], g16[(i+1)*dv:(i+2)*dv], g16[(i+2)*dv:(i+3)*dv], g16[(i+3)*dv:(i+4)*dv]
+	y0, y1, y2, y3 := y16[i*dv:(i+1)*dv], y16[(i+1)*dv:(i+2)*dv], y16[(i+2)*dv:(i+3)*dv], y16[(i+3)*dv:(i+4)*dv]
+	var d0, d1, d2, d3 float64
+	for c := range dv {
+		d0 += float64(bf16f(g0[c])) * float64(bf16f(y0[c]))
+		d1 += float64(bf16f(g1[c])) * float64(bf16f(y1[c]))
+		d2 += float64(bf16f(g2[c])) * float64(bf16f(y2[c]))
+		d3 += float64(bf16f(g3[c])) * float64(bf16f(y3[c]))
+	}
+	return [4]float64{d0, d1, d2, d3}
 }

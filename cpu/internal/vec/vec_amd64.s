@@ -410,8 +410,9 @@ sreduce:
 	RET
 
 // func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
-// mode 0: y = x*c0 + c1; mode 1: y = (dy - c0 - (x-c1)*c2) * c3; n a
-// multiple of 8. Separate multiplies and adds, as the scalar code rounds.
+// mode 0: y = x*c0 + c1; mode 1: y = (dy - c0 - (x-c1)*c2) * c3; mode 2:
+// y = x * (dy - c0) * c1; n a multiple of 8. Separate multiplies and
+// adds, as the scalar code rounds.
 TEXT ·normAVX2(SB), NOSPLIT, $0-48
 	MOVQ dy+0(FP), DX
 	MOVQ x+8(FP), SI
@@ -425,6 +426,8 @@ TEXT ·normAVX2(SB), NOSPLIT, $0-48
 	VBROADCASTSS 12(AX), Y15
 	SHRQ $3, CX
 	JZ   ndone
+	CMPQ BX, $2
+	JEQ  nmsub
 	TESTQ BX, BX
 	JNZ  ngrad
 naff:
@@ -450,6 +453,18 @@ ngrad:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ  ngrad
+	JMP  ndone
+nmsub:
+	VMOVUPS (DX), Y0
+	VSUBPS Y12, Y0, Y0
+	VMULPS (SI), Y0, Y0
+	VMULPS Y13, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DX
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  nmsub
 ndone:
 	VZEROUPPER
 	RET

@@ -172,6 +172,12 @@ func TestNormLoops(t *testing.T) {
 			t.Fatalf("NormGrad: y[%d] = %v, want %v", i, y[i], want)
 		}
 	}
+	done = ScoreGrad(x, g, y, 0.3, 0.125)
+	for i := 0; i < done; i++ {
+		if want := x[i] * (g[i] - 0.3) * 0.125; math.Float32bits(y[i]) != math.Float32bits(want) {
+			t.Fatalf("ScoreGrad: y[%d] = %v, want %v", i, y[i], want)
+		}
+	}
 }
 
 func TestAdd(t *testing.T) {
