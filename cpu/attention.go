@@ -276,13 +276,6 @@ func max32(x []float32) float32 {
 	// differ; the softmax's m + log(sum) and exp(x*scale - m) do not see it.
 	m0, done := vec.Max(x)
 	x = x[done:]
-	if len(x) > 0 && vec.Enabled() {
-		// The tail in a vector padded with -Inf (exact: max rounds nothing).
-		t := [8]float32{inf, inf, inf, inf, inf, inf, inf, inf}
-		copy(t[:], x)
-		m, _ := vec.Max(t[:])
-		return max(m0, m)
-	}
 	for len(x) >= 4 {
 		if x[0] > m0 {
 			m0 = x[0]
