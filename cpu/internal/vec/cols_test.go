@@ -26,7 +26,7 @@ func TestColsMatchScalar(t *testing.T) {
 			}
 			m, rs := r.NormFloat64(), math.Exp(r.NormFloat64())
 			done := ColAdd(acc, x)
-			if done != n {
+			if done != n&^7 {
 				t.Fatalf("n=%d: ColAdd did %d", n, done)
 			}
 			for j := done; j < n; j++ {

@@ -200,3 +200,15 @@ func TestAdd(t *testing.T) {
 		t.Fatal("in place")
 	}
 }
+
+// ExpAffine on a row of attention scores (gpt: up to 256 keys).
+func BenchmarkExpAffine(b *testing.B) {
+	x := make([]float32, 256)
+	for i := range x {
+		x[i] = float32(i%37) - 18
+	}
+	y := make([]float32, len(x))
+	for b.Loop() {
+		ExpAffine(x, y, 0.125, -2)
+	}
+}
