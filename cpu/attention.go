@@ -109,14 +109,19 @@ const attnRowBlock16 = 48
 
 func (g attnGeom) br16() int { return max(1, min(attnRowBlock16, g.t)) }
 
+// Each slot also holds the head's packed B operands (attnTile's path):
+// K^T and V in the forward; K^T, V^T, dO, q and K in the backward.
 func (g attnGeom) fwd16SlotBytes() int {
 	br := g.br16()
-	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv)) + a64(4*br*g.s) + a64(2*br*g.s)
+	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv)) + a64(4*br*g.s) + a64(2*br*g.s) +
+		a64(4*attnPackLen(g.s, g.d)) + a64(4*attnPackLen(g.dv, g.s))
 }
 
 func (g attnGeom) bwd16SlotBytes() int {
 	br := g.br16()
-	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv+2*g.t*g.dv)) + 2*a64(4*br*g.s) + 2*a64(2*br*g.s)
+	return a64(2*(g.t*g.d+g.s*g.d+g.s*g.dv+2*g.t*g.dv)) + 2*a64(4*br*g.s) + 2*a64(2*br*g.s) +
+		a64(4*attnPackLen(g.s, g.d)) + a64(4*attnPackLen(g.s, g.dv)) + a64(4*attnPackLen(g.dv, g.t)) +
+		a64(4*attnPackLen(g.d, g.t)) + a64(4*attnPackLen(g.d, g.s))
 }
 
 func a64(n int) int { return (n + 63) &^ 63 }
@@ -221,10 +226,7 @@ func attnSoftmaxRow[T Float](row []T, scale float64) float64 {
 	}
 	var sum float64
 	if f32 {
-		done := vec.ExpAffine(r32, r32, float32(scale), float32(-m))
-		for j := done; j < len(r32); j++ {
-			r32[j] = expf(r32[j]*float32(scale) - float32(m))
-		}
+		expAffineRow(r32, float32(scale), float32(-m))
 		sum = sum64(r32)
 		inv := float32(1 / sum)
 		// x*inv+0 is x*inv for the exponentials (never -0).
@@ -243,6 +245,25 @@ func attnSoftmaxRow[T Float](row []T, scale float64) float64 {
 		row[j] = T(float64(row[j]) * inv)
 	}
 	return m + math.Log(sum)
+}
+
+// expAffineRow sets x[j] = exp(x[j]*a + b) with the vectorized
+// exponential, the tail past the last whole vector in a padded one (not
+// expf, whose argument x*a + b is rounded twice: every element of a row
+// sees the same formula, and a scalar tail cost gpt's bf16 attention
+// about 5% of its CPU time), or with expf where there is no vector code.
+func expAffineRow(x []float32, a, b float32) {
+	j := vec.ExpAffine(x, x, a, b)
+	if n := len(x) - j; n > 0 && vec.Enabled() {
+		var t [8]float32
+		copy(t[:], x[j:])
+		vec.ExpAffine(t[:], t[:], a, b)
+		copy(x[j:], t[:n])
+		return
+	}
+	for ; j < len(x); j++ {
+		x[j] = expf(x[j]*a + b)
+	}
 }
 
 // max32 is the largest of x, NaNs skipped (-Inf if none is a number), in
@@ -285,13 +306,20 @@ func attnGradRow[T Float](pr, dr []T, scale, l, di float64) {
 	dr = dr[:len(pr)]
 	if p32, ok := any(pr).([]float32); ok {
 		d32 := any(dr).([]float32)
-		done := vec.ExpAffine(p32, p32, float32(scale), float32(-l))
-		for j := done; j < len(p32); j++ {
-			p32[j] = expf(p32[j]*float32(scale) - float32(l))
-		}
+		expAffineRow(p32, float32(scale), float32(-l))
 		s, d := float32(scale), float32(di)
-		for j, pj := range p32 {
-			d32[j] = pj * (d32[j] - d) * s
+		j := vec.ScoreGrad(p32, d32, d32, d, s)
+		if n := len(p32) - j; n > 0 && vec.Enabled() {
+			// The tail in a whole vector.
+			var pt, dt [8]float32
+			copy(pt[:], p32[j:])
+			copy(dt[:], d32[j:])
+			vec.ScoreGrad(pt[:], dt[:], dt[:], d, s)
+			copy(d32[j:], dt[:n])
+			return
+		}
+		for ; j < len(p32); j++ {
+			d32[j] = p32[j] * (d32[j] - d) * s
 		}
 		return
 	}

@@ -35,6 +35,12 @@ func (w *attnWS) u16(n int) []uint16 {
 	return s
 }
 
+func (w *attnWS) u32(n int) []uint32 {
+	s := unsafe.Slice((*uint32)(unsafe.Pointer(&w.b[w.off])), n)
+	w.off += a64(4 * n)
+	return s
+}
+
 func (w *attnWS) f32(n int) []float32 {
 	s := unsafe.Slice((*float32)(unsafe.Pointer(&w.b[w.off])), n)
 	w.off += a64(4 * n)
@@ -82,6 +88,22 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 		q16 := q.head(b, t*d, qkv)
 		k16 := k.head(b, s*d, qkv[t*d:])
 		v16 := v.head(b, s*dv, qkv[t*d+s*d:])
+		if tile, ok := attnTile(pool, g); ok {
+			// K^T and V packed once for all row blocks.
+			kT, vP := w.u32(attnPackLen(s, d)), w.u32(attnPackLen(dv, s))
+			tile.PackB(kT, true, s, d, k16, d)
+			tile.PackB(vP, false, dv, s, v16, dv)
+			for i0 := 0; i0 < t; i0 += br {
+				i1 := min(t, i0+br)
+				rows := i1 - i0
+				cols := g.attnCols(o.Causal, i1)
+				sc := scF[:rows*cols]
+				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*d:], kT, sc)
+				attnSoftmaxBlock(sc, p16[:rows*cols], lse[b*t+i0:b*t+i1], rows, cols, i0, o.Causal, o.Scale)
+				tile.MulPacked(false, rows, dv, cols, p16, cols, vP, s, 0, y[(b*t+i0)*dv:], dv, true)
+			}
+			return
+		}
 		for i0 := 0; i0 < t; i0 += br {
 			i1 := min(t, i0+br)
 			rows := i1 - i0
@@ -127,6 +149,32 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 		dkh, dvh := dk[b*s*d:(b+1)*s*d], dv[b*s*dvw:(b+1)*s*dvw]
 		clear(dkh)
 		clear(dvh)
+		if tile, ok := attnTile(pool, g); ok {
+			// The B operands packed once for all row blocks: K^T and V^T
+			// (scores and dP), dO and q (dv and dk: a row block's rows of
+			// them), K (dq).
+			kT, vT := w.u32(attnPackLen(s, d)), w.u32(attnPackLen(s, dvw))
+			gP, qP, kP := w.u32(attnPackLen(dvw, t)), w.u32(attnPackLen(d, t)), w.u32(attnPackLen(d, s))
+			tile.PackB(kT, true, s, d, k16, d)
+			tile.PackB(vT, true, s, dvw, v16, dvw)
+			tile.PackB(gP, false, dvw, t, g16, dvw)
+			tile.PackB(qP, false, d, t, q16, d)
+			tile.PackB(kP, false, d, s, k16, d)
+			for i0 := 0; i0 < t; i0 += br {
+				i1 := min(t, i0+br)
+				rows := i1 - i0
+				cols := g.attnCols(o.Causal, i1)
+				p, ds := pF[:rows*cols], dsF[:rows*cols]
+				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*d:], kT, p)
+				attnScores(tile, o.Causal, rows, cols, i0, dvw, g16[i0*dvw:], vT, ds)
+				pb, dsb := p16[:rows*cols], ds16[:rows*cols]
+				attnGradBlock(p, ds, pb, dsb, g16, y16, lse[b*t:], rows, cols, i0, dvw, o.Causal, o.Scale)
+				tile.MulPacked(true, cols, dvw, rows, pb, cols, gP, t, i0, dvh, dvw, false)
+				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*d:], d, true)
+				tile.MulPacked(true, cols, d, rows, dsb, cols, qP, t, i0, dkh, d, false)
+			}
+			return
+		}
 		for i0 := 0; i0 < t; i0 += br {
 			i1 := min(t, i0+br)
 			rows := i1 - i0
@@ -163,4 +211,115 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 		}
 	})
 	return nil
+}
+
+// attnTile is the native bf16 kernel where a head's products run on it
+// against operands packed once per head (MulPacked, on the head's
+// thread): where the CPU has one and the heads keep the threads busy
+// (fewer heads than threads leave the products to SgemmMixed, which
+// splits them). Both give the same bits.
+func attnTile(pool *parallel.Pool, g attnGeom) (blas.BF16Tile, bool) {
+	tile, ok := blas.NativeBF16Tile()
+	if !ok || !attnPacked || g.bh < pool.Threads() || tile.NR() > attnMaxNR {
+		return tile, false
+	}
+	return tile, true
+}
+
+// attnPacked lets attnTile choose the packed path: off, the tests get the
+// SgemmMixed path to compare with.
+var attnPacked = true
+
+// attnMaxNR bounds the native kernels' NR (columns of a B panel): the
+// workspace, a function of the shapes alone, holds packed B operands of
+// any kernel.
+const attnMaxNR = 32
+
+// attnPackLen is the dwords of a packed B of n columns and k rows, for
+// any kernel (PackedBLen with NR at most attnMaxNR).
+func attnPackLen(n, k int) int { return (n + attnMaxNR - 1) / attnMaxNR * attnMaxNR * ((k + 1) / 2) }
+
+// attnScores sets c (rows×cols) = a·B for a row block [i0, i0+rows) of a
+// head, a its rows of q (or dO), k deep, and B the packed K^T (or V^T).
+// With a causal mask each tile of MR rows stops at its last row's
+// diagonal (the columns past it, masked for all its rows, are left as
+// they were: the softmax clears them), about 5% of the products.
+func attnScores(tile blas.BF16Tile, causal bool, rows, cols, i0, k int, a []uint16, bp []uint32, c []float32) {
+	if !causal {
+		tile.MulPacked(false, rows, cols, k, a, k, bp, k, 0, c, cols, true)
+		return
+	}
+	mr := tile.MR()
+	for r0 := 0; r0 < rows; r0 += mr {
+		n := min(cols, i0+r0+mr)
+		tile.MulPacked(false, min(mr, rows-r0), n, k, a[r0*k:], k, bp, k, 0, c[r0*cols:], cols, true)
+	}
+}
+
+// attnSoftmaxBlock replaces the score rows of a row block (rows i0.. of
+// the head, cols key columns each) by their probabilities, masked ones
+// zero, writes their logsumexp to lse[:rows] and their bfloat16 roundings
+// to p16.
+func attnSoftmaxBlock(sc []float32, p16 []uint16, lse []float32, rows, cols, i0 int, causal bool, scale float64) {
+	for r := 0; r < rows; r++ {
+		row := sc[r*cols : (r+1)*cols]
+		lim := cols
+		if causal {
+			lim = min(cols, i0+r+1)
+		}
+		lse[r] = float32(attnSoftmaxRow(row[:lim], scale))
+		clear(row[lim:])
+		// Rounded while the row is in cache.
+		blas.NarrowBF16(p16[r*cols:(r+1)*cols], row)
+	}
+}
+
+// attnGradBlock turns a row block's recomputed scores p and dP ds (rows
+// i0.. of the head, cols key columns each) into P and dS (attnGradRow,
+// masked ones zero) and writes their bfloat16 roundings to pb and dsb;
+// g16, y16 (dO and O) and lse are the head's.
+func attnGradBlock(p, ds []float32, pb, dsb []uint16, g16, y16 []uint16, lse []float32, rows, cols, i0, dv int, causal bool, scale float64) {
+	var di [4]float64
+	for r := 0; r < rows; r++ {
+		i := i0 + r
+		lim := cols
+		if causal {
+			lim = min(cols, i+1)
+		}
+		if r%4 == 0 {
+			di = attnRowDots(g16, y16, i, min(4, rows-r), dv)
+		}
+		pr, dr := p[r*cols:(r+1)*cols], ds[r*cols:(r+1)*cols]
+		attnGradRow(pr[:lim], dr[:lim], scale, float64(lse[i]), di[r%4])
+		clear(pr[lim:])
+		clear(dr[lim:])
+		// Rounded while the row is in cache.
+		blas.NarrowBF16(pb[r*cols:(r+1)*cols], pr)
+		blas.NarrowBF16(dsb[r*cols:(r+1)*cols], dr)
+	}
+}
+
+// attnRowDots returns D_i = rowsum(dO * O) of rows [i, i+n) (n <= 4),
+// from their bfloat16 values, each summed in order in float64: the rows'
+// sums run side by side (one alone waits on each addition's latency).
+func attnRowDots(g16, y16 []uint16, i, n, dv int) (di [4]float64) {
+	if n < 4 {
+		for r := range n {
+			gr, yr := g16[(i+r)*dv:(i+r+1)*dv], y16[(i+r)*dv:(i+r+1)*dv]
+			for c, h := range gr {
+				di[r] += float64(bf16f(h)) * float64(bf16f(yr[c]))
+			}
+		}
+		return di
+	}
+	g0, g1, g2, g3 := g16[i*dv:(i+1)*dv], g16[(i+1)*dv:(i+2)*dv], g16[(i+2)*dv:(i+3)*dv], g16[(i+3)*dv:(i+4)*dv]
+	y0, y1, y2, y3 := y16[i*dv:(i+1)*dv], y16[(i+1)*dv:(i+2)*dv], y16[(i+2)*dv:(i+3)*dv], y16[(i+3)*dv:(i+4)*dv]
+	var d0, d1, d2, d3 float64
+	for c := range dv {
+		d0 += float64(bf16f(g0[c])) * float64(bf16f(y0[c]))
+		d1 += float64(bf16f(g1[c])) * float64(bf16f(y1[c]))
+		d2 += float64(bf16f(g2[c])) * float64(bf16f(y2[c]))
+		d3 += float64(bf16f(g3[c])) * float64(bf16f(y3[c]))
+	}
+	return [4]float64{d0, d1, d2, d3}
 }

@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -220,25 +222,27 @@ func BenchmarkAttentionGPT(b *testing.B) {
 }
 
 // BenchmarkAttentionGPTBF16 is BenchmarkAttentionGPT's bf16 path as
-// gpt's bf16-mixed graph runs it: q, k, v, dO and O in bfloat16.
+// gpt's bf16-mixed graph runs it: q, k, v, dO and O in bfloat16; one head
+// (heads1) and all 48, with the CPU time of the forward and the backward.
 func BenchmarkAttentionGPTBF16(b *testing.B) {
 	const bh, tt, d = 48, 256, 64
-	sh := tensor.Shape{bh, tt, d}
-	rng := rand.New(rand.NewPCG(1, 1))
-	mk := func() *tensor.Tensor {
-		x := tensor.New(tensor.BFloat16, sh)
-		for i := range x.U16() {
-			x.U16()[i] = uint16(math.Float32bits(float32(rng.NormFloat64())) >> 16)
-		}
-		return x
-	}
-	q, k, v, gy := mk(), mk(), mk(), mk()
 	meta := func(dt tensor.DType, s tensor.Shape) *trace.Tensor {
 		return &trace.Tensor{Meta: trace.Meta{DType: dt, Shape: s}}
 	}
-	m16, ml := meta(tensor.BFloat16, sh), meta(tensor.Float32, tensor.Shape{bh, tt})
-	for _, threads := range []int{1, 2} {
-		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
+	for _, c := range []struct{ bh, threads int }{{1, 1}, {bh, 1}, {bh, 2}} {
+		bh, threads := c.bh, c.threads
+		sh := tensor.Shape{bh, tt, d}
+		m16, ml := meta(tensor.BFloat16, sh), meta(tensor.Float32, tensor.Shape{bh, tt})
+		rng := rand.New(rand.NewPCG(1, 1))
+		mk := func() *tensor.Tensor {
+			x := tensor.New(tensor.BFloat16, sh)
+			for i := range x.U16() {
+				x.U16()[i] = uint16(math.Float32bits(float32(rng.NormFloat64())) >> 16)
+			}
+			return x
+		}
+		q, k, v, gy := mk(), mk(), mk(), mk()
+		b.Run(fmt.Sprintf("heads%d/t%d", bh, threads), func(b *testing.B) {
 			pool := parallel.NewPool(threads)
 			defer pool.Close()
 			fn := &trace.Node{Op: &prim.AttentionOp{Causal: true, Scale: 0.125, BF16: true}, Inputs: []*trace.Tensor{m16, m16, m16}}
@@ -247,14 +251,99 @@ func BenchmarkAttentionGPTBF16(b *testing.B) {
 			y16 := mk()
 			dq, dk, dv := tensor.New(tensor.Float32, sh), tensor.New(tensor.Float32, sh), tensor.New(tensor.Float32, sh)
 			fws, bws := make([]byte, Workspace(fn)), make([]byte, Workspace(bn))
+			var fwd, bwd time.Duration
 			for b.Loop() {
+				c0 := cpuTime()
 				if err := runOn(pool, fn, []*tensor.Tensor{q, k, v}, []*tensor.Tensor{y, lse}, fws); err != nil {
 					b.Fatal(err)
 				}
+				c1 := cpuTime()
 				if err := runOn(pool, bn, []*tensor.Tensor{gy, q, k, v, y16, lse}, []*tensor.Tensor{dq, dk, dv}, bws); err != nil {
 					b.Fatal(err)
 				}
+				fwd, bwd = fwd+c1-c0, bwd+cpuTime()-c1
 			}
+			b.ReportMetric(float64(fwd.Microseconds())/1e3/float64(b.N), "fwd-cpu-ms/op")
+			b.ReportMetric(float64(bwd.Microseconds())/1e3/float64(b.N), "bwd-cpu-ms/op")
 		})
+	}
+}
+
+// The bf16 attention's products on operands packed once per head
+// (MulPacked) give the bits of its SgemmMixed path, forward and backward:
+// causal or not, T not a multiple of the row block, S longer than an odd
+// T (an odd causal block inside K and V), head sizes 64 and odd 41, dv
+// != d, float32 and bfloat16 operands, one and two threads.
+func TestAttentionBF16Packed(t *testing.T) {
+	if _, ok := blas.NativeBF16Tile(); !ok {
+		t.Skip("no native bf16 kernel")
+	}
+	for _, tc := range []struct {
+		bh, t, s, d, dv int
+		causal          bool
+	}{
+		{3, 256, 256, 64, 64, true},
+		{2, 100, 100, 64, 64, true},
+		{2, 100, 130, 40, 24, false},
+		{3, 101, 130, 40, 72, true},
+		{2, 75, 75, 41, 33, true},
+		{1, 30, 50, 64, 64, false},
+		{2, 49, 20, 16, 16, true},
+	} {
+		for _, low := range []bool{false, true} {
+			rng := rand.New(rand.NewPCG(uint64(tc.t), uint64(tc.d)))
+			scale := 1 / math.Sqrt(float64(tc.d))
+			dt := tensor.Float32
+			if low {
+				dt = tensor.BFloat16
+			}
+			mk := func(sh tensor.Shape, sd float64) *tensor.Tensor {
+				x := tensor.New(dt, sh)
+				n := sh.NumElements()
+				for i := range n {
+					v := float32(bf16Of(rng.NormFloat64() * sd))
+					if low {
+						x.U16()[i] = tensor.Float32ToBFloat16(v)
+					} else {
+						x.F32()[i] = v
+					}
+				}
+				return x
+			}
+			qs, ks, vs, ys := tensor.Shape{tc.bh, tc.t, tc.d}, tensor.Shape{tc.bh, tc.s, tc.d}, tensor.Shape{tc.bh, tc.s, tc.dv}, tensor.Shape{tc.bh, tc.t, tc.dv}
+			q, k, v, gy, yr := mk(qs, 2), mk(ks, 2), mk(vs, 1), mk(ys, 1), mk(ys, 0.3)
+			meta := func(x *tensor.Tensor) *trace.Tensor {
+				return &trace.Tensor{Meta: trace.Meta{DType: x.DType, Shape: x.Shape}}
+			}
+			run := func(threads int, packed bool) [5][]float32 {
+				was := attnPacked
+				attnPacked = packed
+				defer func() { attnPacked = was }()
+				pool := parallel.NewPool(threads)
+				defer pool.Close()
+				y, lse := tensor.New(tensor.Float32, ys), tensor.New(tensor.Float32, tensor.Shape{tc.bh, tc.t})
+				fn := &trace.Node{Op: &prim.AttentionOp{Causal: tc.causal, Scale: scale, BF16: true}, Inputs: []*trace.Tensor{meta(q), meta(k), meta(v)}}
+				if err := runOn(pool, fn, []*tensor.Tensor{q, k, v}, []*tensor.Tensor{y, lse}, make([]byte, Workspace(fn))); err != nil {
+					t.Fatal(err)
+				}
+				dq, dk, dv := tensor.New(tensor.Float32, qs), tensor.New(tensor.Float32, ks), tensor.New(tensor.Float32, vs)
+				bn := &trace.Node{Op: &prim.AttentionBackward{Causal: tc.causal, Scale: scale, BF16: true}, Inputs: []*trace.Tensor{meta(gy), meta(q), meta(k), meta(v), meta(yr), meta(lse)}}
+				if err := runOn(pool, bn, []*tensor.Tensor{gy, q, k, v, yr, lse}, []*tensor.Tensor{dq, dk, dv}, make([]byte, Workspace(bn))); err != nil {
+					t.Fatal(err)
+				}
+				return [5][]float32{y.F32(), lse.F32(), dq.F32(), dk.F32(), dv.F32()}
+			}
+			want := run(1, false)
+			for _, threads := range []int{1, 2} {
+				got := run(threads, true)
+				for o := range want {
+					for i := range want[o] {
+						if math.Float32bits(got[o][i]) != math.Float32bits(want[o][i]) {
+							t.Fatalf("%+v bfloat16=%v threads=%d: output %d element %d = %g, SgemmMixed path %g", tc, low, threads, o, i, got[o][i], want[o][i])
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -29,21 +29,30 @@ func NormCols(sw, sb []float64, g, x []float32, m, rs float64) int {
 	return n
 }
 
-// Max returns the largest element of a prefix of x, NaNs skipped (-Inf
-// if none is a number), and the prefix's length.
+// Max returns the largest element of x, NaNs skipped (-Inf if none is a
+// number), and len(x); with no assembly, -Inf and 0 (the caller does it
+// all). The tail past the last whole vector runs as a vector padded with
+// -Inf, and the lanes are reduced without branches (a row of scores per
+// call made both the costly part: gpt's attention rows are 1 to 256 long).
+// Which of +0 and -0 wins a tie is not specified.
 func Max(x []float32) (float32, int) {
 	inf := float32(math.Inf(-1))
-	n := len(x) &^ 7
-	if !enabled || n == 0 {
+	if !enabled || len(x) == 0 {
 		return inf, 0
 	}
 	out := [8]float32{inf, inf, inf, inf, inf, inf, inf, inf}
-	maxAVX2(&x[0], n, &out)
+	n := len(x) &^ 7
+	if n < len(x) {
+		pad := out
+		copy(pad[:], x[n:])
+		maxAVX2(&pad[0], 8, &out)
+	}
+	if n > 0 {
+		maxAVX2(&x[0], n, &out)
+	}
 	m := out[0]
 	for _, v := range out[1:] {
-		if v > m {
-			m = v
-		}
+		m = max(m, v) // no NaNs: the lanes skip them
 	}
-	return m, n
+	return m, len(x)
 }

@@ -188,6 +188,20 @@ func NormGrad(g, x, y []float32, gm, m, k, s float32) int {
 	return n
 }
 
+// ScoreGrad sets y = p * (g - d) * s (one rounding per operation), an
+// attention score gradient from its probability p and dP g, for a prefix
+// and returns its length (y may be g).
+func ScoreGrad(p, g, y []float32, d, s float32) int {
+	n := len(p) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], y[n-1]
+	c := [4]float32{d, s}
+	normAVX2(&g[0], &p[0], &y[0], n, &c, 2)
+	return n
+}
+
 // Add sets y = a + b for a prefix and returns its length (y may be a or b).
 func Add(a, b, y []float32) int {
 	n := len(a) &^ 7

@@ -172,6 +172,12 @@ func TestNormLoops(t *testing.T) {
 			t.Fatalf("NormGrad: y[%d] = %v, want %v", i, y[i], want)
 		}
 	}
+	done = ScoreGrad(x, g, y, 0.3, 0.125)
+	for i := 0; i < done; i++ {
+		if want := x[i] * (g[i] - 0.3) * 0.125; math.Float32bits(y[i]) != math.Float32bits(want) {
+			t.Fatalf("ScoreGrad: y[%d] = %v, want %v", i, y[i], want)
+		}
+	}
 }
 
 func TestAdd(t *testing.T) {
@@ -192,5 +198,17 @@ func TestAdd(t *testing.T) {
 	Add(a, b, a) // in place
 	if a[5] != y[5] {
 		t.Fatal("in place")
+	}
+}
+
+// ExpAffine on a row of attention scores (gpt: up to 256 keys).
+func BenchmarkExpAffine(b *testing.B) {
+	x := make([]float32, 256)
+	for i := range x {
+		x[i] = float32(i%37) - 18
+	}
+	y := make([]float32, len(x))
+	for b.Loop() {
+		ExpAffine(x, y, 0.125, -2)
 	}
 }
