@@ -226,7 +226,7 @@ func BenchmarkBF16Pack(b *testing.B) {
 	}
 	b.Run("B", func(b *testing.B) {
 		for b.Loop() {
-			packPanelsIlv(dst, 16, 256, src, 0, 1024, 1024, 512, 0, 64)
+			packPanelsIlv(dst, 16, 16*256, 256, src, 0, 1024, 1024, 512, 0, 64)
 		}
 		b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/(1024*512), "ns/elem")
 	})

@@ -132,7 +132,15 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// 2-thread bf16-mixed gpt step no faster, 554-610 ms against 525-579
 	// ms interleaved, and 37 MiB more resident: its 8 MiB buffers share
 	// the pool with the small A buffers and are re-made.)
-	bbuf := getU32(kpc * nc)
+	// B panel jp at bp[jp*bps:] in every K block: a cache line more
+	// than the deepest block's panel, so that packing B pair by pair
+	// (writing one line to each panel in turn) does not write lines that
+	// fall into the same L1 set (panels 12 or 16 KiB apart: all of them
+	// in one set) and evict each other. That cost gpt's weight gradient
+	// 384×1536×2048 8-12% of its CPU time packing B on Zen 4.
+	bps := nr*kpc + bf16PanelPad
+	bLen := bps * ceilDiv(nc, nr)
+	bbuf := getU32(bLen)
 	defer bf16Bufs.Put(bbuf)
 	bp := *bbuf
 	// A transposed A (packed pair-major per M block) with far fewer rows
@@ -159,7 +167,10 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 		if mBlocks < threads {
 			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
 		}
-		for pc := 0; pc < k; pc += kc {
+		// stepAt is K block pc's B packing (panels [lo, hi) into bp) and
+		// its computing of M block ib on the B panels [jpLo, jpHi) of bp,
+		// A packed into ap (the edge tile's floats in ctile).
+		stepAt := func(pc int) (pack func(bp []uint32, lo, hi int), run func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int)) {
 			kcur := min(kc, k-pc)
 			kp := ceilDiv(kcur, 2)
 			betaCur := beta
@@ -170,15 +181,15 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 			if pc+kcur == k {
 				done = rows
 			}
-			pack := func(bp []uint32, lo, hi int) {
+			pack = func(bp []uint32, lo, hi int) {
 				if !transB {
 					// Pair by pair over the panels: whole rows of B read in turn.
-					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
+					packPanelsIlv(bp, nr, bps, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
 					return
 				}
 				for jp := lo; jp < hi; jp++ {
 					j0 := jp * nr
-					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
+					dst := bp[jp*bps : jp*bps+nr*kp]
 					// Row j of the stored B is column j of op(B).
 					if nr == 16 {
 						packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
@@ -187,16 +198,23 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
 				}
 			}
-			// run computes M block ib with the B panels [jpLo, jpHi), A packed
-			// into ap (the edge tile's floats in ctile).
-			run := func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int) {
+			run = func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int) {
 				ic, mcur := block(ib)
 				switch {
-				case a32 != nil && kcur%2 == 0 && mcur%mr == 0:
-					bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+				case a32 != nil && kcur%2 == 0:
+					// The whole tiles read where A lies; an edge tile's rows
+					// copied (zeros past m). Copying the whole block for
+					// its edge tile (gpt's 2048 rows: 85 tiles and 8 rows)
+					// cost the products with n = 384 2-4% of their CPU time.
+					var edge bf16Edge
+					if mfull := mcur / mr * mr; mfull < mcur {
+						packRows(ap[:aLen], a, (ic+mfull)*lda+pc, lda, mcur-mfull, mr, kcur)
+						edge = bf16Edge{kern.rows, ap}
+					}
+					bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, edge)
 				case rowsA:
 					packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
-					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
 				default:
 					for i0 := 0; i0 < mcur; i0 += mr {
 						dst := ap[i0*kp : (i0+mr)*kp]
@@ -206,66 +224,81 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
 						}
 					}
-					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
 				}
 				if done != nil {
 					done(ic, ic+mcur)
 				}
 			}
-			buffers := func() (abuf *[]uint32, ap []uint32, ctile []float32) {
-				abuf = getU32(aLen + mr*nr)
-				ap = *abuf
-				// The edge tile's floats, in the buffer's tail.
-				return abuf, ap, unsafe.Slice((*float32)(unsafe.Pointer(&ap[aLen])), mr*nr)
-			}
-			compute := func(lo, hi int) {
+			return pack, run
+		}
+		buffers := func() (abuf *[]uint32, ap []uint32, ctile []float32) {
+			abuf = getU32(aLen + mr*nr)
+			ap = *abuf
+			// The edge tile's floats, in the buffer's tail.
+			return abuf, ap, unsafe.Slice((*float32)(unsafe.Pointer(&ap[aLen])), mr*nr)
+		}
+		switch {
+		case colSplit:
+			// Each thread packs its own columns' B panels and runs every
+			// M block on them, A packed again for each, all K blocks in
+			// turn: no other thread reads its panels, so none waits for
+			// another between K blocks.
+			pool.For(threads, 1, func(lo, hi int) {
 				abuf, ap, ctile := buffers()
 				defer bf16Bufs.Put(abuf)
-				for t := lo; t < hi; t++ {
-					ib, jb := t/nSplit, t%nSplit
-					run(bp, ap, ctile, ib, jb*nPanels/nSplit, (jb+1)*nPanels/nSplit)
-				}
-			}
-			switch {
-			case colSplit:
-				// Each thread packs its own columns' B panels and runs every
-				// M block on them, A packed again for each.
-				pool.For(threads, 1, func(lo, hi int) {
-					abuf, ap, ctile := buffers()
-					defer bf16Bufs.Put(abuf)
-					for jb := lo; jb < hi; jb++ {
-						jpLo, jpHi := jb*nPanels/threads, (jb+1)*nPanels/threads
+				for jb := lo; jb < hi; jb++ {
+					jpLo, jpHi := jb*nPanels/threads, (jb+1)*nPanels/threads
+					for pc := 0; pc < k; pc += kc {
+						pack, run := stepAt(pc)
 						pack(bp, jpLo, jpHi)
 						for ib := range mBlocks {
 							run(bp, ap, ctile, ib, jpLo, jpHi)
 						}
 					}
-				})
-			case rowPriv:
-				// Each thread packs all of B into a buffer of its own and runs
-				// its share of the M blocks on it.
-				pool.For(threads, 1, func(lo, hi int) {
-					abuf, ap, ctile := buffers()
-					defer bf16Bufs.Put(abuf)
-					for tt := lo; tt < hi; tt++ {
-						own := bp // share 0's; the others take one each
-						if tt > 0 {
-							pbuf := getU32(kpc * nc)
-							defer bf16Bufs.Put(pbuf)
-							own = *pbuf
-						}
+				}
+			})
+		case rowPriv:
+			// Each thread packs all of B into a buffer of its own and runs
+			// its share of the M blocks on it, all K blocks in turn (no
+			// waits between them).
+			pool.For(threads, 1, func(lo, hi int) {
+				abuf, ap, ctile := buffers()
+				defer bf16Bufs.Put(abuf)
+				for tt := lo; tt < hi; tt++ {
+					own := bp // share 0's; the others take one each
+					if tt > 0 {
+						pbuf := getU32(bLen)
+						defer bf16Bufs.Put(pbuf)
+						own = *pbuf
+					}
+					for pc := 0; pc < k; pc += kc {
+						pack, run := stepAt(pc)
 						pack(own, 0, nPanels)
 						for ib := tt * mBlocks / threads; ib < (tt+1)*mBlocks/threads; ib++ {
 							run(own, ap, ctile, ib, 0, nPanels)
 						}
 					}
-				})
-			case threads > 1:
-				pool.For(nPanels, 1, func(lo, hi int) { pack(bp, lo, hi) })
-				pool.For(mBlocks*nSplit, 1, compute)
-			default:
-				pack(bp, 0, nPanels)
-				compute(0, mBlocks*nSplit)
+				}
+			})
+		default:
+			for pc := 0; pc < k; pc += kc {
+				pack, run := stepAt(pc)
+				compute := func(lo, hi int) {
+					abuf, ap, ctile := buffers()
+					defer bf16Bufs.Put(abuf)
+					for t := lo; t < hi; t++ {
+						ib, jb := t/nSplit, t%nSplit
+						run(bp, ap, ctile, ib, jb*nPanels/nSplit, (jb+1)*nPanels/nSplit)
+					}
+				}
+				if threads > 1 {
+					pool.For(nPanels, 1, func(lo, hi int) { pack(bp, lo, hi) })
+					pool.For(mBlocks*nSplit, 1, compute)
+				} else {
+					pack(bp, 0, nPanels)
+					compute(0, mBlocks*nSplit)
+				}
 			}
 		}
 	}
@@ -276,6 +309,10 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 // threads by columns, or by rows with B packed by each thread (else both
 // by rows with B packed together): for tests and measurements of both.
 var bf16ColSplit, bf16RowPriv = true, true
+
+// bf16PanelPad is the dwords (a cache line) between packed B panels past
+// the deepest K block's pairs.
+const bf16PanelPad = 16
 
 // bf16Bufs holds packing buffers for reuse.
 var bf16Bufs sync.Pool
@@ -290,19 +327,26 @@ func getU32(n int) *[]uint32 {
 }
 
 // bf16Macro multiplies the mcur-row A block ap by the B panels [jpLo,
-// jpHi) of bp (kp pairs deep) into C at c[coff:] with the micro-kernel fn,
+// jpHi) of bp (kp pairs deep, panel jp at bp[jp*bps:]) into C at c[coff:] with the micro-kernel fn,
 // whose A panels start every astride dwords (row i0's at i0*astride):
 // kern.fn on packed panels (astride kp), kern.rows on rows bf16RowStride
 // apart.
-func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool), mr, nr, astride, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
+//
+// Where edge.fn is not nil, a last tile of fewer than mr rows is edge.fn
+// on the A panel edge.a instead (a strided A's edge rows, copied with
+// zeros past m, as rows bf16RowStride dwords apart).
+func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool), mr, nr, astride, mcur, ncur, kp int, ap, bp []uint32, bps, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32, edge bf16Edge) {
 	beta0 := beta == 0
 	for jp := jpLo; jp < jpHi; jp++ {
 		j0 := jp * nr
 		nn := min(nr, ncur-j0)
-		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
+		bpan := bp[jp*bps : jp*bps+nr*kp]
 		for i0 := 0; i0 < mcur; i0 += mr {
 			mm := min(mr, mcur-i0)
-			apan := ap[i0*astride:] // the kernel wrappers check its bounds
+			fn, apan := fn, ap[i0*astride:] // the kernel wrappers check its bounds
+			if mm < mr && edge.fn != nil {
+				fn, apan = edge.fn, edge.a
+			}
 			off := coff + i0*ldc + j0
 			if mm == mr && nn == nr {
 				fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
@@ -311,6 +355,12 @@ func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta 
 			edgeTile(c[off:], ldc, mm, nn, nr, tmp, beta0, func() { fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0) })
 		}
 	}
+}
+
+// bf16Edge is bf16Macro's edge tile form: the kernel fn on the A panel a.
+type bf16Edge struct {
+	fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	a  []uint32
 }
 
 // packRows packs rows [0, rows) of a row-major A panel (bf16RowStride
@@ -390,8 +440,8 @@ func packPairsAdj(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 
 // packPanelsIlv is packPairsIlv for the nr-wide panels [jpLo, jpHi) of
 // an ncols-wide block whose rows start at src[off] (panel jp at
-// dst[jp*nr*kp:]), a pair of rows at a time.
-func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur, jpLo, jpHi int) {
+// dst[jp*bps:]), a pair of rows at a time.
+func packPanelsIlv(dst []uint32, nr, bps, kp int, src []uint16, off, ld, ncols, kcur, jpLo, jpHi int) {
 	c0, c1 := jpLo*nr, min(ncols, jpHi*nr)
 	for q := 0; q < kp; q++ {
 		lo := src[off+2*q*ld+c0 : off+2*q*ld+c1]
@@ -401,13 +451,13 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 		}
 		jp := jpLo
 		if full := min(jpHi, jpLo+len(lo)/nr) - jpLo; ilvAsm != nil && hi != nil && nr == 16 && full > 0 {
-			o := jpLo*nr*kp + q*nr
-			_ = dst[o+(full-1)*nr*kp+nr-1]
-			ilvAsm(&lo[0], &hi[0], full, &dst[o], nr*kp)
+			o := jpLo*bps + q*nr
+			_ = dst[o+(full-1)*bps+nr-1]
+			ilvAsm(&lo[0], &hi[0], full, &dst[o], bps)
 			jp += full
 		}
 		for ; jp < jpHi; jp++ {
-			d := dst[jp*nr*kp+q*nr : jp*nr*kp+q*nr+nr]
+			d := dst[jp*bps+q*nr : jp*bps+q*nr+nr]
 			j0 := jp*nr - c0
 			n := min(nr, len(lo)-j0)
 			l := lo[j0 : j0+n]
