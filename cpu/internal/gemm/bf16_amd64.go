@@ -31,6 +31,13 @@ func bf16Kernel24x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta flo
 //go:noescape
 func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
 
+// bf16Ilv24N is in bf16_amd64.s: bf16Ilv24 for tiles side by side, for
+// t < tiles, q < kp and l < 24: dst[t*tstride+24q+l] =
+// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16 (AVX-512F).
+//
+//go:noescape
+func bf16Ilv24N(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)
+
 // bf16Tr16 is in bf16_amd64.s: for q < 16*blocks and r < 16,
 // dst[16q+r] = src[r*ld+2q] | src[r*ld+2q+1]<<16 (AVX-512F).
 //
@@ -50,6 +57,7 @@ const bf16PeakChains = 16
 func init() {
 	if hasAVX512() {
 		ilv24Asm = bf16Ilv24
+		ilv24NAsm = bf16Ilv24N
 		tr16Asm = bf16Tr16
 	}
 }

@@ -1733,6 +1733,55 @@ ilvdone:
 	VZEROUPPER
 	RET
 
+// func bf16Ilv24N(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)
+//
+// For t < tiles, q < kp and l < 24: dst[t*tstride+24q+l] =
+// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16. AVX-512F.
+TEXT ·bf16Ilv24N(SB), NOSPLIT, $0-48
+	MOVQ src+0(FP), SI
+	MOVQ ld+8(FP), R8
+	MOVQ kp+16(FP), CX
+	MOVQ dst+24(FP), DI
+	MOVQ tiles+32(FP), R10
+	MOVQ tstride+40(FP), R11
+	SHLQ $2, R11
+	SHLQ $1, R8
+	LEAQ (SI)(R8*1), R9
+	SHLQ $1, R8
+	TESTQ CX, CX
+	JZ ilvndone
+	TESTQ R10, R10
+	JZ ilvndone
+ilvnq:
+	MOVQ SI, AX
+	MOVQ R9, BX
+	MOVQ DI, DX
+	MOVQ R10, R12
+ilvnt:
+	VPMOVZXWD (AX), Z0
+	VPMOVZXWD 32(AX), Y1
+	VPMOVZXWD (BX), Z2
+	VPMOVZXWD 32(BX), Y3
+	VPSLLD $16, Z2, Z2
+	VPSLLD $16, Y3, Y3
+	VPORD Z2, Z0, Z0
+	VPOR Y3, Y1, Y1
+	VMOVDQU32 Z0, (DX)
+	VMOVDQU Y1, 64(DX)
+	ADDQ $48, AX
+	ADDQ $48, BX
+	ADDQ R11, DX
+	DECQ R12
+	JNZ ilvnt
+	ADDQ R8, SI
+	ADDQ R8, R9
+	ADDQ $96, DI
+	DECQ CX
+	JNZ ilvnq
+ilvndone:
+	VZEROUPPER
+	RET
+
 // func bf16Tr16(src *uint16, ld, blocks int, dst *uint32)
 //
 // For q < 16*blocks and r < 16: dst[16q+r] = the dword (pair) q of row r,

@@ -108,7 +108,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// A row-major where the kernel has that form and A's pairs lie in
 	// its rows.
 	rowsA := kern.rows != nil && !transA
-	aLen := kpc * mc
+	aLen := (kpc + bf16APad) * mc
 	if rowsA {
 		aLen = bf16RowStride * mc
 	}
@@ -216,15 +216,18 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 					packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
 					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
 				default:
-					for i0 := 0; i0 < mcur; i0 += mr {
-						dst := ap[i0*kp : (i0+mr)*kp]
-						if transA {
-							packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
-						} else {
-							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+					// Tile i0/mr at ap[i0*astride:], bf16APad pairs of
+					// rows apart past its kp (tiles packed side by side
+					// write lines of different L1 sets).
+					astride := kp + bf16APad
+					if transA {
+						packBlockIlv(ap, mr, mr*astride, a, pc*lda+ic, lda, mcur, kcur)
+					} else {
+						for i0 := 0; i0 < mcur; i0 += mr {
+							packPairsAdj(ap[i0*astride:i0*astride+mr*kp], mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
 						}
 					}
-					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
+					bf16Macro(kern.fn, mr, nr, astride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
 				}
 				if done != nil {
 					done(ic, ic+mcur)
@@ -309,6 +312,11 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 // threads by columns, or by rows with B packed by each thread (else both
 // by rows with B packed together): for tests and measurements of both.
 var bf16ColSplit, bf16RowPriv = true, true
+
+// bf16APad is the pairs of k a packed A tile's stride has past the K
+// block's: mr dwords, so that tiles side by side (packed a pair of rows at
+// a time) do not fall into the same L1 sets.
+const bf16APad = 1
 
 // bf16PanelPad is the dwords (a cache line) between packed B panels past
 // the deepest K block's pairs.
@@ -475,6 +483,41 @@ func packPanelsIlv(dst []uint32, nr, bps, kp int, src []uint16, off, ld, ncols, 
 		}
 	}
 }
+
+// packBlockIlv packs the mr-row tiles of an mcur-row block of a
+// transposed A (rows of k: value p of lane i at src[off+p*ld+i]) as
+// packPairsIlv does, tile t at dst[t*tstride:]: the whole tiles by
+// ilv24NAsm where it can, a pair of rows for all of them at once.
+func packBlockIlv(dst []uint32, mr, tstride int, src []uint16, off, ld, mcur, kcur int) {
+	kp := ceilDiv(kcur, 2)
+	full := kcur / 2
+	i0 := 0
+	if tiles := mcur / mr; ilv24NAsm != nil && mr == 24 && tiles > 0 && full > 0 {
+		_ = src[off+(2*full-1)*ld+24*tiles-1]
+		_ = dst[(tiles-1)*tstride+24*full-1]
+		ilv24NAsm(&src[off], ld, full, &dst[0], tiles, tstride)
+		if full < kp {
+			// Odd k: the last pair's even values alone.
+			s := src[off+2*full*ld : off+2*full*ld+24*tiles]
+			for t := range tiles {
+				d := dst[t*tstride+24*full : t*tstride+24*full+24]
+				for l, v := range s[24*t : 24*t+24] {
+					d[l] = uint32(v)
+				}
+			}
+		}
+		i0 = tiles * mr
+	}
+	for ; i0 < mcur; i0 += mr {
+		t := i0 / mr
+		packPairsIlv(dst[t*tstride:t*tstride+mr*kp], mr, src, off+i0, ld, min(mr, mcur-i0), kcur)
+	}
+}
+
+// ilv24NAsm, where the CPU has it (bf16_amd64.go), is packBlockIlv's
+// whole 24-row tiles and full pairs: dst[t*tstride+24q+l] =
+// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16.
+var ilv24NAsm func(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)
 
 // ilv24Asm, where the CPU has it (bf16_amd64.go), is packPairsIlv for 24
 // full lanes and kp full pairs: dst[24q+l] = src[2q*ld+l] |
