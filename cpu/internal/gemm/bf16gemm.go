@@ -151,12 +151,16 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// core's cache: on Zen 4, gpt's weight gradient 384×1536×2048 spent
 	// 15% of its CPU time packing B on 2 threads against 6% on one.
 	colSplit := bf16ColSplit && threads > 1 && transA && !rowsA && n >= 2*threads*m && n <= nc
-	// Few columns against rows (m >= 2*threads*n): the threads split the
-	// M blocks, each packing all of B into a buffer of its own, rather
-	// than packing a shared one in turns: writing lines the other core
-	// read in the previous K block cost gpt's 1536×384×2048 weight
-	// gradient 9% of its CPU time packing B on 2 threads against 3% on one.
-	rowPriv := bf16RowPriv && threads > 1 && !colSplit && m >= 2*threads*n && n <= nc && mBlocks >= threads
+	// No more columns than rows (m >= n): the threads split the M
+	// blocks, each packing all of B into a buffer of its own, rather than
+	// packing a shared one in turns: writing lines the other core read in
+	// the previous K block cost gpt's 1536×384×2048 weight gradient 9% of
+	// its CPU time packing B on 2 threads against 3% on one. (Taken from
+	// m >= 2*threads*n down to m >= n, gpt's 2048×1536×384,
+	// 2048×1152×384 and 1152×384×2048 products took 2-7% less CPU time
+	// on 2 threads: no waits between K blocks and for the packing, at the
+	// cost of B packed once more, about 1% of such a product's time.)
+	rowPriv := bf16RowPriv && threads > 1 && !colSplit && m >= n && n <= nc && mBlocks >= threads
 	if rows != nil && (n > nc || colSplit || (mBlocks < threads && ceilDiv(n, nr) > 1)) {
 		rows = nil // blocks of C's rows are not final in one thread
 	}
