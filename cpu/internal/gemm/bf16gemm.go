@@ -140,8 +140,8 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// 384×1536×2048 8-12% of its CPU time packing B on Zen 4.
 	bps := nr*kpc + bf16PanelPad
 	bLen := bps * ceilDiv(nc, nr)
-	bbuf := getU32(bLen)
-	defer bf16Bufs.Put(bbuf)
+	bbuf := getU32(&bf16BBufs, bLen)
+	defer bf16BBufs.Put(bbuf)
 	bp := *bbuf
 	// A transposed A (packed pair-major per M block) with far fewer rows
 	// than B has columns: the threads split the columns, each packing and
@@ -240,7 +240,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 			return pack, run
 		}
 		buffers := func() (abuf *[]uint32, ap []uint32, ctile []float32) {
-			abuf = getU32(aLen + mr*nr)
+			abuf = getU32(&bf16Bufs, aLen+mr*nr)
 			ap = *abuf
 			// The edge tile's floats, in the buffer's tail.
 			return abuf, ap, unsafe.Slice((*float32)(unsafe.Pointer(&ap[aLen])), mr*nr)
@@ -275,8 +275,8 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 				for tt := lo; tt < hi; tt++ {
 					own := bp // share 0's; the others take one each
 					if tt > 0 {
-						pbuf := getU32(bLen)
-						defer bf16Bufs.Put(pbuf)
+						pbuf := getU32(&bf16BBufs, bLen)
+						defer bf16BBufs.Put(pbuf)
 						own = *pbuf
 					}
 					for pc := 0; pc < k; pc += kc {
@@ -326,11 +326,15 @@ const bf16APad = 1
 // the deepest K block's pairs.
 const bf16PanelPad = 16
 
-// bf16Bufs holds packing buffers for reuse.
-var bf16Bufs sync.Pool
+// bf16Bufs and bf16BBufs hold packing buffers for reuse, A's and B's
+// apart: a B buffer (up to megabytes) asked for and handed an A one (a
+// few hundred KiB) makes a new one, and the splits with B packed by each
+// thread ask for one a thread.
+var bf16Bufs, bf16BBufs sync.Pool
 
-func getU32(n int) *[]uint32 {
-	if v, ok := bf16Bufs.Get().(*[]uint32); ok && cap(*v) >= n {
+// getU32 is a buffer of n dwords from pool, or a new one.
+func getU32(pool *sync.Pool, n int) *[]uint32 {
+	if v, ok := pool.Get().(*[]uint32); ok && cap(*v) >= n {
 		*v = (*v)[:n]
 		return v
 	}
@@ -339,10 +343,10 @@ func getU32(n int) *[]uint32 {
 }
 
 // bf16Macro multiplies the mcur-row A block ap by the B panels [jpLo,
-// jpHi) of bp (kp pairs deep, panel jp at bp[jp*bps:]) into C at c[coff:] with the micro-kernel fn,
-// whose A panels start every astride dwords (row i0's at i0*astride):
-// kern.fn on packed panels (astride kp), kern.rows on rows bf16RowStride
-// apart.
+// jpHi) of bp (kp pairs deep, panel jp at bp[jp*bps:]) into C at
+// c[coff:] with the micro-kernel fn, whose A panels start every astride
+// dwords (row i0's at i0*astride): kern.fn on packed panels (astride
+// kp+bf16APad), kern.rows on rows bf16RowStride apart.
 //
 // Where edge.fn is not nil, a last tile of fewer than mr rows is edge.fn
 // on the A panel edge.a instead (a strided A's edge rows, copied with
