@@ -590,6 +590,8 @@ func TestSgemmBF16Paths(t *testing.T) {
 	}
 	for ci, tc := range []gemmCase{
 		{m: 200, n: 40, k: 96},                                    // strided A, edge tile of 8 rows
+		{m: 208, n: 48, k: 1100, beta: -1},                        // edge tile of 16 rows, 3 K blocks
+		{m: 211, n: 17, k: 600, padA: 2, alpha: 3},                // edge tile of 19 rows: copied
 		{m: 48, n: 48, k: 1100},                                   // whole tiles only, 3 K blocks
 		{m: 301, n: 70, k: 1100, padA: 2},                         // strided, edge tile, K blocks 368/368/364
 		{m: 301, n: 70, k: 1101, padA: 1},                         // odd lda: A's rows copied
@@ -616,6 +618,52 @@ func TestSgemmBF16Paths(t *testing.T) {
 			for i := range want {
 				if !sameBits(got[i], want[i]) {
 					t.Fatalf("t%d %v: element %d = %g (%#08x), want %g (%#08x)", threads, tc, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}
+
+// The strided kernels of fewer rows (bf16Kernel.stridedEdge) are bitwise
+// the reference on random rows of pairs a stride apart, special values
+// included, at several depths and for both stores.
+func TestBF16StridedEdgeKernels(t *testing.T) {
+	if bf16Kern == nil || len(bf16Kern.stridedEdge) == 0 {
+		t.Skip("no strided edge kernels")
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	nr := bf16Kern.nr
+	for mr, f := range bf16Kern.stridedEdge {
+		ref := refBF16Kernel(mr, nr)
+		for _, kp := range []int{1, 3, 4, 9, 64} {
+			for _, beta0 := range []bool{true, false} {
+				rs := kp + 5
+				a := make([]uint32, (mr-1)*rs+kp)
+				for i := range a {
+					a[i] = uint32(randBF16(rng, true)) | uint32(randBF16(rng, true))<<16
+				}
+				packed := make([]uint32, mr*kp) // pair-major, as ref reads A
+				for i := range mr {
+					for q := range kp {
+						packed[q*mr+i] = a[i*rs+q]
+					}
+				}
+				b := make([]uint32, nr*kp)
+				for i := range b {
+					b[i] = uint32(randBF16(rng, true)) | uint32(randBF16(rng, true))<<16
+				}
+				const ldc = 37
+				c := make([]float32, (mr-1)*ldc+nr)
+				for i := range c {
+					c[i] = float32(rng.NormFloat64())
+				}
+				want := append([]float32(nil), c...)
+				f(kp, a, rs, b, c, ldc, 0.75, -1.5, beta0)
+				ref.fn(kp, packed, b, want, ldc, 0.75, -1.5, beta0)
+				for i := range c {
+					if !sameBits(c[i], want[i]) {
+						t.Fatalf("%d rows kp=%d beta0=%v: element %d (row %d col %d) = %g, want %g", mr, kp, beta0, i, i/ldc, i%ldc, c[i], want[i])
+					}
 				}
 			}
 		}

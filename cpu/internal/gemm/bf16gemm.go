@@ -37,8 +37,17 @@ type bf16Kernel struct {
 	// strided, where not nil, is fn with A row-major rs dwords apart
 	// (row i's pairs at a[i*rs:]): a non-transposed A whose rows hold
 	// whole pairs read where it lies, not copied.
-	strided func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	strided bf16StridedFn
+	// stridedEdge, where not nil, holds strided forms of fewer rows than
+	// mr, by their rows: an edge tile of that many rows of a strided A
+	// read where it lies, not copied with zero rows and computed whole
+	// (gpt's 2048 rows: 85 tiles and 8 rows).
+	stridedEdge map[int]bf16StridedFn
 }
+
+// bf16StridedFn is a micro-kernel with A row-major, row i's pairs at
+// a[i*rs:] (bf16Kernel.strided).
+type bf16StridedFn func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
 
 // bf16RowStride is the dwords between rows of a row-major A panel: the
 // deepest K block's pairs (bf16KC/2) and a cache line more, so that a
@@ -212,8 +221,15 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 					// cost the products with n = 384 2-4% of their CPU time.
 					var edge bf16Edge
 					if mfull := mcur / mr * mr; mfull < mcur {
-						packRows(ap[:aLen], a, (ic+mfull)*lda+pc, lda, mcur-mfull, mr, kcur)
-						edge = bf16Edge{kern.rows, ap}
+						if f := kern.stridedEdge[mcur-mfull]; f != nil {
+							rs := lda / 2
+							edge = bf16Edge{func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+								f(kp, a, rs, b, c, ldc, alpha, beta, beta0)
+							}, a32[((ic+mfull)*lda+pc)/2:], mcur - mfull}
+						} else {
+							packRows(ap[:aLen], a, (ic+mfull)*lda+pc, lda, mcur-mfull, mr, kcur)
+							edge = bf16Edge{kern.rows, ap, mr}
+						}
 					}
 					bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, edge)
 				case rowsA:
@@ -349,8 +365,9 @@ func getU32(pool *sync.Pool, n int) *[]uint32 {
 // kp+bf16APad), kern.rows on rows bf16RowStride apart.
 //
 // Where edge.fn is not nil, a last tile of fewer than mr rows is edge.fn
-// on the A panel edge.a instead (a strided A's edge rows, copied with
-// zeros past m, as rows bf16RowStride dwords apart).
+// on the A panel edge.a instead: a strided A's edge rows read in place by
+// a kernel of exactly as many rows, or copied with zeros past m as rows
+// bf16RowStride dwords apart.
 func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool), mr, nr, astride, mcur, ncur, kp int, ap, bp []uint32, bps, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32, edge bf16Edge) {
 	beta0 := beta == 0
 	for jp := jpLo; jp < jpHi; jp++ {
@@ -359,12 +376,12 @@ func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta 
 		bpan := bp[jp*bps : jp*bps+nr*kp]
 		for i0 := 0; i0 < mcur; i0 += mr {
 			mm := min(mr, mcur-i0)
-			fn, apan := fn, ap[i0*astride:] // the kernel wrappers check its bounds
+			fn, apan, rows := fn, ap[i0*astride:], mr // the kernel wrappers check its bounds
 			if mm < mr && edge.fn != nil {
-				fn, apan = edge.fn, edge.a
+				fn, apan, rows = edge.fn, edge.a, edge.mr
 			}
 			off := coff + i0*ldc + j0
-			if mm == mr && nn == nr {
+			if mm == rows && nn == nr {
 				fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
 				continue
 			}
@@ -373,10 +390,12 @@ func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta 
 	}
 }
 
-// bf16Edge is bf16Macro's edge tile form: the kernel fn on the A panel a.
+// bf16Edge is bf16Macro's edge tile form: the kernel fn of mr rows on
+// the A panel a.
 type bf16Edge struct {
 	fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
 	a  []uint32
+	mr int
 }
 
 // packRows packs rows [0, rows) of a row-major A panel (bf16RowStride

@@ -119,7 +119,8 @@ type tile struct {
 	mr, nz int  // rows, ZMM registers (16 columns each) per row
 	rows   bool // A as rows of pairs rowStride dwords apart (else pair-major)
 	// strided: A as rows of pairs a stride apart that the caller passes
-	// (A read where it lies, unpacked); mr 24 and nz 1 only.
+	// (A read where it lies, unpacked); nz 1 only, mr 24, or 8 and 16 for
+	// the edge tiles of products with 2^j rows (2048 = 85*24 + 8).
 	strided bool
 }
 
@@ -175,7 +176,7 @@ func main() {
 	w("//go:build amd64 && !purego")
 	w("")
 	w("#include \"textflag.h\"")
-	for _, t := range []tile{{24, 1, false, false}, {12, 2, false, false}, {24, 1, true, false}, {24, 1, false, true}} {
+	for _, t := range []tile{{24, 1, false, false}, {12, 2, false, false}, {24, 1, true, false}, {24, 1, false, true}, {8, 1, false, true}, {16, 1, false, true}} {
 		kernel(w, t)
 	}
 	ilv24(w)
