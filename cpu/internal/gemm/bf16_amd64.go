@@ -25,11 +25,27 @@ func bf16Kernel24x16R(kp int, a, b *uint32, c *float32, ldc int, alpha, beta flo
 //go:noescape
 func bf16Kernel24x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
 
+// bf16Kernel8x16S and bf16Kernel16x16S are bf16Kernel24x16S for 8 and 16
+// rows (bf16Kernel.stridedEdge).
+//
+//go:noescape
+func bf16Kernel8x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
+
+//go:noescape
+func bf16Kernel16x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
+
 // bf16Ilv24 is in bf16_amd64.s: for q < kp and l < 24,
 // dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16 (AVX-512F).
 //
 //go:noescape
 func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
+
+// bf16Ilv24N is in bf16_amd64.s: bf16Ilv24 for tiles side by side, for
+// t < tiles, q < kp and l < 24: dst[t*tstride+24q+l] =
+// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16 (AVX-512F).
+//
+//go:noescape
+func bf16Ilv24N(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)
 
 // bf16Tr16 is in bf16_amd64.s: for q < 16*blocks and r < 16,
 // dst[16q+r] = src[r*ld+2q] | src[r*ld+2q+1]<<16 (AVX-512F).
@@ -50,6 +66,7 @@ const bf16PeakChains = 16
 func init() {
 	if hasAVX512() {
 		ilv24Asm = bf16Ilv24
+		ilv24NAsm = bf16Ilv24N
 		tr16Asm = bf16Tr16
 	}
 }
@@ -81,7 +98,8 @@ func asmBF16(name string, mr, nr int, f bf16Asm) *bf16Kernel {
 }
 
 var (
-	bf16AVX512x24 = withStrided(withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R), bf16Kernel24x16S)
+	bf16AVX512x24 = withStridedEdges(withStrided(withRows(asmBF16("avx512_bf16 24x16", 24, 16, bf16Kernel24x16), bf16Kernel24x16R), bf16Kernel24x16S),
+		map[int]bf16AsmS{8: bf16Kernel8x16S, 16: bf16Kernel16x16S})
 	bf16AVX512x12 = asmBF16("avx512_bf16 12x32", 12, 32, bf16Kernel12x32)
 )
 
@@ -92,12 +110,30 @@ func withRows(k *bf16Kernel, f bf16Asm) *bf16Kernel {
 	return k
 }
 
+// bf16AsmS is an assembly strided-A bf16 kernel's signature.
+type bf16AsmS func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
+
 // withStrided gives k the strided-A form f of its kernel
-// (bf16Kernel.strided), after checking the bounds f relies on as bf16Wrap
-// does.
-func withStrided(k *bf16Kernel, f func(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)) *bf16Kernel {
-	mr, nr := k.mr, k.nr
-	k.strided = func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+// (bf16Kernel.strided).
+func withStrided(k *bf16Kernel, f bf16AsmS) *bf16Kernel {
+	k.strided = stridedWrap(k.mr, k.nr, f)
+	return k
+}
+
+// withStridedEdges gives k the strided-A forms of fewer rows fs, by their
+// rows (bf16Kernel.stridedEdge).
+func withStridedEdges(k *bf16Kernel, fs map[int]bf16AsmS) *bf16Kernel {
+	k.stridedEdge = map[int]bf16StridedFn{}
+	for mr, f := range fs {
+		k.stridedEdge[mr] = stridedWrap(mr, k.nr, f)
+	}
+	return k
+}
+
+// stridedWrap is the mr×nr strided-A assembly kernel f as a bf16StridedFn,
+// after checking the bounds f relies on as bf16Wrap does.
+func stridedWrap(mr, nr int, f bf16AsmS) bf16StridedFn {
+	return func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
 		_ = a[(mr-1)*rs+kp-1]
 		_ = b[nr*kp-1]
 		_ = c[(mr-1)*ldc+nr-1]
@@ -107,7 +143,6 @@ func withStrided(k *bf16Kernel, f func(kp int, a, b *uint32, c *float32, ldc int
 		}
 		f(kp, &a[0], &b[0], &c[0], ldc, alpha, beta, z, rs)
 	}
-	return k
 }
 
 // hasAVX512BF16 reports whether the CPU and OS run the bf16 kernels

@@ -1699,6 +1699,528 @@ store0:
 	VZEROUPPER
 	RET
 
+// func bf16Kernel8x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
+//
+// c = alpha*(A·B) + beta*c, or alpha*(A·B) when beta0 != 0, for the
+// 8x16 tile at c (row stride ldc floats). A and B hold kp pairs of k:
+// a holds row i's pairs at a[rs*i+p] (bf16 A[i][2p] low, A[i][2p+1] high),
+// b 16 (column j: B[2p][j] low, B[2p+1][j] high). Sums start at +0 and
+// take one VDPBF16PS per pair, in order of p.
+//
+// Registers: Z0..Z7 accumulators (row r, columns 16z.. in Z1*r+z),
+// Z24..Z24 and Z28..Z28 the B pairs (alternating), Z26/Z27 alpha and beta.
+// Rows of A: SI, BX and AX point at rows 0, 9 and 18, the others
+// reached through R8 = S (rs in bytes), R9 = 3S, R10 = 5S, R11 = 7S.
+TEXT ·bf16Kernel8x16S(SB), NOSPLIT, $0-64
+	MOVQ kp+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	MOVQ DX, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ rs+56(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (R8)(R8*4), R10
+	LEAQ (R9)(R8*4), R11
+	LEAQ (SI)(R8*8), BX
+	ADDQ R8, BX
+	LEAQ (BX)(R8*8), AX
+	ADDQ R8, AX
+	MOVQ CX, R12
+	SHRQ $2, R12
+	JZ tail
+loop4:
+	PREFETCHT0 128(SI)
+	PREFETCHT0 128(SI)(R8*1)
+	PREFETCHT0 128(SI)(R8*2)
+	PREFETCHT0 128(SI)(R9*1)
+	PREFETCHT0 128(SI)(R8*4)
+	PREFETCHT0 128(SI)(R10*1)
+	PREFETCHT0 128(SI)(R9*2)
+	PREFETCHT0 128(SI)(R11*1)
+	PREFETCHT0 512(DI)
+	PREFETCHT0 576(DI)
+	PREFETCHT0 640(DI)
+	PREFETCHT0 704(DI)
+	VMOVUPS 0(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x06 // vdpbf16ps 0(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x0c; BYTE $0x06 // vdpbf16ps 0(%rsi,%r8,1){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x14; BYTE $0x46 // vdpbf16ps 0(%rsi,%r8,2){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x1c; BYTE $0x0e // vdpbf16ps 0(%rsi,%r9,1){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x24; BYTE $0x86 // vdpbf16ps 0(%rsi,%r8,4){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x2c; BYTE $0x16 // vdpbf16ps 0(%rsi,%r10,1){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x34; BYTE $0x4e // vdpbf16ps 0(%rsi,%r9,2){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x3c; BYTE $0x1e // vdpbf16ps 0(%rsi,%r11,1){1to16}, %zmm24, %zmm7
+	VMOVUPS 64(DI), Z28
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x01 // vdpbf16ps 4(%rsi){1to16}, %zmm28, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x4c; BYTE $0x06; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,1){1to16}, %zmm28, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x46; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,2){1to16}, %zmm28, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x0e; BYTE $0x01 // vdpbf16ps 4(%rsi,%r9,1){1to16}, %zmm28, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x86; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,4){1to16}, %zmm28, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x16; BYTE $0x01 // vdpbf16ps 4(%rsi,%r10,1){1to16}, %zmm28, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x4e; BYTE $0x01 // vdpbf16ps 4(%rsi,%r9,2){1to16}, %zmm28, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x1e; BYTE $0x01 // vdpbf16ps 4(%rsi,%r11,1){1to16}, %zmm28, %zmm7
+	VMOVUPS 128(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x02 // vdpbf16ps 8(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x4c; BYTE $0x06; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,1){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x46; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,2){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x0e; BYTE $0x02 // vdpbf16ps 8(%rsi,%r9,1){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x86; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,4){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x16; BYTE $0x02 // vdpbf16ps 8(%rsi,%r10,1){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x4e; BYTE $0x02 // vdpbf16ps 8(%rsi,%r9,2){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x1e; BYTE $0x02 // vdpbf16ps 8(%rsi,%r11,1){1to16}, %zmm24, %zmm7
+	VMOVUPS 192(DI), Z28
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x03 // vdpbf16ps 12(%rsi){1to16}, %zmm28, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x4c; BYTE $0x06; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,1){1to16}, %zmm28, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x46; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,2){1to16}, %zmm28, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x0e; BYTE $0x03 // vdpbf16ps 12(%rsi,%r9,1){1to16}, %zmm28, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x86; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,4){1to16}, %zmm28, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x16; BYTE $0x03 // vdpbf16ps 12(%rsi,%r10,1){1to16}, %zmm28, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x4e; BYTE $0x03 // vdpbf16ps 12(%rsi,%r9,2){1to16}, %zmm28, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x1e; BYTE $0x03 // vdpbf16ps 12(%rsi,%r11,1){1to16}, %zmm28, %zmm7
+	ADDQ $16, SI
+	ADDQ $16, BX
+	ADDQ $16, AX
+	ADDQ $256, DI
+	DECQ R12
+	JNZ loop4
+tail:
+	ANDQ $3, CX
+	JZ store
+loop1:
+	VMOVUPS 0(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x06 // vdpbf16ps 0(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x0c; BYTE $0x06 // vdpbf16ps 0(%rsi,%r8,1){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x14; BYTE $0x46 // vdpbf16ps 0(%rsi,%r8,2){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x1c; BYTE $0x0e // vdpbf16ps 0(%rsi,%r9,1){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x24; BYTE $0x86 // vdpbf16ps 0(%rsi,%r8,4){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x2c; BYTE $0x16 // vdpbf16ps 0(%rsi,%r10,1){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x34; BYTE $0x4e // vdpbf16ps 0(%rsi,%r9,2){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x3c; BYTE $0x1e // vdpbf16ps 0(%rsi,%r11,1){1to16}, %zmm24, %zmm7
+	ADDQ $4, SI
+	ADDQ $4, BX
+	ADDQ $4, AX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ loop1
+store:
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VBROADCASTSS alpha+40(FP), Z26
+	VBROADCASTSS beta+44(FP), Z27
+	MOVQ beta0+48(FP), AX
+	TESTQ AX, AX
+	JNZ store0
+	VMULPS Z26, Z0, Z0
+	VFMADD231PS 0(DX), Z27, Z0
+	VMOVUPS Z0, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z1, Z1
+	VFMADD231PS 0(DX), Z27, Z1
+	VMOVUPS Z1, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z2, Z2
+	VFMADD231PS 0(DX), Z27, Z2
+	VMOVUPS Z2, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z3, Z3
+	VFMADD231PS 0(DX), Z27, Z3
+	VMOVUPS Z3, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z4, Z4
+	VFMADD231PS 0(DX), Z27, Z4
+	VMOVUPS Z4, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z5, Z5
+	VFMADD231PS 0(DX), Z27, Z5
+	VMOVUPS Z5, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z6, Z6
+	VFMADD231PS 0(DX), Z27, Z6
+	VMOVUPS Z6, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z7, Z7
+	VFMADD231PS 0(DX), Z27, Z7
+	VMOVUPS Z7, 0(DX)
+	VZEROUPPER
+	RET
+store0:
+	VMULPS Z26, Z0, Z0
+	VMOVUPS Z0, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z1, Z1
+	VMOVUPS Z1, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z2, Z2
+	VMOVUPS Z2, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z3, Z3
+	VMOVUPS Z3, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z4, Z4
+	VMOVUPS Z4, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z5, Z5
+	VMOVUPS Z5, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z6, Z6
+	VMOVUPS Z6, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z7, Z7
+	VMOVUPS Z7, 0(DX)
+	VZEROUPPER
+	RET
+
+// func bf16Kernel16x16S(kp int, a, b *uint32, c *float32, ldc int, alpha, beta float32, beta0 int, rs int)
+//
+// c = alpha*(A·B) + beta*c, or alpha*(A·B) when beta0 != 0, for the
+// 16x16 tile at c (row stride ldc floats). A and B hold kp pairs of k:
+// a holds row i's pairs at a[rs*i+p] (bf16 A[i][2p] low, A[i][2p+1] high),
+// b 16 (column j: B[2p][j] low, B[2p+1][j] high). Sums start at +0 and
+// take one VDPBF16PS per pair, in order of p.
+//
+// Registers: Z0..Z15 accumulators (row r, columns 16z.. in Z1*r+z),
+// Z24..Z24 and Z28..Z28 the B pairs (alternating), Z26/Z27 alpha and beta.
+// Rows of A: SI, BX and AX point at rows 0, 9 and 18, the others
+// reached through R8 = S (rs in bytes), R9 = 3S, R10 = 5S, R11 = 7S.
+TEXT ·bf16Kernel16x16S(SB), NOSPLIT, $0-64
+	MOVQ kp+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	MOVQ DX, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	ADDQ R8, R10
+	PREFETCHT0 (R10)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ rs+56(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (R8)(R8*4), R10
+	LEAQ (R9)(R8*4), R11
+	LEAQ (SI)(R8*8), BX
+	ADDQ R8, BX
+	LEAQ (BX)(R8*8), AX
+	ADDQ R8, AX
+	MOVQ CX, R12
+	SHRQ $2, R12
+	JZ tail
+loop4:
+	PREFETCHT0 128(SI)
+	PREFETCHT0 128(SI)(R8*1)
+	PREFETCHT0 128(SI)(R8*2)
+	PREFETCHT0 128(SI)(R9*1)
+	PREFETCHT0 128(SI)(R8*4)
+	PREFETCHT0 128(SI)(R10*1)
+	PREFETCHT0 128(SI)(R9*2)
+	PREFETCHT0 128(SI)(R11*1)
+	PREFETCHT0 128(SI)(R8*8)
+	PREFETCHT0 128(BX)
+	PREFETCHT0 128(BX)(R8*1)
+	PREFETCHT0 128(BX)(R8*2)
+	PREFETCHT0 128(BX)(R9*1)
+	PREFETCHT0 128(BX)(R8*4)
+	PREFETCHT0 128(BX)(R10*1)
+	PREFETCHT0 128(BX)(R9*2)
+	PREFETCHT0 512(DI)
+	PREFETCHT0 576(DI)
+	PREFETCHT0 640(DI)
+	PREFETCHT0 704(DI)
+	VMOVUPS 0(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x06 // vdpbf16ps 0(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x0c; BYTE $0x06 // vdpbf16ps 0(%rsi,%r8,1){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x14; BYTE $0x46 // vdpbf16ps 0(%rsi,%r8,2){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x1c; BYTE $0x0e // vdpbf16ps 0(%rsi,%r9,1){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x24; BYTE $0x86 // vdpbf16ps 0(%rsi,%r8,4){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x2c; BYTE $0x16 // vdpbf16ps 0(%rsi,%r10,1){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x34; BYTE $0x4e // vdpbf16ps 0(%rsi,%r9,2){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x3c; BYTE $0x1e // vdpbf16ps 0(%rsi,%r11,1){1to16}, %zmm24, %zmm7
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x04; BYTE $0xc6 // vdpbf16ps 0(%rsi,%r8,8){1to16}, %zmm24, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x0b // vdpbf16ps 0(%rbx){1to16}, %zmm24, %zmm9
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x14; BYTE $0x03 // vdpbf16ps 0(%rbx,%r8,1){1to16}, %zmm24, %zmm10
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x1c; BYTE $0x43 // vdpbf16ps 0(%rbx,%r8,2){1to16}, %zmm24, %zmm11
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x24; BYTE $0x0b // vdpbf16ps 0(%rbx,%r9,1){1to16}, %zmm24, %zmm12
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x2c; BYTE $0x83 // vdpbf16ps 0(%rbx,%r8,4){1to16}, %zmm24, %zmm13
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x34; BYTE $0x13 // vdpbf16ps 0(%rbx,%r10,1){1to16}, %zmm24, %zmm14
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x3c; BYTE $0x4b // vdpbf16ps 0(%rbx,%r9,2){1to16}, %zmm24, %zmm15
+	VMOVUPS 64(DI), Z28
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x01 // vdpbf16ps 4(%rsi){1to16}, %zmm28, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x4c; BYTE $0x06; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,1){1to16}, %zmm28, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x46; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,2){1to16}, %zmm28, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x0e; BYTE $0x01 // vdpbf16ps 4(%rsi,%r9,1){1to16}, %zmm28, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x86; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,4){1to16}, %zmm28, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x16; BYTE $0x01 // vdpbf16ps 4(%rsi,%r10,1){1to16}, %zmm28, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x4e; BYTE $0x01 // vdpbf16ps 4(%rsi,%r9,2){1to16}, %zmm28, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x1e; BYTE $0x01 // vdpbf16ps 4(%rsi,%r11,1){1to16}, %zmm28, %zmm7
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x44; BYTE $0xc6; BYTE $0x01 // vdpbf16ps 4(%rsi,%r8,8){1to16}, %zmm28, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x4b; BYTE $0x01 // vdpbf16ps 4(%rbx){1to16}, %zmm28, %zmm9
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x03; BYTE $0x01 // vdpbf16ps 4(%rbx,%r8,1){1to16}, %zmm28, %zmm10
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x43; BYTE $0x01 // vdpbf16ps 4(%rbx,%r8,2){1to16}, %zmm28, %zmm11
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x0b; BYTE $0x01 // vdpbf16ps 4(%rbx,%r9,1){1to16}, %zmm28, %zmm12
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x83; BYTE $0x01 // vdpbf16ps 4(%rbx,%r8,4){1to16}, %zmm28, %zmm13
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x13; BYTE $0x01 // vdpbf16ps 4(%rbx,%r10,1){1to16}, %zmm28, %zmm14
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x4b; BYTE $0x01 // vdpbf16ps 4(%rbx,%r9,2){1to16}, %zmm28, %zmm15
+	VMOVUPS 128(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x02 // vdpbf16ps 8(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x4c; BYTE $0x06; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,1){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x46; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,2){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x0e; BYTE $0x02 // vdpbf16ps 8(%rsi,%r9,1){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x86; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,4){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x16; BYTE $0x02 // vdpbf16ps 8(%rsi,%r10,1){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x4e; BYTE $0x02 // vdpbf16ps 8(%rsi,%r9,2){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x1e; BYTE $0x02 // vdpbf16ps 8(%rsi,%r11,1){1to16}, %zmm24, %zmm7
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x44; BYTE $0xc6; BYTE $0x02 // vdpbf16ps 8(%rsi,%r8,8){1to16}, %zmm24, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x4b; BYTE $0x02 // vdpbf16ps 8(%rbx){1to16}, %zmm24, %zmm9
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x03; BYTE $0x02 // vdpbf16ps 8(%rbx,%r8,1){1to16}, %zmm24, %zmm10
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x43; BYTE $0x02 // vdpbf16ps 8(%rbx,%r8,2){1to16}, %zmm24, %zmm11
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x0b; BYTE $0x02 // vdpbf16ps 8(%rbx,%r9,1){1to16}, %zmm24, %zmm12
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x83; BYTE $0x02 // vdpbf16ps 8(%rbx,%r8,4){1to16}, %zmm24, %zmm13
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x13; BYTE $0x02 // vdpbf16ps 8(%rbx,%r10,1){1to16}, %zmm24, %zmm14
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x4b; BYTE $0x02 // vdpbf16ps 8(%rbx,%r9,2){1to16}, %zmm24, %zmm15
+	VMOVUPS 192(DI), Z28
+	BYTE $0x62; BYTE $0xf2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x46; BYTE $0x03 // vdpbf16ps 12(%rsi){1to16}, %zmm28, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x4c; BYTE $0x06; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,1){1to16}, %zmm28, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x46; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,2){1to16}, %zmm28, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x0e; BYTE $0x03 // vdpbf16ps 12(%rsi,%r9,1){1to16}, %zmm28, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x86; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,4){1to16}, %zmm28, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x16; BYTE $0x03 // vdpbf16ps 12(%rsi,%r10,1){1to16}, %zmm28, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x4e; BYTE $0x03 // vdpbf16ps 12(%rsi,%r9,2){1to16}, %zmm28, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x1e; BYTE $0x03 // vdpbf16ps 12(%rsi,%r11,1){1to16}, %zmm28, %zmm7
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x44; BYTE $0xc6; BYTE $0x03 // vdpbf16ps 12(%rsi,%r8,8){1to16}, %zmm28, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x4b; BYTE $0x03 // vdpbf16ps 12(%rbx){1to16}, %zmm28, %zmm9
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x54; BYTE $0x03; BYTE $0x03 // vdpbf16ps 12(%rbx,%r8,1){1to16}, %zmm28, %zmm10
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x5c; BYTE $0x43; BYTE $0x03 // vdpbf16ps 12(%rbx,%r8,2){1to16}, %zmm28, %zmm11
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x64; BYTE $0x0b; BYTE $0x03 // vdpbf16ps 12(%rbx,%r9,1){1to16}, %zmm28, %zmm12
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x6c; BYTE $0x83; BYTE $0x03 // vdpbf16ps 12(%rbx,%r8,4){1to16}, %zmm28, %zmm13
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x74; BYTE $0x13; BYTE $0x03 // vdpbf16ps 12(%rbx,%r10,1){1to16}, %zmm28, %zmm14
+	BYTE $0x62; BYTE $0x32; BYTE $0x1e; BYTE $0x50; BYTE $0x52; BYTE $0x7c; BYTE $0x4b; BYTE $0x03 // vdpbf16ps 12(%rbx,%r9,2){1to16}, %zmm28, %zmm15
+	ADDQ $16, SI
+	ADDQ $16, BX
+	ADDQ $16, AX
+	ADDQ $256, DI
+	DECQ R12
+	JNZ loop4
+tail:
+	ANDQ $3, CX
+	JZ store
+loop1:
+	VMOVUPS 0(DI), Z24
+	BYTE $0x62; BYTE $0xf2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x06 // vdpbf16ps 0(%rsi){1to16}, %zmm24, %zmm0
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x0c; BYTE $0x06 // vdpbf16ps 0(%rsi,%r8,1){1to16}, %zmm24, %zmm1
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x14; BYTE $0x46 // vdpbf16ps 0(%rsi,%r8,2){1to16}, %zmm24, %zmm2
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x1c; BYTE $0x0e // vdpbf16ps 0(%rsi,%r9,1){1to16}, %zmm24, %zmm3
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x24; BYTE $0x86 // vdpbf16ps 0(%rsi,%r8,4){1to16}, %zmm24, %zmm4
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x2c; BYTE $0x16 // vdpbf16ps 0(%rsi,%r10,1){1to16}, %zmm24, %zmm5
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x34; BYTE $0x4e // vdpbf16ps 0(%rsi,%r9,2){1to16}, %zmm24, %zmm6
+	BYTE $0x62; BYTE $0xb2; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x3c; BYTE $0x1e // vdpbf16ps 0(%rsi,%r11,1){1to16}, %zmm24, %zmm7
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x04; BYTE $0xc6 // vdpbf16ps 0(%rsi,%r8,8){1to16}, %zmm24, %zmm8
+	BYTE $0x62; BYTE $0x72; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x0b // vdpbf16ps 0(%rbx){1to16}, %zmm24, %zmm9
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x14; BYTE $0x03 // vdpbf16ps 0(%rbx,%r8,1){1to16}, %zmm24, %zmm10
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x1c; BYTE $0x43 // vdpbf16ps 0(%rbx,%r8,2){1to16}, %zmm24, %zmm11
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x24; BYTE $0x0b // vdpbf16ps 0(%rbx,%r9,1){1to16}, %zmm24, %zmm12
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x2c; BYTE $0x83 // vdpbf16ps 0(%rbx,%r8,4){1to16}, %zmm24, %zmm13
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x34; BYTE $0x13 // vdpbf16ps 0(%rbx,%r10,1){1to16}, %zmm24, %zmm14
+	BYTE $0x62; BYTE $0x32; BYTE $0x3e; BYTE $0x50; BYTE $0x52; BYTE $0x3c; BYTE $0x4b // vdpbf16ps 0(%rbx,%r9,2){1to16}, %zmm24, %zmm15
+	ADDQ $4, SI
+	ADDQ $4, BX
+	ADDQ $4, AX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ loop1
+store:
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VBROADCASTSS alpha+40(FP), Z26
+	VBROADCASTSS beta+44(FP), Z27
+	MOVQ beta0+48(FP), AX
+	TESTQ AX, AX
+	JNZ store0
+	VMULPS Z26, Z0, Z0
+	VFMADD231PS 0(DX), Z27, Z0
+	VMOVUPS Z0, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z1, Z1
+	VFMADD231PS 0(DX), Z27, Z1
+	VMOVUPS Z1, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z2, Z2
+	VFMADD231PS 0(DX), Z27, Z2
+	VMOVUPS Z2, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z3, Z3
+	VFMADD231PS 0(DX), Z27, Z3
+	VMOVUPS Z3, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z4, Z4
+	VFMADD231PS 0(DX), Z27, Z4
+	VMOVUPS Z4, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z5, Z5
+	VFMADD231PS 0(DX), Z27, Z5
+	VMOVUPS Z5, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z6, Z6
+	VFMADD231PS 0(DX), Z27, Z6
+	VMOVUPS Z6, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z7, Z7
+	VFMADD231PS 0(DX), Z27, Z7
+	VMOVUPS Z7, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z8, Z8
+	VFMADD231PS 0(DX), Z27, Z8
+	VMOVUPS Z8, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z9, Z9
+	VFMADD231PS 0(DX), Z27, Z9
+	VMOVUPS Z9, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z10, Z10
+	VFMADD231PS 0(DX), Z27, Z10
+	VMOVUPS Z10, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z11, Z11
+	VFMADD231PS 0(DX), Z27, Z11
+	VMOVUPS Z11, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z12, Z12
+	VFMADD231PS 0(DX), Z27, Z12
+	VMOVUPS Z12, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z13, Z13
+	VFMADD231PS 0(DX), Z27, Z13
+	VMOVUPS Z13, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z14, Z14
+	VFMADD231PS 0(DX), Z27, Z14
+	VMOVUPS Z14, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z15, Z15
+	VFMADD231PS 0(DX), Z27, Z15
+	VMOVUPS Z15, 0(DX)
+	VZEROUPPER
+	RET
+store0:
+	VMULPS Z26, Z0, Z0
+	VMOVUPS Z0, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z1, Z1
+	VMOVUPS Z1, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z2, Z2
+	VMOVUPS Z2, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z3, Z3
+	VMOVUPS Z3, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z4, Z4
+	VMOVUPS Z4, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z5, Z5
+	VMOVUPS Z5, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z6, Z6
+	VMOVUPS Z6, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z7, Z7
+	VMOVUPS Z7, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z8, Z8
+	VMOVUPS Z8, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z9, Z9
+	VMOVUPS Z9, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z10, Z10
+	VMOVUPS Z10, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z11, Z11
+	VMOVUPS Z11, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z12, Z12
+	VMOVUPS Z12, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z13, Z13
+	VMOVUPS Z13, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z14, Z14
+	VMOVUPS Z14, 0(DX)
+	ADDQ R8, DX
+	VMULPS Z26, Z15, Z15
+	VMOVUPS Z15, 0(DX)
+	VZEROUPPER
+	RET
+
 // func bf16Ilv24(src *uint16, ld, kp int, dst *uint32)
 //
 // For q < kp and l < 24: dst[24q+l] = src[2q*ld+l] | src[(2q+1)*ld+l]<<16.
@@ -1730,6 +2252,55 @@ ilvloop:
 	DECQ CX
 	JNZ ilvloop
 ilvdone:
+	VZEROUPPER
+	RET
+
+// func bf16Ilv24N(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)
+//
+// For t < tiles, q < kp and l < 24: dst[t*tstride+24q+l] =
+// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16. AVX-512F.
+TEXT ·bf16Ilv24N(SB), NOSPLIT, $0-48
+	MOVQ src+0(FP), SI
+	MOVQ ld+8(FP), R8
+	MOVQ kp+16(FP), CX
+	MOVQ dst+24(FP), DI
+	MOVQ tiles+32(FP), R10
+	MOVQ tstride+40(FP), R11
+	SHLQ $2, R11
+	SHLQ $1, R8
+	LEAQ (SI)(R8*1), R9
+	SHLQ $1, R8
+	TESTQ CX, CX
+	JZ ilvndone
+	TESTQ R10, R10
+	JZ ilvndone
+ilvnq:
+	MOVQ SI, AX
+	MOVQ R9, BX
+	MOVQ DI, DX
+	MOVQ R10, R12
+ilvnt:
+	VPMOVZXWD (AX), Z0
+	VPMOVZXWD 32(AX), Y1
+	VPMOVZXWD (BX), Z2
+	VPMOVZXWD 32(BX), Y3
+	VPSLLD $16, Z2, Z2
+	VPSLLD $16, Y3, Y3
+	VPORD Z2, Z0, Z0
+	VPOR Y3, Y1, Y1
+	VMOVDQU32 Z0, (DX)
+	VMOVDQU Y1, 64(DX)
+	ADDQ $48, AX
+	ADDQ $48, BX
+	ADDQ R11, DX
+	DECQ R12
+	JNZ ilvnt
+	ADDQ R8, SI
+	ADDQ R8, R9
+	ADDQ $96, DI
+	DECQ CX
+	JNZ ilvnq
+ilvndone:
 	VZEROUPPER
 	RET
 

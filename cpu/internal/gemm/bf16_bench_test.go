@@ -226,7 +226,7 @@ func BenchmarkBF16Pack(b *testing.B) {
 	}
 	b.Run("B", func(b *testing.B) {
 		for b.Loop() {
-			packPanelsIlv(dst, 16, 256, src, 0, 1024, 1024, 512, 0, 64)
+			packPanelsIlv(dst, 16, 16*256, 256, src, 0, 1024, 1024, 512, 0, 64)
 		}
 		b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/(1024*512), "ns/elem")
 	})
@@ -288,6 +288,53 @@ func BenchmarkBF16GPT(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// The macro-kernel alone (bf16Macro: every tile of a 144-row M block by
+// 24 B panels of 16 columns, gpt's n = 384) on panels packed once, A packed
+// pair-major or strided in place (rows 3072 bytes apart, gpt's k = 1536),
+// kp pairs deep: the kernel's rate with A in L2 and B in L1/L2, against
+// which a whole product's shows what packing, edges and waits cost.
+func BenchmarkBF16Macro(b *testing.B) {
+	kern := bf16Kern
+	if kern == nil || kern.strided == nil {
+		b.Skip("no native bf16 kernel with a strided form")
+	}
+	const mc, n, nr = 144, 384, 16
+	for _, kp := range []int{192, 256} {
+		for _, strided := range []bool{false, true} {
+			b.Run(fmt.Sprintf("kp=%d/strided=%v", kp, strided), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				pair := func() uint32 { return uint32(randBF16(rng, false)) | uint32(randBF16(rng, false))<<16 }
+				bps := nr*kp + bf16PanelPad
+				bp := make([]uint32, bps*n/nr)
+				for i := range bp {
+					bp[i] = pair()
+				}
+				fn, astride := kern.fn, kp
+				if strided {
+					rs := 768
+					astride = rs
+					fn = func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+						kern.strided(kp, a, rs, b, c, ldc, alpha, beta, beta0)
+					}
+				}
+				ap := make([]uint32, mc*astride)
+				for i := range ap {
+					ap[i] = pair()
+				}
+				c := make([]float32, mc*n)
+				c0 := processCPU()
+				for b.Loop() {
+					bf16Macro(fn, kern.mr, nr, astride, mc, n, kp, ap, bp, bps, 0, n/nr, 1, 1, c, 0, n, nil, bf16Edge{})
+				}
+				flop := float64(4*kp*mc*n) * float64(b.N)
+				if d := processCPU() - c0; d > 0 {
+					b.ReportMetric(flop/d.Seconds()/1e9, "cpu-GFLOP/s")
+				}
+			})
 		}
 	}
 }

@@ -575,3 +575,97 @@ func TestSgemmBF16ColSplit(t *testing.T) {
 		}
 	}
 }
+
+// The bf16 driver's paths, each bitwise the reference on 1, 2 and 3
+// threads: a strided A whose last M block has an edge tile (whole tiles
+// read in place, the edge copied), B panels a cache line apart in K
+// blocks of different depths (the shallower last block's panels where
+// the deeper ones were), the split by M blocks with B packed by each
+// thread (m >= n) and by columns (n >= 2*threads*m) running all K blocks
+// without waits, and a transposed A packed by blocks of tiles (whole and
+// edge tiles, odd k).
+func TestSgemmBF16Paths(t *testing.T) {
+	if bf16Kern == nil {
+		t.Skip("no native bf16 kernel in use")
+	}
+	for ci, tc := range []gemmCase{
+		{m: 200, n: 40, k: 96},                                    // strided A, edge tile of 8 rows
+		{m: 208, n: 48, k: 1100, beta: -1},                        // edge tile of 16 rows, 3 K blocks
+		{m: 211, n: 17, k: 600, padA: 2, alpha: 3},                // edge tile of 19 rows: copied
+		{m: 48, n: 48, k: 1100},                                   // whole tiles only, 3 K blocks
+		{m: 301, n: 70, k: 1100, padA: 2},                         // strided, edge tile, K blocks 368/368/364
+		{m: 301, n: 70, k: 1101, padA: 1},                         // odd lda: A's rows copied
+		{m: 130, n: 130, k: 1030, transB: true, beta: 0.5},        // m >= n, B transposed, 2 K blocks
+		{m: 290, n: 33, k: 1537, padB: 5, alpha: -1, beta: 1},     // odd k: the last block's edge pair
+		{m: 150, n: 150, k: 600, transA: true},                    // transposed A, edge tile of 6 rows
+		{m: 48, n: 300, k: 1100, transA: true, padC: 3},           // split by columns, 3 K blocks
+		{m: 29, n: 203, k: 1025, transA: true, transB: true},      // by columns, odd k, edge tiles
+		{m: 1000, n: 20, k: 1537, transA: true, padA: 3, beta: 2}, // many tiles side by side, odd k
+	} {
+		if tc.alpha == 0 {
+			tc.alpha = 1
+		}
+		rng := rand.New(rand.NewPCG(uint64(ci), 16))
+		mt := makeMats(tc, rng)
+		a := randBF16s(rng, len(mt.a), ci%3 == 0)
+		b := randBF16s(rng, len(mt.b), ci%3 == 0)
+		c0 := to32(mt.c)
+		want := append([]float32(nil), c0...)
+		refGemmBF16(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), a, mt.lda, b, mt.ldb, float32(tc.beta), want, mt.ldc)
+		for _, threads := range []int{1, 2, 3} {
+			got := append([]float32(nil), c0...)
+			SgemmMixed(tc.transA, tc.transB, tc.m, tc.n, tc.k, float32(tc.alpha), BF16(a), mt.lda, BF16(b), mt.ldb, float32(tc.beta), got, mt.ldc, parallel.NewPool(threads))
+			for i := range want {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("t%d %v: element %d = %g (%#08x), want %g (%#08x)", threads, tc, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}
+
+// The strided kernels of fewer rows (bf16Kernel.stridedEdge) are bitwise
+// the reference on random rows of pairs a stride apart, special values
+// included, at several depths and for both stores.
+func TestBF16StridedEdgeKernels(t *testing.T) {
+	if bf16Kern == nil || len(bf16Kern.stridedEdge) == 0 {
+		t.Skip("no strided edge kernels")
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	nr := bf16Kern.nr
+	for mr, f := range bf16Kern.stridedEdge {
+		ref := refBF16Kernel(mr, nr)
+		for _, kp := range []int{1, 3, 4, 9, 64} {
+			for _, beta0 := range []bool{true, false} {
+				rs := kp + 5
+				a := make([]uint32, (mr-1)*rs+kp)
+				for i := range a {
+					a[i] = uint32(randBF16(rng, true)) | uint32(randBF16(rng, true))<<16
+				}
+				packed := make([]uint32, mr*kp) // pair-major, as ref reads A
+				for i := range mr {
+					for q := range kp {
+						packed[q*mr+i] = a[i*rs+q]
+					}
+				}
+				b := make([]uint32, nr*kp)
+				for i := range b {
+					b[i] = uint32(randBF16(rng, true)) | uint32(randBF16(rng, true))<<16
+				}
+				const ldc = 37
+				c := make([]float32, (mr-1)*ldc+nr)
+				for i := range c {
+					c[i] = float32(rng.NormFloat64())
+				}
+				want := append([]float32(nil), c...)
+				f(kp, a, rs, b, c, ldc, 0.75, -1.5, beta0)
+				ref.fn(kp, packed, b, want, ldc, 0.75, -1.5, beta0)
+				for i := range c {
+					if !sameBits(c[i], want[i]) {
+						t.Fatalf("%d rows kp=%d beta0=%v: element %d (row %d col %d) = %g, want %g", mr, kp, beta0, i, i/ldc, i%ldc, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

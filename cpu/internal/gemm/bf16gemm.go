@@ -37,8 +37,17 @@ type bf16Kernel struct {
 	// strided, where not nil, is fn with A row-major rs dwords apart
 	// (row i's pairs at a[i*rs:]): a non-transposed A whose rows hold
 	// whole pairs read where it lies, not copied.
-	strided func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	strided bf16StridedFn
+	// stridedEdge, where not nil, holds strided forms of fewer rows than
+	// mr, by their rows: an edge tile of that many rows of a strided A
+	// read where it lies, not copied with zero rows and computed whole
+	// (gpt's 2048 rows: 85 tiles and 8 rows).
+	stridedEdge map[int]bf16StridedFn
 }
+
+// bf16StridedFn is a micro-kernel with A row-major, row i's pairs at
+// a[i*rs:] (bf16Kernel.strided).
+type bf16StridedFn func(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
 
 // bf16RowStride is the dwords between rows of a row-major A panel: the
 // deepest K block's pairs (bf16KC/2) and a cache line more, so that a
@@ -108,7 +117,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// A row-major where the kernel has that form and A's pairs lie in
 	// its rows.
 	rowsA := kern.rows != nil && !transA
-	aLen := kpc * mc
+	aLen := (kpc + bf16APad) * mc
 	if rowsA {
 		aLen = bf16RowStride * mc
 	}
@@ -132,8 +141,16 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// 2-thread bf16-mixed gpt step no faster, 554-610 ms against 525-579
 	// ms interleaved, and 37 MiB more resident: its 8 MiB buffers share
 	// the pool with the small A buffers and are re-made.)
-	bbuf := getU32(kpc * nc)
-	defer bf16Bufs.Put(bbuf)
+	// B panel jp at bp[jp*bps:] in every K block: a cache line more
+	// than the deepest block's panel, so that packing B pair by pair
+	// (writing one line to each panel in turn) does not write lines that
+	// fall into the same L1 set (panels 12 or 16 KiB apart: all of them
+	// in one set) and evict each other. That cost gpt's weight gradient
+	// 384×1536×2048 8-12% of its CPU time packing B on Zen 4.
+	bps := nr*kpc + bf16PanelPad
+	bLen := bps * ceilDiv(nc, nr)
+	bbuf := getU32(&bf16BBufs, bLen)
+	defer bf16BBufs.Put(bbuf)
 	bp := *bbuf
 	// A transposed A (packed pair-major per M block) with far fewer rows
 	// than B has columns: the threads split the columns, each packing and
@@ -143,12 +160,16 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// core's cache: on Zen 4, gpt's weight gradient 384×1536×2048 spent
 	// 15% of its CPU time packing B on 2 threads against 6% on one.
 	colSplit := bf16ColSplit && threads > 1 && transA && !rowsA && n >= 2*threads*m && n <= nc
-	// Few columns against rows (m >= 2*threads*n): the threads split the
-	// M blocks, each packing all of B into a buffer of its own, rather
-	// than packing a shared one in turns: writing lines the other core
-	// read in the previous K block cost gpt's 1536×384×2048 weight
-	// gradient 9% of its CPU time packing B on 2 threads against 3% on one.
-	rowPriv := bf16RowPriv && threads > 1 && !colSplit && m >= 2*threads*n && n <= nc && mBlocks >= threads
+	// No more columns than rows (m >= n): the threads split the M
+	// blocks, each packing all of B into a buffer of its own, rather than
+	// packing a shared one in turns: writing lines the other core read in
+	// the previous K block cost gpt's 1536×384×2048 weight gradient 9% of
+	// its CPU time packing B on 2 threads against 3% on one. (Taken from
+	// m >= 2*threads*n down to m >= n, gpt's 2048×1536×384,
+	// 2048×1152×384 and 1152×384×2048 products took 2-7% less CPU time
+	// on 2 threads: no waits between K blocks and for the packing, at the
+	// cost of B packed once more, about 1% of such a product's time.)
+	rowPriv := bf16RowPriv && threads > 1 && !colSplit && m >= n && n <= nc && mBlocks >= threads
 	if rows != nil && (n > nc || colSplit || (mBlocks < threads && ceilDiv(n, nr) > 1)) {
 		rows = nil // blocks of C's rows are not final in one thread
 	}
@@ -159,7 +180,10 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 		if mBlocks < threads {
 			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
 		}
-		for pc := 0; pc < k; pc += kc {
+		// stepAt is K block pc's B packing (panels [lo, hi) into bp) and
+		// its computing of M block ib on the B panels [jpLo, jpHi) of bp,
+		// A packed into ap (the edge tile's floats in ctile).
+		stepAt := func(pc int) (pack func(bp []uint32, lo, hi int), run func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int)) {
 			kcur := min(kc, k-pc)
 			kp := ceilDiv(kcur, 2)
 			betaCur := beta
@@ -170,15 +194,15 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 			if pc+kcur == k {
 				done = rows
 			}
-			pack := func(bp []uint32, lo, hi int) {
+			pack = func(bp []uint32, lo, hi int) {
 				if !transB {
 					// Pair by pair over the panels: whole rows of B read in turn.
-					packPanelsIlv(bp, nr, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
+					packPanelsIlv(bp, nr, bps, kp, b, pc*ldb+jc, ldb, ncur, kcur, lo, hi)
 					return
 				}
 				for jp := lo; jp < hi; jp++ {
 					j0 := jp * nr
-					dst := bp[jp*nr*kp : (jp+1)*nr*kp]
+					dst := bp[jp*bps : jp*bps+nr*kp]
 					// Row j of the stored B is column j of op(B).
 					if nr == 16 {
 						packPairsTr(dst, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
@@ -187,85 +211,117 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 					packPairsAdj(dst, nr, b, (jc+j0)*ldb+pc, ldb, min(nr, ncur-j0), kcur)
 				}
 			}
-			// run computes M block ib with the B panels [jpLo, jpHi), A packed
-			// into ap (the edge tile's floats in ctile).
-			run := func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int) {
+			run = func(bp, ap []uint32, ctile []float32, ib, jpLo, jpHi int) {
 				ic, mcur := block(ib)
 				switch {
-				case a32 != nil && kcur%2 == 0 && mcur%mr == 0:
-					bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-				case rowsA:
-					packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
-					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
-				default:
-					for i0 := 0; i0 < mcur; i0 += mr {
-						dst := ap[i0*kp : (i0+mr)*kp]
-						if transA {
-							packPairsIlv(dst, mr, a, pc*lda+ic+i0, lda, min(mr, mcur-i0), kcur)
+				case a32 != nil && kcur%2 == 0:
+					// The whole tiles read where A lies; an edge tile's rows
+					// copied (zeros past m). Copying the whole block for
+					// its edge tile (gpt's 2048 rows: 85 tiles and 8 rows)
+					// cost the products with n = 384 2-4% of their CPU time.
+					var edge bf16Edge
+					if mfull := mcur / mr * mr; mfull < mcur {
+						if f := kern.stridedEdge[mcur-mfull]; f != nil {
+							rs := lda / 2
+							edge = bf16Edge{func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+								f(kp, a, rs, b, c, ldc, alpha, beta, beta0)
+							}, a32[((ic+mfull)*lda+pc)/2:], mcur - mfull}
 						} else {
-							packPairsAdj(dst, mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+							packRows(ap[:aLen], a, (ic+mfull)*lda+pc, lda, mcur-mfull, mr, kcur)
+							edge = bf16Edge{kern.rows, ap, mr}
 						}
 					}
-					bf16Macro(kern.fn, mr, nr, kp, mcur, ncur, kp, ap, bp, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile)
+					bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, edge)
+				case rowsA:
+					packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
+					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
+				default:
+					// Tile i0/mr at ap[i0*astride:], bf16APad pairs of
+					// rows apart past its kp (tiles packed side by side
+					// write lines of different L1 sets).
+					astride := kp + bf16APad
+					if transA {
+						packBlockIlv(ap, mr, mr*astride, a, pc*lda+ic, lda, mcur, kcur)
+					} else {
+						for i0 := 0; i0 < mcur; i0 += mr {
+							packPairsAdj(ap[i0*astride:i0*astride+mr*kp], mr, a, (ic+i0)*lda+pc, lda, min(mr, mcur-i0), kcur)
+						}
+					}
+					bf16Macro(kern.fn, mr, nr, astride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
 				}
 				if done != nil {
 					done(ic, ic+mcur)
 				}
 			}
-			buffers := func() (abuf *[]uint32, ap []uint32, ctile []float32) {
-				abuf = getU32(aLen + mr*nr)
-				ap = *abuf
-				// The edge tile's floats, in the buffer's tail.
-				return abuf, ap, unsafe.Slice((*float32)(unsafe.Pointer(&ap[aLen])), mr*nr)
-			}
-			compute := func(lo, hi int) {
+			return pack, run
+		}
+		buffers := func() (abuf *[]uint32, ap []uint32, ctile []float32) {
+			abuf = getU32(&bf16Bufs, aLen+mr*nr)
+			ap = *abuf
+			// The edge tile's floats, in the buffer's tail.
+			return abuf, ap, unsafe.Slice((*float32)(unsafe.Pointer(&ap[aLen])), mr*nr)
+		}
+		switch {
+		case colSplit:
+			// Each thread packs its own columns' B panels and runs every
+			// M block on them, A packed again for each, all K blocks in
+			// turn: no other thread reads its panels, so none waits for
+			// another between K blocks.
+			pool.For(threads, 1, func(lo, hi int) {
 				abuf, ap, ctile := buffers()
 				defer bf16Bufs.Put(abuf)
-				for t := lo; t < hi; t++ {
-					ib, jb := t/nSplit, t%nSplit
-					run(bp, ap, ctile, ib, jb*nPanels/nSplit, (jb+1)*nPanels/nSplit)
-				}
-			}
-			switch {
-			case colSplit:
-				// Each thread packs its own columns' B panels and runs every
-				// M block on them, A packed again for each.
-				pool.For(threads, 1, func(lo, hi int) {
-					abuf, ap, ctile := buffers()
-					defer bf16Bufs.Put(abuf)
-					for jb := lo; jb < hi; jb++ {
-						jpLo, jpHi := jb*nPanels/threads, (jb+1)*nPanels/threads
+				for jb := lo; jb < hi; jb++ {
+					jpLo, jpHi := jb*nPanels/threads, (jb+1)*nPanels/threads
+					for pc := 0; pc < k; pc += kc {
+						pack, run := stepAt(pc)
 						pack(bp, jpLo, jpHi)
 						for ib := range mBlocks {
 							run(bp, ap, ctile, ib, jpLo, jpHi)
 						}
 					}
-				})
-			case rowPriv:
-				// Each thread packs all of B into a buffer of its own and runs
-				// its share of the M blocks on it.
-				pool.For(threads, 1, func(lo, hi int) {
-					abuf, ap, ctile := buffers()
-					defer bf16Bufs.Put(abuf)
-					for tt := lo; tt < hi; tt++ {
-						own := bp // share 0's; the others take one each
-						if tt > 0 {
-							pbuf := getU32(kpc * nc)
-							defer bf16Bufs.Put(pbuf)
-							own = *pbuf
-						}
+				}
+			})
+		case rowPriv:
+			// Each thread packs all of B into a buffer of its own and runs
+			// its share of the M blocks on it, all K blocks in turn (no
+			// waits between them).
+			pool.For(threads, 1, func(lo, hi int) {
+				abuf, ap, ctile := buffers()
+				defer bf16Bufs.Put(abuf)
+				for tt := lo; tt < hi; tt++ {
+					own := bp // share 0's; the others take one each
+					if tt > 0 {
+						pbuf := getU32(&bf16BBufs, bLen)
+						defer bf16BBufs.Put(pbuf)
+						own = *pbuf
+					}
+					for pc := 0; pc < k; pc += kc {
+						pack, run := stepAt(pc)
 						pack(own, 0, nPanels)
 						for ib := tt * mBlocks / threads; ib < (tt+1)*mBlocks/threads; ib++ {
 							run(own, ap, ctile, ib, 0, nPanels)
 						}
 					}
-				})
-			case threads > 1:
-				pool.For(nPanels, 1, func(lo, hi int) { pack(bp, lo, hi) })
-				pool.For(mBlocks*nSplit, 1, compute)
-			default:
-				pack(bp, 0, nPanels)
-				compute(0, mBlocks*nSplit)
+				}
+			})
+		default:
+			for pc := 0; pc < k; pc += kc {
+				pack, run := stepAt(pc)
+				compute := func(lo, hi int) {
+					abuf, ap, ctile := buffers()
+					defer bf16Bufs.Put(abuf)
+					for t := lo; t < hi; t++ {
+						ib, jb := t/nSplit, t%nSplit
+						run(bp, ap, ctile, ib, jb*nPanels/nSplit, (jb+1)*nPanels/nSplit)
+					}
+				}
+				if threads > 1 {
+					pool.For(nPanels, 1, func(lo, hi int) { pack(bp, lo, hi) })
+					pool.For(mBlocks*nSplit, 1, compute)
+				} else {
+					pack(bp, 0, nPanels)
+					compute(0, mBlocks*nSplit)
+				}
 			}
 		}
 	}
@@ -277,11 +333,24 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 // by rows with B packed together): for tests and measurements of both.
 var bf16ColSplit, bf16RowPriv = true, true
 
-// bf16Bufs holds packing buffers for reuse.
-var bf16Bufs sync.Pool
+// bf16APad is the pairs of k a packed A tile's stride has past the K
+// block's: mr dwords, so that tiles side by side (packed a pair of rows at
+// a time) do not fall into the same L1 sets.
+const bf16APad = 1
 
-func getU32(n int) *[]uint32 {
-	if v, ok := bf16Bufs.Get().(*[]uint32); ok && cap(*v) >= n {
+// bf16PanelPad is the dwords (a cache line) between packed B panels past
+// the deepest K block's pairs.
+const bf16PanelPad = 16
+
+// bf16Bufs and bf16BBufs hold packing buffers for reuse, A's and B's
+// apart: a B buffer (up to megabytes) asked for and handed an A one (a
+// few hundred KiB) makes a new one, and the splits with B packed by each
+// thread ask for one a thread.
+var bf16Bufs, bf16BBufs sync.Pool
+
+// getU32 is a buffer of n dwords from pool, or a new one.
+func getU32(pool *sync.Pool, n int) *[]uint32 {
+	if v, ok := pool.Get().(*[]uint32); ok && cap(*v) >= n {
 		*v = (*v)[:n]
 		return v
 	}
@@ -290,27 +359,43 @@ func getU32(n int) *[]uint32 {
 }
 
 // bf16Macro multiplies the mcur-row A block ap by the B panels [jpLo,
-// jpHi) of bp (kp pairs deep) into C at c[coff:] with the micro-kernel fn,
-// whose A panels start every astride dwords (row i0's at i0*astride):
-// kern.fn on packed panels (astride kp), kern.rows on rows bf16RowStride
-// apart.
-func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool), mr, nr, astride, mcur, ncur, kp int, ap, bp []uint32, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32) {
+// jpHi) of bp (kp pairs deep, panel jp at bp[jp*bps:]) into C at
+// c[coff:] with the micro-kernel fn, whose A panels start every astride
+// dwords (row i0's at i0*astride): kern.fn on packed panels (astride
+// kp+bf16APad), kern.rows on rows bf16RowStride apart.
+//
+// Where edge.fn is not nil, a last tile of fewer than mr rows is edge.fn
+// on the A panel edge.a instead: a strided A's edge rows read in place by
+// a kernel of exactly as many rows, or copied with zeros past m as rows
+// bf16RowStride dwords apart.
+func bf16Macro(fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool), mr, nr, astride, mcur, ncur, kp int, ap, bp []uint32, bps, jpLo, jpHi int, alpha, beta float32, c []float32, coff, ldc int, tmp []float32, edge bf16Edge) {
 	beta0 := beta == 0
 	for jp := jpLo; jp < jpHi; jp++ {
 		j0 := jp * nr
 		nn := min(nr, ncur-j0)
-		bpan := bp[jp*nr*kp : (jp+1)*nr*kp]
+		bpan := bp[jp*bps : jp*bps+nr*kp]
 		for i0 := 0; i0 < mcur; i0 += mr {
 			mm := min(mr, mcur-i0)
-			apan := ap[i0*astride:] // the kernel wrappers check its bounds
+			fn, apan, rows := fn, ap[i0*astride:], mr // the kernel wrappers check its bounds
+			if mm < mr && edge.fn != nil {
+				fn, apan, rows = edge.fn, edge.a, edge.mr
+			}
 			off := coff + i0*ldc + j0
-			if mm == mr && nn == nr {
+			if mm == rows && nn == nr {
 				fn(kp, apan, bpan, c[off:], ldc, alpha, beta, beta0)
 				continue
 			}
 			edgeTile(c[off:], ldc, mm, nn, nr, tmp, beta0, func() { fn(kp, apan, bpan, tmp, nr, alpha, beta, beta0) })
 		}
 	}
+}
+
+// bf16Edge is bf16Macro's edge tile form: the kernel fn of mr rows on
+// the A panel a.
+type bf16Edge struct {
+	fn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
+	a  []uint32
+	mr int
 }
 
 // packRows packs rows [0, rows) of a row-major A panel (bf16RowStride
@@ -390,8 +475,8 @@ func packPairsAdj(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 
 // packPanelsIlv is packPairsIlv for the nr-wide panels [jpLo, jpHi) of
 // an ncols-wide block whose rows start at src[off] (panel jp at
-// dst[jp*nr*kp:]), a pair of rows at a time.
-func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur, jpLo, jpHi int) {
+// dst[jp*bps:]), a pair of rows at a time.
+func packPanelsIlv(dst []uint32, nr, bps, kp int, src []uint16, off, ld, ncols, kcur, jpLo, jpHi int) {
 	c0, c1 := jpLo*nr, min(ncols, jpHi*nr)
 	for q := 0; q < kp; q++ {
 		lo := src[off+2*q*ld+c0 : off+2*q*ld+c1]
@@ -401,13 +486,13 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 		}
 		jp := jpLo
 		if full := min(jpHi, jpLo+len(lo)/nr) - jpLo; ilvAsm != nil && hi != nil && nr == 16 && full > 0 {
-			o := jpLo*nr*kp + q*nr
-			_ = dst[o+(full-1)*nr*kp+nr-1]
-			ilvAsm(&lo[0], &hi[0], full, &dst[o], nr*kp)
+			o := jpLo*bps + q*nr
+			_ = dst[o+(full-1)*bps+nr-1]
+			ilvAsm(&lo[0], &hi[0], full, &dst[o], bps)
 			jp += full
 		}
 		for ; jp < jpHi; jp++ {
-			d := dst[jp*nr*kp+q*nr : jp*nr*kp+q*nr+nr]
+			d := dst[jp*bps+q*nr : jp*bps+q*nr+nr]
 			j0 := jp*nr - c0
 			n := min(nr, len(lo)-j0)
 			l := lo[j0 : j0+n]
@@ -425,6 +510,41 @@ func packPanelsIlv(dst []uint32, nr, kp int, src []uint16, off, ld, ncols, kcur,
 		}
 	}
 }
+
+// packBlockIlv packs the mr-row tiles of an mcur-row block of a
+// transposed A (rows of k: value p of lane i at src[off+p*ld+i]) as
+// packPairsIlv does, tile t at dst[t*tstride:]: the whole tiles by
+// ilv24NAsm where it can, a pair of rows for all of them at once.
+func packBlockIlv(dst []uint32, mr, tstride int, src []uint16, off, ld, mcur, kcur int) {
+	kp := ceilDiv(kcur, 2)
+	full := kcur / 2
+	i0 := 0
+	if tiles := mcur / mr; ilv24NAsm != nil && mr == 24 && tiles > 0 && full > 0 {
+		_ = src[off+(2*full-1)*ld+24*tiles-1]
+		_ = dst[(tiles-1)*tstride+24*full-1]
+		ilv24NAsm(&src[off], ld, full, &dst[0], tiles, tstride)
+		if full < kp {
+			// Odd k: the last pair's even values alone.
+			s := src[off+2*full*ld : off+2*full*ld+24*tiles]
+			for t := range tiles {
+				d := dst[t*tstride+24*full : t*tstride+24*full+24]
+				for l, v := range s[24*t : 24*t+24] {
+					d[l] = uint32(v)
+				}
+			}
+		}
+		i0 = tiles * mr
+	}
+	for ; i0 < mcur; i0 += mr {
+		t := i0 / mr
+		packPairsIlv(dst[t*tstride:t*tstride+mr*kp], mr, src, off+i0, ld, min(mr, mcur-i0), kcur)
+	}
+}
+
+// ilv24NAsm, where the CPU has it (bf16_amd64.go), is packBlockIlv's
+// whole 24-row tiles and full pairs: dst[t*tstride+24q+l] =
+// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16.
+var ilv24NAsm func(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)
 
 // ilv24Asm, where the CPU has it (bf16_amd64.go), is packPairsIlv for 24
 // full lanes and kp full pairs: dst[24q+l] = src[2q*ld+l] |

@@ -119,7 +119,8 @@ type tile struct {
 	mr, nz int  // rows, ZMM registers (16 columns each) per row
 	rows   bool // A as rows of pairs rowStride dwords apart (else pair-major)
 	// strided: A as rows of pairs a stride apart that the caller passes
-	// (A read where it lies, unpacked); mr 24 and nz 1 only.
+	// (A read where it lies, unpacked); nz 1 only, mr 24, or 8 and 16 for
+	// the edge tiles of products with 2^j rows (2048 = 85*24 + 8).
 	strided bool
 }
 
@@ -175,10 +176,11 @@ func main() {
 	w("//go:build amd64 && !purego")
 	w("")
 	w("#include \"textflag.h\"")
-	for _, t := range []tile{{24, 1, false, false}, {12, 2, false, false}, {24, 1, true, false}, {24, 1, false, true}} {
+	for _, t := range []tile{{24, 1, false, false}, {12, 2, false, false}, {24, 1, true, false}, {24, 1, false, true}, {8, 1, false, true}, {16, 1, false, true}} {
 		kernel(w, t)
 	}
 	ilv24(w)
+	ilv24N(w)
 	tr16(w)
 	peak(w)
 	if err := os.WriteFile("bf16_amd64.s", []byte(b.String()), 0o644); err != nil {
@@ -414,6 +416,63 @@ func ilv24(w func(string, ...any)) {
 	w("\tDECQ CX")
 	w("\tJNZ ilvloop")
 	w("ilvdone:")
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// ilv24N writes bf16Ilv24N, bf16Ilv24 for a block of tiles side by side,
+// a pair of rows of k read once for all of them: a transposed A's rows
+// read along memory (by tiles, each row's 48 bytes of a tile came from
+// lines the row's other tiles also read, its rows a multiple of 1 KiB
+// apart falling into few L1 sets).
+func ilv24N(w func(string, ...any)) {
+	w("")
+	w("// func bf16Ilv24N(src *uint16, ld, kp int, dst *uint32, tiles, tstride int)")
+	w("//")
+	w("// For t < tiles, q < kp and l < 24: dst[t*tstride+24q+l] =")
+	w("// src[2q*ld+24t+l] | src[(2q+1)*ld+24t+l]<<16. AVX-512F.")
+	w("TEXT ·bf16Ilv24N(SB), NOSPLIT, $0-48")
+	w("\tMOVQ src+0(FP), SI")
+	w("\tMOVQ ld+8(FP), R8")
+	w("\tMOVQ kp+16(FP), CX")
+	w("\tMOVQ dst+24(FP), DI")
+	w("\tMOVQ tiles+32(FP), R10")
+	w("\tMOVQ tstride+40(FP), R11")
+	w("\tSHLQ $2, R11")
+	w("\tSHLQ $1, R8")
+	w("\tLEAQ (SI)(R8*1), R9")
+	w("\tSHLQ $1, R8")
+	w("\tTESTQ CX, CX")
+	w("\tJZ ilvndone")
+	w("\tTESTQ R10, R10")
+	w("\tJZ ilvndone")
+	w("ilvnq:")
+	w("\tMOVQ SI, AX")
+	w("\tMOVQ R9, BX")
+	w("\tMOVQ DI, DX")
+	w("\tMOVQ R10, R12")
+	w("ilvnt:")
+	w("\tVPMOVZXWD (AX), Z0")
+	w("\tVPMOVZXWD 32(AX), Y1")
+	w("\tVPMOVZXWD (BX), Z2")
+	w("\tVPMOVZXWD 32(BX), Y3")
+	w("\tVPSLLD $16, Z2, Z2")
+	w("\tVPSLLD $16, Y3, Y3")
+	w("\tVPORD Z2, Z0, Z0")
+	w("\tVPOR Y3, Y1, Y1")
+	w("\tVMOVDQU32 Z0, (DX)")
+	w("\tVMOVDQU Y1, 64(DX)")
+	w("\tADDQ $48, AX")
+	w("\tADDQ $48, BX")
+	w("\tADDQ R11, DX")
+	w("\tDECQ R12")
+	w("\tJNZ ilvnt")
+	w("\tADDQ R8, SI")
+	w("\tADDQ R8, R9")
+	w("\tADDQ $96, DI")
+	w("\tDECQ CX")
+	w("\tJNZ ilvnq")
+	w("ilvndone:")
 	w("\tVZEROUPPER")
 	w("\tRET")
 }
