@@ -30,7 +30,7 @@ func (t BF16Tile) PackB(dst []uint32, transB bool, n, k int, b []uint16, ldb int
 	}
 	dst = dst[:panels*nr*kp]
 	if !transB {
-		packPanelsIlv(dst, nr, kp, b, 0, ldb, n, k, 0, panels)
+		packPanelsIlv(dst, nr, nr*kp, kp, b, 0, ldb, n, k, 0, panels)
 		return
 	}
 	for jp := range panels {
@@ -67,7 +67,7 @@ func (t BF16Tile) MulPacked(transA bool, m, n, k int, a []uint16, lda int, bp []
 	panels := ceilDiv(n, nr)
 	kc := bf16Block(k)
 	kpc := kc / 2
-	buf := getU32(mr*kpc + mr*nr + panels*nr*kpc)
+	buf := getU32(&bf16Bufs, mr*kpc + mr*nr + panels*nr*kpc)
 	defer bf16Bufs.Put(buf)
 	ap := (*buf)[:mr*kpc]
 	tmp := f32Of((*buf)[mr*kpc : mr*kpc+mr*nr])
