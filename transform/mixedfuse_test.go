@@ -89,3 +89,64 @@ func TestMixedFusesLinearsAndFoldsCasts(t *testing.T) {
 		t.Errorf("bf16-mixed gpt-bytes: %d casts to bfloat16 of widened bfloat16 values left", refolds)
 	}
 }
+
+// Under bf16-mixed the MLP's casts join the programs around gelu: c_fc's
+// product writes, from its row blocks, the bfloat16 pre-activation gelu's
+// backward keeps and the bfloat16 gelu output c_proj reads (no float32
+// value of the layer's width is stored), and the backward's product reads
+// the saved bfloat16 pre-activation itself in its gelu_backward epilogue.
+// Passes over memory change, never numbers: loss and gradients are bit
+// for bit those of the unfused step. (Batch 2: at batch 1 the workspace
+// that holds c_fc's float32 product outweighs what the program saves, and
+// the casts join programs of their own.)
+func TestMixedFusesGeluCasts(t *testing.T) {
+	spec := mustSpec(t, "gpt-bytes")
+	s := setup{precision: transform.BF16Mixed}
+	t.Setenv(env.Fuse, "0")
+	base := step(t, spec, 2, s)
+	t.Setenv(env.Fuse, "1")
+	got := step(t, spec, 2, s)
+	sameGrads(t, "bf16-mixed gpt-bytes, fused", got, base)
+
+	fcs, backs, wideCasts := 0, 0, 0
+	for _, n := range got.prog.Nodes {
+		if n.Kind != trace.KindOp {
+			continue
+		}
+		if c, ok := n.Op.(*prim.Cast); ok && c.To == tensor.Float32 && n.Outputs[0].Shape().NumElements() == 2*256*1536 {
+			wideCasts++
+		}
+		f, ok := n.Op.(*prim.Fused)
+		if !ok {
+			continue
+		}
+		if _, ok := f.Producer.(*prim.MatMul); !ok {
+			continue
+		}
+		gelu, geluBack, narrow := false, false, true
+		for _, ins := range f.Prog {
+			switch o := ins.Op.(type) {
+			case *prim.Unary:
+				gelu = gelu || o.Kind == prim.GELUKind
+			case *prim.UnaryBackward:
+				geluBack = geluBack || o.Kind == prim.GELUKind
+			}
+		}
+		for _, o := range n.Outputs {
+			narrow = narrow && o.DType() == tensor.BFloat16
+		}
+		if gelu && narrow && len(n.Outputs) == 2 && f.Scratch() {
+			fcs++
+		}
+		if geluBack && n.Inputs[len(n.Inputs)-1].DType() == tensor.BFloat16 {
+			backs++
+		}
+	}
+	if fcs != 6 || backs != 6 || wideCasts != 0 {
+		t.Errorf("bf16-mixed gpt-bytes: %d c_fc products writing both bfloat16 values (want 6), %d gelu backward epilogues reading the bfloat16 pre-activation (want 6), %d widenings of [2, 256, 1536] left (want 0)", fcs, backs, wideCasts)
+	}
+	if got.plan.Total() >= base.plan.Total() {
+		t.Errorf("fused peak %d, unfused %d: want less", got.plan.Total(), base.plan.Total())
+	}
+	t.Logf("planned peak: unfused %d, fused %d", base.plan.Total(), got.plan.Total())
+}
