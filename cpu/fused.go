@@ -187,6 +187,35 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 	for i, ins := range o.Prog {
 		run[i] = fusedInstr[T](ins.Op)
 	}
+	// A rounding to 16 bits whose value is an output narrows straight
+	// into it (and widens back only if an instruction reads it): one
+	// narrowing, as the unfused cast. A widening that is not stored
+	// itself passes its operand on (16-bit values are held widened).
+	narrowAt := make([]int, len(o.Prog))
+	pass := make([]bool, len(o.Prog))
+	read := map[int]bool{}
+	for _, ins := range o.Prog {
+		for _, a := range ins.Args {
+			read[a] = true
+		}
+	}
+	done16 := make([]bool, len(o.Outs))
+	for i, ins := range o.Prog {
+		narrowAt[i] = -1
+		c, ok := ins.Op.(*prim.Cast)
+		if !ok {
+			continue
+		}
+		if c.To == tensor.Float32 {
+			pass[i] = direct[i] < 0
+			continue
+		}
+		for j, f := range o.Outs {
+			if f.Narrow && f.Value == first+i && narrowAt[i] < 0 {
+				narrowAt[i], done16[j] = j, true
+			}
+		}
+	}
 	extra := in[o.NProd:]
 	grain := elemGrain
 	for _, ins := range o.Prog {
@@ -228,6 +257,10 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 				cur[o.FirstLoad()+i] = b
 			}
 			for i, ins := range o.Prog {
+				if pass[i] {
+					cur[first+i] = cur[ins.Args[0]]
+					continue
+				}
 				var y []T
 				if j := direct[i]; j >= 0 {
 					y = dst[j][t0:t1]
@@ -238,15 +271,23 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 				for _, a := range ins.Args {
 					args = append(args, cur[a])
 				}
-				run[i](args, y)
 				cur[first+i] = y
+				if j := narrowAt[i]; j >= 0 {
+					d := dst16[j][t0:t1]
+					narrowTile(out[j].DType, d, any(args[0]).([]float32))
+					if read[first+i] {
+						widenTile(out[j].DType, any(y).([]float32), d)
+					}
+					continue
+				}
+				run[i](args, y)
 			}
 			// The rest are stored last: the producer's output 0 may live
 			// in an output's buffer, and every instruction of the tile
 			// must have read it first.
 			for j, f := range o.Outs {
 				switch {
-				case dst16[j] != nil:
+				case dst16[j] != nil && !done16[j]:
 					narrowTile(out[j].DType, dst16[j][t0:t1], any(cur[f.Value]).([]float32))
 				case dst[j] != nil && !stored[j]:
 					copy(dst[j][t0:t1], cur[f.Value])
@@ -339,8 +380,8 @@ func fillWiden(b []float32, src *tensor.Tensor, l prim.FusedLoad, t0 int) {
 	}
 }
 
-// narrowTile stores float32 values x (already 16-bit numbers: a rounding's
-// or a widening's) as 16-bit type to into y, as castKernel narrows.
+// narrowTile stores float32 values x as 16-bit type to into y, as
+// castKernel narrows.
 func narrowTile(to tensor.DType, y []uint16, x []float32) {
 	if to == tensor.BFloat16 {
 		blas.NarrowBF16(y, x)
@@ -348,6 +389,18 @@ func narrowTile(to tensor.DType, y []uint16, x []float32) {
 	}
 	for i, v := range x {
 		y[i] = tensor.Float32ToFloat16(v)
+	}
+}
+
+// widenTile sets y to the 16-bit values x of type from, as castKernel
+// widens.
+func widenTile(from tensor.DType, y []float32, x []uint16) {
+	if from == tensor.BFloat16 {
+		blas.Widen(blas.BFloat16, y, x)
+		return
+	}
+	for i, v := range x {
+		y[i] = tensor.Float16ToFloat32(v)
 	}
 }
 

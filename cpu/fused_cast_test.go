@@ -180,3 +180,75 @@ func TestFusedCastsMatchUnfused(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFusedGeluCasts times bf16-mixed gpt's c_fc ([2048, 384] ×
+// [1536, 384]ᵀ) with bias, roundings and gelu in the product's epilogue
+// (fused) against the product with its bias followed by the casts and gelu
+// as kernels of their own (unfused), by the process's CPU time.
+func BenchmarkFusedGeluCasts(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const m, n, k = 2048, 1536, 384
+	mk := func(dt tensor.DType, s ...int) *tensor.Tensor {
+		x := tensor.New(tensor.Float32, tensor.Shape(s))
+		for i := range x.F32() {
+			x.F32()[i] = float32(rng.NormFloat64())
+		}
+		return x.Convert(dt)
+	}
+	a, w, bias := mk(tensor.BFloat16, m, k), mk(tensor.BFloat16, n, k), mk(tensor.Float32, n)
+	node := func(op trace.Op, in ...*tensor.Tensor) *trace.Node {
+		nd := &trace.Node{Kind: trace.KindOp, Op: op}
+		for _, x := range in {
+			nd.Inputs = append(nd.Inputs, &trace.Tensor{Meta: trace.Meta{DType: x.DType, Shape: x.Shape}})
+		}
+		return nd
+	}
+	mm := &prim.MatMul{TransB: true, Mixed: true}
+	flat := tensor.Shape{m * n}
+	add := prim.FusedInstr{Op: &prim.Binary{Kind: prim.AddKind}, Args: []int{0, 1}}
+	fused := node(&prim.Fused{Producer: mm, NProd: 2, NProdOut: 1, Elems: m * n,
+		Loads: []prim.FusedLoad{{Input: 0, Inner: 1, Mid: n}},
+		Prog: []prim.FusedInstr{add, {Op: &prim.Cast{To: tensor.BFloat16}, Args: []int{2}}, {Op: &prim.Cast{To: tensor.Float32}, Args: []int{3}},
+			{Op: &prim.Unary{Kind: prim.GELUKind}, Args: []int{4}}, {Op: &prim.Cast{To: tensor.BFloat16}, Args: []int{5}}},
+		Outs: []prim.FusedOut{{Value: 3, Shape: flat, Narrow: true}, {Value: 6, Shape: flat, Narrow: true}}}, a, w, bias)
+	linear := node(&prim.Fused{Producer: mm, NProd: 2, NProdOut: 1, Elems: m * n,
+		Loads: []prim.FusedLoad{{Input: 0, Inner: 1, Mid: n}},
+		Prog:  []prim.FusedInstr{add}, Outs: []prim.FusedOut{{Value: 2, Shape: flat}}}, a, w, bias)
+	c := tensor.New(tensor.Float32, flat)
+	h, hw, g, g16 := tensor.New(tensor.BFloat16, flat), tensor.New(tensor.Float32, flat), tensor.New(tensor.Float32, flat), tensor.New(tensor.BFloat16, flat)
+	steps := []struct {
+		n       *trace.Node
+		in, out []*tensor.Tensor
+	}{
+		{linear, []*tensor.Tensor{a, w, bias}, []*tensor.Tensor{c}},
+		{node(&prim.Cast{To: tensor.BFloat16}, c), []*tensor.Tensor{c}, []*tensor.Tensor{h}},
+		{node(&prim.Cast{To: tensor.Float32}, h), []*tensor.Tensor{h}, []*tensor.Tensor{hw}},
+		{node(&prim.Unary{Kind: prim.GELUKind}, hw), []*tensor.Tensor{hw}, []*tensor.Tensor{g}},
+		{node(&prim.Cast{To: tensor.BFloat16}, g), []*tensor.Tensor{g}, []*tensor.Tensor{g16}},
+	}
+	fout := []*tensor.Tensor{tensor.New(tensor.BFloat16, flat), tensor.New(tensor.BFloat16, flat)}
+	fws := make([]byte, Workspace(fused))
+	for _, threads := range []int{1, 2} {
+		for _, fuse := range []bool{false, true} {
+			b.Run(fmt.Sprintf("t%d/fused=%v", threads, fuse), func(b *testing.B) {
+				pool := parallel.NewPool(threads)
+				defer pool.Close()
+				c0 := cpuTime()
+				for b.Loop() {
+					if fuse {
+						if err := runOn(pool, fused, []*tensor.Tensor{a, w, bias}, fout, fws); err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
+					for _, s := range steps {
+						if err := runOn(pool, s.n, s.in, s.out, make([]byte, Workspace(s.n))); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64((cpuTime()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+			})
+		}
+	}
+}
