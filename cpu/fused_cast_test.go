@@ -252,3 +252,69 @@ func BenchmarkFusedGeluCasts(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFusedGeluBackwardCasts times bf16-mixed gpt's c_proj input
+// gradient ([2048, 384] × [384, 1536]) with gelu's backward reading the
+// saved bfloat16 pre-activation in the product's epilogue (fused) against
+// the product, the widening of the saved value and gelu's backward as
+// kernels of their own (unfused), by the process's CPU time.
+func BenchmarkFusedGeluBackwardCasts(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const m, n, k = 2048, 1536, 384
+	mk := func(dt tensor.DType, s ...int) *tensor.Tensor {
+		x := tensor.New(tensor.Float32, tensor.Shape(s))
+		for i := range x.F32() {
+			x.F32()[i] = float32(rng.NormFloat64())
+		}
+		return x.Convert(dt)
+	}
+	dy, w, h := mk(tensor.BFloat16, m, k), mk(tensor.BFloat16, k, n), mk(tensor.BFloat16, m, n)
+	node := func(op trace.Op, in ...*tensor.Tensor) *trace.Node {
+		nd := &trace.Node{Kind: trace.KindOp, Op: op}
+		for _, x := range in {
+			nd.Inputs = append(nd.Inputs, &trace.Tensor{Meta: trace.Meta{DType: x.DType, Shape: x.Shape}})
+		}
+		return nd
+	}
+	mm := &prim.MatMul{Mixed: true}
+	flat := tensor.Shape{m * n}
+	fused := node(&prim.Fused{Producer: mm, NProd: 2, NProdOut: 1, Elems: m * n,
+		Loads: []prim.FusedLoad{{Input: 0, Inner: 1, Mid: m * n}},
+		Prog: []prim.FusedInstr{{Op: &prim.Cast{To: tensor.Float32}, Args: []int{1}},
+			{Op: &prim.UnaryBackward{Kind: prim.GELUKind}, Args: []int{0, 2}}},
+		Outs: []prim.FusedOut{{Value: 3, Shape: flat}}}, dy, w, h)
+	c, hw, dx := tensor.New(tensor.Float32, tensor.Shape{m, n}), tensor.New(tensor.Float32, tensor.Shape{m, n}), tensor.New(tensor.Float32, tensor.Shape{m, n})
+	steps := []struct {
+		n       *trace.Node
+		in, out []*tensor.Tensor
+	}{
+		{node(mm, dy, w), []*tensor.Tensor{dy, w}, []*tensor.Tensor{c}},
+		{node(&prim.Cast{To: tensor.Float32}, h), []*tensor.Tensor{h}, []*tensor.Tensor{hw}},
+		{node(&prim.UnaryBackward{Kind: prim.GELUKind}, c, hw), []*tensor.Tensor{c, hw}, []*tensor.Tensor{dx}},
+	}
+	fout := []*tensor.Tensor{tensor.New(tensor.Float32, flat)}
+	fws := make([]byte, Workspace(fused))
+	for _, threads := range []int{1, 2} {
+		for _, fuse := range []bool{false, true} {
+			b.Run(fmt.Sprintf("t%d/fused=%v", threads, fuse), func(b *testing.B) {
+				pool := parallel.NewPool(threads)
+				defer pool.Close()
+				c0 := cpuTime()
+				for b.Loop() {
+					if fuse {
+						if err := runOn(pool, fused, []*tensor.Tensor{dy, w, h}, fout, fws); err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
+					for _, s := range steps {
+						if err := runOn(pool, s.n, s.in, s.out, make([]byte, Workspace(s.n))); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64((cpuTime()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
+			})
+		}
+	}
+}
