@@ -452,7 +452,7 @@ func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 // element (no transcendental functions), for parallel grains.
 func cheapElementwise(o trace.Op) bool {
 	switch o := o.(type) {
-	case *prim.Binary, *prim.Round:
+	case *prim.Binary, *prim.Round, *prim.Cast:
 		return true
 	case *prim.Unary:
 		switch o.Kind {
