@@ -98,7 +98,10 @@ type fuser struct {
 	// outputs are used at len(g.Nodes).
 	lastUse map[*trace.Tensor]int
 	// noisy[i] counts live nodes before ID i that allocate arena bytes.
-	noisy  []int
+	noisy []int
+	// frees[i]: live node ID i is the last reader of a value that owns
+	// bytes (not state), which is freed after it.
+	frees  []bool
 	output map[*trace.Tensor]bool
 	groups []*fuseGroup
 	of     map[*trace.Node]*fuseGroup // members (and producer roots)
@@ -167,7 +170,25 @@ func newFuser(g *trace.Graph) *fuser {
 			f.lastUse[trace.Root(in)] = max(f.lastUse[trace.Root(in)], n.ID)
 		}
 	}
+	f.frees = make([]bool, len(g.Nodes))
+	for t, i := range f.lastUse {
+		if i < len(g.Nodes) && t.Node.Kind != trace.KindState {
+			f.frees[i] = true
+		}
+	}
 	return f
+}
+
+// freesBetween reports whether a live node strictly between IDs a < b,
+// other than nodes of gr, frees a value.
+func (f *fuser) freesBetween(gr *fuseGroup, a, b int) bool {
+	for i := a + 1; i < b; i++ {
+		n := f.g.Nodes[i]
+		if f.live[i] && f.frees[i] && !gr.member[n] && !(gr.prod && n == gr.root) {
+			return true
+		}
+	}
+	return false
 }
 
 func isAlias(n *trace.Node) bool {
@@ -502,10 +523,13 @@ func (f *fuser) check(gr *fuseGroup) (bool, int) {
 // stepBytes reports whether the fused node's step (at anchor at) would
 // hold more bytes of the group's inputs and values than any step of nodes
 // held in g. With 16-bit values or the producer's output in workspace,
-// only the steps that no other allocating node separates from the anchor
-// count: elsewhere other values are live (a weight gradient's input, freed
-// by the product that runs between), and the fused step holds more than
-// the group's own values at its place.
+// only the steps where g holds at least what it holds at the anchor
+// besides the group's values count: a step before the anchor that no
+// allocating node separates from it, a step after it that no node freeing
+// a value does (a weight gradient's product, the last reader of its
+// input, runs between gpt's input gradient product and gelu's backward;
+// a parameter's cast between layer norm and the cast of its output frees
+// nothing).
 func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tensor, lastOut map[*trace.Tensor]int, at int) bool {
 	strict := false
 	for _, m := range gr.members {
@@ -548,19 +572,18 @@ func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tens
 		}
 	}
 	all := append(ext, vals...)
+	if gr.prod {
+		// (the producer's other outputs, while they live)
+		all = append(all, gr.root.Outputs[1:]...)
+	}
 	var busiest int64
 	for _, m := range nodes {
-		if strict && m.ID != at && f.noisyBetween(gr, min(m.ID, at), max(m.ID, at)) {
+		if strict && (m.ID < at && f.noisyBetween(gr, m.ID, at) || m.ID > at && f.freesBetween(gr, at, m.ID)) {
 			continue
 		}
 		var b int64
 		for _, t := range all {
 			if t.Node.ID <= m.ID && m.ID <= f.lastUse[t] || t.Node == m {
-				b += t.Meta.Bytes()
-			}
-		}
-		if gr.prod && m == gr.root {
-			for _, t := range m.Outputs[1:] {
 				b += t.Meta.Bytes()
 			}
 		}

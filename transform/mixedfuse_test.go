@@ -93,7 +93,8 @@ func TestMixedFusesLinearsAndFoldsCasts(t *testing.T) {
 	}
 }
 
-// Under bf16-mixed the casts join the programs around them: c_attn's
+// Under bf16-mixed the casts join the programs around them: layer norms
+// write their outputs in bfloat16 for the products after them, c_attn's
 // product writes its output in bfloat16, split into q, k and v as such;
 // in the MLP, c_fc's
 // product writes, from its row blocks, the bfloat16 pre-activation gelu's
@@ -113,7 +114,7 @@ func TestMixedFusesGeluCasts(t *testing.T) {
 	got := step(t, spec, 2, s)
 	sameGrads(t, "bf16-mixed gpt-bytes, fused", got, base)
 
-	fcs, backs, wideCasts, qkv, lowSplits := 0, 0, 0, 0, 0
+	fcs, backs, wideCasts, qkv, lowSplits, lns := 0, 0, 0, 0, 0, 0
 	for _, n := range got.prog.Nodes {
 		if n.Kind != trace.KindOp {
 			continue
@@ -127,6 +128,13 @@ func TestMixedFusesGeluCasts(t *testing.T) {
 		f, ok := n.Op.(*prim.Fused)
 		if !ok {
 			continue
+		}
+		if _, ok := f.Producer.(*prim.LayerNormOp); ok && n.Phase == trace.Forward {
+			for _, o := range n.Outputs {
+				if o.DType() == tensor.BFloat16 {
+					lns++
+				}
+			}
 		}
 		if _, ok := f.Producer.(*prim.MatMul); !ok {
 			continue
@@ -160,6 +168,11 @@ func TestMixedFusesGeluCasts(t *testing.T) {
 	// v are cut (not widened, cut and narrowed again each).
 	if qkv != 6 || lowSplits != 6 {
 		t.Errorf("bf16-mixed gpt-bytes: %d c_attn products writing bfloat16 (want 6), %d splits of bfloat16 values (want 6)", qkv, lowSplits)
+	}
+	// Each layer norm writes the bfloat16 operand of the product after it
+	// (the parameters' casts between them free nothing).
+	if lns != 13 {
+		t.Errorf("bf16-mixed gpt-bytes: %d layer norms writing bfloat16 (want 13)", lns)
 	}
 	if got.plan.Total() >= base.plan.Total() {
 		t.Errorf("fused peak %d, unfused %d: want less", got.plan.Total(), base.plan.Total())
