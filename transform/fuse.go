@@ -236,7 +236,7 @@ func (f *fuser) findGroups() {
 			continue
 		}
 		prod := fuseProducer(n.Op)
-		if !prod && !prim.FusedElementwise(n.Op) && !widening(n) {
+		if !prod && !prim.FusedElementwise(n.Op) {
 			continue
 		}
 		gr := f.grow(n, prod)
@@ -338,8 +338,15 @@ func widening(n *trace.Node) bool {
 }
 
 // widenedFor lists the widenings (of values the program does not compute)
-// whose outputs c reads and nothing else does, that may join gr.
+// whose outputs c reads and nothing else does, that may join gr: in a
+// product's epilogue, where reading the 16-bit value while the product's
+// rows are in cache paid (gelu's backward); a program of its own read
+// rrdbnet's bfloat16 activations no faster than the widening kernel and
+// the program after it did.
 func (f *fuser) widenedFor(gr *fuseGroup, c *trace.Node) []*trace.Node {
+	if !gr.prod {
+		return nil
+	}
 	var ws []*trace.Node
 	for _, in := range c.Inputs {
 		w := in.Node
