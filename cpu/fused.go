@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/headroom-ml/headroom/backend"
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -27,12 +28,16 @@ import (
 func init() {
 	Register[*prim.Fused](fusedKernel)
 	RegisterWorkspace[*prim.Fused](func(n *trace.Node) int64 {
-		if n.Op.(*prim.Fused).Producer == nil {
+		o := n.Op.(*prim.Fused)
+		if o.Producer == nil {
 			return 0
 		}
 		p, err := fusedProducer(n)
 		if err != nil {
 			return 0
+		}
+		if o.Scratch() {
+			return scratchAt(p) + 4*int64(o.Elems)
 		}
 		return Workspace(p)
 	})
@@ -47,6 +52,11 @@ const (
 	fusedMinTile = 256
 	fusedMaxTile = 4096
 )
+
+// scratchAt is where in a fused node's workspace the producer's output 0
+// starts when no output of the program holds it (prim.Fused.Scratch):
+// after the producer's own workspace, 64-byte aligned.
+func scratchAt(p *trace.Node) int64 { return (Workspace(p) + 63) &^ 63 }
 
 // fusedProducer is the node the producer's kernel runs as: the fused
 // node's first inputs and the producer's outputs.
@@ -84,11 +94,11 @@ var fusedEpilogue = map[reflect.Type]epilogueKernel{
 
 func fusedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.Fused)
-	main := o.MainOut()
-	if main < 0 {
-		return fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
+	dt := tensor.Float32 // only 16-bit outputs: a float32 program
+	if main := o.MainOut(); main >= 0 {
+		dt = out[main].DType
 	}
-	return dispatch(n, out[main].DType,
+	return dispatch(n, dt,
 		func() error { return fusedRun[float32](pool, n, o, in, out, ws) },
 		func() error { return fusedRun[float64](pool, n, o, in, out, ws) })
 }
@@ -101,15 +111,19 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 	var partial []int
 	for i, l := range o.Loads {
 		v := o.FirstLoad() + i
-		if l.Full(o.Elems) {
+		if l.Full(o.Elems) && !narrow(in[o.NProd+l.Input].DType) {
 			full[v] = slice[T](in[o.NProd+l.Input])[:o.Elems]
 		} else {
 			partial = append(partial, i)
 		}
 	}
 	dst := make([][]T, len(o.Outs))
+	dst16 := make([][]uint16, len(o.Outs)) // 16-bit values, stored narrowed
 	for j, f := range o.Outs {
-		if f.Value >= first {
+		switch {
+		case f.Narrow:
+			dst16[j] = out[j].U16()
+		case f.Value >= first:
 			dst[j] = slice[T](out[j])
 		}
 	}
@@ -149,6 +163,9 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 			if f.Value != first+i {
 				continue
 			}
+			if f.Narrow {
+				continue
+			}
 			direct[i] = j
 			for _, v := range shares[j] {
 				if later[v] {
@@ -169,6 +186,35 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 	run := make([]func(args [][]T, y []T), len(o.Prog))
 	for i, ins := range o.Prog {
 		run[i] = fusedInstr[T](ins.Op)
+	}
+	// A rounding to 16 bits whose value is an output narrows straight
+	// into it (and widens back only if an instruction reads it): one
+	// narrowing, as the unfused cast. A widening that is not stored
+	// itself passes its operand on (16-bit values are held widened).
+	narrowAt := make([]int, len(o.Prog))
+	pass := make([]bool, len(o.Prog))
+	read := map[int]bool{}
+	for _, ins := range o.Prog {
+		for _, a := range ins.Args {
+			read[a] = true
+		}
+	}
+	done16 := make([]bool, len(o.Outs))
+	for i, ins := range o.Prog {
+		narrowAt[i] = -1
+		c, ok := ins.Op.(*prim.Cast)
+		if !ok {
+			continue
+		}
+		if c.To == tensor.Float32 {
+			pass[i] = direct[i] < 0
+			continue
+		}
+		for j, f := range o.Outs {
+			if f.Narrow && f.Value == first+i && narrowAt[i] < 0 {
+				narrowAt[i], done16[j] = j, true
+			}
+		}
 	}
 	extra := in[o.NProd:]
 	grain := elemGrain
@@ -203,10 +249,18 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 			for k, i := range partial {
 				l := o.Loads[i]
 				b := buf[k*tile:][:w]
-				fillLoad(b, slice[T](extra[l.Input]), l, t0)
+				if x := extra[l.Input]; narrow(x.DType) {
+					fillWiden(any(b).([]float32), x, l, t0)
+				} else {
+					fillLoad(b, slice[T](x), l, t0)
+				}
 				cur[o.FirstLoad()+i] = b
 			}
 			for i, ins := range o.Prog {
+				if pass[i] {
+					cur[first+i] = cur[ins.Args[0]]
+					continue
+				}
 				var y []T
 				if j := direct[i]; j >= 0 {
 					y = dst[j][t0:t1]
@@ -217,14 +271,25 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 				for _, a := range ins.Args {
 					args = append(args, cur[a])
 				}
-				run[i](args, y)
 				cur[first+i] = y
+				if j := narrowAt[i]; j >= 0 {
+					d := dst16[j][t0:t1]
+					narrowTile(out[j].DType, d, any(args[0]).([]float32))
+					if read[first+i] {
+						widenTile(out[j].DType, any(y).([]float32), d)
+					}
+					continue
+				}
+				run[i](args, y)
 			}
 			// The rest are stored last: the producer's output 0 may live
 			// in an output's buffer, and every instruction of the tile
 			// must have read it first.
 			for j, f := range o.Outs {
-				if dst[j] != nil && !stored[j] {
+				switch {
+				case dst16[j] != nil && !done16[j]:
+					narrowTile(out[j].DType, dst16[j][t0:t1], any(cur[f.Value]).([]float32))
+				case dst[j] != nil && !stored[j]:
 					copy(dst[j][t0:t1], cur[f.Value])
 				}
 			}
@@ -248,11 +313,19 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 			pouts[f.Value] = view(j, f.Value)
 		}
 	}
-	if borrowed >= 0 {
+	switch {
+	case borrowed >= 0:
 		// Only the program reads output 0: the producer writes it into
 		// the buffer of an output of the program, which the program then
 		// overwrites tile by tile.
 		pouts[0] = view(borrowed, 0)
+	case o.Scratch():
+		// Every output of the program's length is narrower: output 0
+		// goes to the workspace.
+		m := p.Outputs[0].Meta
+		off := scratchAt(p)
+		pouts[0] = &tensor.Tensor{DType: m.DType, Shape: m.Shape, Data: ws[off : off+int64(m.Bytes())]}
+		ws = ws[:off]
 	}
 	for i, t := range pouts {
 		if t == nil {
@@ -268,6 +341,67 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 	}
 	pool.For(o.Elems, grain, program)
 	return nil
+}
+
+// narrow reports whether d is a 16-bit type a float32 program holds
+// widened.
+func narrow(d tensor.DType) bool { return d == tensor.BFloat16 || d == tensor.Float16 }
+
+// fillWiden writes elements [t0, t0+len(b)) of load l of 16-bit src into
+// b, widened as castKernel widens.
+func fillWiden(b []float32, src *tensor.Tensor, l prim.FusedLoad, t0 int) {
+	s := src.U16()
+	widen := func(y []float32, x []uint16) {
+		if src.DType == tensor.BFloat16 {
+			blas.Widen(blas.BFloat16, y, x)
+			return
+		}
+		for i, v := range x {
+			y[i] = tensor.Float16ToFloat32(v)
+		}
+	}
+	if l.Inner == 1 {
+		k := t0 % l.Mid
+		for len(b) > 0 {
+			c := min(len(b), l.Mid-k)
+			widen(b[:c], s[k:k+c])
+			b, k = b[c:], 0
+		}
+		return
+	}
+	for i := t0; len(b) > 0; {
+		m := min(l.Inner-i%l.Inner, len(b))
+		var v [1]float32
+		widen(v[:], s[(i/l.Inner)%l.Mid:][:1])
+		for x := range b[:m] {
+			b[x] = v[0]
+		}
+		b, i = b[m:], i+m
+	}
+}
+
+// narrowTile stores float32 values x as 16-bit type to into y, as
+// castKernel narrows.
+func narrowTile(to tensor.DType, y []uint16, x []float32) {
+	if to == tensor.BFloat16 {
+		blas.NarrowBF16(y, x)
+		return
+	}
+	for i, v := range x {
+		y[i] = tensor.Float32ToFloat16(v)
+	}
+}
+
+// widenTile sets y to the 16-bit values x of type from, as castKernel
+// widens.
+func widenTile(from tensor.DType, y []float32, x []uint16) {
+	if from == tensor.BFloat16 {
+		blas.Widen(blas.BFloat16, y, x)
+		return
+	}
+	for i, v := range x {
+		y[i] = tensor.Float16ToFloat32(v)
+	}
 }
 
 // fillLoad writes elements [t0, t0+len(b)) of load l of src into b.
@@ -303,6 +437,13 @@ func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 	case *prim.Round:
 		// float32 only (prim.Round.Infer).
 		return func(args [][]T, y []T) { roundTile(o.To, any(y).([]float32), any(args[0]).([]float32)) }
+	case *prim.Cast:
+		// float32 programs only (prim.Fused.Infer): 16-bit values are
+		// held widened, so a narrowing rounds and a widening copies.
+		if o.To == tensor.Float32 {
+			return func(args [][]T, y []T) { copy(y, args[0]) }
+		}
+		return func(args [][]T, y []T) { roundTile(o.To, any(y).([]float32), any(args[0]).([]float32)) }
 	}
 	panic(fmt.Sprintf("cpu: %s is not a fused instruction", o.Name()))
 }
@@ -311,7 +452,7 @@ func fusedInstr[T Float](o trace.Op) func(args [][]T, y []T) {
 // element (no transcendental functions), for parallel grains.
 func cheapElementwise(o trace.Op) bool {
 	switch o := o.(type) {
-	case *prim.Binary, *prim.Round:
+	case *prim.Binary, *prim.Round, *prim.Cast:
 		return true
 	case *prim.Unary:
 		switch o.Kind {
@@ -371,11 +512,12 @@ func RunFusedChecked(n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad Non
 func runFusedChecked(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, bad NonFinite) (culprit *trace.Node, output, index int, value float64, err error) {
 	o := n.Op.(*prim.Fused)
 	j := o.MainOut()
-	if j < 0 {
-		return nil, 0, 0, 0, fmt.Errorf("cpu: %s has no output of the program's length", n.Label())
-	}
 	c := &fusedCheck{n: n, o: o, bad: bad}
-	err = dispatch(n, out[j].DType,
+	dt := tensor.Float32 // only 16-bit outputs: a float32 program
+	if j >= 0 {
+		dt = out[j].DType
+	}
+	err = dispatch(n, dt,
 		func() error { return fusedChecked[float32](pool, c, in, out, ws) },
 		func() error { return fusedChecked[float64](pool, c, in, out, ws) })
 	return c.culprit, c.output, c.index, c.value, err
@@ -432,8 +574,16 @@ func fusedChecked[T Float](pool *parallel.Pool, c *fusedCheck, in, out []*tensor
 	for i, l := range o.Loads {
 		x := in[o.NProd+l.Input]
 		v := make([]T, o.Elems)
-		fillLoad(v, slice[T](x), l, 0)
-		vals[o.FirstLoad()+i], dt = v, x.DType
+		if narrow(x.DType) {
+			fillWiden(any(v).([]float32), x, l, 0)
+		} else {
+			fillLoad(v, slice[T](x), l, 0)
+			dt = x.DType
+		}
+		vals[o.FirstLoad()+i] = v
+	}
+	if dt == tensor.Invalid {
+		dt = tensor.Float32 // 16-bit loads only: a float32 program
 	}
 	for i, ins := range o.Prog {
 		shape := ins.Shape
@@ -449,13 +599,20 @@ func fusedChecked[T Float](pool *parallel.Pool, c *fusedCheck, in, out []*tensor
 		fusedInstr[T](ins.Op)(args, y)
 		vals[o.FirstInstr()+i] = y
 		m := &trace.Node{ID: n.ID, Kind: trace.KindOp, Op: ins.Op, Module: ins.Module, Phase: n.Phase, Region: n.Region, Recompute: n.Recompute}
-		m.Outputs = []*trace.Tensor{{Node: m, Meta: trace.Meta{DType: dt, Shape: shape}}}
+		mdt := dt
+		if c, ok := ins.Op.(*prim.Cast); ok {
+			mdt = c.To // (a 16-bit value checked widened: the same infinities and NaNs)
+		}
+		m.Outputs = []*trace.Tensor{{Node: m, Meta: trace.Meta{DType: mdt, Shape: shape}}}
 		if c.found(m, 0, t) {
 			return nil
 		}
 	}
 	for j, f := range o.Outs {
-		if f.Value >= o.FirstInstr() {
+		switch {
+		case f.Narrow:
+			narrowTile(out[j].DType, out[j].U16(), any(vals[f.Value]).([]float32))
+		case f.Value >= o.FirstInstr():
 			copy(slice[T](out[j]), vals[f.Value])
 		}
 	}

@@ -62,6 +62,9 @@ type FusedInstr struct {
 type FusedOut struct {
 	Value int
 	Shape tensor.Shape
+	// Narrow: the value is a 16-bit one (a Cast's or a load's), stored in
+	// its own type; Infer sets the output's type from the value's.
+	Narrow bool
 }
 
 // FusedElementwise reports whether o can be an instruction of a Fused:
@@ -72,14 +75,29 @@ func FusedElementwise(o trace.Op) bool {
 }
 
 // FusedInstruction reports whether o can be an instruction of a Fused
-// other than its first: an elementwise op or a Round (the rounding of a
+// other than its first: an elementwise op, a Round (the rounding of a
 // value to a 16-bit type and back, which mixed precision puts between a
-// product and its epilogue). A Round does not start a program: the
-// parameters it rounds have readers of their own.
+// product and its epilogue) or a Cast between float32 and a 16-bit type
+// (FusedCast). A Round does not start a program: the parameters it rounds
+// have readers of their own.
 func FusedInstruction(o trace.Op) bool {
 	_, ok := o.(*Round)
-	return ok || FusedElementwise(o)
+	return ok || FusedElementwise(o) || isCast(o)
 }
+
+func isCast(o trace.Op) bool {
+	_, ok := o.(*Cast)
+	return ok
+}
+
+// FusedCast reports whether a cast from from to to can be an instruction
+// of a float32 program: a rounding to bfloat16 or float16, or the widening
+// of such a value back to float32.
+func FusedCast(from, to tensor.DType) bool {
+	return from == tensor.Float32 && low16(to) || low16(from) && to == tensor.Float32
+}
+
+func low16(d tensor.DType) bool { return d == tensor.BFloat16 || d == tensor.Float16 }
 
 func (o *Fused) Name() string {
 	var parts []string
@@ -121,12 +139,13 @@ func (o *Fused) costOn(a Arithmetic, in, out []trace.Meta) Cost {
 // that shares an input's memory only after every instruction of the tile
 // read that input.
 func (o *Fused) InPlaceInputs(in []trace.Meta) []int {
-	if o.Producer != nil || len(o.Outs) != 1 {
+	if o.Producer != nil || len(o.Outs) != 1 || o.Outs[0].Narrow {
 		return nil
 	}
 	var ks []int
 	for _, l := range o.Loads {
-		if l.Full(o.Elems) {
+		// (a 16-bit input is widened, not read in place)
+		if l.Full(o.Elems) && o.NProd+l.Input < len(in) && !low16(in[o.NProd+l.Input].DType) {
 			ks = append(ks, o.NProd+l.Input)
 		}
 	}
@@ -138,11 +157,18 @@ func (o *Fused) InPlaceInputs(in []trace.Meta) []int {
 // where the producer writes output 0 when only the program reads it.
 func (o *Fused) MainOut() int {
 	for j, f := range o.Outs {
-		if f.Value == 0 || f.Value >= o.FirstInstr() {
+		if !f.Narrow && (f.Value == 0 || f.Value >= o.FirstInstr()) {
 			return j
 		}
 	}
 	return -1
+}
+
+// Scratch reports whether the producer's output 0 has no output's buffer
+// to be written in (every output of the program's length is a 16-bit
+// value): the kernel's workspace then holds it, Elems float32 values.
+func (o *Fused) Scratch() bool {
+	return o.Producer != nil && o.MainOut() < 0
 }
 
 // FirstLoad is the value number of Loads[0]; instruction i's result is
@@ -184,6 +210,23 @@ func (o *Fused) Infer(in []trace.Meta) ([]trace.Meta, error) {
 		}
 		vals = append(vals, trace.Meta{DType: m.DType, Shape: flat})
 	}
+	// One element type for the whole program, the kernel's: producer
+	// output 0's or the first load's not of 16 bits; 16-bit values only
+	// in float32 programs.
+	if o.Producer == nil && len(o.Loads) == 0 {
+		return nil, fmt.Errorf("no producer and no inputs")
+	}
+	dt := tensor.Float32
+	if o.Producer != nil {
+		dt = vals[0].DType
+	} else {
+		for _, v := range vals {
+			if !low16(v.DType) {
+				dt = v.DType
+				break
+			}
+		}
+	}
 	for i, ins := range o.Prog {
 		if !FusedInstruction(ins.Op) {
 			return nil, fmt.Errorf("instruction %d: %s is not elementwise", i, ins.Op.Name())
@@ -200,25 +243,30 @@ func (o *Fused) Infer(in []trace.Meta) ([]trace.Meta, error) {
 		if err != nil {
 			return nil, fmt.Errorf("instruction %d (%s): %w", i, ins.Op.Name(), err)
 		}
+		if c, ok := ins.Op.(*Cast); ok && (dt != tensor.Float32 || !FusedCast(args[0].DType, c.To)) {
+			return nil, fmt.Errorf("instruction %d: %s of %v in a %v program", i, ins.Op.Name(), args[0].DType, dt)
+		}
+		if !isCast(ins.Op) {
+			for j, a := range args {
+				if a.DType != dt {
+					return nil, fmt.Errorf("instruction %d (%s) reads a %v value (arg %d) in a %v program", i, ins.Op.Name(), a.DType, j, dt)
+				}
+			}
+		}
 		if len(m) != 1 || !m[0].Shape.Equal(flat) {
 			return nil, fmt.Errorf("instruction %d (%s) is not elementwise", i, ins.Op.Name())
 		}
 		vals = append(vals, m[0])
 	}
-	// One element type for the whole program: the kernel's.
-	if o.Producer == nil && len(o.Loads) == 0 {
-		return nil, fmt.Errorf("no producer and no inputs")
-	}
-	dt := vals[0].DType
 	for i := o.FirstLoad(); i < len(vals); i++ {
-		if vals[i].DType != dt || !dt.IsFloat() {
-			return nil, fmt.Errorf("value %d is %v, the program computes in %v", i, vals[i].DType, dt)
+		if d := vals[i].DType; d != dt && !(dt == tensor.Float32 && low16(d)) || !dt.IsFloat() {
+			return nil, fmt.Errorf("value %d is %v, the program computes in %v", i, d, dt)
 		}
 	}
 	out := make([]trace.Meta, len(o.Outs))
 	main := false
 	for i, f := range o.Outs {
-		main = main || f.Value == 0 || f.Value >= o.FirstInstr()
+		main = main || !f.Narrow && (f.Value == 0 || f.Value >= o.FirstInstr())
 		if f.Value < 0 || f.Value >= len(vals) || f.Value >= o.FirstLoad() && f.Value < o.FirstInstr() {
 			return nil, fmt.Errorf("output %d is value %d", i, f.Value)
 		}
@@ -226,7 +274,15 @@ func (o *Fused) Infer(in []trace.Meta) ([]trace.Meta, error) {
 		if f.Shape.NumElements() != v.Shape.NumElements() {
 			return nil, fmt.Errorf("output %d: shape %v for %v", i, f.Shape, v)
 		}
+		if f.Narrow != (v.DType != dt) {
+			return nil, fmt.Errorf("output %d: value %d is %v, Narrow %v in a %v program", i, f.Value, v.DType, f.Narrow, dt)
+		}
 		out[i] = trace.Meta{DType: v.DType, Shape: f.Shape.Clone()}
+	}
+	for _, f := range o.Outs {
+		// the workspace holds producer output 0; the kernel computes in
+		// float32
+		main = main || f.Narrow
 	}
 	if !main {
 		// The kernel needs one buffer of the program's length to work in.

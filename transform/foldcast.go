@@ -30,6 +30,11 @@ func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
 		return nil, 0, err
 	}
 	moved += cats
+	g, splits, err := widenAfterSplit(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	moved += splits
 	g, folded, err := foldNarrowing(g)
 	if err != nil {
 		return nil, 0, err
@@ -264,6 +269,117 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 		return nil, 0, err
 	}
 	return out, len(cats), nil
+}
+
+// widenAfterSplit returns a copy of g in which a split whose input is,
+// through reshapes, the widening of a 16-bit value (the widening and the
+// reshapes read by nothing else), and each piece of which only narrowings
+// back to that type read (through reshapes), splits the 16-bit value and
+// widens the pieces instead: the same numbers (a split copies, widening is
+// exact), half the bytes moved, and foldNarrowing then folds the pieces'
+// narrowings, so the widenings go too. This is gpt's attention under
+// bf16-mixed: c_attn's output, rounded to bfloat16, was widened, split
+// into q, k and v in float32 and each narrowed again for attention. It
+// returns the copy and how many splits changed.
+func widenAfterSplit(g *trace.Graph) (*trace.Graph, int, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	same := func(a, b *trace.Node) bool {
+		return a.Phase == b.Phase && a.Region == b.Region && a.Recompute == b.Recompute
+	}
+	// onlyNarrowed reports whether t's readers, through reshapes, are all
+	// narrowings to lo (and there is one).
+	var onlyNarrowed func(t *trace.Tensor, lo tensor.DType) bool
+	onlyNarrowed = func(t *trace.Tensor, lo tensor.DType) bool {
+		rs := cons[t.Node.ID]
+		if outputs[t] || len(rs) == 0 {
+			return false
+		}
+		for _, r := range rs {
+			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo {
+				continue
+			}
+			if isAlias(r) && len(r.Inputs) == 1 && len(r.Outputs) == 1 && onlyNarrowed(r.Outputs[0], lo) {
+				continue
+			}
+			return false
+		}
+		return true
+	}
+	type match struct {
+		widen *trace.Node
+		chain []*trace.Node // reshapes from the widening to the split, in order
+	}
+	splits := map[*trace.Node]match{}
+	skip := map[*trace.Node]bool{}
+	for _, s := range g.Nodes {
+		if _, ok := s.Op.(*prim.SplitOp); !ok || s.Kind != trace.KindOp || !isF32(s.Inputs[0]) {
+			continue
+		}
+		var chain []*trace.Node
+		t, ok := s.Inputs[0], true
+		for ok && isAlias(t.Node) && len(t.Node.Inputs) == 1 && len(t.Node.Outputs) == 1 {
+			chain = append([]*trace.Node{t.Node}, chain...)
+			t = t.Node.Inputs[0]
+		}
+		w := t.Node
+		c, isCast := w.Op.(*prim.Cast)
+		if !isCast || w.Kind != trace.KindOp || c.To != tensor.Float32 || !same(w, s) {
+			continue
+		}
+		lo := w.Inputs[0].DType()
+		if lo != tensor.BFloat16 && lo != tensor.Float16 {
+			continue
+		}
+		// Nothing else reads the widening or the reshapes.
+		next := append(chain[:len(chain):len(chain)], s)
+		for i, n := range append([]*trace.Node{w}, chain...) {
+			if rs := cons[n.ID]; len(rs) != 1 || rs[0] != next[i] || outputs[n.Outputs[0]] {
+				ok = false
+			}
+		}
+		for _, p := range s.Outputs {
+			ok = ok && onlyNarrowed(p, lo)
+		}
+		if !ok {
+			continue
+		}
+		splits[s] = match{w, chain}
+		skip[w] = true
+		for _, r := range chain {
+			skip[r] = true
+		}
+	}
+	if len(splits) == 0 {
+		return g, 0, nil
+	}
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, _ []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		if skip[n] {
+			return true
+		}
+		m, ok := splits[n]
+		if !ok {
+			return false
+		}
+		v := mapped[m.widen.Inputs[0]]
+		for _, r := range m.chain {
+			v = out.Clone(r, []*trace.Tensor{v})[0]
+		}
+		pieces := out.Clone(n, []*trace.Tensor{v})
+		for i, p := range pieces {
+			c := *m.widen
+			c.Module = n.Module
+			mapped[n.Outputs[i]] = out.Clone(&c, []*trace.Tensor{p})[0]
+		}
+		return true
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, len(splits), nil
 }
 
 // narrowBeforePermute returns a copy of g in which the narrowings of a

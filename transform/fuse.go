@@ -98,7 +98,10 @@ type fuser struct {
 	// outputs are used at len(g.Nodes).
 	lastUse map[*trace.Tensor]int
 	// noisy[i] counts live nodes before ID i that allocate arena bytes.
-	noisy  []int
+	noisy []int
+	// frees[i]: live node ID i is the last reader of a value that owns
+	// bytes (not state), which is freed after it.
+	frees  []bool
 	output map[*trace.Tensor]bool
 	groups []*fuseGroup
 	of     map[*trace.Node]*fuseGroup // members (and producer roots)
@@ -167,7 +170,25 @@ func newFuser(g *trace.Graph) *fuser {
 			f.lastUse[trace.Root(in)] = max(f.lastUse[trace.Root(in)], n.ID)
 		}
 	}
+	f.frees = make([]bool, len(g.Nodes))
+	for t, i := range f.lastUse {
+		if i < len(g.Nodes) && t.Node.Kind != trace.KindState {
+			f.frees[i] = true
+		}
+	}
 	return f
+}
+
+// freesBetween reports whether a live node strictly between IDs a < b,
+// other than nodes of gr, frees a value.
+func (f *fuser) freesBetween(gr *fuseGroup, a, b int) bool {
+	for i := a + 1; i < b; i++ {
+		n := f.g.Nodes[i]
+		if f.live[i] && f.frees[i] && !gr.member[n] && !(gr.prod && n == gr.root) {
+			return true
+		}
+	}
+	return false
 }
 
 func isAlias(n *trace.Node) bool {
@@ -201,6 +222,8 @@ func (f *fuser) pos(n *trace.Node) int {
 	}
 	return n.ID
 }
+
+func low16(d tensor.DType) bool { return d == tensor.BFloat16 || d == tensor.Float16 }
 
 // floatOut reports whether t is a value a program can compute on.
 func floatOut(t *trace.Tensor) bool {
@@ -271,14 +294,31 @@ func (f *fuser) grow(r *trace.Node, prod bool) *fuseGroup {
 		if !f.joinable(gr, c) {
 			continue
 		}
-		gr.members = append(gr.members, c)
-		gr.member[c] = true
-		if ok, _ := f.check(gr); !ok {
-			gr.members = gr.members[:len(gr.members)-1]
-			delete(gr.member, c)
+		// The widenings of 16-bit values that only c reads join first:
+		// the program then reads the 16-bit value (a bfloat16 saved
+		// activation that gelu's backward reads widened).
+		join := append(f.widenedFor(gr, c), c)
+		if len(gr.members)+len(join) > maxFusedInstrs {
 			continue
 		}
-		addValue(c.Outputs[0])
+		for _, m := range join {
+			gr.members = append(gr.members, m)
+			gr.member[m] = true
+		}
+		for _, m := range join[:len(join)-1] {
+			gr.value[m.Outputs[0]] = true
+		}
+		if ok, _ := f.check(gr); !ok {
+			gr.members = gr.members[:len(gr.members)-len(join)]
+			for _, m := range join {
+				delete(gr.member, m)
+				delete(gr.value, m.Outputs[0])
+			}
+			continue
+		}
+		for _, m := range join {
+			addValue(m.Outputs[0])
+		}
 	}
 	sort.Slice(gr.members, func(i, j int) bool { return gr.members[i].ID < gr.members[j].ID })
 	if len(gr.members) == 0 || !prod && len(gr.members) < 2 {
@@ -291,9 +331,40 @@ func (f *fuser) grow(r *trace.Node, prod bool) *fuseGroup {
 	return gr
 }
 
+// widening reports whether n casts a 16-bit value to float32.
+func widening(n *trace.Node) bool {
+	c, ok := n.Op.(*prim.Cast)
+	return ok && n.Kind == trace.KindOp && c.To == tensor.Float32 && prim.FusedCast(n.Inputs[0].DType(), c.To)
+}
+
+// widenedFor lists the widenings (of values the program does not compute)
+// whose outputs c reads and nothing else does, that may join gr: in a
+// product's epilogue, where reading the 16-bit value while the product's
+// rows are in cache paid (gelu's backward); a program of its own read
+// rrdbnet's bfloat16 activations no faster than the widening kernel and
+// the program after it did.
+func (f *fuser) widenedFor(gr *fuseGroup, c *trace.Node) []*trace.Node {
+	if !gr.prod {
+		return nil
+	}
+	var ws []*trace.Node
+	for _, in := range c.Inputs {
+		w := in.Node
+		if gr.value[in] || !widening(w) || gr.member[w] || f.output[in] || !f.joinable(gr, w) {
+			continue
+		}
+		if rs := f.readers[in]; len(rs) != 1 || rs[0] != c {
+			continue
+		}
+		ws = append(ws, w)
+	}
+	return ws
+}
+
 // joinable reports whether elementwise node c may be a member of gr, as
 // far as c itself goes: its kind, phase, region, element count and type,
-// and how it reads its inputs.
+// and how it reads its inputs. Values are of the root's type but for
+// casts between float32 and a 16-bit type in float32 programs.
 func (f *fuser) joinable(gr *fuseGroup, c *trace.Node) bool {
 	r := gr.root
 	if !f.live[c.ID] || c.Kind != trace.KindOp || f.of[c] != nil || !prim.FusedInstruction(c.Op) || len(c.Outputs) != 1 {
@@ -304,11 +375,20 @@ func (f *fuser) joinable(gr *fuseGroup, c *trace.Node) bool {
 	}
 	base := r.Outputs[0]
 	out := c.Outputs[0]
-	if out.DType() != base.DType() || out.Shape().NumElements() != base.Shape().NumElements() || !floatOut(out) {
+	inType, outType := base.DType(), base.DType()
+	if cast, ok := c.Op.(*prim.Cast); ok {
+		if base.DType() != tensor.Float32 || !prim.FusedCast(c.Inputs[0].DType(), cast.To) {
+			return false
+		}
+		inType, outType = c.Inputs[0].DType(), cast.To
+	} else if !floatOut(out) {
+		return false
+	}
+	if out.DType() != outType || out.Shape().NumElements() != base.Shape().NumElements() {
 		return false
 	}
 	for _, in := range c.Inputs {
-		if in.DType() != base.DType() {
+		if in.DType() != inType {
 			return false
 		}
 		if gr.value[in] {
@@ -421,18 +501,18 @@ func (f *fuser) check(gr *fuseGroup) (bool, int) {
 	// and at every node that allocates in between, the program's values
 	// live there (its outputs, made at the anchor, until their last
 	// reader) must be no more than g had live there (values of the chain
-	// made before and read after). All have the same size.
+	// made before and read after).
 	for s := lo + 1; s < hi; s++ {
 		if !f.noisyBetween(gr, s-1, s+1) {
 			continue
 		}
-		was, now := 0, 0
+		var was, now int64
 		for _, v := range vals {
 			if v.Node.ID < s && f.lastUse[v] >= s {
-				was++
+				was += v.Meta.Bytes()
 			}
 			if at < s && lastOut[v] >= s {
-				now++
+				now += v.Meta.Bytes()
 			}
 		}
 		if now > was {
@@ -441,15 +521,29 @@ func (f *fuser) check(gr *fuseGroup) (bool, int) {
 	}
 	// The fused node's own step holds all its inputs and outputs at once:
 	// no more than the busiest step of the nodes it replaces held of them.
-	if f.stepBytes(gr, nodes, vals, lastOut) {
+	if f.stepBytes(gr, nodes, vals, lastOut, at) {
 		return false, at
 	}
 	return true, at
 }
 
-// stepBytes reports whether the fused node's step would hold more bytes
-// of the group's inputs and values than any step of nodes held in g.
-func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tensor, lastOut map[*trace.Tensor]int) bool {
+// stepBytes reports whether the fused node's step (at anchor at) would
+// hold more bytes of the group's inputs and values than any step of nodes
+// held in g. With 16-bit values or the producer's output in workspace,
+// only the steps where g holds at least what it holds at the anchor
+// besides the group's values count: a step before the anchor that no
+// allocating node separates from it, a step after it that no node freeing
+// a value does (a weight gradient's product, the last reader of its
+// input, runs between gpt's input gradient product and gelu's backward;
+// a parameter's cast between layer norm and the cast of its output frees
+// nothing).
+func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tensor, lastOut map[*trace.Tensor]int, at int) bool {
+	strict := false
+	for _, m := range gr.members {
+		if _, ok := m.Op.(*prim.Cast); ok {
+			strict = true
+		}
+	}
 	seen := map[*trace.Tensor]bool{}
 	var ext []*trace.Tensor
 	var fused int64
@@ -471,18 +565,32 @@ func (f *fuser) stepBytes(gr *fuseGroup, nodes []*trace.Node, vals []*trace.Tens
 		for _, t := range gr.root.Outputs[1:] {
 			fused += t.Meta.Bytes()
 		}
+		// Without an output to borrow, the producer's output 0 takes
+		// workspace (prim.Fused.Scratch).
+		scratch := true
+		for _, v := range vals {
+			if lastOut[v] >= 0 && !low16(v.DType()) {
+				scratch = false
+			}
+		}
+		if scratch {
+			fused += gr.root.Outputs[0].Meta.Bytes()
+			strict = true
+		}
 	}
 	all := append(ext, vals...)
+	if gr.prod {
+		// (the producer's other outputs, while they live)
+		all = append(all, gr.root.Outputs[1:]...)
+	}
 	var busiest int64
 	for _, m := range nodes {
+		if strict && (m.ID < at && f.noisyBetween(gr, m.ID, at) || m.ID > at && f.freesBetween(gr, at, m.ID)) {
+			continue
+		}
 		var b int64
 		for _, t := range all {
 			if t.Node.ID <= m.ID && m.ID <= f.lastUse[t] || t.Node == m {
-				b += t.Meta.Bytes()
-			}
-		}
-		if gr.prod && m == gr.root {
-			for _, t := range m.Outputs[1:] {
 				b += t.Meta.Bytes()
 			}
 		}
@@ -643,7 +751,7 @@ func (gr *fuseGroup) fusedOp() (*prim.Fused, []*trace.Tensor, []*trace.Tensor) {
 	}
 	for _, m := range gr.members {
 		if t := m.Outputs[0]; gr.exposed[t] {
-			fo.Outs = append(fo.Outs, prim.FusedOut{Value: num[t], Shape: t.Shape().Clone()})
+			fo.Outs = append(fo.Outs, prim.FusedOut{Value: num[t], Shape: t.Shape().Clone(), Narrow: low16(t.DType())})
 			outs = append(outs, t)
 		}
 	}

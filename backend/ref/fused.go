@@ -52,10 +52,22 @@ func (b Backend) fused(n *trace.Node, in, out []*tensor.Tensor, ws []byte) error
 		for i, a := range ins.Args {
 			args[i] = vals[a]
 		}
-		vals = append(vals, apply(ins.Op, args))
+		switch op := ins.Op.(type) {
+		case *prim.Cast:
+			vals = append(vals, convert(args[0], op.To))
+		case *prim.Round:
+			vals = append(vals, convert(args[0], op.To))
+		default:
+			vals = append(vals, apply(ins.Op, args))
+		}
 	}
 	for j, f := range o.Outs {
 		store(out[j], vals[f.Value])
 	}
 	return nil
+}
+
+// convert is v rounded to dt's numbers (a cast or a Round in a program).
+func convert(v []float64, dt tensor.DType) []float64 {
+	return tensor.FromFloat64(tensor.Shape{len(v)}, v).Convert(dt).Float64s()
 }
