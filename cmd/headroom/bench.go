@@ -292,8 +292,10 @@ func benchPrecision(s string) (transform.Precision, error) {
 		return transform.FP32, nil
 	case "bf16-mixed":
 		return transform.BF16Mixed, nil
+	case "bf16-true":
+		return transform.BF16True, nil
 	}
-	return 0, fmt.Errorf("bench: --precision %q: want fp32 or bf16-mixed (PyTorch's autocast has no cpu counterpart of the others)", s)
+	return 0, fmt.Errorf("bench: --precision %q: want fp32, bf16-mixed or bf16-true (PyTorch has no cpu counterpart of fp16-mixed's loss scaling)", s)
 }
 
 // benchRecompute parses --recompute.
