@@ -32,6 +32,11 @@ func readLowFor(g *trace.Graph, p Precision) (*trace.Graph, int, error) {
 // for its other readers. A product with some operand that is not a
 // bfloat16 widening is left as it is: the 16-bit copy would gain it
 // nothing (a mixed product with a float32 operand widens the other).
+// An operand that is no widening but that an earlier node narrows (Compress
+// storing it for the backward pass: a forward ReLU's output) is read
+// narrowed: exact, as every float32 operand of a bf16-true product holds
+// bfloat16 numbers (Autocast rounds them all), which is why this runs
+// under bf16-true only.
 // Convolution weight gradients are left too: their native kernel did not
 // beat the widened one on RRDBNet's shapes, and its workspace raised the
 // planned peak (rrdbnet batch 2: 242 to 258 MiB of activations). It
@@ -57,6 +62,16 @@ func readLowShared(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 		return nil, nil
 	}
+	// narrowed[t] is a narrowing of float32 t to bfloat16 (Compress storing
+	// it) and pos each node's position: a product after it may read it.
+	narrowed := map[*trace.Tensor]*trace.Node{}
+	pos := map[*trace.Node]int{}
+	for i, n := range g.Nodes {
+		pos[n] = i
+		if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && c.To == tensor.BFloat16 && isF32(n.Inputs[0]) && narrowed[n.Inputs[0]] == nil {
+			narrowed[n.Inputs[0]] = n
+		}
+	}
 	moved := 0
 	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
 		if n.Kind != trace.KindOp || len(n.Outputs) != 1 || !isF32(n.Outputs[0]) || len(n.Inputs) != 2 {
@@ -72,9 +87,16 @@ func readLowShared(g *trace.Graph) (*trace.Graph, int, error) {
 			if ins[i].DType() == tensor.BFloat16 {
 				continue
 			}
-			if srcs[i], chains[i] = source(n.Inputs[i]); srcs[i] == nil {
-				return false
+			if srcs[i], chains[i] = source(n.Inputs[i]); srcs[i] != nil {
+				continue
 			}
+			// Under bf16-true every float32 operand of a product holds
+			// bfloat16 numbers, so its narrowing is exact.
+			if c := narrowed[n.Inputs[i]]; c != nil && pos[c] < pos[n] && c.Phase == n.Phase && c.Recompute == n.Recompute {
+				srcs[i] = c.Outputs[0]
+				continue
+			}
+			return false
 		}
 		if srcs[0] == nil && srcs[1] == nil {
 			return false

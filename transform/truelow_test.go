@@ -1,0 +1,62 @@
+package transform_test
+
+import (
+	"testing"
+
+	"github.com/headroom-ml/headroom/cpu"
+	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
+	"github.com/headroom-ml/headroom/transform"
+)
+
+// Under bf16-true every matmul reads two bfloat16 operands (the native
+// bf16 product's case): parameters through a 2-byte copy, gradients in
+// bfloat16 even where a bias gradient reads them too (readLowShared).
+// Reading them changes no number (the native kernel off: a mixed product
+// widens as it packs) and no step holds more.
+func TestBF16TrueProductsReadBF16(t *testing.T) {
+	defer cpu.SetNativeBF16(cpu.SetNativeBF16(false))
+	for _, c := range []struct {
+		model string
+		batch int
+	}{
+		{"mlp", 8},
+		{"cnn", 8},
+		{"gpt-bytes", 1},
+	} {
+		if testing.Short() && c.model == "gpt-bytes" {
+			continue
+		}
+		spec := mustSpec(t, c.model)
+		s := setup{precision: transform.BF16True}
+		old := transform.SetSplitLow(false)
+		base := step(t, spec, c.batch, s)
+		transform.SetSplitLow(true)
+		got := step(t, spec, c.batch, s)
+		transform.SetSplitLow(old)
+		sameGrads(t, c.model+" bf16-true", got, base)
+		mms, wide := 0, 0
+		for _, n := range got.prog.Nodes {
+			// A fused product's first inputs are the product's.
+			if f, ok := n.Op.(*prim.Fused); ok {
+				if _, ok := f.Producer.(*prim.MatMul); !ok {
+					continue
+				}
+			} else if _, ok := n.Op.(*prim.MatMul); !ok {
+				continue
+			}
+			mms++
+			if n.Inputs[0].DType() != tensor.BFloat16 || n.Inputs[1].DType() != tensor.BFloat16 {
+				wide++
+				t.Logf("%s: %s reads %v and %v", c.model, n.Label(), n.Inputs[0].DType(), n.Inputs[1].DType())
+			}
+		}
+		if mms == 0 || wide > 0 {
+			t.Errorf("%s bf16-true: %d of %d matmuls read a float32 operand", c.model, wide, mms)
+		}
+		if got.plan.Total() > base.plan.Total() {
+			t.Errorf("%s bf16-true: planned peak %d, %d without reading gradients in bfloat16", c.model, got.plan.Total(), base.plan.Total())
+		}
+		t.Logf("%s: %d matmuls, planned peak %d -> %d bytes", c.model, mms, base.plan.Total(), got.plan.Total())
+	}
+}
