@@ -32,11 +32,11 @@ func readLowFor(g *trace.Graph, p Precision) (*trace.Graph, int, error) {
 // for its other readers. A product with some operand that is not a
 // bfloat16 widening is left as it is: the 16-bit copy would gain it
 // nothing (a mixed product with a float32 operand widens the other).
-// An operand that is no widening but that an earlier node narrows (Compress
-// storing it for the backward pass: a forward ReLU's output) is read
-// narrowed: exact, as every float32 operand of a bf16-true product holds
-// bfloat16 numbers (Autocast rounds them all), which is why this runs
-// under bf16-true only.
+// An operand of a forward product that is no widening but that an earlier
+// node narrows (Compress storing it for the backward pass: a forward ReLU's
+// output) is read narrowed: exact, as every float32 value of a bf16-true
+// forward pass that a product reads holds bfloat16 numbers (Autocast rounds
+// them all), which is why this runs under bf16-true only.
 // Convolution weight gradients are left too: their native kernel did not
 // beat the widened one on RRDBNet's shapes, and its workspace raised the
 // planned peak (rrdbnet batch 2: 242 to 258 MiB of activations). It
@@ -90,9 +90,10 @@ func readLowShared(g *trace.Graph) (*trace.Graph, int, error) {
 			if srcs[i], chains[i] = source(n.Inputs[i]); srcs[i] != nil {
 				continue
 			}
-			// Under bf16-true every float32 operand of a product holds
-			// bfloat16 numbers, so its narrowing is exact.
-			if c := narrowed[n.Inputs[i]]; c != nil && pos[c] < pos[n] && c.Phase == n.Phase && c.Recompute == n.Recompute {
+			// Under bf16-true every float32 operand of a forward product
+			// holds bfloat16 numbers (a backward one may read an int8
+			// activation's dequantization), so its narrowing is exact.
+			if c := narrowed[n.Inputs[i]]; c != nil && pos[c] < pos[n] && n.Phase == trace.Forward && c.Phase == n.Phase && c.Recompute == n.Recompute {
 				srcs[i] = c.Outputs[0]
 				continue
 			}
