@@ -576,6 +576,12 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 // ops), which is numerically the same as rounding every output.
 func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
 	if class(n) == prim.AutocastExact {
+		if len(n.Outputs) > 1 {
+			// A split: its input rounded once (a pass its producer can
+			// fuse) rather than each piece where it is read (a cast pair
+			// each, and the pieces' adds out of reach of splitAdds).
+			a.roundInputs(n, ins, true)
+		}
 		outs := a.clone(n, ins)
 		if all(ins, a.low) {
 			a.roundOutputs(n, outs, true)
