@@ -573,7 +573,8 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 // trueBackward records backward node n under bf16-true: every op reads
 // rounded operands, rounded lazily as in mixedBackward (each gradient once,
 // where a non-exact op first reads it; rounding commutes with the exact
-// ops), which is numerically the same as rounding every output.
+// ops, but for a split, whose input is rounded rather than each piece),
+// which is numerically the same as rounding every output.
 func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
 	if class(n) == prim.AutocastExact {
 		if len(n.Outputs) > 1 {
