@@ -60,7 +60,11 @@ import (
 //     are rounded in place at the start of each step, which rounds the
 //     optimizer's previous update as a bf16 parameter tensor would. The
 //     optimizer's own state stays float32 (in PyTorch it would be bf16), and
-//     parameters and gradients still take 4 bytes each in the store.
+//     parameters and gradients still take 4 bytes each in the store. Its
+//     matmuls read bfloat16 operands as bf16-mixed's do (a 2-byte copy of
+//     each parameter; gradients read in bfloat16 even where a bias
+//     gradient reads them too: readLowShared), so they run on the native
+//     bf16 kernel where the CPU has one.
 type Precision uint8
 
 const (
@@ -366,6 +370,7 @@ func (a *autocast) run() {
 		case isEffect(n):
 			outs = a.effect(n, ins)
 		case a.p == BF16True && n.Phase == trace.Forward:
+			a.productParams(n, ins)
 			outs = a.clone(n, ins)
 			a.roundOutputs(n, outs, a.exact(n, ins))
 		case a.p == BF16True:
@@ -568,9 +573,16 @@ func (a *autocast) mixedBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Te
 // trueBackward records backward node n under bf16-true: every op reads
 // rounded operands, rounded lazily as in mixedBackward (each gradient once,
 // where a non-exact op first reads it; rounding commutes with the exact
-// ops), which is numerically the same as rounding every output.
+// ops, but for a split, whose input is rounded rather than each piece),
+// which is numerically the same as rounding every output.
 func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
 	if class(n) == prim.AutocastExact {
+		if len(n.Outputs) > 1 {
+			// A split: its input rounded once (a pass its producer can
+			// fuse) rather than each piece where it is read (a cast pair
+			// each, and the pieces' adds out of reach of splitAdds).
+			a.roundInputs(n, ins, true)
+		}
 		outs := a.clone(n, ins)
 		if all(ins, a.low) {
 			a.roundOutputs(n, outs, true)
@@ -580,9 +592,39 @@ func (a *autocast) trueBackward(n *trace.Node, ins []*trace.Tensor) []*trace.Ten
 		return outs
 	}
 	a.roundInputs(n, ins, true)
+	a.productParams(n, ins)
 	outs := a.clone(n, ins)
 	a.markLogical(outs)
 	return outs
+}
+
+// productParams gives matmul n (bf16-true) a prim.Round copy of each
+// parameter operand in ins, one per parameter and pass as bf16-mixed's
+// rounding makes: the parameter already holds bfloat16 numbers (rounded
+// in place), so the copy has its numbers, and ReadLow makes it a 2-byte
+// cast that the product reads in place: the native bf16 product rather
+// than the float32 one a float32 operand keeps it on.
+func (a *autocast) productParams(n *trace.Node, ins []*trace.Tensor) {
+	if _, ok := n.Op.(*prim.MatMul); !ok || a.lo != tensor.BFloat16 {
+		return
+	}
+	for i, t := range ins {
+		if t.Node.Kind != trace.KindState || !isF32(t) {
+			continue
+		}
+		if r := a.rounded[roundKey{t, inner(n)}]; r != nil {
+			ins[i] = r
+			continue
+		}
+		var r *trace.Tensor
+		at(a.out, n.Module, n.Phase, func() {
+			r = prim.Apply1(&prim.Round{To: a.lo}, t)
+			r.Node.Recompute = n.Recompute
+		})
+		a.rounded[roundKey{t, inner(n)}] = r
+		a.low[r], a.logical[r] = true, true
+		ins[i] = r
+	}
 }
 
 // effect records side-effect node n: a gradient
@@ -626,7 +668,7 @@ func ApplyPrecision(g *trace.Graph, p Precision, c CompressPolicy) (*trace.Graph
 	if g, _, err = Compress(g, c); err != nil || p == FP32 || !readLow {
 		return g, err
 	}
-	g, _, err = ReadLow(g)
+	g, _, err = readLowFor(g, p)
 	return g, err
 }
 

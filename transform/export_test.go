@@ -47,3 +47,11 @@ func SetCatWiden(on bool) bool {
 	catWiden = on
 	return old
 }
+
+// SetSplitLow turns bf16-true's readLowShared on or off and returns the
+// previous setting.
+func SetSplitLow(on bool) bool {
+	old := splitLow
+	splitLow = on
+	return old
+}

@@ -137,7 +137,7 @@ func readLowPass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*trace
 		r.Skipped = true
 		return g, nil
 	}
-	out, n, err := ReadLow(g)
+	out, n, err := readLowFor(g, o.Precision)
 	r.NodesAffected = n
 	r.Detail = fmt.Sprintf("%d float32 copies of 16-bit values dropped", n)
 	return out, err

@@ -53,7 +53,7 @@ func benchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.StringVar(&f.workloads, "workloads", "all", "comma-separated `list` of standard workloads to run: "+strings.Join(bench.Names(), ", ")+", or all")
 	fs.StringVar(&f.models, "model", "", "comma-separated `list` of zoo models to train instead of the standard workloads (the names train and plan take): "+strings.Join(zoo.Names(), ", "))
 	fs.IntVar(&f.batch, "batch", 0, "batch size for --model (default: the standard workload's batch for that model, else 8)")
-	fs.StringVar(&f.precision, "precision", "fp32", "precision of both engines' training steps: fp32 or bf16-mixed (PyTorch: torch.autocast to bfloat16 on the cpu; the sgemm workload stays float32)")
+	fs.StringVar(&f.precision, "precision", "fp32", "precision of both engines' training steps: fp32, bf16-mixed (PyTorch: torch.autocast to bfloat16 on the cpu) or bf16-true (PyTorch: model.to(torch.bfloat16), bfloat16 inputs and Adam; Lightning's \"bf16-true\"); the sgemm workload stays float32")
 	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "headroom only: update each parameter in the backward pass as soon as its gradient is final and free the gradient (train's --optimizer-in-backward: the same weights, no gradient buffers); PyTorch 1.13 has no such mode and keeps its gradients, so say so when quoting the memory ratio")
 	fs.BoolVar(&f.gradBufs, "gradient-buffers", false, "headroom only: keep every gradient in a buffer of its own for the whole step; by default gradients live in the step's arena from the backward pass to the optimizer step (train.Config.GradientBuffers unset: the same weights), as the PyTorch script's zero_grad(set_to_none=True) has them")
 	fs.StringVar(&f.recompute, "recompute", "none", "headroom only: activations to recompute in the backward pass: none, or selective (activations and norms: less memory, more time; PyTorch recomputes nothing, so say so when quoting ratios)")
@@ -206,6 +206,7 @@ Examples:
   headroom bench --workloads mlp,gpt --steps 10 --rounds 2 --compare-pytorch
   headroom bench --model resnet50 --batch 4 --compare-pytorch
   headroom bench --workloads gpt,rrdbnet --precision bf16-mixed --compare-pytorch
+  headroom bench --workloads gpt --precision bf16-true --compare-pytorch
   HEADROOM_MAX_ISA=avx2 headroom bench --threads 2 --compare-pytorch
   headroom bench --workloads resnet18 --op-profile --cpuprofile cpu.pprof
   headroom bench --workloads gpt --steps 1 --op-profile=shapes   # which matmul takes the time
@@ -284,16 +285,19 @@ func higherPeak(first, second cpu.Peak) (peak cpu.Peak, again bool) {
 	return first, false
 }
 
-// benchPrecision parses --precision: fp32 or bf16-mixed (Lightning's names
-// 32-true and bf16-mixed as well).
+// benchPrecision parses --precision: fp32, bf16-mixed or bf16-true
+// (Lightning's 32-true as well). fp16-mixed is refused: PyTorch's side
+// would need a GradScaler and float16 autocast, which bench does not set up.
 func benchPrecision(s string) (transform.Precision, error) {
 	switch s {
 	case "", "fp32", "32-true", "32":
 		return transform.FP32, nil
 	case "bf16-mixed":
 		return transform.BF16Mixed, nil
+	case "bf16-true":
+		return transform.BF16True, nil
 	}
-	return 0, fmt.Errorf("bench: --precision %q: want fp32 or bf16-mixed (PyTorch's autocast has no cpu counterpart of the others)", s)
+	return 0, fmt.Errorf("bench: --precision %q: want fp32, bf16-mixed or bf16-true", s)
 }
 
 // benchRecompute parses --recompute.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -104,7 +105,8 @@ func TestBenchPrecision(t *testing.T) {
 		in   string
 		want transform.Precision
 		ok   bool
-	}{{"fp32", transform.FP32, true}, {"32-true", transform.FP32, true}, {"bf16-mixed", transform.BF16Mixed, true}, {"bf16", 0, false}, {"16-mixed", 0, false}} {
+	}{{"fp32", transform.FP32, true}, {"32-true", transform.FP32, true}, {"bf16-mixed", transform.BF16Mixed, true},
+		{"bf16-true", transform.BF16True, true}, {"bf16", 0, false}, {"16-mixed", 0, false}, {"fp16-mixed", 0, false}} {
 		got, err := benchPrecision(c.in)
 		if (err == nil) != c.ok || c.ok && got != c.want {
 			t.Errorf("benchPrecision(%q) = %v, %v", c.in, got, err)
@@ -113,21 +115,57 @@ func TestBenchPrecision(t *testing.T) {
 }
 
 // A zoo model at any batch size runs through the same child protocol, in
-// bf16-mixed too, and reports the flops of its step.
+// bf16-mixed and bf16-true too, and reports the flops of its step.
 func TestBenchChildZooModel(t *testing.T) {
 	defer parallel.SetThreads(parallel.Threads())
+	for _, prec := range []string{"bf16-mixed", "bf16-true"} {
+		var out, log bytes.Buffer
+		f := benchFlags{child: "zoo:cnn:4", steps: 1, warmup: 0, threads: 1, seed: 1, precision: prec}
+		if err := benchChild(context.Background(), f, &out, &log); err != nil {
+			t.Fatalf("%s: %v\n%s", prec, err, log.String())
+		}
+		rs, err := bench.ScanResults(&out, nil)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("%s: results %v, %v:\n%s", prec, rs, err, out.String())
+		}
+		r := rs[0]
+		if r.Workload != "cnn" || r.Batch != 4 || len(r.Steps) != 1 || r.Precision != prec || r.Flops <= 0 {
+			t.Errorf("%s: result %+v", prec, r)
+		}
+	}
+}
+
+// The embedded PyTorch script runs a bf16-true step (a bfloat16 model,
+// inputs and Adam) where a Python with torch is installed; elsewhere
+// (CI) the test skips.
+func TestBenchPyTorchBF16True(t *testing.T) {
+	ctx := context.Background()
+	py, _, err := bench.FindPython(ctx, []string{"/usr/bin/python3", "python3"})
+	if err != nil {
+		t.Skip(err)
+	}
+	script, err := bench.WriteScript(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := bench.ParseWorkloads("mlp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{script}, bench.PyTorchArgs(ws[0])...)
+	args = append(args, "--precision", "bf16-true", "--warmup", "0", "--steps", "1", "--threads", "1")
 	var out, log bytes.Buffer
-	f := benchFlags{child: "zoo:cnn:4", steps: 1, warmup: 0, threads: 1, seed: 1, precision: "bf16-mixed"}
-	if err := benchChild(context.Background(), f, &out, &log); err != nil {
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Stdout, cmd.Stderr = &out, &log
+	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	rs, err := bench.ScanResults(&out, nil)
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("results %v, %v:\n%s", rs, err, out.String())
 	}
-	r := rs[0]
-	if r.Workload != "cnn" || r.Batch != 4 || len(r.Steps) != 1 || r.Precision != "bf16-mixed" || r.Flops <= 0 {
-		t.Errorf("result %+v", r)
+	if r := rs[0]; r.Error != "" || r.Precision != "bf16-true" || len(r.Steps) != 1 {
+		t.Errorf("result %+v\n%s", r, log.String())
 	}
 }
 

@@ -37,7 +37,8 @@ type Driver struct {
 	Warmup, Steps, Threads, Rounds int
 	Seed                           uint64
 	// Precision is both engines' precision: "fp32" (or "") or
-	// "bf16-mixed" (PyTorch: torch.autocast to bfloat16 on the cpu).
+	// "bf16-mixed" (PyTorch: torch.autocast to bfloat16 on the cpu) or
+	// "bf16-true" (PyTorch: the model, inputs and Adam in bfloat16).
 	Precision string
 	// PeerEnv is added to the environment of PyTorch's processes only
 	// (OPENBLAS_CORETYPE when OpenBLAS misdetects the CPU: PeerCheck).

@@ -35,7 +35,7 @@ type Result struct {
 	// the fraction of the machine's peak; headroom counts it from its
 	// compiled step (the PyTorch script leaves it 0: the model is the same).
 	Flops float64 `json:"flops,omitempty"`
-	// Precision is the step's precision ("" or "fp32", "bf16-mixed").
+	// Precision is the step's precision ("" or "fp32", "bf16-mixed", "bf16-true").
 	Precision string `json:"precision,omitempty"`
 	// InBackward: headroom updated parameters in the backward pass (no
 	// gradient buffers; bench --optimizer-in-backward).

@@ -26,7 +26,10 @@ registry), so this script only knows how to build each zoo model in PyTorch
 (MODELS below, a test checks that every zoo name is there): zoo/mlp.go,
 zoo/cnn.go, zoo/resnet.go via torchvision, zoo/gpt.go, zoo/rrdbnet.go. With
 --precision bf16-mixed each step's forward pass and loss run under
-torch.autocast("cpu", dtype=torch.bfloat16). GPT and RRDBNet are the
+torch.autocast("cpu", dtype=torch.bfloat16); with --precision bf16-true
+(Lightning's "bf16-true") the model is model.to(torch.bfloat16), the
+floating inputs and targets are bfloat16, and Adam updates the bfloat16
+parameters (its state bfloat16 too). GPT and RRDBNet are the
 definitions of scripts/reference/torch_models.py, which the zoo's parity tests
 check headroom against. PyTorch 1.13 has no fused attention, so GPT runs
 nanoGPT's explicit path (softmax of masked scores), as nanoGPT itself does
@@ -92,7 +95,7 @@ def main():
     ap.add_argument("--x", help="inputs of one batch: f32|i64:DIM,DIM,...")
     ap.add_argument("--y", help="targets of one batch: f32|i64:DIM,DIM,...")
     ap.add_argument("--classes", type=int, default=0, help="range of integer inputs and targets")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16-mixed", "bf16-true"])
     ap.add_argument("--openblas-core", action="store_true",
                     help="print the OpenBLAS core (OPENBLAS_VERBOSE=2 makes OpenBLAS say it) and exit")
     ap.add_argument("--warmup", type=int, default=2)
@@ -156,6 +159,9 @@ def run(args, res):
     # A fresh batch every step, as headroom does (a model fitting one batch
     # would drive its gradients to subnormal floats).
     batches = [inputs() for _ in range(args.warmup + args.steps)]
+    if args.precision == "bf16-true":
+        model.to(torch.bfloat16)
+        batches = [tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in b) for b in batches]
     res.update(batch=batch, work=float(batch), unit="samples")
     opt = torch.optim.Adam(model.parameters())
     model.train()
