@@ -67,7 +67,7 @@ func (t BF16Tile) MulPacked(transA bool, m, n, k int, a []uint16, lda int, bp []
 	panels := ceilDiv(n, nr)
 	kc := bf16Block(k)
 	kpc := kc / 2
-	buf := getU32(&bf16Bufs, mr*kpc + mr*nr + panels*nr*kpc)
+	buf := getU32(&bf16Bufs, mr*kpc+mr*nr+panels*nr*kpc)
 	defer bf16Bufs.Put(buf)
 	ap := (*buf)[:mr*kpc]
 	tmp := f32Of((*buf)[mr*kpc : mr*kpc+mr*nr])
