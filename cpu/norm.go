@@ -389,6 +389,11 @@ func layerNormKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*ten
 			switch {
 			case w != nil && b != nil:
 				w, b := w[:len(xs)], b[:len(xs)]
+				if x32, ok := any(xs).([]float32); ok {
+					// The same operations, each rounded to float32.
+					j := vec.LayerNormAffine(x32, any(w).([]float32), any(b).([]float32), any(ys).([]float32), float32(rs), float32(sh))
+					xs, ys, w, b = xs[j:], ys[j:], w[j:], b[j:]
+				}
 				for j, v := range xs {
 					ys[j] = (v*rs+sh)*w[j] + b[j]
 				}
@@ -434,6 +439,12 @@ func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 				gs := gs[:len(xs)]
 				var a1, d1 float64
 				j := 0
+				if x32, ok := any(xs).([]float32); ok {
+					// The same four chains, two in each vector.
+					var s [4]float64
+					j = vec.LayerNormRowSums(any(gs).([]float32), any(w).([]float32), x32, m, &s)
+					a, a1, d, d1 = s[0], s[1], s[2], s[3]
+				}
 				for ; j+1 < len(xs); j += 2 {
 					g0, g1 := float64(gs[j])*float64(w[j]), float64(gs[j+1])*float64(w[j+1])
 					a += g0
@@ -456,17 +467,11 @@ func layerNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 			gs, gxs = gs[:len(xs)], gxs[:len(xs)]
 			if w != nil {
 				w := w[:len(xs)]
-				if gx32, ok := any(gxs).([]float32); ok && vec.Enabled() {
-					// g*w, then (g*w - ca - (x-mt)*cb)*rt vectorized:
-					// the same operations, each rounded to float32.
-					for j, v := range gs {
-						gxs[j] = v * w[j]
-					}
-					j := vec.NormGrad(gx32, any(xs).([]float32), gx32, float32(ca), float32(mt), float32(cb), float32(rt))
-					for ; j < len(xs); j++ {
-						gxs[j] = rt * (gxs[j] - ca - (xs[j]-mt)*cb)
-					}
-					continue
+				if gx32, ok := any(gxs).([]float32); ok {
+					// (g*w - ca - (x-mt)*cb)*rt vectorized: the same
+					// operations, each rounded to float32.
+					j := vec.LayerNormGrad(any(gs).([]float32), any(w).([]float32), any(xs).([]float32), gx32, float32(ca), float32(mt), float32(cb), float32(rt))
+					xs, gs, gxs, w = xs[j:], gs[j:], gxs[j:], w[j:]
 				}
 				for j, v := range xs {
 					gxs[j] = rt * (gs[j]*w[j] - ca - (v-mt)*cb)

@@ -18,7 +18,16 @@ func GELU(x, y []float32) int {
 		return 0
 	}
 	_ = y[n-1]
-	geluAVX2(&x[0], &y[0], n)
+	m := 0
+	if use512 {
+		// 16 lanes at a time, a last 8 by the AVX2 loop (the same bits).
+		if m = n &^ 15; m > 0 {
+			gelu512(&x[0], &y[0], m)
+		}
+	}
+	if m < n {
+		geluAVX2(&x[m], &y[m], n-m)
+	}
 	return n
 }
 
@@ -31,7 +40,15 @@ func GELUBackward(g, x, y []float32) int {
 	}
 	_ = y[n-1]
 	_ = g[n-1]
-	geluBackwardAVX2(&g[0], &x[0], &y[0], n)
+	m := 0
+	if use512 {
+		if m = n &^ 15; m > 0 {
+			geluBackward512(&g[0], &x[0], &y[0], m)
+		}
+	}
+	if m < n {
+		geluBackwardAVX2(&g[m], &x[m], &y[m], n-m)
+	}
 	return n
 }
 
@@ -175,6 +192,20 @@ func Affine(x, y []float32, a, b float32) int {
 	return n
 }
 
+// LayerNormAffine sets y = (x*a + c)*w + b (one rounding per operation,
+// no fused multiply-add), a layer norm's output row, for a prefix and
+// returns its length.
+func LayerNormAffine(x, w, b, y []float32, a, c float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _, _ = w[n-1], b[n-1], y[n-1]
+	k := [2]float32{a, c}
+	lnAffineAVX2(&x[0], &w[0], &b[0], &y[0], n, &k)
+	return n
+}
+
 // NormGrad sets y = (g - gm - (x-m)*k) * s, the input gradient of a
 // normalization, for a prefix and returns its length.
 func NormGrad(g, x, y []float32, gm, m, k, s float32) int {
@@ -185,6 +216,35 @@ func NormGrad(g, x, y []float32, gm, m, k, s float32) int {
 	_, _ = g[n-1], y[n-1]
 	c := [4]float32{gm, m, k, s}
 	normAVX2(&g[0], &x[0], &y[0], n, &c, 1)
+	return n
+}
+
+// LayerNormGrad sets y = (g*w - gm - (x-m)*k) * s (one rounding per
+// operation), a layer norm's input gradient, for a prefix and returns its
+// length.
+func LayerNormGrad(g, w, x, y []float32, gm, m, k, s float32) int {
+	n := len(x) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _, _ = g[n-1], w[n-1], y[n-1]
+	c := [4]float32{gm, m, k, s}
+	lnGradAVX2(&g[0], &w[0], &x[0], &y[0], n, &c)
+	return n
+}
+
+// LayerNormRowSums continues a layer norm backward's row sums over a
+// prefix of g, w and x and returns its length: with G =
+// float64(g[j])*float64(w[j]), s[0] and s[1] add G over the even and odd
+// j, s[2] and s[3] add G*(float64(x[j])-m), in order of j, each operation
+// rounded: the scalar loop's four chains, bit for bit.
+func LayerNormRowSums(g, w, x []float32, m float64, s *[4]float64) int {
+	n := len(x) &^ 3
+	if !enabled || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], w[n-1]
+	lnRowSumsAVX2(&g[0], &w[0], &x[0], n, m, s)
 	return n
 }
 

@@ -12,6 +12,16 @@ func geluBackwardAVX2(dy, x, y *float32, n int)
 
 var enabled = cpuid.X86.AVX2FMA()
 
+// use512 is whether the AVX-512 forms of the loops that have one run
+// (tests turn it off to compare them with the AVX2 loops).
+var use512 = enabled && cpuid.X86.AVX512F
+
+//go:noescape
+func gelu512(x, y *float32, n int)
+
+//go:noescape
+func geluBackward512(dy, x, y *float32, n int)
+
 //go:noescape
 func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts)
 
@@ -39,6 +49,15 @@ func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int)
 //
 //go:noescape
 func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
+
+//go:noescape
+func lnAffineAVX2(x, w, b, y *float32, n int, c *[2]float32)
+
+//go:noescape
+func lnGradAVX2(gy, w, x, y *float32, n int, c *[4]float32)
+
+//go:noescape
+func lnRowSumsAVX2(gy, w, x *float32, n int, m float64, out *[4]float64)
 
 //go:noescape
 func addAVX2(a, b, y *float32, n int)

@@ -516,6 +516,113 @@ ndone:
 	VZEROUPPER
 	RET
 
+// func lnAffineAVX2(x, w, b, y *float32, n int, c *[2]float32)
+// y = (x*c[0] + c[1])*w + b, each operation rounded, n a multiple of 8.
+TEXT ·lnAffineAVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DX
+	MOVQ b+16(FP), BX
+	MOVQ y+24(FP), DI
+	MOVQ n+32(FP), CX
+	MOVQ c+40(FP), AX
+	VBROADCASTSS 0(AX), Y12
+	VBROADCASTSS 4(AX), Y13
+	SHRQ $3, CX
+	JZ   lndone
+lnloop:
+	VMULPS (SI), Y12, Y0
+	VADDPS Y13, Y0, Y0
+	VMULPS (DX), Y0, Y0
+	VADDPS (BX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  lnloop
+lndone:
+	VZEROUPPER
+	RET
+
+// func lnGradAVX2(gy, w, x, y *float32, n int, c *[4]float32)
+// y = (g*w - c[0] - (x-c[1])*c[2]) * c[3], each operation rounded, n a
+// multiple of 8.
+TEXT ·lnGradAVX2(SB), NOSPLIT, $0-48
+	MOVQ gy+0(FP), DX
+	MOVQ w+8(FP), BX
+	MOVQ x+16(FP), SI
+	MOVQ y+24(FP), DI
+	MOVQ n+32(FP), CX
+	MOVQ c+40(FP), AX
+	VBROADCASTSS 0(AX), Y12
+	VBROADCASTSS 4(AX), Y13
+	VBROADCASTSS 8(AX), Y14
+	VBROADCASTSS 12(AX), Y15
+	SHRQ $3, CX
+	JZ   lgdone
+lgloop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y13, Y0, Y0
+	VMULPS Y14, Y0, Y0
+	VMOVUPS (DX), Y1
+	VMULPS (BX), Y1, Y1
+	VSUBPS Y12, Y1, Y1
+	VSUBPS Y0, Y1, Y1
+	VMULPS Y15, Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, DX
+	ADDQ $32, BX
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  lgloop
+lgdone:
+	VZEROUPPER
+	RET
+
+// func lnRowSumsAVX2(gy, w, x *float32, n int, m float64, out *[4]float64)
+// With G = float64(g)*float64(w) (exact): out[0], out[1] += G over the
+// even and odd indices, out[2], out[3] += G*(float64(x)-m) likewise, in
+// index order, each operation rounded; n a multiple of 4. The two lanes
+// of an XMM register are the scalar loop's two chains, each element added
+// in the scalar order: four products are made at once, then added half
+// by half.
+TEXT ·lnRowSumsAVX2(SB), NOSPLIT, $0-48
+	MOVQ gy+0(FP), DX
+	MOVQ w+8(FP), BX
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	VBROADCASTSD m+32(FP), Y15
+	MOVQ out+40(FP), DI
+	VMOVUPD 0(DI), X8
+	VMOVUPD 16(DI), X9
+	SHRQ $2, CX
+	JZ   lrdone
+lrloop:
+	VCVTPS2PD (DX), Y0
+	VCVTPS2PD (BX), Y1
+	VMULPD Y1, Y0, Y0
+	VCVTPS2PD (SI), Y2
+	VSUBPD Y15, Y2, Y2
+	VMULPD Y2, Y0, Y2
+	VADDPD X0, X8, X8
+	VEXTRACTF128 $1, Y0, X3
+	VADDPD X3, X8, X8
+	VADDPD X2, X9, X9
+	VEXTRACTF128 $1, Y2, X4
+	VADDPD X4, X9, X9
+	ADDQ $16, DX
+	ADDQ $16, BX
+	ADDQ $16, SI
+	DECQ CX
+	JNZ  lrloop
+lrdone:
+	VMOVUPD X8, 0(DI)
+	VMOVUPD X9, 16(DI)
+	VZEROUPPER
+	RET
+
 // func addAVX2(a, b, y *float32, n int)
 // y = a + b, n a multiple of 8.
 TEXT ·addAVX2(SB), NOSPLIT, $0-32

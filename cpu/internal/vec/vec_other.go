@@ -4,6 +4,11 @@ package vec
 
 const enabled = false
 
+var use512 = false
+
+func gelu512(x, y *float32, n int)             { panic("vec: no assembly") }
+func geluBackward512(dy, x, y *float32, n int) { panic("vec: no assembly") }
+
 func geluAVX2(x, y *float32, n int)             { panic("vec: no assembly") }
 func geluBackwardAVX2(dy, x, y *float32, n int) { panic("vec: no assembly") }
 
@@ -20,7 +25,12 @@ func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int) { panic("vec: n
 
 func addAVX2(a, b, y *float32, n int) { panic("vec: no assembly") }
 
+func lnAffineAVX2(x, w, b, y *float32, n int, c *[2]float32) { panic("vec: no assembly") }
+
 func colAddAVX2(acc *float64, x *float32, n int)                         { panic("vec: no assembly") }
 func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64) { panic("vec: no assembly") }
 
 func maxAVX2(x *float32, n int, out *[8]float32) { panic("vec: no assembly") }
+
+func lnGradAVX2(gy, w, x, y *float32, n int, c *[4]float32)              { panic("vec: no assembly") }
+func lnRowSumsAVX2(gy, w, x *float32, n int, m float64, out *[4]float64) { panic("vec: no assembly") }

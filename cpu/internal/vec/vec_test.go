@@ -212,3 +212,130 @@ func BenchmarkExpAffine(b *testing.B) {
 		ExpAffine(x, y, 0.125, -2)
 	}
 }
+
+// The AVX-512 gelu loops give the AVX2 loops' bits, lane for lane, on
+// lengths around the 16-lane blocks and on edge values (zeros, infinities,
+// NaNs, the exponential's clamps, subnormals).
+func TestGELU512MatchesAVX2(t *testing.T) {
+	if !use512 {
+		t.Skip("no AVX-512 assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	edge := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 13.3, -13.3, 14, -14, 88, -88, 200, -200,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -1e-40, 1e-20, math.MaxFloat32, -math.MaxFloat32}
+	for _, n := range []int{0, 1, 7, 8, 15, 16, 17, 24, 31, 33, 40, 1000, 4099} {
+		x, g := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 4)
+			g[i] = float32(r.NormFloat64())
+			if i < len(edge) && n >= 24 {
+				x[i] = edge[(i+n)%len(edge)]
+			}
+		}
+		run := func(avx512 bool) (y, gy []float32, done, bdone int) {
+			saved := use512
+			use512 = avx512
+			defer func() { use512 = saved }()
+			y, gy = make([]float32, n), make([]float32, n)
+			return y, gy, GELU(x, y), GELUBackward(g, x, gy)
+		}
+		y0, gy0, d0, b0 := run(false)
+		y1, gy1, d1, b1 := run(true)
+		if d0 != d1 || b0 != b1 {
+			t.Fatalf("n=%d: prefixes %d, %d (AVX2) and %d, %d (AVX-512)", n, d0, b0, d1, b1)
+		}
+		for i := range d0 {
+			if math.Float32bits(y0[i]) != math.Float32bits(y1[i]) {
+				t.Errorf("n=%d: GELU(%v) = %v (AVX-512), %v (AVX2)", n, x[i], y1[i], y0[i])
+			}
+			if math.Float32bits(gy0[i]) != math.Float32bits(gy1[i]) {
+				t.Errorf("n=%d: GELUBackward(%v, %v) = %v (AVX-512), %v (AVX2)", n, g[i], x[i], gy1[i], gy0[i])
+			}
+		}
+	}
+	// Many more inputs, hashed: the whole float32 range's exponents.
+	const n = 1 << 20
+	x, g := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = math.Float32frombits(r.Uint32())
+		if i%2 == 0 {
+			x[i] = float32(r.NormFloat64() * 6)
+		}
+		g[i] = float32(r.NormFloat64())
+	}
+	var out [2][2][]float32
+	for k, on := range []bool{false, true} {
+		use512 = on
+		out[k][0], out[k][1] = make([]float32, n), make([]float32, n)
+		GELU(x, out[k][0])
+		GELUBackward(g, x, out[k][1])
+	}
+	use512 = true
+	for j := range 2 {
+		for i := range n {
+			if math.Float32bits(out[0][j][i]) != math.Float32bits(out[1][j][i]) {
+				t.Fatalf("loop %d, x=%v (%#x): AVX-512 %v, AVX2 %v", j, x[i], math.Float32bits(x[i]), out[1][j][i], out[0][j][i])
+			}
+		}
+	}
+}
+
+func BenchmarkGELU(b *testing.B) {
+	x, y, g := make([]float32, 4096), make([]float32, 4096), make([]float32, 4096)
+	for i := range x {
+		x[i] = float32(i%97)/10 - 4.8
+		g[i] = 1
+	}
+	for _, on := range []bool{false, true} {
+		if on && !use512 {
+			continue
+		}
+		name := map[bool]string{false: "avx2", true: "avx512"}[on]
+		b.Run("forward/"+name, func(b *testing.B) {
+			saved := use512
+			use512 = on
+			defer func() { use512 = saved }()
+			for b.Loop() {
+				GELU(x, y)
+			}
+		})
+		b.Run("backward/"+name, func(b *testing.B) {
+			saved := use512
+			use512 = on
+			defer func() { use512 = saved }()
+			for b.Loop() {
+				GELUBackward(g, x, y)
+			}
+		})
+	}
+}
+
+// LayerNormAffine gives the scalar loop's bits ((x*a + c)*w + b, each
+// operation rounded) on odd lengths and edge values.
+func TestLayerNormAffine(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	edge := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.NaN()), 1e-40, math.MaxFloat32, -3e38}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 383, 384, 385} {
+		x, w, b, y := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i], w[i], b[i] = float32(r.NormFloat64()*3), float32(r.NormFloat64()), float32(r.NormFloat64())
+			if i < len(edge) && n > 16 {
+				x[i], w[i+7], b[i+9] = edge[i], edge[i], edge[i]
+			}
+		}
+		a, c := float32(1.7), float32(-0.3)
+		done := LayerNormAffine(x, w, b, y, a, c)
+		if done != n&^7 {
+			t.Fatalf("n=%d: did %d", n, done)
+		}
+		for i := range done {
+			want := float32(float32(x[i]*a)+c)*w[i] + b[i]
+			if math.Float32bits(y[i]) != math.Float32bits(want) && !(want != want && y[i] != y[i]) {
+				t.Fatalf("n=%d: y[%d] = %v, want %v", n, i, y[i], want)
+			}
+		}
+	}
+}
