@@ -8,6 +8,7 @@ import (
 
 	"github.com/headroom-ml/headroom/backend"
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/cpu/internal/vec"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -234,6 +235,10 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 	var z T
 	tile := fusedL1 / int(unsafe.Sizeof(z)) / max(1, scratch)
 	tile = max(fusedMinTile, min(fusedMaxTile, tile)) &^ 63
+	bg, bgH, bgG := biasGeluProgram(o, in, out)
+	if _, f32 := any(z).(float32); !f32 {
+		bg = false
+	}
 	program := func(lo, hi int) {
 		sc := getFusedScratch[T]((len(partial)+len(o.Prog))*tile, first+len(o.Prog))
 		defer fusedScratches.Put(sc)
@@ -241,6 +246,25 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 		for t0 := lo; t0 < hi; t0 += tile {
 			t1 := min(t0+tile, hi)
 			w := t1 - t0
+			if bg {
+				// The same tiles, the bias loaded as below; a tile's
+				// vector prefix in one pass, its tail (under 8) by the
+				// instructions' own loops, as below.
+				c, b := any(full[0][t0:t1]).([]float32), any(buf[:w]).([]float32)
+				fillLoad(b, slice[float32](extra[o.Loads[0].Input]), o.Loads[0], t0)
+				h, g := dst16[bgH][t0:t1], dst16[bgG][t0:t1]
+				k := vec.BiasGELUBF16(c, b, h, g)
+				if k < w {
+					c, b, h, g = c[k:], b[k:], h[k:], g[k:]
+					v := any(buf[tile : tile+len(c)]).([]float32)
+					binaryRun(prim.AddKind, c, b, v)
+					blas.NarrowBF16(h, v)
+					blas.Widen(blas.BFloat16, v, h)
+					geluF32(v, v)
+					blas.NarrowBF16(g, v)
+				}
+				continue
+			}
 			for v, s := range full {
 				if s != nil {
 					cur[v] = s[t0:t1]
@@ -341,6 +365,51 @@ func fusedRun[T Float](pool *parallel.Pool, n *trace.Node, o *prim.Fused, in, ou
 	}
 	pool.For(o.Elems, grain, program)
 	return nil
+}
+
+// biasGeluProgram reports whether o is bf16-mixed gpt's c_fc epilogue,
+// which vec.BiasGELUBF16 runs in one pass (on AVX-512): value 0 plus a
+// broadcast float32 row (bias), rounded to bfloat16 (output h), widened,
+// gelu, rounded to bfloat16 (output g), both outputs narrow and nothing
+// else; and the indexes of outputs h and g. The program's loops pass
+// over a tile five times, the stores and loads between them costing
+// about half as much as gelu.
+func biasGeluProgram(o *prim.Fused, in, out []*tensor.Tensor) (ok bool, h, g int) {
+	if !vec.BiasGELUBF16Enabled() || o.Producer == nil || len(o.Loads) != 1 || len(o.Prog) != 5 || len(o.Outs) != 2 {
+		return false, 0, 0
+	}
+	l, fi, fl := o.Loads[0], o.FirstInstr(), o.FirstLoad()
+	if l.Inner != 1 || in[o.NProd+l.Input].DType != tensor.Float32 || out[0].DType != tensor.BFloat16 || out[1].DType != tensor.BFloat16 {
+		return false, 0, 0
+	}
+	arg := func(i, a int) bool { return len(o.Prog[i].Args) == 1 && o.Prog[i].Args[0] == a }
+	cast := func(i int, to tensor.DType) bool {
+		c, ok := o.Prog[i].Op.(*prim.Cast)
+		return ok && c.To == to && arg(i, fi+i-1)
+	}
+	add, ok := o.Prog[0].Op.(*prim.Binary)
+	if !ok || add.Kind != prim.AddKind || len(o.Prog[0].Args) != 2 {
+		return false, 0, 0
+	}
+	if a := o.Prog[0].Args; !(a[0] == 0 && a[1] == fl || a[0] == fl && a[1] == 0) {
+		return false, 0, 0
+	}
+	gelu, ok := o.Prog[3].Op.(*prim.Unary)
+	if !ok || gelu.Kind != prim.GELUKind || !arg(3, fi+2) || !cast(1, tensor.BFloat16) || !cast(2, tensor.Float32) || !cast(4, tensor.BFloat16) {
+		return false, 0, 0
+	}
+	h, g = -1, -1
+	for j, f := range o.Outs {
+		switch {
+		case !f.Narrow:
+			return false, 0, 0
+		case f.Value == fi+1:
+			h = j
+		case f.Value == fi+4:
+			g = j
+		}
+	}
+	return h >= 0 && g >= 0, h, g
 }
 
 // narrow reports whether d is a 16-bit type a float32 program holds

@@ -126,3 +126,71 @@ bloop:
 bdone:
 	VZEROUPPER
 	RET
+
+// The canonical bfloat16 NaN, as gemm.NarrowBF16 writes it.
+DATA ·bfnan+0(SB)/4, $0x00007fc0
+GLOBL ·bfnan(SB), RODATA|NOPTR, $4
+
+// NARROW sets Z1's lanes to bfloat16 bits of Z's float32 lanes as
+// gemm.NarrowBF16 rounds them: bits + 0x7fff + bit 16 of bits, the upper
+// half kept; NaNs the canonical 0x7fc0. Z8 holds 0x7fff. Clobbers K1.
+#define NARROW(Z) \
+	VPSLLD $15, Z, Z1 \
+	VPSRLD $31, Z1, Z1 \
+	VPADDD Z8, Z1, Z1 \
+	VPADDD Z, Z1, Z1 \
+	VPSRLD $16, Z1, Z1 \
+	VCMPPS $3, Z, Z, K1 \
+	VPBROADCASTD ·bfnan(SB), K1, Z1
+
+// BLOCK runs the kernel on the lanes of K2: c+bias rounded to bf16 into
+// (DI), its gelu rounded to bf16 into (DX).
+#define BLOCK \
+	VMOVUPS.Z (SI), K2, Z0 \
+	VMOVUPS.Z (BX), K2, Z1 \
+	VADDPS Z1, Z0, Z0 \
+	NARROW(Z0) \
+	VPMOVDW Z1, K2, (DI) \
+	VPSLLD $16, Z1, Z0 \
+	ERF512 \
+	VADDPS Z31, Z6, Z6 \
+	VMULPS Z30, Z0, Z7 \
+	VMULPS Z7, Z6, Z6 \
+	NARROW(Z6) \
+	VPMOVDW Z1, K2, (DX)
+
+// func biasGeluBF16x512(c, bias *float32, h, gl *uint16, n int)
+// For n (a multiple of 8) elements: v = c+bias; h = bf16(v); g =
+// bf16(gelu(float32(h))), each step as the program's instructions compute
+// it (binaryRun's add, NarrowBF16, Widen, geluAVX2's operations, which
+// ERF512 repeats): bf16-mixed gpt's c_fc epilogue in one pass.
+TEXT ·biasGeluBF16x512(SB), NOSPLIT, $0-40
+	MOVQ c+0(FP), SI
+	MOVQ bias+8(FP), BX
+	MOVQ h+16(FP), DI
+	MOVQ gl+24(FP), DX
+	MOVQ n+32(FP), CX
+	SETUP512
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z8
+	KXNORW K2, K2, K2
+	SHRQ $3, CX
+bgloop:
+	CMPQ CX, $2
+	JLT  bgtail
+	BLOCK
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $32, DI
+	ADDQ $32, DX
+	SUBQ $2, CX
+	JMP  bgloop
+bgtail:
+	TESTQ CX, CX
+	JZ   bgdone
+	MOVL $0xff, AX
+	KMOVW AX, K2
+	BLOCK
+bgdone:
+	VZEROUPPER
+	RET

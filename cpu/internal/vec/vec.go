@@ -31,6 +31,24 @@ func GELU(x, y []float32) int {
 	return n
 }
 
+// BiasGELUBF16 is bf16-mixed gpt's c_fc epilogue in one pass over a
+// prefix of c (a multiple of 8 long, returned; 0 without AVX-512): v =
+// c+bias, h = v rounded to bfloat16, g = GELU(h) rounded to bfloat16,
+// each step with the bits of the loops a fused program runs one after
+// the other (an add, gemm.NarrowBF16, a widening, GELU, gemm.NarrowBF16).
+func BiasGELUBF16(c, bias []float32, h, g []uint16) int {
+	n := len(c) &^ 7
+	if !use512 || n == 0 {
+		return 0
+	}
+	_, _, _ = bias[n-1], h[n-1], g[n-1]
+	biasGeluBF16x512(&c[0], &bias[0], &h[0], &g[0], n)
+	return n
+}
+
+// BiasGELUBF16Enabled reports whether BiasGELUBF16 runs (AVX-512).
+func BiasGELUBF16Enabled() bool { return use512 }
+
 // GELUBackward sets y[i] = g[i]*(cdf(x[i]) + x[i]*pdf(x[i])), the gradient
 // of GELU, for a prefix of x and returns its length.
 func GELUBackward(g, x, y []float32) int {

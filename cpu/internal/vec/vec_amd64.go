@@ -23,6 +23,9 @@ func gelu512(x, y *float32, n int)
 func geluBackward512(dy, x, y *float32, n int)
 
 //go:noescape
+func biasGeluBF16x512(c, bias *float32, h, gl *uint16, n int)
+
+//go:noescape
 func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts)
 
 //go:noescape

@@ -9,6 +9,8 @@ var use512 = false
 func gelu512(x, y *float32, n int)             { panic("vec: no assembly") }
 func geluBackward512(dy, x, y *float32, n int) { panic("vec: no assembly") }
 
+func biasGeluBF16x512(c, bias *float32, h, gl *uint16, n int) { panic("vec: no assembly") }
+
 func geluAVX2(x, y *float32, n int)             { panic("vec: no assembly") }
 func geluBackwardAVX2(dy, x, y *float32, n int) { panic("vec: no assembly") }
 

@@ -339,3 +339,98 @@ func TestLayerNormAffine(t *testing.T) {
 		}
 	}
 }
+
+// bf16 is gemm.NarrowBF16's rounding of one value.
+func bf16(v float32) uint16 {
+	b := math.Float32bits(v)
+	if b&0x7fffffff > 0x7f800000 {
+		return 0x7fc0
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
+// BiasGELUBF16 gives the bits of the unfused steps (add, rounding to
+// bfloat16, widening, the AVX2 GELU loop, rounding) on lengths around its
+// 16- and 8-lane blocks and on edge values, and writes nothing past its
+// prefix.
+func TestBiasGELUBF16(t *testing.T) {
+	if !use512 {
+		t.Skip("no AVX-512 assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	edge := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		float32(math.Float32frombits(0xffc12345)), 1e-40, -1e-40, 3.3895314e38, -3.3895314e38, 1.00390625, 1.01171875, 14, -14}
+	for _, n := range []int{0, 5, 8, 13, 16, 24, 31, 40, 1536, 4099} {
+		c, bias := make([]float32, n), make([]float32, n)
+		for i := range c {
+			c[i], bias[i] = float32(r.NormFloat64()*3), float32(r.NormFloat64())
+			if i < len(edge) && n > 16 {
+				c[i], bias[i] = edge[i], 0
+			}
+		}
+		h, g := make([]uint16, n+1), make([]uint16, n+1)
+		h[n], g[n] = 0xabcd, 0xabcd
+		done := BiasGELUBF16(c, bias, h[:n], g[:n])
+		if done != n&^7 || h[n] != 0xabcd || g[n] != 0xabcd {
+			t.Fatalf("n=%d: did %d, wrote past it: %v", n, done, h[n] != 0xabcd || g[n] != 0xabcd)
+		}
+		hw, gw := make([]float32, done), make([]float32, done)
+		for i := range done {
+			hw[i] = math.Float32frombits(uint32(bf16(c[i]+bias[i])) << 16)
+		}
+		use512 = false
+		GELU(hw, gw)
+		use512 = true
+		for i := range done {
+			if h[i] != bf16(c[i]+bias[i]) || g[i] != bf16(gw[i]) {
+				t.Fatalf("n=%d, c=%v, bias=%v: h %#x g %#x, want %#x %#x", n, c[i], bias[i], h[i], g[i], bf16(c[i]+bias[i]), bf16(gw[i]))
+			}
+		}
+	}
+}
+
+// LayerNormGrad and LayerNormRowSums give the scalar loops' bits (each
+// float32 operation rounded; the row sums' four float64 chains in order)
+// on odd lengths.
+func TestLayerNormBackwardLoops(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{0, 1, 3, 4, 5, 7, 8, 9, 17, 383, 384} {
+		g, w, x, y := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range g {
+			g[i], w[i], x[i] = float32(r.NormFloat64()), float32(r.NormFloat64()), float32(r.NormFloat64()*2+1)
+		}
+		gm, m, k, s := float32(0.3), float32(0.9), float32(-0.7), float32(1.3)
+		done := LayerNormGrad(g, w, x, y, gm, m, k, s)
+		if done != n&^7 {
+			t.Fatalf("n=%d: LayerNormGrad did %d", n, done)
+		}
+		for i := range done {
+			want := float32(float32(float32(g[i]*w[i])-gm)-float32(float32(x[i]-m)*k)) * s
+			if math.Float32bits(y[i]) != math.Float32bits(want) {
+				t.Fatalf("n=%d: LayerNormGrad y[%d] = %v, want %v", n, i, y[i], want)
+			}
+		}
+		var sums [4]float64
+		mm := 0.7
+		done = LayerNormRowSums(g, w, x, mm, &sums)
+		if done != n&^3 {
+			t.Fatalf("n=%d: LayerNormRowSums did %d", n, done)
+		}
+		var want [4]float64
+		for j := 0; j+1 < done; j += 2 {
+			g0, g1 := float64(g[j])*float64(w[j]), float64(g[j+1])*float64(w[j+1])
+			want[0] += g0
+			want[1] += g1
+			want[2] += g0 * (float64(x[j]) - mm)
+			want[3] += g1 * (float64(x[j+1]) - mm)
+		}
+		for i := range want {
+			if math.Float64bits(sums[i]) != math.Float64bits(want[i]) {
+				t.Fatalf("n=%d: LayerNormRowSums chain %d = %v, want %v", n, i, sums[i], want[i])
+			}
+		}
+	}
+}
