@@ -5,12 +5,12 @@ import "math"
 // NarrowBF16 rounds float32 values to bfloat16: dst[i] = the bfloat16
 // nearest src[i] (ties to even) for i < len(src), denormals kept, NaNs the
 // canonical 0x7fc0, bitwise tensor.Float32ToBFloat16. It is vectorized
-// where the CPU allows (AVX-512).
+// where the CPU allows (AVX-512, AVX2).
 func NarrowBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
-	if blocks := len(src) / 16; narrowAsm != nil && blocks > 0 {
+	if blocks := len(src) / narrowLanes; narrowAsm != nil && blocks > 0 {
 		narrowAsm(&src[0], blocks, &dst[0])
-		src, dst = src[16*blocks:], dst[16*blocks:]
+		src, dst = src[narrowLanes*blocks:], dst[narrowLanes*blocks:]
 	}
 	for i, v := range src {
 		b := math.Float32bits(v)

@@ -202,3 +202,50 @@ r8loop:
 r8done:
 	VZEROUPPER
 	RET
+
+// func narrowBF16x8(src *float32, blocks int, dst *uint16)
+//
+// narrowBF16x16 on 8 lanes: roundBF16x8's rounding, the upper halves
+// packed to words (VPACKUSDW of the two 128-bit halves; every value fits
+// in 16 bits after the shift, so nothing saturates). AVX2.
+TEXT ·narrowBF16x8(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	TESTQ CX, CX
+	JZ n8done
+	MOVL $1, AX
+	MOVQ AX, X8
+	VPBROADCASTD X8, Y8
+	MOVL $0x7fff, AX
+	MOVQ AX, X9
+	VPBROADCASTD X9, Y9
+	MOVL $0x7fffffff, AX
+	MOVQ AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL $0x7f800000, AX
+	MOVQ AX, X11
+	VPBROADCASTD X11, Y11
+	MOVL $0x7fc00000, AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, Y12
+n8loop:
+	VMOVDQU (SI), Y0
+	VPSRLD $16, Y0, Y1
+	VPAND Y8, Y1, Y1
+	VPADDD Y9, Y1, Y1
+	VPADDD Y0, Y1, Y1
+	VPAND Y10, Y0, Y2
+	VPCMPGTD Y11, Y2, Y2
+	VPBLENDVB Y2, Y12, Y1, Y1
+	VPSRLD $16, Y1, Y1
+	VEXTRACTI128 $1, Y1, X2
+	VPACKUSDW X2, X1, X3
+	VMOVDQU X3, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	DECQ CX
+	JNZ n8loop
+n8done:
+	VZEROUPPER
+	RET
