@@ -222,21 +222,17 @@ func roundInto(to tensor.DType, dst, src []float32, add bool) {
 }
 
 // roundTile sets y = round(x) (y may be x) as the 16-bit cast there and
-// back does (castKernel's vectorized NarrowBF16 and Widen for bfloat16,
-// through a small buffer), bit for bit: the Round instruction of a fused
-// program, which replaces such a pair.
+// back does (castKernel's NarrowBF16 then Widen for bfloat16), bit for
+// bit: the Round instruction of a fused program, which replaces such a
+// pair. For bfloat16 it is one vectorized pass (blas.RoundBF16): the two
+// conversions through a buffer cost twice as much, and the buffer escaped
+// to the heap on every tile.
 func roundTile(to tensor.DType, y, x []float32) {
 	if to != tensor.BFloat16 {
 		roundInto(to, y, x, false)
 		return
 	}
-	var buf [512]uint16
-	for len(x) > 0 {
-		n := min(len(x), len(buf))
-		blas.NarrowBF16(buf[:n], x[:n])
-		blas.Widen(blas.BFloat16, y[:n], buf[:n])
-		x, y = x[n:], y[n:]
-	}
+	blas.RoundBF16(y, x)
 }
 
 func roundStateKernel(pool *parallel.Pool, n *trace.Node, in, _ []*tensor.Tensor, _ []byte) error {

@@ -833,15 +833,29 @@ func readsBF16(c *trace.Node, v *trace.Tensor) bool {
 // one of its operands, as bfloat16 in place: a weight gradient, whose
 // kernel reads 16-bit operands as a matmul's does (the native bf16
 // product where the CPU has one and the other operand holds bf16 values
-// too; else widened, the float32 convolution's arithmetic). The forward
-// and input-gradient convolutions keep their float32 copies: their
-// float32 Winograd kernels beat the native bf16 product there
-// (cpu/convbf16.go), and widening in the kernel would hold both copies
-// at once.
+// too; else widened, the float32 convolution's arithmetic), or a forward
+// convolution's input (not its weight), which its float32 Winograd
+// kernel gathers widening as it loads (cpu.convWinoBF16; elsewhere the
+// kernel widens it into its workspace first). Reading the input in
+// place costs no memory: the kernel's workspace reserves the float32
+// copy the dropped widening held at that step, and the widening's own
+// step, where both copies were live, goes (a DenseNet block's
+// concatenation then writes only its 16-bit values). The input-gradient
+// convolution keeps its float32 copy: its operand is a gradient, float32
+// here.
 func convReadsLow(c *trace.Node, t *trace.Tensor) bool {
-	o, ok := c.Op.(*prim.Conv2dBackwardWeight)
-	return ok && !o.Mixed && isF32(c.Outputs[0])
+	switch o := c.Op.(type) {
+	case *prim.Conv2dBackwardWeight:
+		return !o.Mixed && isF32(c.Outputs[0])
+	case *prim.Conv2dOp:
+		return convReadsInputLow && !o.Mixed && isF32(c.Outputs[0]) && c.Inputs[0] == t && c.Inputs[1] != t && (len(c.Inputs) < 3 || c.Inputs[2] != t)
+	}
+	return false
 }
+
+// convReadsInputLow is off only in tests and measurements that compare
+// with forward convolutions reading float32 copies.
+var convReadsInputLow = true
 
 // mixedConv is convolution n as a mixed op when its (mapped) inputs ins
 // are not all float32.

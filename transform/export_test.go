@@ -48,6 +48,15 @@ func SetCatWiden(on bool) bool {
 	return old
 }
 
+// SetConvReadsInputLow turns forward convolutions reading their 16-bit
+// inputs in place (convReadsLow) on or off and returns the previous
+// setting.
+func SetConvReadsInputLow(on bool) bool {
+	old := convReadsInputLow
+	convReadsInputLow = on
+	return old
+}
+
 // SetSplitLow turns bf16-true's readLowShared on or off and returns the
 // previous setting.
 func SetSplitLow(on bool) bool {

@@ -213,7 +213,19 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 				wide[n] = true
 			}
 		}
-		both[n] = wide[n] && catWiden
+		// Float32 readers that all read the 16-bit concatenation in place
+		// (forward convolutions, convReadsLow) need no widened copy at
+		// all: the widening stays separate, and ReadLow drops it.
+		inPlace := wide[n] && n.Outputs[0].DType() == tensor.Float32 && lo == tensor.BFloat16
+		for _, r := range cons[n.ID] {
+			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo {
+				continue
+			}
+			if !convReadsLow(r, n.Outputs[0]) {
+				inPlace = false
+			}
+		}
+		both[n] = wide[n] && catWiden && !inPlace
 	}
 	// Widenings every reader of which is a changed concatenation go.
 	drop := map[*trace.Node]bool{}

@@ -126,23 +126,30 @@ func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
 
 // Under bf16-mixed a DenseNet block concatenates its bfloat16 values and
 // widens the concatenation (widenAfterCat), in one pass (prim.CatWiden),
-// rather than concatenating widened copies and rounding the result again:
-// loss and gradients bit for bit as before, no float32 concatenation
-// left, and no more memory.
+// rather than concatenating widened copies and rounding the result again;
+// with the forward convolutions reading their inputs in place
+// (convReadsLow) nothing widens the concatenation at all: loss and
+// gradients bit for bit as before, no float32 concatenation left, and no
+// more memory.
 func TestMixedCatsLowValues(t *testing.T) {
 	spec := tinyRRDB()
+	defer transform.SetConvReadsInputLow(transform.SetConvReadsInputLow(false))
 	for _, s := range []setup{{precision: transform.BF16Mixed}, {precision: transform.BF16Mixed, remat: transform.CheapOps}} {
+		transform.SetConvReadsInputLow(false)
 		oldLow, oldWiden := transform.SetCatLow(false), transform.SetCatWiden(false)
 		base := step(t, spec, 2, s)
 		transform.SetCatLow(true)
 		apart := step(t, spec, 2, s)
 		transform.SetCatWiden(true)
 		got := step(t, spec, 2, s)
+		transform.SetConvReadsInputLow(true)
+		inPlace := step(t, spec, 2, s)
 		transform.SetCatLow(oldLow)
 		transform.SetCatWiden(oldWiden)
 		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations", apart, base)
 		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations widened in one pass", got, base)
-		for _, o := range []outcome{apart, got} {
+		sameGrads(t, "bf16-mixed rrdbnet-tiny, 16-bit concatenations read in place", inPlace, base)
+		for _, o := range []outcome{apart, got, inPlace} {
 			if o.plan.Total() > base.plan.Total() {
 				t.Errorf("planned %d bytes, %d with float32 concatenations", o.plan.Total(), base.plan.Total())
 			}
@@ -172,7 +179,10 @@ func TestMixedCatsLowValues(t *testing.T) {
 		if low, wide, both := count(got); low != 0 || wide != 0 || both != 12 {
 			t.Errorf("remat %v: %d bfloat16 and %d float32 concatenations and %d cat+to_float32, want 0, 0 and 12", s.remat != nil, low, wide, both)
 		}
-		t.Logf("remat %v: planned %d bytes, %d apart, was %d", s.remat != nil, got.plan.Total(), apart.plan.Total(), base.plan.Total())
+		if low, wide, both := count(inPlace); low != 12 || wide != 0 || both != 0 {
+			t.Errorf("remat %v, read in place: %d bfloat16 and %d float32 concatenations and %d cat+to_float32, want 12, 0 and 0", s.remat != nil, low, wide, both)
+		}
+		t.Logf("remat %v: planned %d bytes, %d read in place, %d apart, was %d", s.remat != nil, got.plan.Total(), inPlace.plan.Total(), apart.plan.Total(), base.plan.Total())
 	}
 }
 

@@ -8,12 +8,44 @@ package gemm
 //go:noescape
 func narrowBF16x16(src *float32, blocks int, dst *uint16)
 
-// narrowAsm is narrowBF16x16 where the CPU runs it (AVX-512F), else nil.
-var narrowAsm = func() func(src *float32, blocks int, dst *uint16) {
-	if hasAVX512() {
-		return narrowBF16x16
+// narrowBF16x8 is narrowBF16x16 on 8 lanes (AVX2): bf16-mixed's casts
+// on CPUs without AVX-512 ran the scalar loop.
+//
+//go:noescape
+func narrowBF16x8(src *float32, blocks int, dst *uint16)
+
+// narrowAsm narrows narrowLanes values per block where the CPU runs it,
+// else nil.
+var narrowAsm, narrowLanes = func() (func(src *float32, blocks int, dst *uint16), int) {
+	switch {
+	case hasAVX512():
+		return narrowBF16x16, 16
+	case hasAVX2FMA():
+		return narrowBF16x8, 8
 	}
-	return nil
+	return nil, 1
+}()
+
+// roundBF16x16 and roundBF16x8 are in bf16cvt_amd64.s: dst[i] = src[i]
+// rounded to bfloat16 precision (RoundBF16) for i < 16*blocks (AVX-512F)
+// or 8*blocks (AVX2).
+//
+//go:noescape
+func roundBF16x16(src *float32, blocks int, dst *float32)
+
+//go:noescape
+func roundBF16x8(src *float32, blocks int, dst *float32)
+
+// roundAsm rounds roundLanes values per block where the CPU runs it, else
+// nil.
+var roundAsm, roundLanes = func() (func(src *float32, blocks int, dst *float32), int) {
+	switch {
+	case hasAVX512():
+		return roundBF16x16, 16
+	case hasAVX2FMA():
+		return roundBF16x8, 8
+	}
+	return nil, 1
 }()
 
 // ilvBF16x16 is in bf16cvt_amd64.s: for block b < blocks and l < 16,

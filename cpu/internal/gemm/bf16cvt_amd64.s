@@ -114,3 +114,138 @@ g24:
 gdone:
 	VZEROUPPER
 	RET
+
+// func roundBF16x16(src *float32, blocks int, dst *float32)
+//
+// narrowBF16x16's rounding, kept float32: bits + 0x7fff + (bit 16 of
+// bits) with the low half cleared, NaNs the canonical 0x7fc00000 (what
+// widening narrowBF16x16's 0x7fc0 gives). AVX-512F.
+TEXT ·roundBF16x16(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	TESTQ CX, CX
+	JZ rdone
+	MOVL $1, AX
+	VPBROADCASTD AX, Z16
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z17
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z18
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z19
+	MOVL $0x7fc00000, AX
+	VPBROADCASTD AX, Z20
+	MOVL $0xffff0000, AX
+	VPBROADCASTD AX, Z21
+rloop:
+	VMOVDQU32 (SI), Z0
+	VPSRLD $16, Z0, Z1
+	VPANDD Z16, Z1, Z1
+	VPADDD Z17, Z1, Z1
+	VPADDD Z0, Z1, Z1
+	VPANDD Z21, Z1, Z1
+	VPANDD Z18, Z0, Z2
+	VPCMPGTD Z19, Z2, K1
+	VMOVDQA32 Z20, K1, Z1
+	VMOVDQU32 Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ rloop
+rdone:
+	VZEROUPPER
+	RET
+
+// func roundBF16x8(src *float32, blocks int, dst *float32)
+//
+// roundBF16x16 on 8 lanes. AVX2.
+TEXT ·roundBF16x8(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	TESTQ CX, CX
+	JZ r8done
+	MOVL $1, AX
+	MOVQ AX, X8
+	VPBROADCASTD X8, Y8
+	MOVL $0x7fff, AX
+	MOVQ AX, X9
+	VPBROADCASTD X9, Y9
+	MOVL $0x7fffffff, AX
+	MOVQ AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL $0x7f800000, AX
+	MOVQ AX, X11
+	VPBROADCASTD X11, Y11
+	MOVL $0x7fc00000, AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL $0xffff0000, AX
+	MOVQ AX, X13
+	VPBROADCASTD X13, Y13
+r8loop:
+	VMOVDQU (SI), Y0
+	VPSRLD $16, Y0, Y1
+	VPAND Y8, Y1, Y1
+	VPADDD Y9, Y1, Y1
+	VPADDD Y0, Y1, Y1
+	VPAND Y13, Y1, Y1
+	VPAND Y10, Y0, Y2
+	VPCMPGTD Y11, Y2, Y2
+	VPBLENDVB Y2, Y12, Y1, Y1
+	VMOVDQU Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ r8loop
+r8done:
+	VZEROUPPER
+	RET
+
+// func narrowBF16x8(src *float32, blocks int, dst *uint16)
+//
+// narrowBF16x16 on 8 lanes: roundBF16x8's rounding, the upper halves
+// packed to words (VPACKUSDW of the two 128-bit halves; every value fits
+// in 16 bits after the shift, so nothing saturates). AVX2.
+TEXT ·narrowBF16x8(SB), NOSPLIT, $0-24
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ dst+16(FP), DI
+	TESTQ CX, CX
+	JZ n8done
+	MOVL $1, AX
+	MOVQ AX, X8
+	VPBROADCASTD X8, Y8
+	MOVL $0x7fff, AX
+	MOVQ AX, X9
+	VPBROADCASTD X9, Y9
+	MOVL $0x7fffffff, AX
+	MOVQ AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL $0x7f800000, AX
+	MOVQ AX, X11
+	VPBROADCASTD X11, Y11
+	MOVL $0x7fc00000, AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, Y12
+n8loop:
+	VMOVDQU (SI), Y0
+	VPSRLD $16, Y0, Y1
+	VPAND Y8, Y1, Y1
+	VPADDD Y9, Y1, Y1
+	VPADDD Y0, Y1, Y1
+	VPAND Y10, Y0, Y2
+	VPCMPGTD Y11, Y2, Y2
+	VPBLENDVB Y2, Y12, Y1, Y1
+	VPSRLD $16, Y1, Y1
+	VEXTRACTI128 $1, Y1, X2
+	VPACKUSDW X2, X1, X3
+	VMOVDQU X3, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	DECQ CX
+	JNZ n8loop
+n8done:
+	VZEROUPPER
+	RET
