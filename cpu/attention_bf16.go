@@ -60,13 +60,26 @@ func operandOf(t *tensor.Tensor) attnOperand {
 	return attnOperand{f32: t.F32()}
 }
 
-// head is elements [b*n, (b+1)*n) as bfloat16: in place, or converted into
-// buf.
-func (o attnOperand) head(b, n int, buf []uint16) []uint16 {
-	if o.u16 != nil {
-		return o.u16[b*n : (b+1)*n]
+// head is head b of g's operand of rows×width per head as contiguous
+// bfloat16: in place, or converted (or, with BTHD, gathered: its rows
+// are strided) into buf.
+func (o attnOperand) head(g attnGeom, b, rows, width int, buf []uint16) []uint16 {
+	n, at, ld := rows*width, g.at(b, rows, width), g.ld(width)
+	if ld == width {
+		if o.u16 != nil {
+			return o.u16[at : at+n]
+		}
+		blas.NarrowBF16(buf[:n], o.f32[at:at+n])
+		return buf[:n]
 	}
-	blas.NarrowBF16(buf[:n], o.f32[b*n:(b+1)*n])
+	for r := range rows {
+		src, dst := at+r*ld, buf[r*width:(r+1)*width]
+		if o.u16 != nil {
+			copy(dst, o.u16[src:src+width])
+		} else {
+			blas.NarrowBF16(dst, o.f32[src:src+width])
+		}
+	}
 	return buf[:n]
 }
 
@@ -85,9 +98,10 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 		w := attnWS{b: ws[slot*per : (slot+1)*per]}
 		qkv := w.u16(t*d + s*d + s*dv)
 		scF, p16 := w.f32(br*s), w.u16(br*s)
-		q16 := q.head(b, t*d, qkv)
-		k16 := k.head(b, s*d, qkv[t*d:])
-		v16 := v.head(b, s*dv, qkv[t*d+s*d:])
+		q16 := q.head(g, b, t, d, qkv)
+		k16 := k.head(g, b, s, d, qkv[t*d:])
+		v16 := v.head(g, b, s, dv, qkv[t*d+s*d:])
+		yh, ldy := y[g.at(b, t, dv):], g.ld(dv)
 		if tile, ok := attnTile(pool, g); ok {
 			// K^T and V packed once for all row blocks.
 			kT, vP := w.u32(attnPackLen(s, d)), w.u32(attnPackLen(dv, s))
@@ -100,7 +114,7 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 				sc := scF[:rows*cols]
 				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*d:], kT, sc)
 				attnSoftmaxBlock(sc, p16[:rows*cols], lse[b*t+i0:b*t+i1], rows, cols, i0, o.Causal, o.Scale)
-				tile.MulPacked(false, rows, dv, cols, p16, cols, vP, s, 0, y[(b*t+i0)*dv:], dv, true)
+				tile.MulPacked(false, rows, dv, cols, p16, cols, vP, s, 0, yh[i0*ldy:], ldy, true)
 			}
 			return
 		}
@@ -120,7 +134,7 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 				clear(row[lim:])
 			}
 			blas.NarrowBF16(p16[:rows*cols], sc)
-			blas.SgemmMixed(false, false, rows, dv, cols, 1, blas.BF16(p16), cols, blas.BF16(v16), dv, 0, y[(b*t+i0)*dv:], dv, pool)
+			blas.SgemmMixed(false, false, rows, dv, cols, 1, blas.BF16(p16), cols, blas.BF16(v16), dv, 0, yh[i0*ldy:], ldy, pool)
 		}
 	})
 	return nil
@@ -140,15 +154,19 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 		all := w.u16(t*d + s*d + s*dvw + 2*t*dvw)
 		pF, dsF := w.f32(br*s), w.f32(br*s)
 		p16, ds16 := w.u16(br*s), w.u16(br*s)
-		q16 := q.head(b, t*d, all)
-		k16 := k.head(b, s*d, all[t*d:])
-		v16 := v.head(b, s*dvw, all[t*d+s*d:])
-		g16 := gy.head(b, t*dvw, all[t*d+s*d+s*dvw:])
-		y16 := y.head(b, t*dvw, all[t*d+s*d+s*dvw+t*dvw:])
-		dqh := dq[b*t*d : (b+1)*t*d]
-		dkh, dvh := dk[b*s*d:(b+1)*s*d], dv[b*s*dvw:(b+1)*s*dvw]
-		clear(dkh)
-		clear(dvh)
+		q16 := q.head(g, b, t, d, all)
+		k16 := k.head(g, b, s, d, all[t*d:])
+		v16 := v.head(g, b, s, dvw, all[t*d+s*d:])
+		g16 := gy.head(g, b, t, dvw, all[t*d+s*d+s*dvw:])
+		y16 := y.head(g, b, t, dvw, all[t*d+s*d+s*dvw+t*dvw:])
+		// The gradients' rows, ld apart (d, dvw unless BTHD).
+		ldk, ldv := g.ld(d), g.ld(dvw)
+		dqh := dq[g.at(b, t, d):]
+		dkh, dvh := dk[g.at(b, s, d):], dv[g.at(b, s, dvw):]
+		for j := range s {
+			clear(dkh[j*ldk : j*ldk+d])
+			clear(dvh[j*ldv : j*ldv+dvw])
+		}
 		if tile, ok := attnTile(pool, g); ok {
 			// The B operands packed once for all row blocks: K^T and V^T
 			// (scores and dP), dO and q (dv and dk: a row block's rows of
@@ -169,9 +187,9 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 				attnScores(tile, o.Causal, rows, cols, i0, dvw, g16[i0*dvw:], vT, ds)
 				pb, dsb := p16[:rows*cols], ds16[:rows*cols]
 				attnGradBlock(p, ds, pb, dsb, g16, y16, lse[b*t:], rows, cols, i0, dvw, o.Causal, o.Scale)
-				tile.MulPacked(true, cols, dvw, rows, pb, cols, gP, t, i0, dvh, dvw, false)
-				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*d:], d, true)
-				tile.MulPacked(true, cols, d, rows, dsb, cols, qP, t, i0, dkh, d, false)
+				tile.MulPacked(true, cols, dvw, rows, pb, cols, gP, t, i0, dvh, ldv, false)
+				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*ldk:], ldk, true)
+				tile.MulPacked(true, cols, d, rows, dsb, cols, qP, t, i0, dkh, ldk, false)
 			}
 			return
 		}
@@ -205,9 +223,9 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 			blas.NarrowBF16(dsb, ds)
 			// dv += P^T dO, dq = dS k (this block's rows), dk += dS^T q:
 			// the sums of earlier row blocks added in order (beta 1).
-			blas.SgemmMixed(true, false, cols, dvw, rows, 1, blas.BF16(pb), cols, blas.BF16(g16[i0*dvw:]), dvw, 1, dvh, dvw, pool)
-			blas.SgemmMixed(false, false, rows, d, cols, 1, blas.BF16(dsb), cols, blas.BF16(k16), d, 0, dqh[i0*d:], d, pool)
-			blas.SgemmMixed(true, false, cols, d, rows, 1, blas.BF16(dsb), cols, blas.BF16(q16[i0*d:]), d, 1, dkh, d, pool)
+			blas.SgemmMixed(true, false, cols, dvw, rows, 1, blas.BF16(pb), cols, blas.BF16(g16[i0*dvw:]), dvw, 1, dvh, ldv, pool)
+			blas.SgemmMixed(false, false, rows, d, cols, 1, blas.BF16(dsb), cols, blas.BF16(k16), d, 0, dqh[i0*ldk:], ldk, pool)
+			blas.SgemmMixed(true, false, cols, d, rows, 1, blas.BF16(dsb), cols, blas.BF16(q16[i0*d:]), d, 1, dkh, ldk, pool)
 		}
 	})
 	return nil
