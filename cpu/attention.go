@@ -36,7 +36,29 @@ type attnGeom struct {
 	// heads is H of [B, T, H, D] operands (prim.AttentionOp.BTHD), 0 for
 	// [..., T, D] ones.
 	heads int
+	// pack is the row width H*(2D+Dv) of packed gradients
+	// (prim.AttentionBackward.Packed), else 0.
+	pack int
 }
+
+// grad is where gradient i (dq, dk, dv) of head b starts in the
+// backward's output i (output 0 when packed) and its row stride.
+func (g attnGeom) grad(b, i int) (off, ld int) {
+	rows, width := g.s, g.d
+	switch i {
+	case 0:
+		rows = g.t
+	case 2:
+		width = g.dv
+	}
+	if g.pack == 0 {
+		return g.at(b, rows, width), g.ld(width)
+	}
+	return (b/g.heads)*rows*g.pack + i*g.heads*g.d + (b%g.heads)*width, g.pack
+}
+
+// gradOut is the backward's output holding gradient i.
+func gradOut(out []*tensor.Tensor, i int) *tensor.Tensor { return out[min(i, len(out)-1)] }
 
 func newAttnGeom(q, k, v tensor.Shape, bthd bool) (attnGeom, error) {
 	batch, t, s, d, dv, err := prim.AttentionDims(prim.HeadsFirst(q, bthd), prim.HeadsFirst(k, bthd), prim.HeadsFirst(v, bthd))
@@ -372,6 +394,9 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 	if err != nil {
 		return err
 	}
+	if o.Packed {
+		g.pack = out[0].Shape[2]
+	}
 	if g.bh == 0 {
 		return nil
 	}
@@ -380,7 +405,7 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 	}
 	gy, q, k, v := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](in[3])
 	y, lse := slice[T](in[4]), slice[T](in[5])
-	dq, dk, dv := slice[T](out[0]), slice[T](out[1]), slice[T](out[2])
+	dq, dk, dv := slice[T](gradOut(out, 0)), slice[T](gradOut(out, 1)), slice[T](gradOut(out, 2))
 	per := g.bwdSlotElems()
 	scratch, err := attnScratch[T](ws, g.bwdSlots()*per)
 	if err != nil {
@@ -395,11 +420,14 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 		tmpK := sl[2*g.br*g.s : 2*g.br*g.s+g.s*g.d]
 		tmpV := sl[2*g.br*g.s+g.s*g.d:]
 		qh, kh, vh := q[g.at(b, g.t, g.d):], k[g.at(b, g.s, g.d):], v[g.at(b, g.s, g.dv):]
-		dqh := dq[g.at(b, g.t, g.d):]
-		dkh, dvh := dk[g.at(b, g.s, g.d):], dv[g.at(b, g.s, g.dv):]
+		// The gradients' rows are oq, ok, ov apart.
+		dqo, oq := g.grad(b, 0)
+		dko, ok := g.grad(b, 1)
+		dvo, ov := g.grad(b, 2)
+		dqh, dkh, dvh := dq[dqo:], dk[dko:], dv[dvo:]
 		for j := range g.s {
-			clear(dkh[j*lk : j*lk+g.d])
-			clear(dvh[j*lv : j*lv+g.dv])
+			clear(dkh[j*ok : j*ok+g.d])
+			clear(dvh[j*ov : j*ov+g.dv])
 		}
 		for i0 := 0; i0 < g.t; i0 += g.br {
 			i1 := min(g.t, i0+g.br)
@@ -432,12 +460,12 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 			}
 			// dv += P^T dO.
 			gemm(pool, true, false, cols, g.dv, rows, p, cols, gyb, lv, tmpV, g.dv)
-			attnAddRows(dvh, lv, tmpV, cols, g.dv)
+			attnAddRows(dvh, ov, tmpV, cols, g.dv)
 			// dq = dS k (rows of this block only).
-			gemm(pool, false, false, rows, g.d, cols, ds, cols, kh, lk, dqh[i0*lk:], lk)
+			gemm(pool, false, false, rows, g.d, cols, ds, cols, kh, lk, dqh[i0*oq:], oq)
 			// dk += dS^T q.
 			gemm(pool, true, false, cols, g.d, rows, ds, cols, qh[i0*lk:], lk, tmpK, g.d)
-			attnAddRows(dkh, lk, tmpK, cols, g.d)
+			attnAddRows(dkh, ok, tmpK, cols, g.d)
 		}
 	})
 	return nil

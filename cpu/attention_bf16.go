@@ -147,7 +147,7 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 	}
 	gy, q, k, v := operandOf(in[0]), operandOf(in[1]), operandOf(in[2]), operandOf(in[3])
 	y, lse := operandOf(in[4]), in[5].F32()
-	dq, dk, dv := out[0].F32(), out[1].F32(), out[2].F32()
+	dq, dk, dv := gradOut(out, 0).F32(), gradOut(out, 1).F32(), gradOut(out, 2).F32()
 	t, s, d, dvw, br := g.t, g.s, g.d, g.dv, g.br16()
 	attnForSlots(pool, slots, g.bh, func(slot, b int) {
 		w := attnWS{b: ws[slot*per : (slot+1)*per]}
@@ -159,10 +159,11 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 		v16 := v.head(g, b, s, dvw, all[t*d+s*d:])
 		g16 := gy.head(g, b, t, dvw, all[t*d+s*d+s*dvw:])
 		y16 := y.head(g, b, t, dvw, all[t*d+s*d+s*dvw+t*dvw:])
-		// The gradients' rows, ld apart (d, dvw unless BTHD).
-		ldk, ldv := g.ld(d), g.ld(dvw)
-		dqh := dq[g.at(b, t, d):]
-		dkh, dvh := dk[g.at(b, s, d):], dv[g.at(b, s, dvw):]
+		// The gradients' rows, ldq, ldk, ldv apart (d, dvw unless BTHD).
+		dqo, ldq := g.grad(b, 0)
+		dko, ldk := g.grad(b, 1)
+		dvo, ldv := g.grad(b, 2)
+		dqh, dkh, dvh := dq[dqo:], dk[dko:], dv[dvo:]
 		for j := range s {
 			clear(dkh[j*ldk : j*ldk+d])
 			clear(dvh[j*ldv : j*ldv+dvw])
@@ -188,7 +189,7 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 				pb, dsb := p16[:rows*cols], ds16[:rows*cols]
 				attnGradBlock(p, ds, pb, dsb, g16, y16, lse[b*t:], rows, cols, i0, dvw, o.Causal, o.Scale)
 				tile.MulPacked(true, cols, dvw, rows, pb, cols, gP, t, i0, dvh, ldv, false)
-				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*ldk:], ldk, true)
+				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*ldq:], ldq, true)
 				tile.MulPacked(true, cols, d, rows, dsb, cols, qP, t, i0, dkh, ldk, false)
 			}
 			return
@@ -224,7 +225,7 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 			// dv += P^T dO, dq = dS k (this block's rows), dk += dS^T q:
 			// the sums of earlier row blocks added in order (beta 1).
 			blas.SgemmMixed(true, false, cols, dvw, rows, 1, blas.BF16(pb), cols, blas.BF16(g16[i0*dvw:]), dvw, 1, dvh, ldv, pool)
-			blas.SgemmMixed(false, false, rows, d, cols, 1, blas.BF16(dsb), cols, blas.BF16(k16), d, 0, dqh[i0*ldk:], ldk, pool)
+			blas.SgemmMixed(false, false, rows, d, cols, 1, blas.BF16(dsb), cols, blas.BF16(k16), d, 0, dqh[i0*ldq:], ldq, pool)
 			blas.SgemmMixed(true, false, cols, d, rows, 1, blas.BF16(dsb), cols, blas.BF16(q16[i0*d:]), d, 1, dkh, ldk, pool)
 		}
 	})

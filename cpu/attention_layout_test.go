@@ -122,6 +122,31 @@ func TestAttentionBTHDMatchesContiguous(t *testing.T) {
 					if err := runOn(pool, bn, bins, outs, make([]byte, Workspace(bn))); err != nil {
 						t.Fatal(err)
 					}
+					if bthd && sh.t == sh.s {
+						// Packed: one [B, T, H*(2D+Dv)] output, each row
+						// the rows of dq, dk and dv side by side.
+						po := *bo
+						po.Packed = true
+						pm, err := po.Infer(bm)
+						if err != nil {
+							t.Fatal(err)
+						}
+						packed := tensor.New(pm[0].DType, pm[0].Shape)
+						pn := &trace.Node{Op: &po, Inputs: bn.Inputs}
+						if err := runOn(pool, pn, bins, []*tensor.Tensor{packed}, make([]byte, Workspace(pn))); err != nil {
+							t.Fatal(err)
+						}
+						var want []byte
+						for r := range sh.b * sh.t {
+							for _, x := range outs {
+								w := len(x.Data) / (sh.b * sh.t)
+								want = append(want, x.Data[r*w:(r+1)*w]...)
+							}
+						}
+						if !bytes.Equal(want, packed.Data) {
+							t.Errorf("%+v causal=%v %s threads=%d: packed gradients differ from dq, dk, dv", sh, causal, mode, threads)
+						}
+					}
 					res := []*tensor.Tensor{y, lse}
 					for _, x := range append([]*tensor.Tensor{y}, outs...) {
 						if bthd {
@@ -153,5 +178,65 @@ func TestAttentionBTHDMatchesContiguous(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkAttentionGPTLayout is gpt's bf16-mixed attention (batch 8, 6
+// heads, 256 positions, head size 64, bfloat16 operands), forward and
+// backward, on [B, H, T, D] operands, on [B, T, H, D] ones (BTHD: rows
+// gathered per head) and with packed gradients.
+func BenchmarkAttentionGPTLayout(b *testing.B) {
+	const bb, h, tt, d = 8, 6, 256, 64
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, lay := range []string{"heads-first", "bthd", "bthd-packed"} {
+		b.Run(lay, func(b *testing.B) {
+			bthd := lay != "heads-first"
+			sh := tensor.Shape{bb, h, tt, d}
+			if bthd {
+				sh = tensor.Shape{bb, tt, h, d}
+			}
+			mk := func() *tensor.Tensor {
+				x := tensor.New(tensor.BFloat16, sh)
+				for i := range x.U16() {
+					x.U16()[i] = tensor.Float32ToBFloat16(float32(rng.NormFloat64()))
+				}
+				return x
+			}
+			meta := func(x *tensor.Tensor) *trace.Tensor {
+				return &trace.Tensor{Meta: trace.Meta{DType: x.DType, Shape: x.Shape}}
+			}
+			q, k, v, gy, y16 := mk(), mk(), mk(), mk(), mk()
+			pool := parallel.NewPool(1)
+			defer pool.Close()
+			fo := &prim.AttentionOp{Causal: true, Scale: 0.125, BF16: true, BTHD: bthd}
+			bo := &prim.AttentionBackward{Causal: true, Scale: 0.125, BF16: true, BTHD: bthd, Packed: lay == "bthd-packed"}
+			fn := &trace.Node{Op: fo, Inputs: []*trace.Tensor{meta(q), meta(k), meta(v)}}
+			fm, _ := fo.Infer([]trace.Meta{fn.Inputs[0].Meta, fn.Inputs[1].Meta, fn.Inputs[2].Meta})
+			y, lse := tensor.New(tensor.Float32, fm[0].Shape), tensor.New(tensor.Float32, fm[1].Shape)
+			bins := []*tensor.Tensor{gy, q, k, v, y16, lse}
+			bn := &trace.Node{Op: bo}
+			var bm []trace.Meta
+			for _, x := range bins {
+				bn.Inputs = append(bn.Inputs, meta(x))
+				bm = append(bm, trace.Meta{DType: x.DType, Shape: x.Shape})
+			}
+			gm, err := bo.Infer(bm)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var outs []*tensor.Tensor
+			for _, m := range gm {
+				outs = append(outs, tensor.New(m.DType, m.Shape))
+			}
+			fws, bws := make([]byte, Workspace(fn)), make([]byte, Workspace(bn))
+			for b.Loop() {
+				if err := runOn(pool, fn, []*tensor.Tensor{q, k, v}, []*tensor.Tensor{y, lse}, fws); err != nil {
+					b.Fatal(err)
+				}
+				if err := runOn(pool, bn, bins, outs, bws); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -184,12 +184,17 @@ func (o *AttentionOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 // to bfloat16 before their products (dv, dq, dk), as in AttentionOp; the
 // first five inputs may be bfloat16 tensors (the gradients are float32).
 // With BTHD, the output gradient, q, k, v, the saved output and the
-// gradients are [B, T, H, D], as AttentionOp's BTHD.
+// gradients are [B, T, H, D], as AttentionOp's BTHD. With Packed too (and
+// S = T), the gradients are one output [B, T, H*(2D+Dv)] whose rows hold
+// a position's dq, dk and dv side by side: the concatenation of the three
+// that the backward of a q, k, v split (a GPT's c_attn) reads, written in
+// place.
 type AttentionBackward struct {
 	Causal bool
 	Scale  float64
 	BF16   bool
 	BTHD   bool
+	Packed bool
 }
 
 func (o *AttentionBackward) Name() string { return "scaled_dot_product_attention_backward" }
@@ -232,6 +237,13 @@ func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	}
 	if !in[5].Shape.Equal(fwd[1].Shape) {
 		return nil, fmt.Errorf("saved logsumexp %v, want %v", in[5].Shape, fwd[1].Shape)
+	}
+	if o.Packed {
+		q, k, v := in[1].Shape, in[2].Shape, in[3].Shape
+		if !o.BTHD || k[1] != q[1] {
+			return nil, fmt.Errorf("packed attention gradients need BTHD operands with as many keys as queries, got q %v, k %v", q, k)
+		}
+		return []trace.Meta{{DType: fwd[0].DType, Shape: tensor.Shape{q[0], q[1], q[2] * (2*q[3] + v[3])}}}, nil
 	}
 	outs := []trace.Meta{in[1], in[2], in[3]}
 	for i := range outs {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -44,7 +45,8 @@ func attnLayoutOperands(n *trace.Node) (ins, outs int) {
 // heads in place with strides, computing the same bits. A value some
 // other node reads in the old layout gets a transpose of its own. It
 // returns the copy and how many attention ops (forward and backward) it
-// changed. It runs on the traced step before the other passes, so that a
+// changed. A backward op whose gradients only c_attn's concatenation
+// reads then writes that concatenation (packAttentionGrads). It runs on the traced step before the other passes, so that a
 // forward op and its backward (which reads the forward's operands and
 // outputs) change together.
 func FoldAttentionLayout(g *trace.Graph) (*trace.Graph, int, error) {
@@ -190,5 +192,94 @@ func FoldAttentionLayout(g *trace.Graph) (*trace.Graph, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	out, _, err = packAttentionGrads(out)
+	if err != nil {
+		return nil, 0, err
+	}
 	return out, len(fold), nil
+}
+
+// packAttentionGrads returns a copy of g in which a BTHD attention
+// backward whose dq, dk and dv are read only by reshapes to rows
+// [B, T, H*D] that only one concatenation along the last axis reads, in
+// the order dq, dk, dv, writes that concatenation itself
+// (prim.AttentionBackward.Packed): the gradient c_attn's backward reads,
+// without the three separate gradients and the copy that joined them. It
+// returns the copy and how many backward ops it changed.
+func packAttentionGrads(g *trace.Graph) (*trace.Graph, int, error) {
+	cons := g.Consumers()
+	outputs := map[*trace.Tensor]bool{}
+	for _, t := range g.Outputs {
+		outputs[t] = true
+	}
+	// cat[b] is the concatenation backward op b writes; skip, the
+	// reshapes and concatenations that go.
+	cat := map[*trace.Node]*trace.Node{}
+	skip := map[*trace.Node]bool{}
+	for _, n := range g.Nodes {
+		b, ok := n.Op.(*prim.AttentionBackward)
+		if !ok || n.Kind != trace.KindOp || !b.BTHD || b.Packed || len(n.Outputs) != 3 || n.Inputs[1].Shape()[1] != n.Inputs[2].Shape()[1] {
+			continue
+		}
+		var c *trace.Node
+		var rs []*trace.Node
+		for i, o := range n.Outputs {
+			rd := cons[n.ID]
+			var r *trace.Node
+			for _, x := range rd {
+				if slices.Contains(x.Inputs, o) {
+					if r != nil {
+						r = nil
+						break
+					}
+					r = x
+				}
+			}
+			if r == nil || outputs[o] {
+				break
+			}
+			if _, isR := r.Op.(*prim.ReshapeOp); !isR || r.Kind != trace.KindOp || outputs[r.Outputs[0]] || len(cons[r.ID]) != 1 ||
+				!r.Outputs[0].Shape().Equal(tensor.Shape{o.Shape()[0], o.Shape()[1], o.Shape()[2] * o.Shape()[3]}) {
+				break
+			}
+			cc := cons[r.ID][0]
+			co, isCat := cc.Op.(*prim.CatOp)
+			if !isCat || cc.Kind != trace.KindOp || co.Axis != 2 && co.Axis != -1 || len(cc.Inputs) != 3 || cc.Inputs[i] != r.Outputs[0] ||
+				(c != nil && cc != c) || cc.Phase != n.Phase || cc.Region != n.Region || cc.Recompute != n.Recompute {
+				break
+			}
+			c = cc
+			rs = append(rs, r)
+		}
+		if len(rs) != 3 {
+			continue
+		}
+		cat[n] = c
+		skip[c] = true
+		for _, r := range rs {
+			skip[r] = true
+		}
+	}
+	if len(cat) == 0 {
+		return g, 0, nil
+	}
+	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		if skip[n] {
+			return true // mapped by its backward op (earlier)
+		}
+		c := cat[n]
+		if c == nil {
+			return false
+		}
+		p := *n
+		op := *n.Op.(*prim.AttentionBackward)
+		op.Packed = true
+		p.Op = &op
+		mapped[c.Outputs[0]] = out.Clone(&p, ins)[0]
+		return true
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, len(cat), nil
 }

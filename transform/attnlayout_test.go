@@ -14,7 +14,8 @@ import (
 // bit-identical to the unfolded graph's, in float32 and the mixed modes,
 // with and without recomputation; no transpose is left, every attention
 // op reads [B, T, H, D], and the planned peak (equal to the measured one,
-// step checks) does not grow.
+// step checks) does not grow. The backward ops write the concatenation of
+// dq, dk and dv that c_attn's backward reads (Packed).
 func TestAttentionLayoutIsExact(t *testing.T) {
 	spec := mustSpec(t, "gpt-bytes")
 	for _, c := range []struct {
@@ -50,7 +51,15 @@ func TestAttentionLayoutIsExact(t *testing.T) {
 			}
 			return n
 		}
-		attn, folded := 0, 0
+		cats := func(o outcome) (n int) {
+			for _, n2 := range o.prog.Nodes {
+				if _, ok := n2.Op.(*prim.CatOp); ok {
+					n++
+				}
+			}
+			return n
+		}
+		attn, folded, bwd, packed := 0, 0, 0, 0
 		for _, n := range got.prog.Nodes {
 			switch o := n.Op.(type) {
 			case *prim.AttentionOp:
@@ -60,13 +69,22 @@ func TestAttentionLayoutIsExact(t *testing.T) {
 				}
 			case *prim.AttentionBackward:
 				attn++
+				bwd++
 				if o.BTHD {
 					folded++
+				}
+				if o.Packed {
+					packed++
 				}
 			}
 		}
 		if attn == 0 || folded != attn || permutes(got) != 0 || permutes(base) == 0 {
 			t.Errorf("%s: %d of %d attention ops read [B, T, H, D]; %d transposes left (%d unfolded)", what, folded, attn, permutes(got), permutes(base))
+		}
+		// The q, k, v gradients' concatenation for c_attn's backward is
+		// the backward ops' packed output.
+		if packed != bwd || cats(got) != cats(base)-bwd {
+			t.Errorf("%s: %d of %d attention backward ops packed; %d concatenations left of %d", what, packed, bwd, cats(got), cats(base))
 		}
 		if got.plan.Total() > base.plan.Total() {
 			t.Errorf("%s: planned peak %d folded, %d unfolded", what, got.plan.Total(), base.plan.Total())
