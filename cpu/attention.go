@@ -33,16 +33,73 @@ const (
 type attnGeom struct {
 	bh, t, s, d, dv int
 	br, nrb         int // rows per block, row blocks per head
+	// heads is H of [B, T, H, D] operands (prim.AttentionOp.BTHD), 0 for
+	// [..., T, D] ones.
+	heads int
+	// pack is the row width H*(2D+Dv) of packed gradients
+	// (prim.AttentionBackward.Packed), else 0.
+	pack int
 }
 
-func newAttnGeom(q, k, v tensor.Shape) (attnGeom, error) {
-	batch, t, s, d, dv, err := prim.AttentionDims(q, k, v)
+// grad is where gradient i (dq, dk, dv) of head b starts in the
+// backward's output i (output 0 when packed) and its row stride.
+func (g attnGeom) grad(b, i int) (off, ld int) {
+	rows, width := g.s, g.d
+	switch i {
+	case 0:
+		rows = g.t
+	case 2:
+		width = g.dv
+	}
+	if g.pack == 0 {
+		return g.at(b, rows, width), g.ld(width)
+	}
+	return (b/g.heads)*rows*g.pack + i*g.heads*g.d + (b%g.heads)*width, g.pack
+}
+
+// gradOut is the backward's output holding gradient i.
+func gradOut(out []*tensor.Tensor, i int) *tensor.Tensor { return out[min(i, len(out)-1)] }
+
+func newAttnGeom(q, k, v tensor.Shape, bthd bool) (attnGeom, error) {
+	batch, t, s, d, dv, err := prim.AttentionDims(prim.HeadsFirst(q, bthd), prim.HeadsFirst(k, bthd), prim.HeadsFirst(v, bthd))
 	if err != nil {
 		return attnGeom{}, err
 	}
 	g := attnGeom{bh: batch.NumElements(), t: t, s: s, d: d, dv: dv, br: max(1, min(attnRowBlock, t))}
+	if bthd {
+		g.heads = batch[1]
+	}
 	g.nrb = (t + g.br - 1) / g.br
 	return g, nil
+}
+
+// at is the offset of head b (of bh) of an operand of rows×width per
+// head, whose rows are ld(width) apart: heads one after the other, or
+// with BTHD, each row of a batch entry holding all its heads side by side.
+func (g attnGeom) at(b, rows, width int) int {
+	if g.heads == 0 {
+		return b * rows * width
+	}
+	return (b/g.heads)*rows*g.heads*width + (b%g.heads)*width
+}
+
+// ld is the row stride of an operand of width columns per head.
+func (g attnGeom) ld(width int) int {
+	if g.heads == 0 {
+		return width
+	}
+	return g.heads * width
+}
+
+// attnLayout is whether attention op op reads and writes [B, T, H, D].
+func attnLayout(op trace.Op) bool {
+	switch o := op.(type) {
+	case *prim.AttentionOp:
+		return o.BTHD
+	case *prim.AttentionBackward:
+		return o.BTHD
+	}
+	return false
 }
 
 // Forward: one unit per (head, row block); a slot holds one score block.
@@ -57,7 +114,7 @@ func (g attnGeom) bwdSlotElems() int { return 2*g.br*g.s + g.s*(g.d+g.dv) }
 
 func attentionWorkspace(n *trace.Node) int64 {
 	in := n.Inputs
-	g, err := newAttnGeom(in[0].Shape(), in[1].Shape(), in[2].Shape())
+	g, err := newAttnGeom(in[0].Shape(), in[1].Shape(), in[2].Shape(), attnLayout(n.Op))
 	if err != nil {
 		return 0
 	}
@@ -69,7 +126,7 @@ func attentionWorkspace(n *trace.Node) int64 {
 
 func attentionBackwardWorkspace(n *trace.Node) int64 {
 	in := n.Inputs
-	g, err := newAttnGeom(in[1].Shape(), in[2].Shape(), in[3].Shape())
+	g, err := newAttnGeom(in[1].Shape(), in[2].Shape(), in[3].Shape(), attnLayout(n.Op))
 	if err != nil {
 		return 0
 	}
@@ -162,7 +219,7 @@ func (g attnGeom) attnCols(causal bool, i1 int) int {
 
 func attentionKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.AttentionOp)
-	g, err := newAttnGeom(in[0].Shape, in[1].Shape, in[2].Shape)
+	g, err := newAttnGeom(in[0].Shape, in[1].Shape, in[2].Shape, o.BTHD)
 	if err != nil {
 		return err
 	}
@@ -180,16 +237,17 @@ func attentionKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*ten
 		return err
 	}
 	scale := o.Scale
+	ldq, ldk, ldv := g.ld(g.d), g.ld(g.d), g.ld(g.dv)
 	attnForSlots(pool, g.fwdSlots(), g.fwdUnits(), func(slot, u int) {
 		b, rb := u/g.nrb, u%g.nrb
 		i0 := rb * g.br
 		i1 := min(g.t, i0+g.br)
 		rows := i1 - i0
 		cols := g.attnCols(o.Causal, i1)
-		qb := q[(b*g.t+i0)*g.d:]
-		kb, vb := k[b*g.s*g.d:], v[b*g.s*g.dv:]
+		qb := q[g.at(b, g.t, g.d)+i0*ldq:]
+		kb, vb := k[g.at(b, g.s, g.d):], v[g.at(b, g.s, g.dv):]
 		sc := scratch[slot*per : slot*per+rows*cols]
-		gemm(pool, false, true, rows, cols, g.d, qb, g.d, kb, g.d, sc, cols)
+		gemm(pool, false, true, rows, cols, g.d, qb, ldq, kb, ldk, sc, cols)
 		for r := 0; r < rows; r++ {
 			row := sc[r*cols : (r+1)*cols]
 			lim := cols
@@ -199,7 +257,7 @@ func attentionKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*ten
 			lse[b*g.t+i0+r] = T(attnSoftmaxRow(row[:lim], scale))
 			clear(row[lim:])
 		}
-		gemm(pool, false, false, rows, g.dv, cols, sc, cols, vb, g.dv, y[(b*g.t+i0)*g.dv:], g.dv)
+		gemm(pool, false, false, rows, g.dv, cols, sc, cols, vb, ldv, y[g.at(b, g.t, g.dv)+i0*ldv:], ldv)
 	})
 	return nil
 }
@@ -332,9 +390,12 @@ func attnGradRow[T Float](pr, dr []T, scale, l, di float64) {
 
 func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.AttentionBackward)
-	g, err := newAttnGeom(in[1].Shape, in[2].Shape, in[3].Shape)
+	g, err := newAttnGeom(in[1].Shape, in[2].Shape, in[3].Shape, o.BTHD)
 	if err != nil {
 		return err
+	}
+	if o.Packed {
+		g.pack = out[0].Shape[2]
 	}
 	if g.bh == 0 {
 		return nil
@@ -344,33 +405,40 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 	}
 	gy, q, k, v := slice[T](in[0]), slice[T](in[1]), slice[T](in[2]), slice[T](in[3])
 	y, lse := slice[T](in[4]), slice[T](in[5])
-	dq, dk, dv := slice[T](out[0]), slice[T](out[1]), slice[T](out[2])
+	dq, dk, dv := slice[T](gradOut(out, 0)), slice[T](gradOut(out, 1)), slice[T](gradOut(out, 2))
 	per := g.bwdSlotElems()
 	scratch, err := attnScratch[T](ws, g.bwdSlots()*per)
 	if err != nil {
 		return err
 	}
 	scale := o.Scale
+	// Row strides of the [..., D] and [..., Dv] operands.
+	lk, lv := g.ld(g.d), g.ld(g.dv)
 	attnForSlots(pool, g.bwdSlots(), g.bh, func(slot, b int) {
 		sl := scratch[slot*per : (slot+1)*per]
 		pBuf, dsBuf := sl[:g.br*g.s], sl[g.br*g.s:2*g.br*g.s]
 		tmpK := sl[2*g.br*g.s : 2*g.br*g.s+g.s*g.d]
 		tmpV := sl[2*g.br*g.s+g.s*g.d:]
-		qh, kh, vh := q[b*g.t*g.d:], k[b*g.s*g.d:], v[b*g.s*g.dv:]
-		dqh := dq[b*g.t*g.d : (b+1)*g.t*g.d]
-		dkh, dvh := dk[b*g.s*g.d:(b+1)*g.s*g.d], dv[b*g.s*g.dv:(b+1)*g.s*g.dv]
-		clear(dkh)
-		clear(dvh)
+		qh, kh, vh := q[g.at(b, g.t, g.d):], k[g.at(b, g.s, g.d):], v[g.at(b, g.s, g.dv):]
+		// The gradients' rows are oq, ok, ov apart.
+		dqo, oq := g.grad(b, 0)
+		dko, ok := g.grad(b, 1)
+		dvo, ov := g.grad(b, 2)
+		dqh, dkh, dvh := dq[dqo:], dk[dko:], dv[dvo:]
+		for j := range g.s {
+			clear(dkh[j*ok : j*ok+g.d])
+			clear(dvh[j*ov : j*ov+g.dv])
+		}
 		for i0 := 0; i0 < g.t; i0 += g.br {
 			i1 := min(g.t, i0+g.br)
 			rows := i1 - i0
 			cols := g.attnCols(o.Causal, i1)
 			p, ds := pBuf[:rows*cols], dsBuf[:rows*cols]
-			gyb := gy[(b*g.t+i0)*g.dv:]
+			gyb := gy[g.at(b, g.t, g.dv)+i0*lv:]
 			// P = exp(q k^T * scale - lse), recomputed.
-			gemm(pool, false, true, rows, cols, g.d, qh[i0*g.d:], g.d, kh, g.d, p, cols)
+			gemm(pool, false, true, rows, cols, g.d, qh[i0*lk:], lk, kh, lk, p, cols)
 			// dP = dO v^T.
-			gemm(pool, false, true, rows, cols, g.dv, gyb, g.dv, vh, g.dv, ds, cols)
+			gemm(pool, false, true, rows, cols, g.dv, gyb, lv, vh, lv, ds, cols)
 			for r := 0; r < rows; r++ {
 				i := i0 + r
 				lim := cols
@@ -380,7 +448,8 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 				l := float64(lse[b*g.t+i])
 				// D_i = rowsum(dO * O).
 				var di float64
-				gr, yr := gyb[r*g.dv:(r+1)*g.dv], y[(b*g.t+i)*g.dv:(b*g.t+i+1)*g.dv]
+				yi := g.at(b, g.t, g.dv) + i*lv
+				gr, yr := gyb[r*lv:r*lv+g.dv], y[yi:yi+g.dv]
 				for c, x := range gr {
 					di += float64(x) * float64(yr[c])
 				}
@@ -390,18 +459,24 @@ func attentionBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 				clear(dr[lim:])
 			}
 			// dv += P^T dO.
-			gemm(pool, true, false, cols, g.dv, rows, p, cols, gyb, g.dv, tmpV, g.dv)
-			for j, x := range tmpV[:cols*g.dv] {
-				dvh[j] += x
-			}
+			gemm(pool, true, false, cols, g.dv, rows, p, cols, gyb, lv, tmpV, g.dv)
+			attnAddRows(dvh, ov, tmpV, cols, g.dv)
 			// dq = dS k (rows of this block only).
-			gemm(pool, false, false, rows, g.d, cols, ds, cols, kh, g.d, dqh[i0*g.d:], g.d)
+			gemm(pool, false, false, rows, g.d, cols, ds, cols, kh, lk, dqh[i0*oq:], oq)
 			// dk += dS^T q.
-			gemm(pool, true, false, cols, g.d, rows, ds, cols, qh[i0*g.d:], g.d, tmpK, g.d)
-			for j, x := range tmpK[:cols*g.d] {
-				dkh[j] += x
-			}
+			gemm(pool, true, false, cols, g.d, rows, ds, cols, qh[i0*lk:], lk, tmpK, g.d)
+			attnAddRows(dkh, ok, tmpK, cols, g.d)
 		}
 	})
 	return nil
+}
+
+// attnAddRows adds rows×width x (contiguous) to the rows of dst, ld apart.
+func attnAddRows[T Float](dst []T, ld int, x []T, rows, width int) {
+	for r := range rows {
+		d, xr := dst[r*ld:r*ld+width], x[r*width:(r+1)*width]
+		for j, v := range xr {
+			d[j] += v
+		}
+	}
 }

@@ -60,14 +60,22 @@ func operandOf(t *tensor.Tensor) attnOperand {
 	return attnOperand{f32: t.F32()}
 }
 
-// head is elements [b*n, (b+1)*n) as bfloat16: in place, or converted into
-// buf.
-func (o attnOperand) head(b, n int, buf []uint16) []uint16 {
+// head is head b of g's operand of rows×width per head as bfloat16 and
+// its row stride: in place (rows strided with BTHD; the products take
+// any stride), or converted into buf, rows contiguous.
+func (o attnOperand) head(g attnGeom, b, rows, width int, buf []uint16) ([]uint16, int) {
+	at, ld := g.at(b, rows, width), g.ld(width)
 	if o.u16 != nil {
-		return o.u16[b*n : (b+1)*n]
+		return o.u16[at:], ld
 	}
-	blas.NarrowBF16(buf[:n], o.f32[b*n:(b+1)*n])
-	return buf[:n]
+	if ld == width {
+		blas.NarrowBF16(buf[:rows*width], o.f32[at:at+rows*width])
+		return buf[:rows*width], width
+	}
+	for r := range rows {
+		blas.NarrowBF16(buf[r*width:(r+1)*width], o.f32[at+r*ld:at+r*ld+width])
+	}
+	return buf[:rows*width], width
 }
 
 // bf16f is bfloat16 h as float32 (exact).
@@ -85,22 +93,23 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 		w := attnWS{b: ws[slot*per : (slot+1)*per]}
 		qkv := w.u16(t*d + s*d + s*dv)
 		scF, p16 := w.f32(br*s), w.u16(br*s)
-		q16 := q.head(b, t*d, qkv)
-		k16 := k.head(b, s*d, qkv[t*d:])
-		v16 := v.head(b, s*dv, qkv[t*d+s*d:])
+		q16, sq := q.head(g, b, t, d, qkv)
+		k16, sk := k.head(g, b, s, d, qkv[t*d:])
+		v16, sv := v.head(g, b, s, dv, qkv[t*d+s*d:])
+		yh, ldy := y[g.at(b, t, dv):], g.ld(dv)
 		if tile, ok := attnTile(pool, g); ok {
 			// K^T and V packed once for all row blocks.
 			kT, vP := w.u32(attnPackLen(s, d)), w.u32(attnPackLen(dv, s))
-			tile.PackB(kT, true, s, d, k16, d)
-			tile.PackB(vP, false, dv, s, v16, dv)
+			tile.PackB(kT, true, s, d, k16, sk)
+			tile.PackB(vP, false, dv, s, v16, sv)
 			for i0 := 0; i0 < t; i0 += br {
 				i1 := min(t, i0+br)
 				rows := i1 - i0
 				cols := g.attnCols(o.Causal, i1)
 				sc := scF[:rows*cols]
-				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*d:], kT, sc)
+				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*sq:], sq, kT, sc)
 				attnSoftmaxBlock(sc, p16[:rows*cols], lse[b*t+i0:b*t+i1], rows, cols, i0, o.Causal, o.Scale)
-				tile.MulPacked(false, rows, dv, cols, p16, cols, vP, s, 0, y[(b*t+i0)*dv:], dv, true)
+				tile.MulPacked(false, rows, dv, cols, p16, cols, vP, s, 0, yh[i0*ldy:], ldy, true)
 			}
 			return
 		}
@@ -109,7 +118,7 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 			rows := i1 - i0
 			cols := g.attnCols(o.Causal, i1)
 			sc := scF[:rows*cols]
-			blas.SgemmMixed(false, true, rows, cols, d, 1, blas.BF16(q16[i0*d:]), d, blas.BF16(k16), d, 0, sc, cols, pool)
+			blas.SgemmMixed(false, true, rows, cols, d, 1, blas.BF16(q16[i0*sq:]), sq, blas.BF16(k16), sk, 0, sc, cols, pool)
 			for r := 0; r < rows; r++ {
 				row := sc[r*cols : (r+1)*cols]
 				lim := cols
@@ -120,7 +129,7 @@ func attentionBF16(pool *parallel.Pool, o *prim.AttentionOp, g attnGeom, in, out
 				clear(row[lim:])
 			}
 			blas.NarrowBF16(p16[:rows*cols], sc)
-			blas.SgemmMixed(false, false, rows, dv, cols, 1, blas.BF16(p16), cols, blas.BF16(v16), dv, 0, y[(b*t+i0)*dv:], dv, pool)
+			blas.SgemmMixed(false, false, rows, dv, cols, 1, blas.BF16(p16), cols, blas.BF16(v16), sv, 0, yh[i0*ldy:], ldy, pool)
 		}
 	})
 	return nil
@@ -133,45 +142,50 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 	}
 	gy, q, k, v := operandOf(in[0]), operandOf(in[1]), operandOf(in[2]), operandOf(in[3])
 	y, lse := operandOf(in[4]), in[5].F32()
-	dq, dk, dv := out[0].F32(), out[1].F32(), out[2].F32()
+	dq, dk, dv := gradOut(out, 0).F32(), gradOut(out, 1).F32(), gradOut(out, 2).F32()
 	t, s, d, dvw, br := g.t, g.s, g.d, g.dv, g.br16()
 	attnForSlots(pool, slots, g.bh, func(slot, b int) {
 		w := attnWS{b: ws[slot*per : (slot+1)*per]}
 		all := w.u16(t*d + s*d + s*dvw + 2*t*dvw)
 		pF, dsF := w.f32(br*s), w.f32(br*s)
 		p16, ds16 := w.u16(br*s), w.u16(br*s)
-		q16 := q.head(b, t*d, all)
-		k16 := k.head(b, s*d, all[t*d:])
-		v16 := v.head(b, s*dvw, all[t*d+s*d:])
-		g16 := gy.head(b, t*dvw, all[t*d+s*d+s*dvw:])
-		y16 := y.head(b, t*dvw, all[t*d+s*d+s*dvw+t*dvw:])
-		dqh := dq[b*t*d : (b+1)*t*d]
-		dkh, dvh := dk[b*s*d:(b+1)*s*d], dv[b*s*dvw:(b+1)*s*dvw]
-		clear(dkh)
-		clear(dvh)
+		q16, sq := q.head(g, b, t, d, all)
+		k16, sk := k.head(g, b, s, d, all[t*d:])
+		v16, sv := v.head(g, b, s, dvw, all[t*d+s*d:])
+		g16, sg := gy.head(g, b, t, dvw, all[t*d+s*d+s*dvw:])
+		y16, sy := y.head(g, b, t, dvw, all[t*d+s*d+s*dvw+t*dvw:])
+		// The gradients' rows, ldq, ldk, ldv apart (d, dvw unless BTHD).
+		dqo, ldq := g.grad(b, 0)
+		dko, ldk := g.grad(b, 1)
+		dvo, ldv := g.grad(b, 2)
+		dqh, dkh, dvh := dq[dqo:], dk[dko:], dv[dvo:]
+		for j := range s {
+			clear(dkh[j*ldk : j*ldk+d])
+			clear(dvh[j*ldv : j*ldv+dvw])
+		}
 		if tile, ok := attnTile(pool, g); ok {
 			// The B operands packed once for all row blocks: K^T and V^T
 			// (scores and dP), dO and q (dv and dk: a row block's rows of
 			// them), K (dq).
 			kT, vT := w.u32(attnPackLen(s, d)), w.u32(attnPackLen(s, dvw))
 			gP, qP, kP := w.u32(attnPackLen(dvw, t)), w.u32(attnPackLen(d, t)), w.u32(attnPackLen(d, s))
-			tile.PackB(kT, true, s, d, k16, d)
-			tile.PackB(vT, true, s, dvw, v16, dvw)
-			tile.PackB(gP, false, dvw, t, g16, dvw)
-			tile.PackB(qP, false, d, t, q16, d)
-			tile.PackB(kP, false, d, s, k16, d)
+			tile.PackB(kT, true, s, d, k16, sk)
+			tile.PackB(vT, true, s, dvw, v16, sv)
+			tile.PackB(gP, false, dvw, t, g16, sg)
+			tile.PackB(qP, false, d, t, q16, sq)
+			tile.PackB(kP, false, d, s, k16, sk)
 			for i0 := 0; i0 < t; i0 += br {
 				i1 := min(t, i0+br)
 				rows := i1 - i0
 				cols := g.attnCols(o.Causal, i1)
 				p, ds := pF[:rows*cols], dsF[:rows*cols]
-				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*d:], kT, p)
-				attnScores(tile, o.Causal, rows, cols, i0, dvw, g16[i0*dvw:], vT, ds)
+				attnScores(tile, o.Causal, rows, cols, i0, d, q16[i0*sq:], sq, kT, p)
+				attnScores(tile, o.Causal, rows, cols, i0, dvw, g16[i0*sg:], sg, vT, ds)
 				pb, dsb := p16[:rows*cols], ds16[:rows*cols]
-				attnGradBlock(p, ds, pb, dsb, g16, y16, lse[b*t:], rows, cols, i0, dvw, o.Causal, o.Scale)
-				tile.MulPacked(true, cols, dvw, rows, pb, cols, gP, t, i0, dvh, dvw, false)
-				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*d:], d, true)
-				tile.MulPacked(true, cols, d, rows, dsb, cols, qP, t, i0, dkh, d, false)
+				attnGradBlock(p, ds, pb, dsb, g16, sg, y16, sy, lse[b*t:], rows, cols, i0, dvw, o.Causal, o.Scale)
+				tile.MulPacked(true, cols, dvw, rows, pb, cols, gP, t, i0, dvh, ldv, false)
+				tile.MulPacked(false, rows, d, cols, dsb, cols, kP, s, 0, dqh[i0*ldq:], ldq, true)
+				tile.MulPacked(true, cols, d, rows, dsb, cols, qP, t, i0, dkh, ldk, false)
 			}
 			return
 		}
@@ -181,8 +195,8 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 			cols := g.attnCols(o.Causal, i1)
 			p, ds := pF[:rows*cols], dsF[:rows*cols]
 			// P = exp(q k^T * scale - lse), recomputed; dP = dO v^T.
-			blas.SgemmMixed(false, true, rows, cols, d, 1, blas.BF16(q16[i0*d:]), d, blas.BF16(k16), d, 0, p, cols, pool)
-			blas.SgemmMixed(false, true, rows, cols, dvw, 1, blas.BF16(g16[i0*dvw:]), dvw, blas.BF16(v16), dvw, 0, ds, cols, pool)
+			blas.SgemmMixed(false, true, rows, cols, d, 1, blas.BF16(q16[i0*sq:]), sq, blas.BF16(k16), sk, 0, p, cols, pool)
+			blas.SgemmMixed(false, true, rows, cols, dvw, 1, blas.BF16(g16[i0*sg:]), sg, blas.BF16(v16), sv, 0, ds, cols, pool)
 			for r := 0; r < rows; r++ {
 				i := i0 + r
 				lim := cols
@@ -191,7 +205,7 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 				}
 				// D_i = rowsum(dO * O), from their bfloat16 values.
 				var di float64
-				gr, yr := g16[i*dvw:(i+1)*dvw], y16[i*dvw:(i+1)*dvw]
+				gr, yr := g16[i*sg:i*sg+dvw], y16[i*sy:i*sy+dvw]
 				for c, h := range gr {
 					di += float64(bf16f(h)) * float64(bf16f(yr[c]))
 				}
@@ -205,9 +219,9 @@ func attentionBackwardBF16(pool *parallel.Pool, o *prim.AttentionBackward, g att
 			blas.NarrowBF16(dsb, ds)
 			// dv += P^T dO, dq = dS k (this block's rows), dk += dS^T q:
 			// the sums of earlier row blocks added in order (beta 1).
-			blas.SgemmMixed(true, false, cols, dvw, rows, 1, blas.BF16(pb), cols, blas.BF16(g16[i0*dvw:]), dvw, 1, dvh, dvw, pool)
-			blas.SgemmMixed(false, false, rows, d, cols, 1, blas.BF16(dsb), cols, blas.BF16(k16), d, 0, dqh[i0*d:], d, pool)
-			blas.SgemmMixed(true, false, cols, d, rows, 1, blas.BF16(dsb), cols, blas.BF16(q16[i0*d:]), d, 1, dkh, d, pool)
+			blas.SgemmMixed(true, false, cols, dvw, rows, 1, blas.BF16(pb), cols, blas.BF16(g16[i0*sg:]), sg, 1, dvh, ldv, pool)
+			blas.SgemmMixed(false, false, rows, d, cols, 1, blas.BF16(dsb), cols, blas.BF16(k16), sk, 0, dqh[i0*ldq:], ldq, pool)
+			blas.SgemmMixed(true, false, cols, d, rows, 1, blas.BF16(dsb), cols, blas.BF16(q16[i0*sq:]), sq, 1, dkh, ldk, pool)
 		}
 	})
 	return nil
@@ -240,19 +254,20 @@ const attnMaxNR = 32
 func attnPackLen(n, k int) int { return (n + attnMaxNR - 1) / attnMaxNR * attnMaxNR * ((k + 1) / 2) }
 
 // attnScores sets c (rows×cols) = a·B for a row block [i0, i0+rows) of a
-// head, a its rows of q (or dO), k deep, and B the packed K^T (or V^T).
+// head, a its rows of q (or dO), k deep and lda apart, and B the packed
+// K^T (or V^T).
 // With a causal mask each tile of MR rows stops at its last row's
 // diagonal (the columns past it, masked for all its rows, are left as
 // they were: the softmax clears them), about 5% of the products.
-func attnScores(tile blas.BF16Tile, causal bool, rows, cols, i0, k int, a []uint16, bp []uint32, c []float32) {
+func attnScores(tile blas.BF16Tile, causal bool, rows, cols, i0, k int, a []uint16, lda int, bp []uint32, c []float32) {
 	if !causal {
-		tile.MulPacked(false, rows, cols, k, a, k, bp, k, 0, c, cols, true)
+		tile.MulPacked(false, rows, cols, k, a, lda, bp, k, 0, c, cols, true)
 		return
 	}
 	mr := tile.MR()
 	for r0 := 0; r0 < rows; r0 += mr {
 		n := min(cols, i0+r0+mr)
-		tile.MulPacked(false, min(mr, rows-r0), n, k, a[r0*k:], k, bp, k, 0, c[r0*cols:], cols, true)
+		tile.MulPacked(false, min(mr, rows-r0), n, k, a[r0*lda:], lda, bp, k, 0, c[r0*cols:], cols, true)
 	}
 }
 
@@ -277,8 +292,8 @@ func attnSoftmaxBlock(sc []float32, p16 []uint16, lse []float32, rows, cols, i0 
 // attnGradBlock turns a row block's recomputed scores p and dP ds (rows
 // i0.. of the head, cols key columns each) into P and dS (attnGradRow,
 // masked ones zero) and writes their bfloat16 roundings to pb and dsb;
-// g16, y16 (dO and O) and lse are the head's.
-func attnGradBlock(p, ds []float32, pb, dsb []uint16, g16, y16 []uint16, lse []float32, rows, cols, i0, dv int, causal bool, scale float64) {
+// g16, y16 (dO and O, rows ldg and ldy apart) and lse are the head's.
+func attnGradBlock(p, ds []float32, pb, dsb []uint16, g16 []uint16, ldg int, y16 []uint16, ldy int, lse []float32, rows, cols, i0, dv int, causal bool, scale float64) {
 	var di [4]float64
 	for r := 0; r < rows; r++ {
 		i := i0 + r
@@ -287,7 +302,7 @@ func attnGradBlock(p, ds []float32, pb, dsb []uint16, g16, y16 []uint16, lse []f
 			lim = min(cols, i+1)
 		}
 		if r%4 == 0 {
-			di = attnRowDots(g16, y16, i, min(4, rows-r), dv)
+			di = attnRowDots(g16, ldg, y16, ldy, i, min(4, rows-r), dv)
 		}
 		pr, dr := p[r*cols:(r+1)*cols], ds[r*cols:(r+1)*cols]
 		attnGradRow(pr[:lim], dr[:lim], scale, float64(lse[i]), di[r%4])
@@ -302,18 +317,18 @@ func attnGradBlock(p, ds []float32, pb, dsb []uint16, g16, y16 []uint16, lse []f
 // attnRowDots returns D_i = rowsum(dO * O) of rows [i, i+n) (n <= 4),
 // from their bfloat16 values, each summed in order in float64: the rows'
 // sums run side by side (one alone waits on each addition's latency).
-func attnRowDots(g16, y16 []uint16, i, n, dv int) (di [4]float64) {
+func attnRowDots(g16 []uint16, ldg int, y16 []uint16, ldy int, i, n, dv int) (di [4]float64) {
 	if n < 4 {
 		for r := range n {
-			gr, yr := g16[(i+r)*dv:(i+r+1)*dv], y16[(i+r)*dv:(i+r+1)*dv]
+			gr, yr := g16[(i+r)*ldg:(i+r)*ldg+dv], y16[(i+r)*ldy:(i+r)*ldy+dv]
 			for c, h := range gr {
 				di[r] += float64(bf16f(h)) * float64(bf16f(yr[c]))
 			}
 		}
 		return di
 	}
-	g0, g1, g2, g3 := g16[i*dv:(i+1)*dv], g16[(i+1)*dv:(i+2)*dv], g16[(i+2)*dv:(i+3)*dv], g16[(i+3)*dv:(i+4)*dv]
-	y0, y1, y2, y3 := y16[i*dv:(i+1)*dv], y16[(i+1)*dv:(i+2)*dv], y16[(i+2)*dv:(i+3)*dv], y16[(i+3)*dv:(i+4)*dv]
+	g0, g1, g2, g3 := g16[i*ldg:i*ldg+dv], g16[(i+1)*ldg:(i+1)*ldg+dv], g16[(i+2)*ldg:(i+2)*ldg+dv], g16[(i+3)*ldg:(i+3)*ldg+dv]
+	y0, y1, y2, y3 := y16[i*ldy:i*ldy+dv], y16[(i+1)*ldy:(i+1)*ldy+dv], y16[(i+2)*ldy:(i+2)*ldy+dv], y16[(i+3)*ldy:(i+3)*ldy+dv]
 	var d0, d1, d2, d3 float64
 	for c := range dv {
 		d0 += float64(bf16f(g0[c])) * float64(bf16f(y0[c]))

@@ -30,10 +30,49 @@ func init() { register(&AttentionOp{}, &AttentionBackward{}) }
 // reads att cast to bfloat16) do; scores, softmax and every product's
 // accumulation stay float32. Its operands may then be bfloat16 tensors,
 // read in place; the outputs are float32.
+//
+// With BTHD (rank 4 only) q, k, v and out are [B, T, H, D] (positions
+// before heads, as a [B, T, H*D] projection reshaped is) instead of
+// [B, H, T, D]; lse stays [B, H, T]. A model's transposes to and from the
+// heads-first layout are then no copies: transform's attention layout
+// pass folds them into the op, which reads and writes heads in place with
+// strides.
 type AttentionOp struct {
 	Causal bool
 	Scale  float64
 	BF16   bool
+	BTHD   bool
+}
+
+// HeadsFirst is shape s of a BTHD operand as [B, H, T, D] (s itself
+// without BTHD, or when s is not rank 4).
+func HeadsFirst(s tensor.Shape, bthd bool) tensor.Shape {
+	if !bthd || len(s) != 4 {
+		return s
+	}
+	return tensor.Shape{s[0], s[2], s[1], s[3]}
+}
+
+// attnShapes are in's first n shapes, heads first.
+func attnShapes(in []trace.Meta, bthd bool) []tensor.Shape {
+	out := make([]tensor.Shape, len(in))
+	for i, m := range in {
+		out[i] = HeadsFirst(m.Shape, bthd)
+	}
+	return out
+}
+
+// checkBTHD rejects a BTHD attention whose operands are not rank 4.
+func checkBTHD(in []trace.Meta, bthd bool) error {
+	if !bthd {
+		return nil
+	}
+	for _, m := range in {
+		if len(m.Shape) != 4 {
+			return fmt.Errorf("BTHD attention takes [B, T, H, D] operands, got shape %v", m.Shape)
+		}
+	}
+	return nil
 }
 
 func (o *AttentionOp) Name() string { return "scaled_dot_product_attention" }
@@ -44,7 +83,8 @@ func (o *AttentionOp) Traits() Traits {
 
 // Cost: two products with T×S scores, q k^T and P v.
 func (o *AttentionOp) Cost(in, out []trace.Meta) Cost {
-	q, v, s := in[0].Shape, in[2].Shape, in[1].Shape
+	sh := attnShapes(in[:3], o.BTHD)
+	q, v, s := sh[0], sh[2], sh[1]
 	flops := 2 * numel(in[0]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1])
 	return Cost{Flops: flops, Bytes: ioBytes(in, out)}
 }
@@ -107,12 +147,20 @@ func (o *AttentionOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 			return nil, err
 		}
 	}
-	batch, t, _, _, dv, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape)
+	if err := checkBTHD(in, o.BTHD); err != nil {
+		return nil, err
+	}
+	sh := attnShapes(in, o.BTHD)
+	batch, t, _, _, dv, err := AttentionDims(sh[0], sh[1], sh[2])
 	if err != nil {
 		return nil, err
 	}
+	y := append(batch.Clone(), t, dv)
+	if o.BTHD {
+		y = tensor.Shape{batch[0], t, batch[1], dv}
+	}
 	return []trace.Meta{
-		{DType: dt, Shape: append(batch.Clone(), t, dv)},
+		{DType: dt, Shape: y},
 		{DType: dt, Shape: append(batch.Clone(), t)},
 	}, nil
 }
@@ -122,7 +170,7 @@ func (o *AttentionOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 		return []*trace.Tensor{nil, nil, nil}
 	}
 	in := n.Inputs
-	return gouts[0].Graph().Apply(&AttentionBackward{Causal: o.Causal, Scale: o.Scale, BF16: o.BF16},
+	return gouts[0].Graph().Apply(&AttentionBackward{Causal: o.Causal, Scale: o.Scale, BF16: o.BF16, BTHD: o.BTHD},
 		gouts[0], in[0], in[1], in[2], n.Outputs[0], n.Outputs[1])
 }
 
@@ -135,10 +183,18 @@ func (o *AttentionOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 // With BF16, dO, q, k and v hold bfloat16 numbers, and P and dS are rounded
 // to bfloat16 before their products (dv, dq, dk), as in AttentionOp; the
 // first five inputs may be bfloat16 tensors (the gradients are float32).
+// With BTHD, the output gradient, q, k, v, the saved output and the
+// gradients are [B, T, H, D], as AttentionOp's BTHD. With Packed too (and
+// S = T), the gradients are one output [B, T, H*(2D+Dv)] whose rows hold
+// a position's dq, dk and dv side by side: the concatenation of the three
+// that the backward of a q, k, v split (a GPT's c_attn) reads, written in
+// place.
 type AttentionBackward struct {
 	Causal bool
 	Scale  float64
 	BF16   bool
+	BTHD   bool
+	Packed bool
 }
 
 func (o *AttentionBackward) Name() string { return "scaled_dot_product_attention_backward" }
@@ -150,7 +206,8 @@ func (o *AttentionBackward) Traits() Traits {
 // Cost: five products with T×S scores (q k^T again, then dv, dP, dq and
 // dk), charged at half weight, as the cost model always has.
 func (o *AttentionBackward) Cost(in, out []trace.Meta) Cost {
-	q, v, s := in[1].Shape, in[3].Shape, in[2].Shape
+	sh := attnShapes(in[1:4], o.BTHD)
+	q, v, s := sh[0], sh[2], sh[1]
 	flops := 5 * numel(in[1]) / float64(q[len(q)-1]) * float64(s[len(s)-2]) * float64(q[len(q)-1]+v[len(v)-1]) / 2
 	return Cost{Flops: flops, Bytes: ioBytes(in, out)}
 }
@@ -171,7 +228,7 @@ func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	} else if err := sameDType(in); err != nil {
 		return nil, err
 	}
-	fwd, err := (&AttentionOp{BF16: o.BF16}).Infer(in[1:4])
+	fwd, err := (&AttentionOp{BF16: o.BF16, BTHD: o.BTHD}).Infer(in[1:4])
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +237,13 @@ func (o *AttentionBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	}
 	if !in[5].Shape.Equal(fwd[1].Shape) {
 		return nil, fmt.Errorf("saved logsumexp %v, want %v", in[5].Shape, fwd[1].Shape)
+	}
+	if o.Packed {
+		q, k, v := in[1].Shape, in[2].Shape, in[3].Shape
+		if !o.BTHD || k[1] != q[1] {
+			return nil, fmt.Errorf("packed attention gradients need BTHD operands with as many keys as queries, got q %v, k %v", q, k)
+		}
+		return []trace.Meta{{DType: fwd[0].DType, Shape: tensor.Shape{q[0], q[1], q[2] * (2*q[3] + v[3])}}}, nil
 	}
 	outs := []trace.Meta{in[1], in[2], in[3]}
 	for i := range outs {

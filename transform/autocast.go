@@ -411,11 +411,15 @@ func (a *autocast) lowOp(op trace.Op) trace.Op {
 	switch o := op.(type) {
 	case *prim.AttentionOp:
 		if !o.BF16 {
-			return &prim.AttentionOp{Causal: o.Causal, Scale: o.Scale, BF16: true}
+			c := *o
+			c.BF16 = true
+			return &c
 		}
 	case *prim.AttentionBackward:
 		if !o.BF16 {
-			return &prim.AttentionBackward{Causal: o.Causal, Scale: o.Scale, BF16: true}
+			c := *o
+			c.BF16 = true
+			return &c
 		}
 	}
 	return nil

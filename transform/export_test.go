@@ -64,3 +64,11 @@ func SetSplitLow(on bool) bool {
 	splitLow = on
 	return old
 }
+
+// SetAttnLayout turns the attention layout pass on or off and returns the
+// previous setting.
+func SetAttnLayout(on bool) bool {
+	old := attnLayout
+	attnLayout = on
+	return old
+}

@@ -1,6 +1,8 @@
 package transform
 
 import (
+	"slices"
+
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
@@ -17,6 +19,10 @@ import (
 // the 16-bit values here come from narrowing, which makes quiet ones.)
 // It returns the copy and how many casts it removed.
 func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
+	g, err := readNarrowed(g)
+	if err != nil {
+		return nil, 0, err
+	}
 	g, moved, err := widenAfterPermute(g)
 	if err != nil {
 		return nil, 0, err
@@ -45,6 +51,48 @@ func foldCasts(g *trace.Graph) (*trace.Graph, int, error) {
 		return g, 0, nil
 	}
 	return g, folded, nil
+}
+
+// readNarrowed returns a copy of g in which a bf16 attention op that
+// reads a float32 value some earlier cast narrows to bfloat16 reads the
+// narrowed value instead: the same bits (the op narrows float32 operands
+// itself), and the float32 value is then read only by its narrowing, for
+// widenAfterSplit and foldNarrowing to fold. It is what
+// narrowBeforePermute does for attention operands behind a transpose,
+// for operands that FoldAttentionLayout left without one (q, k and v
+// reshaped from c_attn's split, and dO).
+func readNarrowed(g *trace.Graph) (*trace.Graph, error) {
+	cons := g.Consumers()
+	pos := make(map[*trace.Node]int, len(g.Nodes))
+	for i, n := range g.Nodes {
+		pos[n] = i
+	}
+	// narrowed[v] is the first narrowing of float32 value v to bfloat16.
+	narrowed := map[*trace.Tensor]*trace.Tensor{}
+	for _, n := range g.Nodes {
+		if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && c.To == tensor.BFloat16 && isF32(n.Inputs[0]) && narrowed[n.Inputs[0]] == nil {
+			narrowed[n.Inputs[0]] = n.Outputs[0]
+		}
+	}
+	any := false
+	for v, lo := range narrowed {
+		for _, r := range cons[v.Node.ID] {
+			if pos[r] > pos[lo.Node] && slices.Contains(r.Inputs, v) && readsBF16(r, v) {
+				any = true
+			}
+		}
+	}
+	if !any {
+		return g, nil
+	}
+	return rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
+		for i, in := range n.Inputs {
+			if lo := narrowed[in]; lo != nil && pos[n] > pos[lo.Node] && readsBF16(n, in) {
+				ins[i] = mapped[lo]
+			}
+		}
+		return false
+	})
 }
 
 // widenAfterPermute returns a copy of g in which a permutation whose input

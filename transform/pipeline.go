@@ -51,6 +51,7 @@ type PassState struct {
 // order is written down. Scheduling and the arena layout follow in
 // exec.Compile.
 var Pipeline = []Pass{
+	{"attnlayout", attnLayoutPass},
 	{"recompute", recomputePass},
 	{"autocast", autocastPass},
 	{"compress", compressPass},
@@ -74,6 +75,18 @@ func Run(g *trace.Graph, o Options) (*trace.Graph, []PassReport, error) {
 		reports = append(reports, r)
 	}
 	return g, reports, nil
+}
+
+// attnLayoutPass is FoldAttentionLayout.
+func attnLayoutPass(g *trace.Graph, _ Options, _ *PassState, r *PassReport) (*trace.Graph, error) {
+	if !attnLayout {
+		r.Skipped = true
+		return g, nil
+	}
+	out, n, err := FoldAttentionLayout(g)
+	r.NodesAffected = n
+	r.Detail = fmt.Sprintf("%d attention ops read and write [B, T, H, D] in place of transposes", n)
+	return out, err
 }
 
 func recomputePass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*trace.Graph, error) {
