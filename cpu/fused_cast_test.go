@@ -216,41 +216,14 @@ func BenchmarkFusedGeluCasts(b *testing.B) {
 		Prog:  []prim.FusedInstr{add}, Outs: []prim.FusedOut{{Value: 2, Shape: flat}}}, a, w, bias)
 	c := tensor.New(tensor.Float32, flat)
 	h, hw, g, g16 := tensor.New(tensor.BFloat16, flat), tensor.New(tensor.Float32, flat), tensor.New(tensor.Float32, flat), tensor.New(tensor.BFloat16, flat)
-	steps := []struct {
-		n       *trace.Node
-		in, out []*tensor.Tensor
-	}{
+	steps := []fusedStep{
 		{linear, []*tensor.Tensor{a, w, bias}, []*tensor.Tensor{c}},
 		{node(&prim.Cast{To: tensor.BFloat16}, c), []*tensor.Tensor{c}, []*tensor.Tensor{h}},
 		{node(&prim.Cast{To: tensor.Float32}, h), []*tensor.Tensor{h}, []*tensor.Tensor{hw}},
 		{node(&prim.Unary{Kind: prim.GELUKind}, hw), []*tensor.Tensor{hw}, []*tensor.Tensor{g}},
 		{node(&prim.Cast{To: tensor.BFloat16}, g), []*tensor.Tensor{g}, []*tensor.Tensor{g16}},
 	}
-	fout := []*tensor.Tensor{tensor.New(tensor.BFloat16, flat), tensor.New(tensor.BFloat16, flat)}
-	fws := make([]byte, Workspace(fused))
-	for _, threads := range []int{1, 2} {
-		for _, fuse := range []bool{false, true} {
-			b.Run(fmt.Sprintf("t%d/fused=%v", threads, fuse), func(b *testing.B) {
-				pool := parallel.NewPool(threads)
-				defer pool.Close()
-				c0 := cpuTime()
-				for b.Loop() {
-					if fuse {
-						if err := runOn(pool, fused, []*tensor.Tensor{a, w, bias}, fout, fws); err != nil {
-							b.Fatal(err)
-						}
-						continue
-					}
-					for _, s := range steps {
-						if err := runOn(pool, s.n, s.in, s.out, make([]byte, Workspace(s.n))); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				b.ReportMetric(float64((cpuTime()-c0).Microseconds())/1e3/float64(b.N), "cpu-ms/op")
-			})
-		}
-	}
+	benchFusedSteps(b, fused, []*tensor.Tensor{a, w, bias}, []*tensor.Tensor{tensor.New(tensor.BFloat16, flat), tensor.New(tensor.BFloat16, flat)}, steps)
 }
 
 // BenchmarkFusedGeluBackwardCasts times bf16-mixed gpt's c_proj input
@@ -284,15 +257,24 @@ func BenchmarkFusedGeluBackwardCasts(b *testing.B) {
 			{Op: &prim.UnaryBackward{Kind: prim.GELUKind}, Args: []int{0, 2}}},
 		Outs: []prim.FusedOut{{Value: 3, Shape: flat}}}, dy, w, h)
 	c, hw, dx := tensor.New(tensor.Float32, tensor.Shape{m, n}), tensor.New(tensor.Float32, tensor.Shape{m, n}), tensor.New(tensor.Float32, tensor.Shape{m, n})
-	steps := []struct {
-		n       *trace.Node
-		in, out []*tensor.Tensor
-	}{
+	steps := []fusedStep{
 		{node(mm, dy, w), []*tensor.Tensor{dy, w}, []*tensor.Tensor{c}},
 		{node(&prim.Cast{To: tensor.Float32}, h), []*tensor.Tensor{h}, []*tensor.Tensor{hw}},
 		{node(&prim.UnaryBackward{Kind: prim.GELUKind}, c, hw), []*tensor.Tensor{c, hw}, []*tensor.Tensor{dx}},
 	}
-	fout := []*tensor.Tensor{tensor.New(tensor.Float32, flat)}
+	benchFusedSteps(b, fused, []*tensor.Tensor{dy, w, h}, []*tensor.Tensor{tensor.New(tensor.Float32, flat)}, steps)
+}
+
+// fusedStep is one unfused kernel of a fused node's program.
+type fusedStep struct {
+	n       *trace.Node
+	in, out []*tensor.Tensor
+}
+
+// benchFusedSteps times fused node on fin into fout against the same work
+// as the unfused kernels steps, on 1 and 2 threads, by the process's CPU
+// time.
+func benchFusedSteps(b *testing.B, fused *trace.Node, fin, fout []*tensor.Tensor, steps []fusedStep) {
 	fws := make([]byte, Workspace(fused))
 	for _, threads := range []int{1, 2} {
 		for _, fuse := range []bool{false, true} {
@@ -302,7 +284,7 @@ func BenchmarkFusedGeluBackwardCasts(b *testing.B) {
 				c0 := cpuTime()
 				for b.Loop() {
 					if fuse {
-						if err := runOn(pool, fused, []*tensor.Tensor{dy, w, h}, fout, fws); err != nil {
+						if err := runOn(pool, fused, fin, fout, fws); err != nil {
 							b.Fatal(err)
 						}
 						continue

@@ -517,33 +517,13 @@ func narrowBeforePermute(g *trace.Graph) (*trace.Graph, int, error) {
 // foldNarrowing is foldCasts after widenAfterPermute and
 // narrowBeforePermute.
 func foldNarrowing(g *trace.Graph) (*trace.Graph, int, error) {
-	// source finds, for float32 value t, the 16-bit value of type lo it
-	// widens and the reshapes in between (innermost first).
-	source := func(t *trace.Tensor, lo tensor.DType) (*trace.Tensor, []*trace.Node) {
-		var chain []*trace.Node
-		for t.Node.Kind == trace.KindOp {
-			if isAlias(t.Node) && len(t.Node.Inputs) == 1 && t.Index == 0 {
-				chain = append(chain, t.Node)
-				t = t.Node.Inputs[0]
-				continue
-			}
-			if c, ok := t.Node.Op.(*prim.Cast); ok && c.To == tensor.Float32 && t.Node.Inputs[0].DType() == lo {
-				for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
-					chain[i], chain[j] = chain[j], chain[i]
-				}
-				return t.Node.Inputs[0], chain
-			}
-			break
-		}
-		return nil, nil
-	}
 	folded := 0
 	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, _ []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
 		c, ok := n.Op.(*prim.Cast)
 		if !ok || n.Kind != trace.KindOp || (c.To != tensor.BFloat16 && c.To != tensor.Float16) || !isF32(n.Inputs[0]) {
 			return false
 		}
-		src, chain := source(n.Inputs[0], c.To)
+		src, chain := widenedSource(n.Inputs[0], c.To)
 		if src == nil {
 			return false
 		}
@@ -651,4 +631,23 @@ func rebuild(g *trace.Graph, each func(out *trace.Graph, n *trace.Node, ins []*t
 		return nil, err
 	}
 	return out, nil
+}
+
+// widenedSource finds, for float32 value t, the 16-bit value of type lo
+// it widens and the reshapes in between (innermost first), or nil.
+func widenedSource(t *trace.Tensor, lo tensor.DType) (*trace.Tensor, []*trace.Node) {
+	var chain []*trace.Node
+	for t.Node.Kind == trace.KindOp {
+		if isAlias(t.Node) && len(t.Node.Inputs) == 1 && t.Index == 0 {
+			chain = append(chain, t.Node)
+			t = t.Node.Inputs[0]
+			continue
+		}
+		if c, ok := t.Node.Op.(*prim.Cast); ok && c.To == tensor.Float32 && t.Node.Inputs[0].DType() == lo {
+			slices.Reverse(chain)
+			return t.Node.Inputs[0], chain
+		}
+		break
+	}
+	return nil, nil
 }

@@ -42,26 +42,6 @@ func readLowFor(g *trace.Graph, p Precision) (*trace.Graph, int, error) {
 // planned peak (rrdbnet batch 2: 242 to 258 MiB of activations). It
 // returns the copy and how many operands now read bfloat16.
 func readLowShared(g *trace.Graph) (*trace.Graph, int, error) {
-	// source is the bfloat16 value float32 t widens, through the reshapes
-	// in chain (innermost first), or nil.
-	source := func(t *trace.Tensor) (*trace.Tensor, []*trace.Node) {
-		var chain []*trace.Node
-		for t.Node.Kind == trace.KindOp {
-			if isAlias(t.Node) && len(t.Node.Inputs) == 1 && t.Index == 0 {
-				chain = append(chain, t.Node)
-				t = t.Node.Inputs[0]
-				continue
-			}
-			if c, ok := t.Node.Op.(*prim.Cast); ok && c.To == tensor.Float32 && t.Node.Inputs[0].DType() == tensor.BFloat16 {
-				for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
-					chain[i], chain[j] = chain[j], chain[i]
-				}
-				return t.Node.Inputs[0], chain
-			}
-			break
-		}
-		return nil, nil
-	}
 	// narrowed[t] is a narrowing of float32 t to bfloat16 (Compress storing
 	// it) and pos each node's position: a product after it may read it.
 	narrowed := map[*trace.Tensor]*trace.Node{}
@@ -87,7 +67,7 @@ func readLowShared(g *trace.Graph) (*trace.Graph, int, error) {
 			if ins[i].DType() == tensor.BFloat16 {
 				continue
 			}
-			if srcs[i], chains[i] = source(n.Inputs[i]); srcs[i] != nil {
+			if srcs[i], chains[i] = widenedSource(n.Inputs[i], tensor.BFloat16); srcs[i] != nil {
 				continue
 			}
 			// Under bf16-true every float32 operand of a forward product
