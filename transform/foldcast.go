@@ -67,32 +67,38 @@ func readNarrowed(g *trace.Graph) (*trace.Graph, error) {
 	for i, n := range g.Nodes {
 		pos[n] = i
 	}
-	// narrowed[v] is the first narrowing of float32 value v to bfloat16.
-	narrowed := map[*trace.Tensor]*trace.Tensor{}
-	for _, n := range g.Nodes {
-		if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && c.To == tensor.BFloat16 && isF32(n.Inputs[0]) && narrowed[n.Inputs[0]] == nil {
-			narrowed[n.Inputs[0]] = n.Outputs[0]
-		}
-	}
-	any := false
+	narrowed := bf16Narrowings(g)
+	found := false
 	for v, lo := range narrowed {
 		for _, r := range cons[v.Node.ID] {
-			if pos[r] > pos[lo.Node] && slices.Contains(r.Inputs, v) && readsBF16(r, v) {
-				any = true
+			if pos[r] > pos[lo] && slices.Contains(r.Inputs, v) && readsBF16(r, v) {
+				found = true
 			}
 		}
 	}
-	if !any {
+	if !found {
 		return g, nil
 	}
 	return rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
 		for i, in := range n.Inputs {
-			if lo := narrowed[in]; lo != nil && pos[n] > pos[lo.Node] && readsBF16(n, in) {
-				ins[i] = mapped[lo]
+			if lo := narrowed[in]; lo != nil && pos[n] > pos[lo] && readsBF16(n, in) {
+				ins[i] = mapped[lo.Outputs[0]]
 			}
 		}
 		return false
 	})
+}
+
+// bf16Narrowings maps each float32 value of g that a cast narrows to
+// bfloat16 to the first such cast.
+func bf16Narrowings(g *trace.Graph) map[*trace.Tensor]*trace.Node {
+	narrowed := map[*trace.Tensor]*trace.Node{}
+	for _, n := range g.Nodes {
+		if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && c.To == tensor.BFloat16 && isF32(n.Inputs[0]) && narrowed[n.Inputs[0]] == nil {
+			narrowed[n.Inputs[0]] = n
+		}
+	}
+	return narrowed
 }
 
 // widenAfterPermute returns a copy of g in which a permutation whose input

@@ -44,13 +44,10 @@ func readLowFor(g *trace.Graph, p Precision) (*trace.Graph, int, error) {
 func readLowShared(g *trace.Graph) (*trace.Graph, int, error) {
 	// narrowed[t] is a narrowing of float32 t to bfloat16 (Compress storing
 	// it) and pos each node's position: a product after it may read it.
-	narrowed := map[*trace.Tensor]*trace.Node{}
+	narrowed := bf16Narrowings(g)
 	pos := map[*trace.Node]int{}
 	for i, n := range g.Nodes {
 		pos[n] = i
-		if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && c.To == tensor.BFloat16 && isF32(n.Inputs[0]) && narrowed[n.Inputs[0]] == nil {
-			narrowed[n.Inputs[0]] = n
-		}
 	}
 	moved := 0
 	out, err := rebuild(g, func(out *trace.Graph, n *trace.Node, ins []*trace.Tensor, mapped map[*trace.Tensor]*trace.Tensor) bool {
