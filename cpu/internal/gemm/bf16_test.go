@@ -32,6 +32,18 @@ func refBF16Kernel(mr, nr int) *bf16Kernel {
 		}}
 }
 
+// vdpBF16Kernels are the VDPBF16PS kernels of bf16Kernels (the AMX
+// kernel has its own reference and tests, amx_test.go).
+func vdpBF16Kernels() []*bf16Kernel {
+	var ks []*bf16Kernel
+	for _, k := range bf16Kernels() {
+		if !k.amx {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
 func useBF16Kern(k *bf16Kernel) (restore func()) {
 	old := bf16Kern
 	bf16Kern = k
@@ -82,7 +94,7 @@ func TestBF16DotPairCases(t *testing.T) {
 		{"overflow", [][2]uint32{{pairOf(0, 0x1p100), pairOf(0, 0x1p100)}}, float32(math.Inf(1))},
 		{"inf times zero", [][2]uint32{{pairOf(0, float32(math.Inf(1))), pairOf(0, 0)}}, float32(math.NaN())},
 	}
-	kernels := append([]*bf16Kernel{refBF16Kernel(1, 1)}, bf16Kernels()...)
+	kernels := append([]*bf16Kernel{refBF16Kernel(1, 1)}, vdpBF16Kernels()...)
 	for _, tc := range cases {
 		for _, kern := range kernels {
 			kp := len(tc.pairs)
@@ -124,7 +136,7 @@ func randBF16(rng *rand.Rand, special bool) uint16 {
 // special values, at several depths (the unrolled loop and its tail) and
 // for both stores.
 func TestBF16KernelRandom(t *testing.T) {
-	ks := bf16Kernels()
+	ks := vdpBF16Kernels()
 	if len(ks) == 0 {
 		t.Skip("no native bf16 kernel on this CPU")
 	}
@@ -225,7 +237,7 @@ func bf16Cases() []gemmCase {
 // on portable reference kernels of other tile sizes) is bitwise the
 // reference, on 1 and 2 threads.
 func TestSgemmBF16(t *testing.T) {
-	kernels := append(bf16Kernels(), refBF16Kernel(4, 8), refBF16Kernel(3, 16))
+	kernels := append(vdpBF16Kernels(), refBF16Kernel(4, 8), refBF16Kernel(3, 16))
 	for _, kern := range kernels {
 		isRef := strings.HasPrefix(kern.name, "ref")
 		for ci, tc := range bf16Cases() {
@@ -443,7 +455,7 @@ func TestBF16PackForms(t *testing.T) {
 // A kernel's row-major-A form and its pair-major one give the same bits
 // (TestSgemmBF16 runs the kernels as SgemmMixed picks their forms).
 func TestSgemmBF16RowForm(t *testing.T) {
-	for _, kern := range bf16Kernels() {
+	for _, kern := range vdpBF16Kernels() {
 		if kern.rows == nil {
 			continue
 		}
@@ -507,6 +519,7 @@ func TestSgemmBF16KBlocks(t *testing.T) {
 	if bf16Kern == nil {
 		t.Skip("no native bf16 kernel in use")
 	}
+	defer useBF16Kern(bf16TileKern())() // VDPBF16PS's arithmetic (AMX: amx_test.go)
 	for ci, tc := range bf16Cases() {
 		if tc.k <= bf16KC || testing.Short() && tc.m*tc.n*tc.k > 2e7 {
 			continue
@@ -540,6 +553,7 @@ func TestSgemmBF16ColSplit(t *testing.T) {
 	if bf16Kern == nil {
 		t.Skip("no native bf16 kernel in use")
 	}
+	defer useBF16Kern(bf16TileKern())() // VDPBF16PS's arithmetic (AMX: amx_test.go)
 	defer func(c, r bool) { bf16ColSplit, bf16RowPriv = c, r }(bf16ColSplit, bf16RowPriv)
 	for ci, tc := range []gemmCase{
 		{m: 160, n: 24, k: 1200, transA: true},
@@ -588,6 +602,7 @@ func TestSgemmBF16Paths(t *testing.T) {
 	if bf16Kern == nil {
 		t.Skip("no native bf16 kernel in use")
 	}
+	defer useBF16Kern(bf16TileKern())() // VDPBF16PS's arithmetic (AMX: amx_test.go)
 	for ci, tc := range []gemmCase{
 		{m: 200, n: 40, k: 96},                                    // strided A, edge tile of 8 rows
 		{m: 208, n: 48, k: 1100, beta: -1},                        // edge tile of 16 rows, 3 K blocks

@@ -43,6 +43,14 @@ type bf16Kernel struct {
 	// read where it lies, not copied with zero rows and computed whole
 	// (gpt's 2048 rows: 85 tiles and 8 rows).
 	stridedEdge map[int]bf16StridedFn
+	// amx marks an AMX kernel (TDPBF16PS arithmetic, amx.go), not
+	// VDPBF16PS's: the tests compare it with its own reference, and the
+	// convolutions' tile (BF16Tile) stays on VDPBF16PS.
+	amx bool
+	// rowsTrans: pack a transposed A into rows for kern.rows too, rather
+	// than pair-major panels for fn (the AMX kernel reads A by rows and
+	// its fn transposes each panel again for every B panel).
+	rowsTrans bool
 }
 
 // bf16StridedFn is a micro-kernel with A row-major, row i's pairs at
@@ -116,7 +124,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 
 	// A row-major where the kernel has that form and A's pairs lie in
 	// its rows.
-	rowsA := kern.rows != nil && !transA
+	rowsA := kern.rows != nil && (!transA || kern.rowsTrans)
 	aLen := (kpc + bf16APad) * mc
 	if rowsA {
 		aLen = bf16RowStride * mc
@@ -128,7 +136,7 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 	// rows 768 to 3072 bytes apart) 5-9% of their CPU time on Zen 4.
 	var a32 []uint32
 	var sfn func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool)
-	if rowsA && kern.strided != nil && lda%2 == 0 {
+	if rowsA && !transA && kern.strided != nil && lda%2 == 0 {
 		a32 = pairsOf(a[:len(a)&^1])
 		rs := lda / 2
 		sfn = func(kp int, a, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
@@ -232,6 +240,9 @@ func sgemmBF16Rows(kern *bf16Kernel, pool *parallel.Pool, transA, transB bool, m
 						}
 					}
 					bf16Macro(sfn, mr, nr, lda/2, mcur, ncur, kp, a32[(ic*lda+pc)/2:], bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, edge)
+				case rowsA && transA:
+					packRowsTr(ap[:aLen], a, pc*lda+ic, lda, mcur, roundUp(mcur, mr), kcur)
+					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})
 				case rowsA:
 					packRows(ap[:aLen], a, ic*lda+pc, lda, mcur, roundUp(mcur, mr), kcur)
 					bf16Macro(kern.rows, mr, nr, bf16RowStride, mcur, ncur, kp, ap, bp, bps, jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, ctile, bf16Edge{})

@@ -20,6 +20,7 @@ func TestSgemmMixedRows(t *testing.T) {
 	if bf16Kern == nil {
 		t.Skip("no native bf16 kernel")
 	}
+	defer useBF16Kern(bf16TileKern())() // VDPBF16PS's arithmetic (AMX: amx_test.go)
 	for _, s := range []struct {
 		m, n, k    int
 		tA, tB     bool

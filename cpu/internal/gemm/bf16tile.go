@@ -7,9 +7,26 @@ package gemm
 // low and of odd k high, zero past k.
 type BF16Tile struct{ kern *bf16Kernel }
 
-// NativeBF16Tile returns the native bf16 micro-kernel, if it is on.
+// NativeBF16Tile returns the native bf16 micro-kernel, if it is on: the
+// VDPBF16PS one even where products run on AMX (its callers' tests hold
+// it to VDPBF16PS's arithmetic, RefDotBF16).
 func NativeBF16Tile() (BF16Tile, bool) {
-	return BF16Tile{bf16Kern}, bf16Kern != nil
+	k := bf16TileKern()
+	return BF16Tile{k}, k != nil
+}
+
+// bf16TileKern is the VDPBF16PS kernel where native bf16 is on: bf16Kern,
+// or where that is the AMX kernel the first VDPBF16PS one.
+func bf16TileKern() *bf16Kernel {
+	if bf16Kern == nil || !bf16Kern.amx {
+		return bf16Kern
+	}
+	for _, k := range bf16Kernels() {
+		if !k.amx {
+			return k
+		}
+	}
+	return nil
 }
 
 // MR is the number of rows of a tile (of an A panel's lanes).

@@ -3,6 +3,8 @@ package gemm
 import (
 	"fmt"
 	"strings"
+
+	"github.com/headroom-ml/headroom/internal/cpuid"
 )
 
 // KernelSummary says which kernels run on this machine, for reports:
@@ -27,8 +29,17 @@ var convKernelName = "none"
 // PyTorch's autocast).
 func halfKernelName() string {
 	widened := "widened to float32 in packing, " + sgemmKern.name + " FMAs"
+	if bf16Kern != nil && bf16Kern.amx {
+		return fmt.Sprintf("bf16 products AMX-BF16 TDPBF16PS (%dx%d tile, float32 accumulation; convolution and attention tiles VDPBF16PS), fp16 products %s", bf16Kern.mr, bf16Kern.nr, widened)
+	}
 	if bf16Kern != nil {
-		return fmt.Sprintf("bf16 products VDPBF16PS (%s tile, float32 accumulation), fp16 products %s", strings.TrimPrefix(bf16Kern.name, "avx512_bf16 "), widened)
+		s := fmt.Sprintf("bf16 products VDPBF16PS (%s tile, float32 accumulation), fp16 products %s", strings.TrimPrefix(bf16Kern.name, "avx512_bf16 "), widened)
+		if d := cpuid.Detected; d.AMXTile && d.AMXBF16 {
+			// The CPU has AMX but it does not run: say why.
+			_, why := AMXStatus()
+			s += " (" + why + ")"
+		}
+		return s
 	}
 	if len(bf16Kernels()) > 0 {
 		widened += " (native bf16 off: HEADROOM_BF16_NATIVE=0)"
@@ -44,9 +55,16 @@ type Capabilities struct {
 	// instructions (VDPBF16PS) rather than widened to float32: about twice
 	// float32's products per instruction.
 	NativeBF16 bool
+	// AMX is true where bf16 products run on the AMX-BF16 kernel
+	// (TDPBF16PS tiles): up to 16 times VDPBF16PS's work an instruction.
+	// AMXReason says why it runs or not (no AMX, the OS's permission
+	// refused, the self-check's outcome), for reports.
+	AMX       bool
+	AMXReason string
 }
 
 // Caps reports the kernels chosen.
 func Caps() Capabilities {
-	return Capabilities{AVX512: sgemmKern.name == "avx512", NativeBF16: bf16Kern != nil}
+	_, why := AMXStatus()
+	return Capabilities{AVX512: sgemmKern.name == "avx512", NativeBF16: bf16Kern != nil, AMX: bf16Kern != nil && bf16Kern.amx, AMXReason: why}
 }
