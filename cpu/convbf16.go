@@ -108,8 +108,16 @@ const (
 // (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
 // im2col and packing cost more than the float32 Winograd kernels they
 // would replace), and of those only where the cost model expects it to
-// beat float32 Winograd (convNativeCheaper).
-var convBF16On = convBF16Bww
+// beat float32 Winograd (convNativeCheaper). Where the AMX kernel runs,
+// the forward and input gradient too (their products run on it; the
+// cost model expects them to beat Winograd there): by the rates alone,
+// not measured on an AMX machine.
+var convBF16On = func() int {
+	if amxListed() {
+		return convBF16Bww | convBF16Fwd | convBF16Bwi
+	}
+	return convBF16Bww
+}()
 
 func init() {
 	// $HEADROOM_CONV_BF16 (internal/env.ConvBF16) overrides the choice,

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
+	"github.com/headroom-ml/headroom/internal/cpuid"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/prim"
@@ -376,13 +378,43 @@ func TestConvNativeCheaper(t *testing.T) {
 		}
 	}
 	// A native rate 10× the float32 one beats Winograd's 4× fewer products.
-	defer func(r Throughput) { throughputs[0].Throughput = r }(throughputs[0].Throughput)
-	throughputs[0].BF16 = 10 * throughputs[0].FLOPS
 	g, _ := prim.ConvGeometry(tensor.Shape{4, 64, 32, 32}, tensor.Shape{32, 64, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
 	for _, o := range ops {
-		if !convNativeCheaper(o, g) {
+		if !convNativeCheaperAt(o, g, Throughput{FLOPS: 1, BF16: 10}) {
 			t.Errorf("%s: Winograd chosen against a native kernel 10× as fast", o.Name())
 		}
+	}
+}
+
+// With the AMX kernel, rrdbnet-like 3×3 layers (C 64 to 192, K 32 and
+// 64) take the native kernel for the forward and input gradient (their
+// products run on AMX), and the weight gradient (its tiled kernel is
+// VDPBF16PS) keeps Winograd; without AMX all three keep Winograd, as on
+// Zen 4. And the AMX row is the one a CPU with the AMX kernel gets.
+func TestConvNativeCheaperAMX(t *testing.T) {
+	for _, c := range []struct{ n, c, h, k int }{
+		{4, 64, 32, 32}, {4, 96, 32, 32}, {4, 128, 32, 32}, {4, 160, 32, 32}, {4, 192, 32, 64}, {4, 64, 128, 64}, {1, 64, 64, 64},
+	} {
+		g, err := prim.ConvGeometry(tensor.Shape{c.n, c.c, c.h, c.h}, tensor.Shape{c.k, c.c, 3, 3}, op.ConvOpts{Padding: [2]int{1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []trace.Op{&prim.Conv2dOp{}, &prim.Conv2dBackwardInput{}, &prim.Conv2dBackwardWeight{}} {
+			_, wgrad := o.(*prim.Conv2dBackwardWeight)
+			if got := convNativeCheaperAt(o, g, convNativeRates(o, true)); got == wgrad {
+				t.Errorf("%+v %s with AMX: native cheaper %v, want %v", c, o.Name(), got, !wgrad)
+			}
+			if convNativeCheaperAt(o, g, convNativeRates(o, false)) {
+				t.Errorf("%+v %s without AMX: native chosen over Winograd", c, o.Name())
+			}
+		}
+	}
+	amx := cpuid.Features{AVX2: true, FMA: true, AVX512F: true, AVX512BF16: true, AMXTile: true, AMXBF16: true}
+	if r := ThroughputOf(amx, Capabilities{AVX512: true, NativeBF16: true, AMX: true}); !strings.HasPrefix(r.Name, "amx") || r.BF16 < 4*r.FLOPS {
+		t.Errorf("AMX machine's row %+v: want the AMX row, bf16 above 4× float32", r)
+	}
+	if r := ThroughputOf(amx, Capabilities{AVX512: true, NativeBF16: true}); strings.HasPrefix(r.Name, "amx") {
+		t.Errorf("AMX CPU without the AMX kernel got %+v", r)
 	}
 }
 

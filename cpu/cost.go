@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/cpuid"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -57,17 +58,43 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 }
 
 // convNativeCheaper reports whether the native bf16 kernel of conv op o
-// (VDPBF16PS, the declared arithmetic) is expected to be faster for
-// geometry g than the float32 Winograd kernel on the operands' widened
-// values (bf16 values are exact in float32, and Winograd's float32 sums
-// keep autocast's semantics as they keep fp32's), by the ratio of the
-// native-bf16 row's rates (its CPUs are the only ones the native kernels
-// run on). By geometry alone, whatever kernels a test turns on, so that
-// a workspace sized for one choice is never run with the other. On
-// rrdbnet's layers Winograd wins (weight gradient, CPU time a call, one
-// thread: 64→32 on 4×32×32 0.93 ms against 1.04 native, 192→64 4.1
-// against 5.4), as the rates say.
+// (the declared arithmetic) is expected to be faster for geometry g than
+// the float32 Winograd kernel on the operands' widened values (bf16
+// values are exact in float32, and Winograd's float32 sums keep
+// autocast's semantics as they keep fp32's), by the ratio of the rates of
+// the native kernel that would run o (convNativeRates). By geometry and
+// the machine alone, whatever kernels a test turns on, so that a
+// workspace sized for one choice is never run with the other. On
+// rrdbnet's layers with VDPBF16PS Winograd wins (weight gradient, CPU
+// time a call, one thread: 64→32 on 4×32×32 0.93 ms against 1.04 native,
+// 192→64 4.1 against 5.4), as the rates say; Winograd does 3.5-3.8 times
+// fewer flops there, so a native rate above about 4 times float32's
+// (AMX) takes the native kernel.
 func convNativeCheaper(o trace.Op, g prim.ConvGeom) bool {
+	return convNativeCheaperAt(o, g, convNativeRates(o, amxListed()))
+}
+
+// amxListed reports whether the AMX kernel runs on this machine (decided
+// once per process, whether or not a test turned native bf16 off).
+func amxListed() bool {
+	on, _ := blas.AMXStatus()
+	return on
+}
+
+// convNativeRates is the rates of the native kernel that conv op o runs
+// on: the AMX row where amx (the forward and input gradient run im2col
+// and SgemmMixed, on AMX where it runs), else the VDPBF16PS row (the
+// tiled weight gradient's kernel, BF16Tile, is VDPBF16PS on every CPU).
+func convNativeRates(o trace.Op, amx bool) Throughput {
+	if _, wgrad := o.(*prim.Conv2dBackwardWeight); wgrad {
+		amx = false
+	}
+	f := cpuid.Features{AVX512F: true, AVX512BW: true, AVX512VL: true, AVX512BF16: true, AMXTile: amx, AMXBF16: amx}
+	return ThroughputOf(f, Capabilities{AVX512: true, NativeBF16: true, AMX: amx})
+}
+
+// convNativeCheaperAt is convNativeCheaper on the native kernel's rates r.
+func convNativeCheaperAt(o trace.Op, g prim.ConvGeom, r Throughput) bool {
 	var wino float64
 	switch o.(type) {
 	case *prim.Conv2dOp:
@@ -92,7 +119,6 @@ func convNativeCheaper(o trace.Op, g prim.ConvGeom) bool {
 		return true
 	}
 	direct := 2 * float64(g.N) * float64(g.K*g.OH*g.OW) * float64(g.C/max(1, g.Groups)*g.KH*g.KW)
-	r := throughputs[0].Throughput
 	return direct/r.BF16 < wino/r.FLOPS
 }
 
@@ -134,6 +160,18 @@ var throughputs = []struct {
 	Throughput
 	match func(f cpuid.Features, k Capabilities) bool
 }{
+	// AMX-BF16 (Capabilities.AMX: the TDPBF16PS kernel runs): float32 as
+	// the AVX-512 row; bf16 products 5 times that. Intel's peaks are 1024
+	// bf16 flops a cycle a core for AMX against 64 float32 for AVX-512
+	// FMAs (16 times); a real GEMM waits on tile loads and stores (large
+	// oneDNN GEMMs reach well under half the AMX peak), and this one adds
+	// Go packing, a transposed A's repack, and tails and stores through
+	// scratch, none of which the peak counts: 5 times keeps a margin of
+	// 3 below the peak ratio. Not measured: this project has not run on an
+	// AMX machine (the PyTorch/oneDNN rrdbnet step in bf16
+	// autocast took 0.53 of its fp32 time there, every op included).
+	{Throughput{"amx-bf16 (AMX tile kernel)", 1.7, 8.5},
+		func(f cpuid.Features, k Capabilities) bool { return f.AMXBF16 && k.AMX }},
 	{Throughput{"avx512-bf16 (native bf16 kernel)", 1.7, 3.0},
 		func(f cpuid.Features, k Capabilities) bool { return f.AVX512BF16 && k.NativeBF16 }},
 	{Throughput{"avx512", 1.7, 1.7},

@@ -621,14 +621,15 @@ func packPairsIlv(dst []uint32, w int, src []uint16, off, ld, lanes, kcur int) {
 var bf16Kern *bf16Kernel
 
 func init() {
-	ks := bf16Kernels()
-	if len(ks) == 0 {
-		return
-	}
+	// The switch first: listing the kernels may ask the OS for AMX and
+	// self-check it (amxKernel), which a process with native bf16 off
+	// need not do.
 	if on, err := env.Bool(env.BF16Native, true); !on || err != nil {
 		return
 	}
-	bf16Kern = ks[0]
+	if ks := bf16Kernels(); len(ks) > 0 {
+		bf16Kern = ks[0]
+	}
 }
 
 // SetNativeBF16 turns the native bf16 kernel on (where the CPU has one) or
