@@ -311,6 +311,23 @@ func benchRecompute(s string) (train.Recompute, error) {
 	return train.NoRecompute, fmt.Errorf("bench: --recompute %q: want none or selective", s)
 }
 
+// amxNote says, for a CPU with AMX-BF16 (detected, before any limit),
+// whether bf16 products run on its tiles, and if not why; "" for a CPU
+// without.
+func amxNote(detected cpuid.Features, caps cpu.Capabilities) string {
+	switch {
+	case caps.AMX:
+		return "; bf16 products on amx-bf16 tiles"
+	case !detected.AMXTile || !detected.AMXBF16:
+		return ""
+	case !caps.NativeBF16:
+		return "; amx-bf16 not used: native bf16 off"
+	case caps.AMXReason != "":
+		return "; amx-bf16 not used: " + caps.AMXReason
+	}
+	return "; amx-bf16 not used"
+}
+
 // machineLine describes the CPU and what headroom's kernels use on it.
 func machineLine() string {
 	feats := strings.Join(cpuid.X86.List(), " ")
@@ -323,6 +340,7 @@ func machineLine() string {
 	case cpuid.MaxISA != "":
 		feats += fmt.Sprintf(" (limited by HEADROOM_MAX_ISA=%s; the CPU has %s)", cpuid.MaxISA, strings.Join(cpuid.Detected.List(), " "))
 	}
+	feats += amxNote(cpuid.Detected, cpu.Caps())
 	return fmt.Sprintf("CPU: %s (%s/%s, %d logical CPUs); vector extensions: %s\nkernels: %s",
 		cpuid.ModelName(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), feats, cpu.KernelSummary())
 }

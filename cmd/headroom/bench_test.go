@@ -10,6 +10,7 @@ import (
 
 	"github.com/headroom-ml/headroom/cpu"
 	"github.com/headroom-ml/headroom/internal/bench"
+	"github.com/headroom-ml/headroom/internal/cpuid"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/transform"
@@ -244,6 +245,34 @@ func TestBenchRecomputeAndGradientBuffers(t *testing.T) {
 		}
 		if r := rs[0]; r.ArenaGradients == c.bufs || r.Recompute != want || r.Planned != r.Allocated {
 			t.Errorf("--gradient-buffers %v --recompute %s: result %+v", c.bufs, c.recompute, r)
+		}
+	}
+}
+
+// The machine line names AMX where bf16 products run on it, says why not
+// where the CPU has it and they do not, and says nothing of AMX on a CPU
+// without it.
+func TestAMXNote(t *testing.T) {
+	amx := cpuid.Features{AVX512F: true, AVX512BF16: true, AMXTile: true, AMXBF16: true}
+	for _, c := range []struct {
+		name     string
+		detected cpuid.Features
+		caps     cpu.Capabilities
+		want     string
+	}{
+		{"runs", amx, cpu.Capabilities{NativeBF16: true, AMX: true, AMXReason: "AMX on: self-check bitwise"}, "on amx-bf16 tiles"},
+		{"refused", amx, cpu.Capabilities{NativeBF16: true, AMXReason: "AMX off: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): operation not permitted"}, "not used: AMX off: arch_prctl"},
+		{"native off", amx, cpu.Capabilities{AMXReason: "AMX on"}, "native bf16 off"},
+		{"no AMX", cpuid.Features{AVX512F: true}, cpu.Capabilities{NativeBF16: true, AMXReason: "the CPU (or OS) has no AMX-BF16"}, ""},
+	} {
+		got := amxNote(c.detected, c.caps)
+		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%s: amxNote = %q, want %q", c.name, got, c.want)
+		}
+	}
+	if d := cpuid.Detected; !d.AMXTile || !d.AMXBF16 {
+		if line := machineLine(); strings.Contains(line, "amx-bf16") || strings.Contains(line, "AMX") {
+			t.Errorf("machine without AMX: %q", line)
 		}
 	}
 }
