@@ -315,3 +315,66 @@ func sameFloat(x, y float32) bool {
 	}
 	return math.Float32bits(x) == math.Float32bits(y)
 }
+
+// amxCfg is the tile configuration LDTILECFG loads: palette 1, tiles 0-7
+// each 16 rows of 64 bytes (C: 16×16 float32; A: 16 rows × 16 pairs; B:
+// 16 pairs × 16 columns).
+var amxCfg = func() (cfg [64]byte) {
+	cfg[0] = 1
+	for t := range 8 {
+		cfg[16+2*t] = 64 // colsb, little endian
+		cfg[48+t] = 16   // rows
+	}
+	return cfg
+}()
+
+// amxScratch is the kernel's scratch: the tail step's A (32 rows of 16
+// pairs) and, right after it (2048 bytes in, as the kernel expects), B (16
+// pairs of 32 columns), both zero past the tail; and the sums.
+type amxScratch struct {
+	a    [amxMR * amxStep]uint32
+	b    [amxStep * amxNR]uint32
+	sums [amxMR * amxNR]float32
+}
+
+var amxScratches sync.Pool
+
+// amxAsmFn is amxKernel32x32's signature (amx_amd64.go).
+type amxAsmFn func(cfg *byte, steps int, a *uint32, rs int, b *uint32, tail *uint32, sums *float32, c *float32, ldc int, alpha, beta float32, beta0 int)
+
+// amxRun is the AMX contract (amxTileGo) on f, the assembly kernel or a
+// test's emulation of it: A rows rs dwords apart, after checking the
+// bounds f reads; the tail step's pairs copied into zeroed scratch.
+func amxRun(f amxAsmFn, kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, alpha, beta float32, beta0 bool) {
+	steps := kp / amxStep
+	if steps > 0 {
+		_ = a[(amxMR-1)*rs+steps*amxStep-1]
+	}
+	_ = b[amxNR*kp-1]
+	_ = c[(amxMR-1)*ldc+amxNR-1]
+	s, _ := amxScratches.Get().(*amxScratch)
+	if s == nil {
+		s = new(amxScratch)
+	}
+	defer amxScratches.Put(s)
+	var tail *uint32
+	if q0 := steps * amxStep; q0 < kp {
+		// The last pairs into zeroed scratch: TILELOADD reads whole
+		// 64-byte rows, and what lies past kp (the next K block, another
+		// row, garbage) must not enter the sums (0·NaN).
+		r := kp - q0
+		for i := range amxMR {
+			row := s.a[i*amxStep : (i+1)*amxStep]
+			copy(row, a[i*rs+q0:i*rs+kp])
+			clear(row[r:])
+		}
+		copy(s.b[:], b[q0*amxNR:kp*amxNR])
+		clear(s.b[r*amxNR:])
+		tail = &s.a[0]
+	}
+	z := 0
+	if beta0 {
+		z = 1
+	}
+	f(&amxCfg[0], steps, &a[0], 4*rs, &b[0], tail, &s.sums[0], &c[0], ldc, alpha, beta, z)
+}

@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/headroom-ml/headroom/internal/cpuid"
 	"github.com/headroom-ml/headroom/internal/parallel"
@@ -131,9 +133,9 @@ func TestAMXStepDotCases(t *testing.T) {
 		// even: 2^24 then -2^24; odd: 1 then 0. Lanes: 0 + 1 = 1. A
 		// running sum rounds 2^24+1 to 2^24 (ties to even), then 0.
 		{"lanes", 0, []uint32{big, pairOf(-4096, 0)}, []uint32{pairOf(4096, 1), pairOf(4096, 0)}, 1, 0},
-		// -1·1 + 1·1 in the odd lane alone... a -0 product sum: even
-		// -0 (−0·1), odd -0; padding's +0 products make both +0, and
-		// the element +0 + (+0) = +0 in either model.
+		// Products -0·1 in both halves: each temporary is +0 + -0 =
+		// +0 and the padding's zero pairs add +0; the element stays +0
+		// in either model.
 		{"negative zero padded", 0, []uint32{pairOf(float32(math.Copysign(0, -1)), float32(math.Copysign(0, -1)))}, []uint32{one}, 0, 0},
 		// A denormal bf16 (0x0001) counts as zero: 1e38·denormal would
 		// otherwise be about 1e-3.
@@ -332,5 +334,153 @@ func TestAMXReported(t *testing.T) {
 	}
 	if tile, ok := NativeBF16Tile(); ok && tile.kern.amx {
 		t.Errorf("NativeBF16Tile is the AMX kernel %s", tile.kern.name)
+	}
+}
+
+// amxEmu is amxKernel32x32 in Go, instruction for instruction as
+// gen_amx.go writes it: the configuration LDTILECFG reads, TILELOADD's
+// addresses (base + row × stride), the steps' advances, the tail's
+// scratch offsets, TILESTORED's layout of the sums and the AVX-512
+// store, with TDPBF16PS by the lanes model. It lets amxRun (the wrapper's
+// bounds, tail copy and scratch layout) be checked on any machine against
+// the contract, amxTileGo.
+func amxEmu(cfg *byte, steps int, a *uint32, rs int, b *uint32, tail *uint32, sums *float32, c *float32, ldc int, alpha, beta float32, beta0 int) {
+	conf := unsafe.Slice(cfg, 64)
+	for i, v := range conf {
+		want := byte(0)
+		switch {
+		case i == 0:
+			want = 1 // palette 1
+		case i >= 16 && i < 32 && i%2 == 0:
+			want = 64 // colsb, low byte
+		case i >= 48 && i < 56:
+			want = 16 // rows
+		}
+		if v != want {
+			panic(fmt.Sprintf("tile configuration byte %d = %d, want %d", i, v, want))
+		}
+	}
+	var tiles [8][16][16]uint32
+	load := func(t int, base unsafe.Pointer, stride int) {
+		for r := range 16 {
+			for col := range 16 {
+				tiles[t][r][col] = *(*uint32)(unsafe.Add(base, r*stride+4*col))
+			}
+		}
+	}
+	dp := func(ct, at, bt int) {
+		var ap, bp [16]uint32
+		for m := range 16 {
+			for n := range 16 {
+				for k := range 16 {
+					ap[k], bp[k] = tiles[at][m][k], tiles[bt][k][n]
+				}
+				acc := math.Float32frombits(tiles[ct][m][n])
+				tiles[ct][m][n] = math.Float32bits(amxStepDot(amxLanes, acc, ap[:], bp[:]))
+			}
+		}
+	}
+	step := func(si, r10, di unsafe.Pointer, r8 int) {
+		load(4, si, r8)
+		load(5, r10, r8)
+		load(6, di, 128)
+		load(7, unsafe.Add(di, 64), 128)
+		dp(0, 4, 6)
+		dp(1, 4, 7)
+		dp(2, 5, 6)
+		dp(3, 5, 7)
+	}
+	si, di := unsafe.Pointer(a), unsafe.Pointer(b)
+	r10 := unsafe.Add(si, 16*rs)
+	for range steps {
+		step(si, r10, di, rs)
+		si, r10, di = unsafe.Add(si, 64), unsafe.Add(r10, 64), unsafe.Add(di, 2048)
+	}
+	if tail != nil {
+		t := unsafe.Pointer(tail)
+		step(t, unsafe.Add(t, 1024), unsafe.Add(t, 2048), 64)
+	}
+	sp := unsafe.Pointer(sums)
+	for t, off := range []int{0, 64, 2048, 2112} {
+		for r := range 16 {
+			for col := range 16 {
+				*(*uint32)(unsafe.Add(sp, off+r*128+4*col)) = tiles[t][r][col]
+			}
+		}
+	}
+	s := unsafe.Slice(sums, 32*32)
+	cs := unsafe.Slice(c, 31*ldc+32)
+	for r := range 32 {
+		for j := range 32 {
+			v := alpha * s[r*32+j]
+			if beta0 == 0 {
+				v = fma32(beta, cs[r*ldc+j], v)
+			}
+			cs[r*ldc+j] = v
+		}
+	}
+}
+
+// The wrapper around the assembly (bounds, the tail's zeroed scratch,
+// the configuration, the arguments) on amxEmu is bitwise the contract,
+// for whole steps, tails alone, steps and a tail, strides and both
+// stores, with special values.
+func TestAMXWrapperOnEmulation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, kp := range []int{1, 5, 15, 16, 17, 37, 144} {
+		for _, extra := range []int{0, 3} {
+			for _, beta0 := range []bool{true, false} {
+				rs := kp + extra
+				a := make([]uint32, 31*rs+kp)
+				b := make([]uint32, 32*kp)
+				for _, x := range [][]uint32{a, b} {
+					for i := range x {
+						x[i] = uint32(randBF16(rng, kp%2 == 1)) | uint32(randBF16(rng, kp%2 == 1))<<16
+					}
+				}
+				const ldc = 41
+				c := make([]float32, 31*ldc+32)
+				for i := range c {
+					c[i] = float32(rng.NormFloat64())
+				}
+				want := append([]float32(nil), c...)
+				amxRun(amxEmu, kp, a, rs, b, c, ldc, 0.75, -1.5, beta0)
+				amxTileGo(amxLanes, kp, a, rs, b, want, ldc, 0.75, -1.5, beta0)
+				for i := range c {
+					if !sameBits(c[i], want[i]) {
+						t.Fatalf("kp=%d rs=%d beta0=%v: element %d (row %d col %d) = %g, want %g", kp, rs, beta0, i, i/ldc, i%ldc, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// The pair-major form of an AMX-contract kernel (fn: the panel
+// transposed into rows) is its row-major form on the same values.
+func TestAMXPairMajorForm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	k := amxGoKernel(amxLanes)
+	for _, kp := range []int{1, 16, 21} {
+		panel := make([]uint32, 32*kp)
+		rows := make([]uint32, 32*kp)
+		for q := range kp {
+			for i := range 32 {
+				v := uint32(randBF16(rng, false)) | uint32(randBF16(rng, false))<<16
+				panel[q*32+i], rows[i*kp+q] = v, v
+			}
+		}
+		b := make([]uint32, 32*kp)
+		for i := range b {
+			b[i] = uint32(randBF16(rng, false)) | uint32(randBF16(rng, false))<<16
+		}
+		got, want := make([]float32, 32*32), make([]float32, 32*32)
+		k.fn(kp, panel, b, got, 32, 1, 0, true)
+		k.strided(kp, rows, kp, b, want, 32, 1, 0, true)
+		for i := range got {
+			if !sameBits(got[i], want[i]) {
+				t.Fatalf("kp=%d: element %d = %g, want %g", kp, i, got[i], want[i])
+			}
+		}
 	}
 }
