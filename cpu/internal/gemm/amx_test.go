@@ -380,25 +380,27 @@ func amxEmu(cfg *byte, steps int, a *uint32, rs int, b *uint32, tail *uint32, su
 			}
 		}
 	}
-	step := func(si, r10, di unsafe.Pointer, r8 int) {
-		load(4, si, r8)
-		load(5, r10, r8)
-		load(6, di, 128)
-		load(7, unsafe.Add(di, 64), 128)
+	// Addresses as a base and a byte offset (the registers' values),
+	// dereferenced only when loaded: past the last step they point past
+	// the operands.
+	step := func(ab unsafe.Pointer, si, r10 int, bb unsafe.Pointer, di, r8 int) {
+		load(4, unsafe.Add(ab, si), r8)
+		load(5, unsafe.Add(ab, r10), r8)
+		load(6, unsafe.Add(bb, di), 128)
+		load(7, unsafe.Add(bb, di+64), 128)
 		dp(0, 4, 6)
 		dp(1, 4, 7)
 		dp(2, 5, 6)
 		dp(3, 5, 7)
 	}
-	si, di := unsafe.Pointer(a), unsafe.Pointer(b)
-	r10 := unsafe.Add(si, 16*rs)
+	si, r10, di := 0, 16*rs, 0
 	for range steps {
-		step(si, r10, di, rs)
-		si, r10, di = unsafe.Add(si, 64), unsafe.Add(r10, 64), unsafe.Add(di, 2048)
+		step(unsafe.Pointer(a), si, r10, unsafe.Pointer(b), di, rs)
+		si, r10, di = si+64, r10+64, di+2048
 	}
 	if tail != nil {
 		t := unsafe.Pointer(tail)
-		step(t, unsafe.Add(t, 1024), unsafe.Add(t, 2048), 64)
+		step(t, 0, 1024, t, 2048, 64)
 	}
 	sp := unsafe.Pointer(sums)
 	for t, off := range []int{0, 64, 2048, 2112} {
