@@ -108,16 +108,14 @@ const (
 // (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
 // im2col and packing cost more than the float32 Winograd kernels they
 // would replace), and of those only where the cost model expects it to
-// beat float32 Winograd (convNativeCheaper). Where the AMX kernel runs,
-// the forward and input gradient too (their products run on it; the
-// cost model expects them to beat Winograd there): by the rates alone,
-// not measured on an AMX machine.
-var convBF16On = func() int {
-	if amxListed() {
-		return convBF16Bww | convBF16Fwd | convBF16Bwi
-	}
-	return convBF16Bww
-}()
+// beat float32 Winograd (convNativeCheaper). Kept so where the AMX
+// kernel runs, though the rates alone would take the forward and input
+// gradient natively there: their products take a transposed A (the
+// im2col matrix), which the AMX driver repacks into rows in Go at about
+// 0.7 ns a value on Zen 4, against a few hundredths of a ns of AMX
+// arithmetic a value at rrdbnet's 32-64 output channels; unmeasured on
+// AMX hardware, $HEADROOM_CONV_BF16=fwd,bwi,bww tries them.
+var convBF16On = convBF16Bww
 
 func init() {
 	// $HEADROOM_CONV_BF16 (internal/env.ConvBF16) overrides the choice,

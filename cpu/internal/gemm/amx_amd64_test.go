@@ -3,8 +3,15 @@
 package gemm
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -74,5 +81,62 @@ func TestAMXAsm(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The AMX instructions of amxKernel32x32 as linked into this test binary
+// (Go's assembler having emitted the BYTE directives among its own
+// instructions) are, disassembled by GNU objdump, the generator's
+// comments in order: nothing lost or misplaced between the generated
+// file and the code that runs.
+func TestAMXLinkedCode(t *testing.T) {
+	objdump, err := exec.LookPath("objdump")
+	if err != nil {
+		t.Skip("GNU objdump (binutils) not installed")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	// go test strips the symbols: find the code from the function
+	// value, the ABIInternal wrapper, whose call is to the assembly.
+	dis := func(from, to uintptr) string {
+		out, err := exec.Command(objdump, "-d", "-M", "intel", fmt.Sprintf("--start-address=%#x", from), fmt.Sprintf("--stop-address=%#x", to), exe).CombinedOutput()
+		if err != nil {
+			t.Skipf("objdump on the test binary: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	wrapper := reflect.ValueOf(amxKernel32x32).Pointer()
+	call := regexp.MustCompile(`\tcall\s+(?:0x)?([0-9a-f]+)`).FindStringSubmatch(dis(wrapper, wrapper+256))
+	if call == nil {
+		t.Skip("no call in amxKernel32x32's wrapper (a position-independent binary?)")
+	}
+	target, _ := strconv.ParseUint(call[1], 16, 64)
+	start, size := uint64(target), uint64(1024)
+	out := dis(uintptr(start), uintptr(start+size))
+	if i := strings.Index(out, "\tret"); i >= 0 {
+		out = out[:i] // the kernel's one return ends it
+	}
+	amxOp := regexp.MustCompile(`\t((?:ldtilecfg|tilezero|tileloadd|tilestored|tdpbf16ps|tilerelease)\b.*)$`)
+	var got []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := amxOp.FindStringSubmatch(l); m != nil {
+			got = append(got, strings.Join(strings.Fields(m[1]), " "))
+		}
+	}
+	src, err := os.ReadFile("amx_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, l := range strings.Split(string(src), "\n") {
+		if strings.Contains(l, "BYTE") {
+			_, c, _ := strings.Cut(l, "// ")
+			want = append(want, strings.TrimSpace(c))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("linked AMX instructions:\n%s\nwant (amx_amd64.s):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
