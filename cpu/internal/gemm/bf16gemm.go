@@ -502,6 +502,16 @@ func packPanelsIlv(dst []uint32, nr, bps, kp int, src []uint16, off, ld, ncols, 
 			ilvAsm(&lo[0], &hi[0], full, &dst[o], bps)
 			jp += full
 		}
+		if full := min(jpHi, jpLo+len(lo)/nr) - jpLo; ilvAsm != nil && hi != nil && nr == 32 && full > 0 {
+			// The AMX kernel's 32-column panels: a call a panel, its two
+			// 16-column halves side by side.
+			for p := range full {
+				o := (jpLo+p)*bps + q*nr
+				_ = dst[o+nr-1]
+				ilvAsm(&lo[p*nr], &hi[p*nr], 2, &dst[o], 16)
+			}
+			jp += full
+		}
 		for ; jp < jpHi; jp++ {
 			d := dst[jp*bps+q*nr : jp*bps+q*nr+nr]
 			j0 := jp*nr - c0
