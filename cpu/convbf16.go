@@ -111,10 +111,10 @@ const (
 // beat float32 Winograd (convNativeCheaper). Kept so where the AMX
 // kernel runs, though the rates alone would take the forward and input
 // gradient natively there: their products take a transposed A (the
-// im2col matrix), which the AMX driver repacks into rows in Go at about
-// 0.7 ns a value on Zen 4, against a few hundredths of a ns of AMX
-// arithmetic a value at rrdbnet's 32-64 output channels; unmeasured on
-// AMX hardware, $HEADROOM_CONV_BF16=fwd,bwi,bww tries them.
+// im2col matrix), which the AMX driver repacks into rows at about 0.23
+// ns a value (AVX-512 transposes, Zen 4), against a few hundredths of a
+// ns of AMX arithmetic a value at rrdbnet's 32-64 output channels;
+// unmeasured on AMX hardware, $HEADROOM_CONV_BF16=fwd,bwi,bww tries them.
 var convBF16On = convBF16Bww
 
 func init() {

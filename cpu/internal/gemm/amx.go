@@ -195,22 +195,37 @@ func amxGoKernel(model amxModel) *bf16Kernel {
 // packRowsTr is packRows for a transposed A (value p of row i at
 // src[off+p*ld+i]): row i < lines of the panel (bf16RowStride dwords
 // apart) holds the pairs of values [0, kcur), zero past kcur; rows from
-// lines on zeros. A pair of A's rows (two values of k) at a time, read
-// along memory: read down its columns (a row of the panel at a time),
-// each value on another line of A, it ran at 8 ns a value on Zen 4.
+// lines on zeros. Whole blocks of 16 rows and 16 pairs by amxPackTrAsm
+// where the CPU has it; the rest a pair of A's rows (two values of k) at
+// a time, read along memory (read down its columns, each value on
+// another line of A, it ran at 8 ns a value on Zen 4).
 func packRowsTr(dst []uint32, src []uint16, off, ld, lines, rows, kcur int) {
 	kp := ceilDiv(kcur, 2)
 	_ = dst[(rows-1)*bf16RowStride+kp-1]
+	i0, q0 := 0, 0 // rows [0, i0) have pairs [0, q0) packed
+	if ib, qb := lines/16, kcur/32; amxPackTrAsm != nil && ib > 0 && qb > 0 {
+		_ = src[off+(32*qb-1)*ld+16*ib-1]
+		amxPackTrAsm(&src[off], ld, qb, ib, &dst[0], bf16RowStride)
+		i0, q0 = 16*ib, 16*qb
+	}
 	for q := range kp {
-		lo := src[off+2*q*ld : off+2*q*ld+lines]
+		from := 0
+		if q < q0 {
+			from = i0
+		}
+		if from == lines {
+			continue
+		}
+		lo := src[off+2*q*ld+from : off+2*q*ld+lines]
+		d := dst[from*bf16RowStride+q:]
 		if 2*q+1 < kcur {
-			hi := src[off+(2*q+1)*ld : off+(2*q+1)*ld+lines]
+			hi := src[off+(2*q+1)*ld+from : off+(2*q+1)*ld+lines]
 			for i, v := range lo {
-				dst[i*bf16RowStride+q] = uint32(v) | uint32(hi[i])<<16
+				d[i*bf16RowStride] = uint32(v) | uint32(hi[i])<<16
 			}
 		} else {
 			for i, v := range lo {
-				dst[i*bf16RowStride+q] = uint32(v)
+				d[i*bf16RowStride] = uint32(v)
 			}
 		}
 	}
@@ -218,6 +233,12 @@ func packRowsTr(dst []uint32, src []uint16, off, ld, lines, rows, kcur int) {
 		clear(dst[i*bf16RowStride : i*bf16RowStride+kp])
 	}
 }
+
+// amxPackTrAsm, where the CPU has it (amx_amd64.go), is packRowsTr's
+// whole blocks: for ib < iblocks, qb < qblocks, i < 16 and q < 16,
+// dst[(16ib+i)*ds+16qb+q] = src[(32qb+2q)*ld+16ib+i] |
+// src[(32qb+2q+1)*ld+16ib+i]<<16.
+var amxPackTrAsm func(src *uint16, ld, qblocks, iblocks int, dst *uint32, ds int)
 
 // The AMX kernel's state, decided once (amxProbe: CPUID, the OS's
 // permission, a self-check) the first time the bf16 kernels are listed.

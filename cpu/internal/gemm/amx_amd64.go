@@ -48,3 +48,15 @@ func amxProbe() (*bf16Kernel, amxModel, string) {
 	}
 	return amxKernelOf(fmt.Sprintf("amx_bf16 %dx%d", amxMR, amxNR), amxStrided), model, "AMX on: self-check " + report
 }
+
+// amxPackTr is in amx_amd64.s (gen_amx.go): whole 16×16 blocks of
+// packRowsTr, rows ds dwords apart (AVX-512F).
+//
+//go:noescape
+func amxPackTr(src *uint16, ld, qblocks, iblocks int, dst *uint32, ds int)
+
+func init() {
+	if hasAVX512() {
+		amxPackTrAsm = amxPackTr
+	}
+}

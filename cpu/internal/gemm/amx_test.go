@@ -486,3 +486,39 @@ func TestAMXPairMajorForm(t *testing.T) {
 		}
 	}
 }
+
+// packRowsTr (with amxPackTr where the CPU has it) packs what the
+// definition says, for whole and partial blocks of rows and pairs, odd
+// k, zero rows past lines, and leaves the row stride's tail alone.
+func TestPackRowsTr(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, s := range []struct{ lines, rows, kcur, ld int }{
+		{16, 16, 32, 16}, {32, 32, 64, 40}, {144, 144, 512, 150}, {33, 48, 95, 37}, {15, 16, 31, 15}, {47, 48, 100, 50}, {3, 32, 7, 5},
+	} {
+		src := randBF16s(rng, s.kcur*s.ld, false)
+		dst := make([]uint32, s.rows*bf16RowStride)
+		for i := range dst {
+			dst[i] = 0xdeadbeef
+		}
+		packRowsTr(dst, src, 0, s.ld, s.lines, s.rows, s.kcur)
+		kp := ceilDiv(s.kcur, 2)
+		for i := range s.rows {
+			for q := range bf16RowStride {
+				var want uint32 = 0xdeadbeef
+				switch {
+				case q >= kp:
+				case i >= s.lines:
+					want = 0
+				default:
+					want = uint32(src[2*q*s.ld+i])
+					if 2*q+1 < s.kcur {
+						want |= uint32(src[(2*q+1)*s.ld+i]) << 16
+					}
+				}
+				if got := dst[i*bf16RowStride+q]; got != want {
+					t.Fatalf("%+v: row %d pair %d = %#x, want %#x", s, i, q, got, want)
+				}
+			}
+		}
+	}
+}

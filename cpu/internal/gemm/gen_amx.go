@@ -231,8 +231,90 @@ func main() {
 	w("\tJNZ row")
 	w("\tVZEROUPPER")
 	w("\tRET")
+	packTr()
 	if err := os.WriteFile(*o, []byte(out.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// packTr writes amxPackTr, the transposed A's packing into rows for the
+// kernel (AVX-512F): per block of 16 rows of op(A) and 16 pairs of k, 16
+// pairs of A's rows (k) read along memory and widened, lo | hi<<16, into
+// Z0-Z15 (register q: pair q of the 16 rows), then the 16×16 dwords
+// transposed (unpack dwords, unpack qwords, two rounds of 128-bit lane
+// shuffles; Z16-Z31 in between) and stored as 64 bytes of 16 rows.
+func packTr() {
+	w("")
+	w("// func amxPackTr(src *uint16, ld, qblocks, iblocks int, dst *uint32, ds int)")
+	w("//")
+	w("// For ib < iblocks, qb < qblocks, i < 16 and q < 16:")
+	w("// dst[(16ib+i)*ds+16qb+q] = src[(32qb+2q)*ld+16ib+i] | src[(32qb+2q+1)*ld+16ib+i]<<16.")
+	w("TEXT ·amxPackTr(SB), NOSPLIT, $0-48")
+	w("\tMOVQ src+0(FP), SI")
+	w("\tMOVQ ld+8(FP), DX")
+	w("\tSHLQ $1, DX")
+	w("\tMOVQ qblocks+16(FP), R9")
+	w("\tMOVQ iblocks+24(FP), R10")
+	w("\tMOVQ dst+32(FP), DI")
+	w("\tMOVQ ds+40(FP), R11")
+	w("\tSHLQ $2, R11")
+	w("\tMOVQ R11, R13")
+	w("\tSHLQ $4, R13")
+	w("")
+	w("trRows:")
+	w("\tMOVQ SI, AX")
+	w("\tMOVQ DI, BX")
+	w("\tMOVQ R9, CX")
+	w("")
+	w("trPairs:")
+	w("\tMOVQ AX, R8")
+	for q := 0; q < 16; q++ {
+		w("\tVPMOVZXWD (R8), Z%d", q)
+		w("\tVPMOVZXWD (R8)(DX*1), Z16")
+		w("\tVPSLLD $16, Z16, Z16")
+		w("\tVPORD Z16, Z%d, Z%d", q, q)
+		w("\tLEAQ (R8)(DX*2), R8")
+	}
+	// Intel order in the comments' terms: op dst, a, b; Go's is b, a, dst.
+	op3 := func(op string, dst, a, b int) { w("\t%s Z%d, Z%d, Z%d", op, b, a, dst) }
+	shuf := func(imm string, dst, a, b int) { w("\tVSHUFI32X4 $%s, Z%d, Z%d, Z%d", imm, b, a, dst) }
+	T := func(i int) int { return 16 + i }
+	for j := 0; j < 8; j++ {
+		op3("VPUNPCKLDQ", T(2*j), 2*j, 2*j+1)
+		op3("VPUNPCKHDQ", T(2*j+1), 2*j, 2*j+1)
+	}
+	for j := 0; j < 4; j++ {
+		op3("VPUNPCKLQDQ", 4*j, T(4*j), T(4*j+2))
+		op3("VPUNPCKHQDQ", 4*j+1, T(4*j), T(4*j+2))
+		op3("VPUNPCKLQDQ", 4*j+2, T(4*j+1), T(4*j+3))
+		op3("VPUNPCKHQDQ", 4*j+3, T(4*j+1), T(4*j+3))
+	}
+	for h := 0; h < 2; h++ {
+		for j := 0; j < 4; j++ {
+			shuf("0x88", T(8*h+j), 8*h+j, 8*h+j+4)
+			shuf("0xdd", T(8*h+j+4), 8*h+j, 8*h+j+4)
+		}
+	}
+	for j := 0; j < 8; j++ {
+		shuf("0x88", j, T(j), T(j+8))
+		shuf("0xdd", j+8, T(j), T(j+8))
+	}
+	w("\tMOVQ BX, R12")
+	for i := 0; i < 16; i++ {
+		w("\tVMOVDQU32 Z%d, (R12)", i)
+		if i < 15 {
+			w("\tADDQ R11, R12")
+		}
+	}
+	w("\tADDQ $64, BX")
+	w("\tMOVQ R8, AX")
+	w("\tDECQ CX")
+	w("\tJNZ trPairs")
+	w("\tADDQ $32, SI")
+	w("\tADDQ R13, DI")
+	w("\tDECQ R10")
+	w("\tJNZ trRows")
+	w("\tVZEROUPPER")
+	w("\tRET")
 }
