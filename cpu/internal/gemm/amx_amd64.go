@@ -28,7 +28,15 @@ func amxStrided(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, al
 // AMX-BF16 (after $HEADROOM_MAX_ISA) and AVX-512 (its stores), the OS
 // grants the tile state, and the kernel passes amxSelfCheck. Else it
 // says why not.
-func amxProbe() (*bf16Kernel, amxModel, string) {
+func amxProbe() (kern *bf16Kernel, model amxModel, why string) {
+	defer func() {
+		// A fault in the kernel (a bad address: a Go panic in assembly)
+		// turns AMX off rather than the process; an illegal instruction
+		// the checks above should rule out cannot be caught.
+		if r := recover(); r != nil {
+			kern, model, why = nil, 0, fmt.Sprintf("AMX off: self-check failed: %v", r)
+		}
+	}()
 	f := cpuid.X86
 	switch {
 	case !f.AMXTile || !f.AMXBF16:
