@@ -56,6 +56,28 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 	return 0, false
 }
 
+// NativeLow reports whether the kernel for op o on bfloat16 operands runs
+// natively in bf16 (backend.LowCoster): products and attention do where
+// the CPU has the native kernel (the planner asks only then); a
+// convolution only where convBF16Native takes its native path, which by
+// default is the weight gradient where the rates make it cheaper than
+// float32 Winograd. The others widen their operands (or read them in
+// place) and run the float32 kernels, at the float32 rate.
+func (*cpuBackend) NativeLow(o trace.Op, in, out []trace.Meta) bool {
+	if f, ok := o.(*prim.Fused); ok && f.Producer != nil && f.NProd <= len(in) {
+		o, in = f.Producer, in[:f.NProd]
+	}
+	switch o.(type) {
+	case *prim.Conv2dOp, *prim.Conv2dBackwardInput, *prim.Conv2dBackwardWeight:
+		if len(in) < 2 {
+			return false
+		}
+		g, err := convOpGeom(o, in[0].Shape, in[1].Shape)
+		return err == nil && convBF16Native(o, g)
+	}
+	return true
+}
+
 // convNativeCheaper reports whether the native bf16 kernel of conv op o
 // (VDPBF16PS, the declared arithmetic) is expected to be faster for
 // geometry g than the float32 Winograd kernel on the operands' widened
@@ -143,6 +165,34 @@ var throughputs = []struct {
 	// Portable Go kernels: scalar, about a tenth of the AVX2 rate.
 	{Throughput{"portable", 0.1, 0.1},
 		func(cpuid.Features, Capabilities) bool { return true }},
+}
+
+// convBF16Rates is the rate of the native bf16 convolution kernels
+// (cpu/convbf16.go: the weight gradient tiled straight from the padded
+// image, the only one on by default) relative to the AVX2 float32
+// kernels, for the rows where it was measured (ConvBF16); the others run
+// them at the products' BF16 rate.
+//
+// avx512-bf16, on 2 Zen 4 cores: rrdbnet's weight gradients of 64 and
+// 160 channels into 32 at batch 2 (BenchmarkConvBF16's
+// bwd_weight_f32gy, ȳ float32 as autocast's step has it, 2 threads, CPU
+// time, 5 interleaved runs, 2026-12-03) took 0.71 and 0.82 of the
+// float32 kernel's time on the same values (1.45 and 1.5 times its rate
+// on one thread), against 1/1.76 for the matrix products: the
+// convolution's tiles are fewer and its B operand gathered from the
+// image, so it is 1.35 × FLOPS, not BF16.
+var convBF16Rates = map[string]float64{
+	"avx512-bf16 (native bf16 kernel)": 1.35 * 1.7,
+}
+
+// ConvBF16 is the rate of t's native bf16 convolution kernels relative to
+// the AVX2 float32 kernels: measured for some rows (convBF16Rates), BF16
+// for the others.
+func (t Throughput) ConvBF16() float64 {
+	if r, ok := convBF16Rates[t.Name]; ok {
+		return r
+	}
+	return t.BF16
 }
 
 // ThroughputOf is the speed of the cpu kernels on a CPU with features f
