@@ -167,6 +167,39 @@ var throughputs = []struct {
 		func(cpuid.Features, Capabilities) bool { return true }},
 }
 
+// bandwidths is the rate of the memory-bound kernels (elementwise ops,
+// casts and roundings, copies, concatenations, slices, sums) on a row's
+// CPUs relative to budget.DefaultCost's Bandwidth (8 GB/s), for the rows
+// where it was measured; the others have DefaultCost's (MemoryRate). Kept
+// apart from the rows' literals, which it leaves as they are.
+//
+// avx512-bf16, on 2 Zen 4 cores: the nodes budget.CostModel charges by
+// their bytes (its roofline's memory side: concatenations, slices,
+// splits, elementwise ops and their gradients, sums) in the op profiles
+// of rrdbnet's steps at batches 2 and 4 (`headroom bench --threads 2
+// --model rrdbnet --batch 2 --op-profile`, fp32 and bf16-mixed, 3
+// interleaved runs each, medians, 2026-12-03) moved their declared bytes
+// at 42–44 GB/s in fp32 and 33–36 in bf16-mixed, whose bf16 casts and
+// roundings ran at 32–34 GB/s, and gpt's (batches 4 and 8) at 28–35:
+// about 32 GB/s, 4 times the default, whose 8 GB/s had made them 3–5
+// times their measured time and overvalued the bytes bf16 saves. (gpt's
+// layer norms, sums and cross entropy ran at 7–10 GB/s: they compute
+// more than their bytes say, which a roofline of bytes alone misses.)
+// The workloads' tensors are mostly in cache, not in DRAM.
+var bandwidths = map[string]float64{
+	"avx512-bf16 (native bf16 kernel)": 4,
+}
+
+// MemoryRate is the rate of the memory-bound kernels on t's CPUs
+// relative to budget.DefaultCost's Bandwidth: measured for some rows
+// (bandwidths), 1 for the others.
+func (t Throughput) MemoryRate() float64 {
+	if b, ok := bandwidths[t.Name]; ok {
+		return b
+	}
+	return 1
+}
+
 // convBF16Rates is the rate of the native bf16 convolution kernels
 // (cpu/convbf16.go: the weight gradient tiled straight from the padded
 // image, the only one on by default) relative to the AVX2 float32

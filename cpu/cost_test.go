@@ -165,9 +165,10 @@ func TestThroughputOf(t *testing.T) {
 			t.Errorf("%s: %+v; want row %q, 16-bit faster %v", c.name, r, c.row, c.halfFaster)
 		}
 		// Native convolutions no faster than the products, and no slower
-		// than float32 (else they would not run).
-		if v := r.ConvBF16(); v > r.BF16 || v < r.FLOPS || (v > r.FLOPS) != c.halfFaster {
-			t.Errorf("%s: convolutions %g (products %g, float32 %g)", c.name, v, r.BF16, r.FLOPS)
+		// than float32 (else they would not run); memory at least the
+		// default's.
+		if v := r.ConvBF16(); v > r.BF16 || v < r.FLOPS || (v > r.FLOPS) != c.halfFaster || r.MemoryRate() < 1 {
+			t.Errorf("%s: convolutions %g (products %g, float32 %g), memory %g", c.name, v, r.BF16, r.FLOPS, r.MemoryRate())
 		}
 	}
 	if r := HostThroughput(); r != ThroughputOf(cpuid.X86, Caps()) {
