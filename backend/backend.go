@@ -59,6 +59,21 @@ type Coster interface {
 	Flops(o trace.Op, in, out []trace.Meta) (float64, bool)
 }
 
+// LowCoster is implemented by Costers whose native bfloat16 kernels run
+// some products only and widen the others' operands to run their float32
+// kernels: the cpu multiplies bf16 matrices natively (AVX512-BF16) but
+// runs most bf16 convolutions as float32 Winograd or direct kernels, the
+// faster there. The planner's cost model charges a product at the CPU's
+// bf16 rate only where NativeLow says it runs natively, and else at the
+// float32 rate with the float32 kernel's arithmetic (Flops of the
+// operands retyped to float32).
+type LowCoster interface {
+	// NativeLow reports whether the kernel for op o (a fused node: its
+	// producer), its floating-point operands in and out bfloat16,
+	// multiplies natively in bfloat16. It must depend on metadata only.
+	NativeLow(o trace.Op, in, out []trace.Meta) bool
+}
+
 // NonFinite finds the first NaN or infinity of a tensor.
 type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
 

@@ -51,6 +51,11 @@ type CostModel struct {
 	// where BF16FLOPS is set those conversions are charged by the
 	// roofline, not at Convert. fp16 has no native kernel here.
 	BF16FLOPS float64
+	// BF16ConvFLOPS is the rate of the native bfloat16 convolutions where
+	// it differs from BF16FLOPS (the cpu's, which gather their operands
+	// from the image, run slower than its matrix products); 0 means
+	// BF16FLOPS.
+	BF16ConvFLOPS float64
 	// low: the step runs in bf16-mixed or bf16-true, where the ops of
 	// autocast class prim.AutocastLow (matmul, convolution, attention and
 	// their gradients) run in bfloat16 (ForPrecision).
@@ -74,9 +79,12 @@ func (c CostModel) On(b backend.Backend) CostModel {
 
 // ForPrecision is c for a step in precision p: under bf16-mixed and
 // bf16-true the ops autocast runs in the low type are charged at
-// BF16FLOPS, as a native bf16 kernel would run them (the emulation reads
+// BF16FLOPS where a native bf16 kernel runs them (the emulation reads
 // float32 copies of some of their operands, so their input types do not
-// say). fp16-mixed runs at FLOPS: no CPU row has a native fp16 kernel.
+// say), and at FLOPS with the float32 kernel's arithmetic where the
+// backend runs them on the widened values instead (backend.LowCoster:
+// the cpu's Winograd and direct convolutions). fp16-mixed runs at FLOPS:
+// no CPU row has a native fp16 kernel.
 func (c CostModel) ForPrecision(p transform.Precision) CostModel {
 	c.low = p == transform.BF16Mixed || p == transform.BF16True
 	return c
@@ -96,7 +104,7 @@ func (c CostModel) check() error {
 		name string
 		v    float64
 		zero bool
-	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}, {"BF16FLOPS", c.BF16FLOPS, true}} {
+	}{{"FLOPS", c.FLOPS, false}, {"Bandwidth", c.Bandwidth, false}, {"Overhead", c.Overhead, true}, {"Convert", c.Convert, true}, {"HostBandwidth", c.HostBandwidth, true}, {"BF16FLOPS", c.BF16FLOPS, true}, {"BF16ConvFLOPS", c.BF16ConvFLOPS, true}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v == 0 && !f.zero {
 			return fmt.Errorf("%w: %s is %v (start from DefaultCost and change what you measured)", ErrCost, f.name, f.v)
 		}
@@ -146,11 +154,17 @@ func (c CostModel) Node(n *trace.Node) float64 {
 		// one, are float32 only). The emulation's graph feeds some of
 		// these ops float32 copies, so the types are the kernel's, not
 		// the graph's; the bytes stay the graph's.
+		bin, bout := retyped(in, tensor.BFloat16), retyped(out, tensor.BFloat16)
 		rate = c.BF16FLOPS
-		k.Flops = prim.CostOn(c.arithmetic(), n.Op, retyped(in, tensor.BFloat16), retyped(out, tensor.BFloat16)).Flops
-		// The backend runs a mixed convolution in float32 (Winograd on
-		// the widened values) where that is faster: the cheaper of the two.
-		if f := prim.CostOn(c.arithmetic(), n.Op, retyped(in, tensor.Float32), retyped(out, tensor.Float32)).Flops; f/c.FLOPS < k.Flops/rate {
+		if c.BF16ConvFLOPS > 0 && isConv(n.Op) {
+			rate = c.BF16ConvFLOPS
+		}
+		k.Flops = prim.CostOn(c.arithmetic(), n.Op, bin, bout).Flops
+		// The backend may run it in float32 instead (a convolution as
+		// Winograd or direct on the widened values): where it says which
+		// (backend.LowCoster), that kernel; else the cheaper of the two.
+		f := prim.CostOn(c.arithmetic(), n.Op, retyped(in, tensor.Float32), retyped(out, tensor.Float32)).Flops
+		if lc, ok := c.kernels.(backend.LowCoster); ok && !lc.NativeLow(n.Op, bin, bout) || !ok && f/c.FLOPS < k.Flops/rate {
 			rate, k.Flops = c.FLOPS, f
 		}
 	}
@@ -209,6 +223,19 @@ func lowProduct(o trace.Op) bool {
 		o = f.Producer
 	}
 	return prim.TraitsOf(o).Autocast == prim.AutocastLow
+}
+
+// isConv reports whether o is, or is headed by, a convolution or one of
+// its gradients.
+func isConv(o trace.Op) bool {
+	if f, ok := o.(*prim.Fused); ok && f.Producer != nil {
+		o = f.Producer
+	}
+	switch o.(type) {
+	case *prim.Conv2dOp, *prim.Conv2dBackwardInput, *prim.Conv2dBackwardWeight:
+		return true
+	}
+	return false
 }
 
 // bf16Inputs reports whether n has floating-point inputs and all are

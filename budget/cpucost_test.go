@@ -43,6 +43,11 @@ func TestCPUCost(t *testing.T) {
 		if row != c.row || cm.FLOPS != c.flops || (cm.BF16FLOPS > cm.FLOPS) != c.halfFaster {
 			t.Errorf("%s: row %q FLOPS %g bf16 %g; want row %q FLOPS %g, bf16 faster %v", c.name, row, cm.FLOPS, cm.BF16FLOPS, c.row, c.flops, c.halfFaster)
 		}
+		// Memory no slower than DefaultCost's where the row measured its
+		// own (cpu.Throughput.MemoryRate).
+		if cm.Bandwidth < budget.DefaultCost.Bandwidth {
+			t.Errorf("%s: bandwidth %g below the default's", c.name, cm.Bandwidth)
+		}
 		if c.row == "avx2" && cm != budget.DefaultCost {
 			t.Errorf("%s: %+v, want DefaultCost", c.name, cm)
 		}

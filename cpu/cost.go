@@ -57,6 +57,28 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 	return 0, false
 }
 
+// NativeLow reports whether the kernel for op o on bfloat16 operands runs
+// natively in bf16 (backend.LowCoster): products and attention do where
+// the CPU has the native kernel (the planner asks only then); a
+// convolution only where convBF16Native takes its native path, which by
+// default is the weight gradient where the rates make it cheaper than
+// float32 Winograd. The others widen their operands (or read them in
+// place) and run the float32 kernels, at the float32 rate.
+func (*cpuBackend) NativeLow(o trace.Op, in, out []trace.Meta) bool {
+	if f, ok := o.(*prim.Fused); ok && f.Producer != nil && f.NProd <= len(in) {
+		o, in = f.Producer, in[:f.NProd]
+	}
+	switch o.(type) {
+	case *prim.Conv2dOp, *prim.Conv2dBackwardInput, *prim.Conv2dBackwardWeight:
+		if len(in) < 2 {
+			return false
+		}
+		g, err := convOpGeom(o, in[0].Shape, in[1].Shape)
+		return err == nil && convBF16Native(o, g)
+	}
+	return true
+}
+
 // convNativeCheaper reports whether the native bf16 kernel of conv op o
 // (the declared arithmetic) is expected to be faster for geometry g than
 // the float32 Winograd kernel on the operands' widened values (bf16
@@ -119,7 +141,7 @@ func convNativeCheaperAt(o trace.Op, g prim.ConvGeom, r Throughput) bool {
 		return true
 	}
 	direct := 2 * float64(g.N) * float64(g.K*g.OH*g.OW) * float64(g.C/max(1, g.Groups)*g.KH*g.KW)
-	return direct/r.BF16 < wino/r.FLOPS
+	return direct/r.ConvBF16() < wino/r.FLOPS
 }
 
 // Throughput is the speed of the cpu kernels on some CPU, relative to the
@@ -130,6 +152,13 @@ type Throughput struct {
 	// BF16 is the rate of the products on bfloat16 operands (bf16-true,
 	// and the matmuls, convolutions and attention autocast runs in bf16).
 	BF16 float64
+	// Conv is the rate of the native bf16 convolution kernels where it
+	// was measured apart from the products' (0: BF16; see ConvBF16).
+	Conv float64
+	// Memory is the rate of the memory-bound kernels relative to
+	// budget.DefaultCost's Bandwidth where it was measured (0: 1; see
+	// MemoryRate).
+	Memory float64
 }
 
 // throughputs is the table, most capable row first; the first row that
@@ -170,17 +199,64 @@ var throughputs = []struct {
 	// 3 below the peak ratio. Not measured: this project has not run on an
 	// AMX machine (the issue's PyTorch/oneDNN rrdbnet step in bf16
 	// autocast took 0.53 of its fp32 time there, every op included).
-	{Throughput{"amx-bf16 (AMX tile kernel)", 1.7, 8.5},
+	{Throughput{Name: "amx-bf16 (AMX tile kernel)", FLOPS: 1.7, BF16: 8.5, Memory: 4},
 		func(f cpuid.Features, k Capabilities) bool { return f.AMXBF16 && k.AMX }},
-	{Throughput{"avx512-bf16 (native bf16 kernel)", 1.7, 3.0},
+	{Throughput{Name: "avx512-bf16 (native bf16 kernel)", FLOPS: 1.7, BF16: 3.0, Conv: 1.35 * 1.7, Memory: 4},
 		func(f cpuid.Features, k Capabilities) bool { return f.AVX512BF16 && k.NativeBF16 }},
-	{Throughput{"avx512", 1.7, 1.7},
+	{Throughput{Name: "avx512", FLOPS: 1.7, BF16: 1.7},
 		func(f cpuid.Features, k Capabilities) bool { return f.AVX512F && k.AVX512 }},
-	{Throughput{"avx2", 1, 1},
+	{Throughput{Name: "avx2", FLOPS: 1, BF16: 1},
 		func(f cpuid.Features, k Capabilities) bool { return f.AVX2 && f.FMA }},
 	// Portable Go kernels: scalar, about a tenth of the AVX2 rate.
-	{Throughput{"portable", 0.1, 0.1},
+	{Throughput{Name: "portable", FLOPS: 0.1, BF16: 0.1},
 		func(cpuid.Features, Capabilities) bool { return true }},
+}
+
+// MemoryRate is the rate of the memory-bound kernels (elementwise ops,
+// casts and roundings, copies, concatenations, slices, sums) on t's CPUs
+// relative to budget.DefaultCost's Bandwidth (8 GB/s): t.Memory where it
+// was measured, else 1.
+//
+// avx512-bf16, on 2 Zen 4 cores: the nodes budget.CostModel charges by
+// their bytes (its roofline's memory side: concatenations, slices,
+// splits, elementwise ops and their gradients, sums) in the op profiles
+// of rrdbnet's steps at batches 2 and 4 (`headroom bench --threads 2
+// --model rrdbnet --batch 2 --op-profile`, fp32 and bf16-mixed, 3
+// interleaved runs each, medians, 2026-12-03) moved their declared bytes
+// at 42–44 GB/s in fp32 and 33–36 in bf16-mixed, whose bf16 casts and
+// roundings ran at 32–34 GB/s, and gpt's (batches 4 and 8) at 28–35:
+// about 32 GB/s, 4 times the default, whose 8 GB/s had made them 3–5
+// times their measured time and overvalued the bytes bf16 saves. (gpt's
+// layer norms, sums and cross entropy ran at 7–10 GB/s: they compute
+// more than their bytes say, which a roofline of bytes alone misses.)
+// The workloads' tensors are mostly in cache, not in DRAM. The amx-bf16
+// row takes the same rate, not measured (no AMX machine here): its CPUs
+// have AVX-512 cores with caches at least as fast.
+func (t Throughput) MemoryRate() float64 {
+	if t.Memory > 0 {
+		return t.Memory
+	}
+	return 1
+}
+
+// ConvBF16 is the rate of t's native bf16 convolution kernels
+// (cpu/convbf16.go: the weight gradient tiled straight from the padded
+// image, the only one on by default) relative to the AVX2 float32
+// kernels: t.Conv where it was measured, else the products' BF16.
+//
+// avx512-bf16, on 2 Zen 4 cores: rrdbnet's weight gradients of 64 and
+// 160 channels into 32 at batch 2 (BenchmarkConvBF16's
+// bwd_weight_f32gy, ȳ float32 as autocast's step has it, 2 threads, CPU
+// time, 5 interleaved runs, 2026-12-03) took 0.71 and 0.82 of the
+// float32 kernel's time on the same values (1.45 and 1.5 times its rate
+// on one thread), against 1/1.76 for the matrix products: the
+// convolution's tiles are fewer and its B operand gathered from the
+// image, so it is 1.35 × FLOPS, not BF16.
+func (t Throughput) ConvBF16() float64 {
+	if t.Conv > 0 {
+		return t.Conv
+	}
+	return t.BF16
 }
 
 // ThroughputOf is the speed of the cpu kernels on a CPU with features f

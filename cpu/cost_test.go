@@ -164,8 +164,48 @@ func TestThroughputOf(t *testing.T) {
 		if r.Name != c.row || (r.BF16 > r.FLOPS) != c.halfFaster || r.BF16 < r.FLOPS {
 			t.Errorf("%s: %+v; want row %q, 16-bit faster %v", c.name, r, c.row, c.halfFaster)
 		}
+		// Native convolutions no faster than the products, and no slower
+		// than float32 (else they would not run); memory at least the
+		// default's.
+		if v := r.ConvBF16(); v > r.BF16 || v < r.FLOPS || (v > r.FLOPS) != c.halfFaster || r.MemoryRate() < 1 {
+			t.Errorf("%s: convolutions %g (products %g, float32 %g), memory %g", c.name, v, r.BF16, r.FLOPS, r.MemoryRate())
+		}
 	}
 	if r := HostThroughput(); r != ThroughputOf(cpuid.X86, Caps()) {
 		t.Errorf("HostThroughput %+v", r)
+	}
+}
+
+// NativeLow says which kernel runs a product on bf16 operands, as the
+// kernels decide (convBF16Native): matrix products natively; rrdbnet's
+// 64→32 weight gradient at batch 2 natively (no Winograd kernel for it),
+// its 64→64 one as float32 Winograd, every forward convolution in
+// float32 (their native paths are off by default), fused or not.
+func TestNativeLow(t *testing.T) {
+	defer func(off, force bool, on int) { winogradOff, convNativeForce, convBF16On = off, force, on }(winogradOff, convNativeForce, convBF16On)
+	winogradOff, convNativeForce, convBF16On = false, false, convBF16Bww
+	lc, ok := Backend().(backend.LowCoster)
+	if !ok {
+		t.Fatal("the cpu backend is not a backend.LowCoster")
+	}
+	bf := func(s ...int) trace.Meta { return trace.Meta{DType: tensor.BFloat16, Shape: tensor.Shape(s)} }
+	pad1 := prim.ConvOpts{Padding: [2]int{1, 1}}.Normalized()
+	fwd := &prim.Conv2dOp{Opts: pad1, Mixed: true}
+	for _, c := range []struct {
+		name string
+		o    trace.Op
+		in   []trace.Meta
+		want bool
+	}{
+		{"matmul", &prim.MatMul{Mixed: true}, []trace.Meta{bf(64, 32), bf(32, 16)}, true},
+		{"weight gradient 64→32", &prim.Conv2dBackwardWeight{Opts: pad1, WeightShape: tensor.Shape{32, 64, 3, 3}, Mixed: true}, []trace.Meta{bf(2, 32, 32, 32), bf(2, 64, 32, 32)}, true},
+		{"weight gradient 64→64 (Winograd)", &prim.Conv2dBackwardWeight{Opts: pad1, WeightShape: tensor.Shape{64, 64, 3, 3}, Mixed: true}, []trace.Meta{bf(2, 64, 32, 32), bf(2, 64, 32, 32)}, false},
+		{"forward 64→32", fwd, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, false},
+		{"input gradient 32→64", &prim.Conv2dBackwardInput{Opts: pad1, InputShape: tensor.Shape{2, 64, 32, 32}, Mixed: true}, []trace.Meta{bf(2, 32, 32, 32), bf(32, 64, 3, 3)}, false},
+		{"fused forward 64→32", &prim.Fused{Producer: fwd, NProd: 2, NProdOut: 1}, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, false},
+	} {
+		if got := lc.NativeLow(c.o, c.in, nil); got != c.want {
+			t.Errorf("%s: native %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -25,6 +25,10 @@ const DefaultOpShapes = 5
 type opProfile struct {
 	shapes int // input shapes listed per op; 0: none
 	nodes  map[*trace.Node]*nodeTime
+	// est, if set, is the planner's estimate of a node's seconds
+	// (budget.CostModel.Node), printed beside each op's measured time so
+	// that the cost model can be checked op by op against the kernels.
+	est func(*trace.Node) float64
 }
 
 type nodeTime struct {
@@ -52,12 +56,13 @@ type profRow struct {
 	key    string
 	calls  int
 	d      time.Duration
+	est    float64   // seconds, over all calls (opProfile.est)
 	shapes []profRow // an op's, longest first
 }
 
 // rows groups the nodes by op and phase and, with p.shapes, each op's by
 // input shapes; longest first (ties by name, so that the table is stable).
-func (p *opProfile) rows() (ops []profRow, sum time.Duration) {
+func (p *opProfile) rows() (ops []profRow, sum time.Duration, est float64) {
 	type group struct {
 		row    profRow
 		shapes map[string]*profRow
@@ -73,6 +78,12 @@ func (p *opProfile) rows() (ops []profRow, sum time.Duration) {
 		g.row.calls += t.calls
 		g.row.d += t.d
 		sum += t.d
+		var e float64
+		if p.est != nil {
+			e = p.est(n) * float64(t.calls)
+		}
+		g.row.est += e
+		est += e
 		if p.shapes > 0 {
 			sk := describeCall(n)
 			r := g.shapes[sk]
@@ -82,6 +93,7 @@ func (p *opProfile) rows() (ops []profRow, sum time.Duration) {
 			}
 			r.calls += t.calls
 			r.d += t.d
+			r.est += e
 		}
 	}
 	for _, g := range byOp {
@@ -92,7 +104,7 @@ func (p *opProfile) rows() (ops []profRow, sum time.Duration) {
 		ops = append(ops, g.row)
 	}
 	sortRows(ops)
-	return ops, sum
+	return ops, sum, est
 }
 
 func sortRows(rs []profRow) {
@@ -105,7 +117,7 @@ func sortRows(rs []profRow) {
 }
 
 func (p *opProfile) write(w io.Writer, steps int) {
-	ops, sum := p.rows()
+	ops, sum, est := p.rows()
 	steps = max(1, steps)
 	perStep := func(d time.Duration) string { return FormatSeconds(d.Seconds() / float64(steps)) }
 	pct := func(d time.Duration) float64 { return 100 * float64(d) / float64(max(1, sum)) }
@@ -113,12 +125,24 @@ func (p *opProfile) write(w io.Writer, steps int) {
 	if p.shapes > 0 {
 		head += " and input shapes"
 	}
-	fmt.Fprintf(w, "  %s (kernels only, %s per step in all):\n", head, perStep(sum))
+	estimate := func(e float64) string {
+		if p.est == nil {
+			return ""
+		}
+		return fmt.Sprintf("  estimated %10s %5.1f%%", FormatSeconds(e/float64(steps)), 100*e/max(est, 1e-300))
+	}
+	var total string
+	if p.est != nil {
+		// The cost model ranks plans, it does not promise seconds: its
+		// shares are the figures to compare with the measured ones.
+		total = ", the planner's cost model " + FormatSeconds(est/float64(steps))
+	}
+	fmt.Fprintf(w, "  %s (kernels only, %s per step in all%s):\n", head, perStep(sum), total)
 	// A shape's figures come first, in columns, and its description,
 	// which can be long, last.
 	const shapeLine = "      %6d calls %10s %5.1f%%  %s\n"
 	for _, r := range ops {
-		fmt.Fprintf(w, "    %-40s %6d calls %10s %5.1f%%\n", r.key, r.calls/steps, perStep(r.d), pct(r.d))
+		fmt.Fprintf(w, "    %-40s %6d calls %10s %5.1f%%%s\n", r.key, r.calls/steps, perStep(r.d), pct(r.d), estimate(r.est))
 		if p.shapes == 0 {
 			continue
 		}

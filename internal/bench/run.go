@@ -192,6 +192,10 @@ func RunHeadroom(ctx context.Context, w Workload, o Options) (_ Result, err erro
 		device.FormatBytes(mp.OptimizerState), device.FormatBytes(mp.Activations-mp.TransientGradients))
 
 	prof := newOpProfile(o.OpShapes)
+	// Beside each op, what the planner estimates for it: the cost model
+	// Fit ranks this step's plans with (this CPU's row, the kernels'
+	// arithmetic, this precision's bf16 rate).
+	prof.est = budget.HostCost().On(dev.Backend).ForPrecision(o.Precision).Node
 	if o.Watch != nil {
 		o.Watch.Begin(dev, tr)
 	}
