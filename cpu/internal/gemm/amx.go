@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 )
 
@@ -403,4 +404,18 @@ func amxRun(f amxAsmFn, kp int, a []uint32, rs int, b []uint32, c []float32, ldc
 		z = 1
 	}
 	f(&amxCfg[0], steps, &a[0], 4*rs, &b[0], tail, &s.sums[0], &c[0], ldc, alpha, beta, z)
+}
+
+// catchFault runs f and returns the panic it raised, a memory fault
+// included: with SetPanicOnFault a fault at a bad non-nil address (or the
+// #GP of a bad tile configuration) panics instead of ending the process.
+func catchFault(f func()) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	f()
+	return nil
 }

@@ -28,15 +28,7 @@ func amxStrided(kp int, a []uint32, rs int, b []uint32, c []float32, ldc int, al
 // AMX-BF16 (after $HEADROOM_MAX_ISA) and AVX-512 (its stores), the OS
 // grants the tile state, and the kernel passes amxSelfCheck. Else it
 // says why not.
-func amxProbe() (kern *bf16Kernel, model amxModel, why string) {
-	defer func() {
-		// A fault in the kernel (a bad address: a Go panic in assembly)
-		// turns AMX off rather than the process; an illegal instruction
-		// the checks above should rule out cannot be caught.
-		if r := recover(); r != nil {
-			kern, model, why = nil, 0, fmt.Sprintf("AMX off: self-check failed: %v", r)
-		}
-	}()
+func amxProbe() (*bf16Kernel, amxModel, string) {
 	f := cpuid.X86
 	switch {
 	case !f.AMXTile || !f.AMXBF16:
@@ -50,7 +42,17 @@ func amxProbe() (kern *bf16Kernel, model amxModel, why string) {
 	if err := cpuid.RequestAMX(); err != nil {
 		return nil, 0, "AMX off: " + err.Error()
 	}
-	model, report, ok := amxSelfCheck(amxStrided)
+	var (
+		model  amxModel
+		report string
+		ok     bool
+	)
+	if err := catchFault(func() { model, report, ok = amxSelfCheck(amxStrided) }); err != nil {
+		// A bad address in the kernel turns AMX off, not the process; an
+		// illegal instruction, which the checks above rule out, could not
+		// be caught.
+		return nil, 0, "AMX off: self-check failed: " + err.Error()
+	}
 	if !ok {
 		return nil, 0, "AMX off: self-check failed: " + report
 	}
