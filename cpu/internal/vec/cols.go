@@ -15,6 +15,28 @@ func ColAdd(acc []float64, x []float32) int {
 	return n
 }
 
+// ColAddRows adds rows [0, rows) of x (row r at x[r*ld:]), widened to
+// float64, to acc, each column's rows in order (acc[j] += float64(x[r*ld+j])
+// for r = 0, 1, ...), over a prefix of acc whose length it returns (a
+// multiple of 16); x must hold (rows-1)*ld plus that many elements. The
+// sums are bit for bit the scalar loop's; sixteen columns' sums stay in
+// registers down the rows, so acc is read and written once a call rather
+// than once a row (ColAdd's way).
+func ColAddRows(acc []float64, x []float32, ld, rows int) int {
+	if !enabled || rows <= 0 {
+		return 0
+	}
+	n := len(acc) &^ 15
+	if n == 0 {
+		return 0
+	}
+	if need := (rows-1)*ld + n; ld < n || len(x) < need {
+		panic("vec: ColAddRows: x too short for its rows")
+	}
+	colAddRowsAVX2(&acc[0], &x[0], ld, rows, n)
+	return n
+}
+
 // NormCols is a row's turn in a layer norm's weight and bias gradients:
 // sw[j] += (float64(g[j])*(float64(x[j])-m))*rs and sb[j] +=
 // float64(g[j]), each operation rounded (no fused multiply-add), over a

@@ -103,3 +103,51 @@ mxdone:
 	VMOVUPS Y0, 0(DI)
 	VZEROUPPER
 	RET
+
+// func colAddRowsAVX2(acc *float64, x *float32, ld, rows, n int)
+// For j < n (a multiple of 16) and each row r < rows in order:
+// acc[j] += float64(x[r*ld+j]). Sixteen columns' sums stay in registers
+// while the rows run down them (acc is read and written once a call, not
+// once a row).
+TEXT ·colAddRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ acc+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ ld+16(FP), R8
+	SHLQ $2, R8
+	MOVQ rows+24(FP), R9
+	MOVQ n+32(FP), CX
+	TESTQ R9, R9
+	JZ   crdone
+	SHRQ $4, CX
+	JZ   crdone
+crchunk:
+	VMOVUPD 0(DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+	MOVQ SI, AX
+	MOVQ R9, DX
+crrow:
+	PREFETCHT0 512(AX)
+	VCVTPS2PD 0(AX), Y4
+	VCVTPS2PD 16(AX), Y5
+	VCVTPS2PD 32(AX), Y6
+	VCVTPS2PD 48(AX), Y7
+	VADDPD    Y4, Y0, Y0
+	VADDPD    Y5, Y1, Y1
+	VADDPD    Y6, Y2, Y2
+	VADDPD    Y7, Y3, Y3
+	ADDQ      R8, AX
+	DECQ      DX
+	JNZ       crrow
+	VMOVUPD Y0, 0(DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	ADDQ    $64, SI
+	ADDQ    $128, DI
+	DECQ    CX
+	JNZ     crchunk
+crdone:
+	VZEROUPPER
+	RET

@@ -95,3 +95,44 @@ func TestMax(t *testing.T) {
 		}
 	}
 }
+
+// ColAddRows is, bit for bit, the rows added one by one in order, for
+// widths on both sides of its 16-column strips and row strides wider
+// than the width.
+func TestColAddRowsMatchesScalar(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	val := func() float32 { return float32(r.NormFloat64() * math.Exp(r.NormFloat64()*6)) }
+	for _, n := range []int{0, 8, 15, 16, 17, 48, 384, 1539} {
+		for _, pad := range []int{0, 5} {
+			for _, rows := range []int{0, 1, 3, 8} {
+				ld := n + pad
+				x := make([]float32, max(0, (rows-1)*ld+n))
+				for i := range x {
+					x[i] = val()
+				}
+				acc, want := make([]float64, n), make([]float64, n)
+				for j := range acc {
+					acc[j] = r.NormFloat64()
+					want[j] = acc[j]
+				}
+				done := ColAddRows(acc, x, ld, rows)
+				if rows > 0 && done != n&^15 {
+					t.Fatalf("n=%d rows=%d: ColAddRows did %d", n, rows, done)
+				}
+				for j := range done {
+					for i := range rows {
+						want[j] += float64(x[i*ld+j])
+					}
+				}
+				for j := range done {
+					if math.Float64bits(acc[j]) != math.Float64bits(want[j]) {
+						t.Fatalf("n=%d ld=%d rows=%d: column %d = %v, want %v", n, ld, rows, j, acc[j], want[j])
+					}
+				}
+			}
+		}
+	}
+}

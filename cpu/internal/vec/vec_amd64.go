@@ -69,6 +69,9 @@ func addAVX2(a, b, y *float32, n int)
 func colAddAVX2(acc *float64, x *float32, n int)
 
 //go:noescape
+func colAddRowsAVX2(acc *float64, x *float32, ld, rows, n int)
+
+//go:noescape
 func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64)
 
 //go:noescape
