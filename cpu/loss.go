@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/headroom-ml/headroom/cpu/internal/vec"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
 	"github.com/headroom-ml/headroom/tensor"
@@ -71,12 +72,27 @@ func crossEntropyKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*
 	}
 	npos := outer * inner
 	ls := o.LabelSmoothing
-	// posLoss computes position p's logsumexp (stored) and returns its loss.
-	posLoss := func(p int) float64 {
+	x32, rows32 := any(x).([]float32)
+	rows32 = rows32 && inner == 1 && classes > 0 && vec.Enabled()
+	// posLoss computes position p's logsumexp (stored) and returns its loss;
+	// buf holds classes float32s (the row's exponentials with rows32).
+	posLoss := func(p int, buf []float32) float64 {
 		ob, j := p/inner, p%inner
 		base := ob*classes*inner + j
 		var lse, sumx float64
-		if classes > 0 {
+		if rows32 {
+			// Contiguous float32 rows (a language model's logits): the
+			// exponentials in float32, vectorized, as PyTorch's float32
+			// log_softmax computes them (math.Exp in float64 was 16 ns a
+			// logit: gpt's 2048x256 took ~9 ms), summed in float64.
+			row := x32[base : base+classes]
+			m := max32(row)
+			expShifted(buf, row, -m)
+			lse = float64(m) + math.Log(sum64(buf))
+			if ls != 0 {
+				sumx = sum64(row)
+			}
+		} else if classes > 0 {
 			m := math.Inf(-1)
 			for c := 0; c < classes; c++ {
 				v := float64(x[base+c*inner])
@@ -107,16 +123,18 @@ func crossEntropyKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*
 	}
 	if o.Reduction == prim.ReductionNone {
 		pool.For(npos, max(1, 4096/max(1, classes)), func(lo, hi int) {
+			buf := ceBuf(rows32, classes)
 			for p := lo; p < hi; p++ {
-				loss[p] = T(posLoss(p))
+				loss[p] = T(posLoss(p, buf))
 			}
 		})
 		return nil
 	}
 	total := lossSum(pool, npos, func(lo, hi int) float64 {
+		buf := ceBuf(rows32, classes)
 		var s float64
 		for p := lo; p < hi; p++ {
-			s += posLoss(p)
+			s += posLoss(p, buf)
 		}
 		return s
 	})
@@ -125,6 +143,30 @@ func crossEntropyKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*
 	}
 	loss[0] = T(total)
 	return nil
+}
+
+// ceBuf is a row of classes float32s for the float32 row path, else nil.
+func ceBuf(rows32 bool, classes int) []float32 {
+	if !rows32 {
+		return nil
+	}
+	return make([]float32, classes)
+}
+
+// expShifted sets y[j] = exp(float32(x[j]+b)) (the argument rounded to
+// float32), vectorized (vec.ExpAffine) where it can; arguments the vector
+// code clamps (below -87.3, a NaN, +-Inf) go through expf, which gives 0,
+// NaN and +Inf as math.Exp does.
+func expShifted(y, x []float32, b float32) {
+	j := vec.ExpAffine(x, y, 1, b)
+	for i, v := range x[:j] {
+		if a := v + b; !(a >= -87 && a <= 88) {
+			y[i] = expf(a)
+		}
+	}
+	for ; j < len(x); j++ {
+		y[j] = expf(x[j] + b)
+	}
 }
 
 // ceCount is the number of targets that are not ignored.
@@ -148,6 +190,8 @@ func crossEntropyBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in,
 	npos := outer * inner
 	ls := o.LabelSmoothing
 	off := ls / float64(classes)
+	x32, rows32 := any(x).([]float32)
+	rows32 = rows32 && inner == 1 && classes > 0 && vec.Enabled()
 	var scale float64
 	switch o.Reduction {
 	case prim.ReductionMean:
@@ -172,8 +216,26 @@ func crossEntropyBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in,
 				w = float64(gy[p])
 			}
 			l := float64(lse[p])
-			for c := 0; c < classes; c++ {
-				gx[base+c*inner] = T(w * (math.Exp(float64(x[base+c*inner])-l) - off))
+			if rows32 {
+				// As the forward: float32 exponentials, vectorized.
+				// The argument's rounding to float32 is put back to first
+				// order (exp(hi+lo) = exp(hi)*(1+lo), lo exact in float64),
+				// so that the gradient follows the logits smoothly, as the
+				// float64 exponential's does (rounded arguments made tensor
+				// parallel and one device's Adam steps drift apart).
+				g32, xr, l32 := any(gx).([]float32)[base:base+classes], x32[base:base+classes], float32(l)
+				expShifted(g32, xr, -l32)
+				for c, e := range g32 {
+					ef := float64(e)
+					if e != 0 { // 0: a -Inf logit, whose lo is NaN
+						ef *= 1 + ((float64(xr[c]) - l) - float64(xr[c]-l32))
+					}
+					g32[c] = float32(w * (ef - off))
+				}
+			} else {
+				for c := 0; c < classes; c++ {
+					gx[base+c*inner] = T(w * (math.Exp(float64(x[base+c*inner])-l) - off))
+				}
 			}
 			ti := base + int(t)*inner
 			gx[ti] = T(w * (math.Exp(float64(x[ti])-l) - off - (1 - ls)))
