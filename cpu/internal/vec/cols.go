@@ -51,6 +51,27 @@ func NormCols(sw, sb []float64, g, x []float32, m, rs float64) int {
 	return n
 }
 
+// NormColsRows is NormCols for rows [0, rows) of g and x (row r at
+// g[r*ld:] and x[r*ld:]), each with its own mean and scale (mr[2r] and
+// mr[2r+1]), in row order, over a prefix of sw and sb whose length it
+// returns (a multiple of 8): the sums bit for bit NormCols' row after
+// row, with eight columns' sums in registers down the rows rather than
+// loaded and stored a row at a time.
+func NormColsRows(sw, sb []float64, g, x []float32, ld, rows int, mr []float64) int {
+	if !enabled || rows <= 0 {
+		return 0
+	}
+	n := min(len(sw), len(sb)) &^ 7
+	if n == 0 {
+		return 0
+	}
+	if need := (rows-1)*ld + n; ld < n || len(g) < need || len(x) < need || len(mr) < 2*rows {
+		panic("vec: NormColsRows: operands too short for their rows")
+	}
+	normColsRowsAVX2(&sw[0], &sb[0], &g[0], &x[0], ld, rows, n, &mr[0])
+	return n
+}
+
 // Max returns the largest element of x, NaNs skipped (-Inf if none is a
 // number), and len(x); with no assembly, -Inf and 0 (the caller does it
 // all). The tail past the last whole vector runs as a vector padded with

@@ -151,3 +151,67 @@ crrow:
 crdone:
 	VZEROUPPER
 	RET
+
+// func normColsRowsAVX2(sw, sb *float64, dy, x *float32, ld, rows, n int, mr *float64)
+// For j < n (a multiple of 8) and each row r < rows in order, with
+// m = mr[2r] and rs = mr[2r+1]: sw[j] += (float64(dy[r*ld+j])*(float64(x[r*ld+j])-m))*rs;
+// sb[j] += float64(dy[r*ld+j]). Eight columns' sums stay in registers
+// down the rows.
+TEXT ·normColsRowsAVX2(SB), NOSPLIT, $0-64
+	MOVQ sw+0(FP), DI
+	MOVQ sb+8(FP), R8
+	MOVQ dy+16(FP), DX
+	MOVQ x+24(FP), SI
+	MOVQ ld+32(FP), R10
+	SHLQ $2, R10
+	MOVQ rows+40(FP), R9
+	MOVQ n+48(FP), CX
+	MOVQ mr+56(FP), R11
+	TESTQ R9, R9
+	JZ   nrdone
+	SHRQ $3, CX
+	JZ   nrdone
+nrchunk:
+	VMOVUPD 0(DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 0(R8), Y2
+	VMOVUPD 32(R8), Y3
+	MOVQ DX, AX
+	MOVQ SI, BX
+	MOVQ R11, R12
+	MOVQ R9, R13
+nrrow:
+	VBROADCASTSD 0(R12), Y14
+	VBROADCASTSD 8(R12), Y15
+	VCVTPS2PD 0(AX), Y4
+	VCVTPS2PD 16(AX), Y5
+	VCVTPS2PD 0(BX), Y6
+	VCVTPS2PD 16(BX), Y7
+	VSUBPD    Y14, Y6, Y6
+	VSUBPD    Y14, Y7, Y7
+	VMULPD    Y6, Y4, Y6
+	VMULPD    Y7, Y5, Y7
+	VMULPD    Y15, Y6, Y6
+	VMULPD    Y15, Y7, Y7
+	VADDPD    Y6, Y0, Y0
+	VADDPD    Y7, Y1, Y1
+	VADDPD    Y4, Y2, Y2
+	VADDPD    Y5, Y3, Y3
+	ADDQ      R10, AX
+	ADDQ      R10, BX
+	ADDQ      $16, R12
+	DECQ      R13
+	JNZ       nrrow
+	VMOVUPD Y0, 0(DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 0(R8)
+	VMOVUPD Y3, 32(R8)
+	ADDQ    $32, DX
+	ADDQ    $32, SI
+	ADDQ    $64, DI
+	ADDQ    $64, R8
+	DECQ    CX
+	JNZ     nrchunk
+nrdone:
+	VZEROUPPER
+	RET

@@ -72,6 +72,9 @@ func colAddAVX2(acc *float64, x *float32, n int)
 func colAddRowsAVX2(acc *float64, x *float32, ld, rows, n int)
 
 //go:noescape
+func normColsRowsAVX2(sw, sb *float64, dy, x *float32, ld, rows, n int, mr *float64)
+
+//go:noescape
 func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64)
 
 //go:noescape

@@ -29,8 +29,11 @@ func addAVX2(a, b, y *float32, n int) { panic("vec: no assembly") }
 
 func lnAffineAVX2(x, w, b, y *float32, n int, c *[2]float32) { panic("vec: no assembly") }
 
-func colAddAVX2(acc *float64, x *float32, n int)                         { panic("vec: no assembly") }
-func colAddRowsAVX2(acc *float64, x *float32, ld, rows, n int)           { panic("vec: no assembly") }
+func colAddAVX2(acc *float64, x *float32, n int)               { panic("vec: no assembly") }
+func colAddRowsAVX2(acc *float64, x *float32, ld, rows, n int) { panic("vec: no assembly") }
+func normColsRowsAVX2(sw, sb *float64, dy, x *float32, ld, rows, n int, mr *float64) {
+	panic("vec: no assembly")
+}
 func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64) { panic("vec: no assembly") }
 
 func maxAVX2(x *float32, n int, out *[8]float32) { panic("vec: no assembly") }
