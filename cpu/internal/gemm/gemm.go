@@ -328,17 +328,9 @@ const minSliceCols = 256
 // 1024³ 2-4% faster sharing B (a 512 KiB slice block); 784×1024×128
 // (256 KiB) 7%, 512×4096×576 (2048 wide) 10% and 128×1024×1152 (64 rows
 // a thread) 10% faster in slices; 2048³, 128×1024×784 and 256×1024×2304
-// even. Slices narrower than minPaySlice do not pay: there A's second
-// packing is a large part of each slice's work (2 Zen 4 cores, AVX2 and
-// AVX-512 kernels, CPU time, interleaved medians of 15: 256×512×1024,
-// 1024×512×256 and their transposed-A forms, ResNet-152's 8×8 1×1
-// convolutions on a batch of 8, 2-10% faster sharing B; 256×768×2304
-// 3-8%; 128×512×1152 and 64×512×576 even).
+// even.
 func slicesPay(threads, m, n, k int) bool {
 	w := n / threads
-	if w < minPaySlice {
-		return false
-	}
 	kc := ceilDiv(k, ceilDiv(k, blockKC))
 	// 4: float32's bytes, the measured case; float64 products take the
 	// same rule (a block twice the bytes), unmeasured.
@@ -346,8 +338,6 @@ func slicesPay(threads, m, n, k int) bool {
 }
 
 const (
-	// minPaySlice is the narrowest slice for which slicesPay splits.
-	minPaySlice = 512
 	// minWideSlice is the slice width from which A's duplicated packing
 	// no longer matters.
 	minWideSlice = 2048
