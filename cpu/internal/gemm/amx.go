@@ -97,32 +97,13 @@ func RefDotAMX(a, b []uint16, alpha, beta, c float32) float32 {
 }
 
 func refDotAMX(model amxModel, a, b []uint16, alpha, beta, c float32) float32 {
-	k := len(a)
-	at := func(s []uint16, p int) uint32 {
-		if p >= k {
-			return 0
-		}
-		return uint32(s[p])
-	}
-	kc := bf16Block(k)
-	for pc := 0; pc < k; pc += kc {
-		kend := min(k, pc+kc)
+	return refDotBlocks(a, b, alpha, beta, c, func(ap, bp []uint32) float32 {
 		var acc float32
-		for p0 := pc; p0 < kend; p0 += 2 * amxStep {
-			var ap, bp []uint32
-			for p := p0; p < min(kend, p0+2*amxStep); p += 2 {
-				ap = append(ap, at(a, p)|at(a, p+1)<<16)
-				bp = append(bp, at(b, p)|at(b, p+1)<<16)
-			}
-			acc = amxStepDot(model, acc, ap, bp)
+		for p := 0; p < len(ap); p += amxStep {
+			acc = amxStepDot(model, acc, ap[p:min(len(ap), p+amxStep)], bp[p:min(len(bp), p+amxStep)])
 		}
-		betaCur := beta
-		if pc > 0 {
-			betaCur = 1
-		}
-		c = bf16Store(alpha, betaCur, acc, c, betaCur == 0)
-	}
-	return c
+		return acc
+	})
 }
 
 // amxMR and amxNR are the AMX kernel's tile: 2×2 tiles of 16×16 float32.

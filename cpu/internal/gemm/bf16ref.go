@@ -90,6 +90,21 @@ func bf16Store(alpha, beta, sum, c float32, beta0 bool) float32 {
 // convolutions), whose arithmetic this derives independently of the
 // assembly.
 func RefDotBF16(a, b []uint16, alpha, beta, c float32) float32 {
+	return refDotBlocks(a, b, alpha, beta, c, func(ap, bp []uint32) float32 {
+		var acc float32
+		for i := range ap {
+			acc = bf16DotPair(acc, ap[i], bp[i])
+		}
+		return acc
+	})
+}
+
+// refDotBlocks is the native driver's K blocking around a block's sum:
+// k cut into blocks of bf16Block(k) values, each block's values packed
+// as pairs (zero past k) and summed by sum from +0, then stored as
+// c = alpha*sum + beta*c (beta 1 after the first block). The references
+// of each native kernel differ only in sum.
+func refDotBlocks(a, b []uint16, alpha, beta, c float32, sum func(ap, bp []uint32) float32) float32 {
 	k := len(a)
 	at := func(s []uint16, p int) uint32 {
 		if p >= k {
@@ -98,16 +113,18 @@ func RefDotBF16(a, b []uint16, alpha, beta, c float32) float32 {
 		return uint32(s[p])
 	}
 	kc := bf16Block(k)
+	var ap, bp []uint32
 	for pc := 0; pc < k; pc += kc {
-		var acc float32
+		ap, bp = ap[:0], bp[:0]
 		for p := pc; p < min(k, pc+kc); p += 2 {
-			acc = bf16DotPair(acc, at(a, p)|at(a, p+1)<<16, at(b, p)|at(b, p+1)<<16)
+			ap = append(ap, at(a, p)|at(a, p+1)<<16)
+			bp = append(bp, at(b, p)|at(b, p+1)<<16)
 		}
 		betaCur := beta
 		if pc > 0 {
 			betaCur = 1
 		}
-		c = bf16Store(alpha, betaCur, acc, c, betaCur == 0)
+		c = bf16Store(alpha, betaCur, sum(ap, bp), c, betaCur == 0)
 	}
 	return c
 }
