@@ -2,6 +2,19 @@
 
 #include "textflag.h"
 
+// BF16RND16_CONSTS sets the AVX-512 rounding's shared constants: Z16 = 1,
+// Z17 = 0x7fff, Z18 = 0x7fffffff, Z19 = 0x7f800000 (NaN threshold), in
+// every lane (narrowBF16x16, roundBF16x16; each sets its own NaN in Z20).
+#define BF16RND16_CONSTS \
+	MOVL $1, AX \
+	VPBROADCASTD AX, Z16 \
+	MOVL $0x7fff, AX \
+	VPBROADCASTD AX, Z17 \
+	MOVL $0x7fffffff, AX \
+	VPBROADCASTD AX, Z18 \
+	MOVL $0x7f800000, AX \
+	VPBROADCASTD AX, Z19
+
 // func narrowBF16x16(src *float32, blocks int, dst *uint16)
 //
 // Rounds 16*blocks float32 values to bfloat16 as tensor.Float32ToBFloat16
@@ -14,14 +27,7 @@ TEXT ·narrowBF16x16(SB), NOSPLIT, $0-24
 	MOVQ dst+16(FP), DI
 	TESTQ CX, CX
 	JZ done
-	MOVL $1, AX
-	VPBROADCASTD AX, Z16
-	MOVL $0x7fff, AX
-	VPBROADCASTD AX, Z17
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z18
-	MOVL $0x7f800000, AX
-	VPBROADCASTD AX, Z19
+	BF16RND16_CONSTS
 	MOVL $0x7fc0, AX
 	VPBROADCASTD AX, Z20
 loop:
@@ -126,14 +132,7 @@ TEXT ·roundBF16x16(SB), NOSPLIT, $0-24
 	MOVQ dst+16(FP), DI
 	TESTQ CX, CX
 	JZ rdone
-	MOVL $1, AX
-	VPBROADCASTD AX, Z16
-	MOVL $0x7fff, AX
-	VPBROADCASTD AX, Z17
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z18
-	MOVL $0x7f800000, AX
-	VPBROADCASTD AX, Z19
+	BF16RND16_CONSTS
 	MOVL $0x7fc00000, AX
 	VPBROADCASTD AX, Z20
 	MOVL $0xffff0000, AX
