@@ -58,21 +58,22 @@ type Problem struct {
 	// OptimizerInBackward lets the planner update parameters in the
 	// backward pass and free each gradient as it is consumed
 	// (train.Config.OptimizerInBackward): every plan with one micro-batch
-	// in fp32 then runs that way, since it gives the same results, is no
-	// slower and needs less memory; plans that accumulate micro-batches or
-	// round to a lower precision keep gradient buffers. It needs an
+	// then runs that way (but in fp16-mixed, whose GradScaler must see
+	// every gradient first), since it gives the same results, is no
+	// slower and needs less memory; plans that accumulate micro-batches
+	// keep gradient buffers. It needs an
 	// optimizer that updates one parameter at a time (SGD, Adam, AdamW);
 	// with another it changes nothing.
 	OptimizerInBackward bool
 	// GradientBuffers keeps every gradient in a buffer held for the whole
 	// step (train.Config.GradientBuffers). By default (false) every plan
-	// of one micro-batch in fp32 that does not update in the backward
+	// of one micro-batch, in any precision, that does not update in the backward
 	// pass keeps its gradients in the step's arena from the backward pass
 	// to the optimizer step instead, since that gives the same results,
 	// takes no more time and never more memory (its peak counts only the
 	// gradients produced so far), as PyTorch's
-	// zero_grad(set_to_none=True); plans that accumulate micro-batches or
-	// round to a lower precision keep gradient buffers, and the result
+	// zero_grad(set_to_none=True); plans that accumulate micro-batches
+	// keep gradient buffers, and the result
 	// says so (Result.Print).
 	GradientBuffers bool
 	// Outputs plans steps that keep the model's outputs to their end for
@@ -103,13 +104,13 @@ type Choice struct {
 	prefix int
 	// InBackward runs the optimizer in the backward pass
 	// (train.Config.OptimizerInBackward): no gradient buffers, each
-	// gradient freed by its parameter's update. Only with one micro-batch
-	// in fp32.
+	// gradient freed by its parameter's update. Only with one micro-batch,
+	// not in fp16-mixed (its GradScaler).
 	InBackward bool
 	// ArenaGradients keeps the gradients in the step's arena from the
 	// backward pass to the optimizer step (train.Config.GradientBuffers unset):
-	// no gradient buffers. Only with one micro-batch in fp32, and not
-	// with InBackward (which frees them sooner).
+	// no gradient buffers. Only with one micro-batch, and not with
+	// InBackward (which frees them sooner).
 	ArenaGradients bool
 	Memory         train.MemoryPlan // of a full micro-batch
 	Time           float64          // estimated seconds per optimizer step
@@ -207,7 +208,7 @@ func (r *Result) Slowdown() float64 { return r.Best.Time / r.Baseline.Time }
 // memory the policy can save), then for auto the fewest recomputed nodes,
 // then for bf16/fp16/int8/offload the fewest compressed tensors (largest
 // first) that still fit. With Problem.OptimizerInBackward, a plan of one
-// micro-batch in fp32 runs the optimizer in the backward pass, and the
+// micro-batch (not fp16-mixed) runs the optimizer in the backward pass, and the
 // least-memory plan may be the whole batch that way.
 func Fit(ctx context.Context, p Problem) (*Result, error) {
 	if err := CheckBatch(p); err != nil {
@@ -343,17 +344,13 @@ func (f *fitter) finish(res *Result) (*Result, error) {
 		case b.Accumulation > 1:
 			res.notInBackward = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
 		default:
-			res.notInBackward = fmt.Sprintf("not with %v precision", b.Precision)
+			res.notInBackward = fmt.Sprintf("not with %v precision (its GradScaler must check all gradients before any update)", b.Precision)
 		}
 	}
 	if b := res.Best; !p.GradientBuffers && !b.noBuffers() {
-		// Accumulation adds micro-batches' gradients up in buffers; low
-		// precisions round gradients as they reach them (train.Config).
-		if b.Accumulation > 1 {
-			res.notArena = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
-		} else {
-			res.notArena = fmt.Sprintf("not with %v precision", b.Precision)
-		}
+		// Accumulation adds micro-batches' gradients up in buffers (the
+		// only plans that keep them: train.Config.ArenaApplies).
+		res.notArena = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
 	}
 	return res, nil
 }

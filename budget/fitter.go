@@ -180,14 +180,15 @@ func (f *fitter) eval(s setting, m int, pol Policy, prefix, stride int, minBytes
 
 // plan is eval, without gradient buffers (the optimizer in the backward
 // pass, else gradients in the arena, as allowed) only if noBuffers
-// allows it and it applies: one micro-batch in fp32.
+// allows it and it applies: one micro-batch (and for the optimizer in
+// the backward pass no GradScaler: not fp16-mixed).
 func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes int64, noBuffers bool) (Choice, error) {
 	// The trainer splits a batch into k near-equal micro-batches
 	// (train.Split); the largest has ceil(N/k) samples, at most m.
 	// (written so that no sum overflows, whatever the batch)
 	k := 1 + (f.p.Batch-1)/m
 	m = 1 + (f.p.Batch-1)/k
-	one := noBuffers && k == 1 && s.prec == transform.FP32 // as train's CheckOptimizerInBackward
+	one := noBuffers && k == 1 && !s.prec.NeedsScaler() // as train's CheckOptimizerInBackward
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
 		InBackward: one && f.inBack, Outputs: f.p.Outputs}
 	c.ArenaGradients = noBuffers && !c.InBackward && train.Config{GradientBuffers: !f.arena, Precision: s.prec}.ArenaApplies(k)

@@ -283,11 +283,18 @@ func runSteps(t *testing.T, p budget.Problem, c budget.Choice) {
 }
 
 // A plan runs the optimizer in the backward pass exactly when it may: one
-// micro-batch in fp32, and only when allowed. Accumulating plans and bf16
-// plans keep gradient buffers.
-func TestInBackwardOnlyWithOneFP32MicroBatch(t *testing.T) {
+// micro-batch, without a GradScaler (not fp16-mixed), and only when
+// allowed; in fp32 and in bf16. Accumulating plans and fp16 plans keep
+// gradient buffers.
+func TestInBackwardOnlyWithOneMicroBatch(t *testing.T) {
+	for _, precs := range [][]transform.Precision{autoPrecs, {transform.BF16Mixed, transform.FP16Mixed}} {
+		inBackwardOnlyWithOneMicroBatch(t, precs)
+	}
+}
+
+func inBackwardOnlyWithOneMicroBatch(t *testing.T, precs []transform.Precision) {
 	base := cnnProblem(16, 0)
-	base.Precisions = autoPrecs
+	base.Precisions = precs
 	min := minimum(t, inBackward(base))
 	for _, allowed := range []bool{false, true} {
 		for _, b := range []int64{min, min + 1<<20, min + 4<<20, 1 << 30} {
@@ -301,14 +308,14 @@ func TestInBackwardOnlyWithOneFP32MicroBatch(t *testing.T) {
 				t.Fatalf("budget %d, allowed %v: %v", b, allowed, err)
 			}
 			for _, c := range r.Candidates {
-				want := allowed && c.Accumulation == 1 && c.Precision == transform.FP32
+				want := allowed && c.Accumulation == 1 && !c.Precision.NeedsScaler()
 				if c.InBackward != want || (c.Memory.Gradients == 0) != want || strings.Contains(c.Describe(), "optimizer in backward") != want {
 					t.Errorf("budget %d, allowed %v: %s with gradients %d", b, allowed, c.Describe(), c.Memory.Gradients)
 				}
 			}
 			// The update in the backward pass costs no time: where the
 			// whole batch fits either way it is the baseline's step.
-			if allowed && b == 1<<30 && (!r.Best.InBackward || r.Best.Recomputed != 0 || r.Slowdown() != 1) {
+			if allowed && b == 1<<30 && (!r.Best.InBackward || r.Best.Recomputed != 0 || r.Slowdown() != 1) && !r.Best.Precision.NeedsScaler() {
 				t.Errorf("budget %d: chose %s, slowdown %v", b, r.Best.Describe(), r.Slowdown())
 			}
 			var out bytes.Buffer

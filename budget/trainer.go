@@ -35,7 +35,7 @@ type Options struct {
 	Compress            []transform.Compression
 	OptimizerInBackward bool
 	// GradientBuffers keeps every gradient in a buffer held for the whole
-	// step (Problem.GradientBuffers); by default plans of one fp32
+	// step (Problem.GradientBuffers); by default plans of one
 	// micro-batch keep them in the step's arena.
 	GradientBuffers bool
 	// Outputs keeps every step's model outputs for Outputs (training

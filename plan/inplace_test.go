@@ -10,7 +10,8 @@ import (
 	"github.com/headroom-ml/headroom/trace"
 )
 
-// An elementwise op writes over an input that dies at it, and only then.
+// An elementwise op writes over an input that dies at it, and only then;
+// never over an input or an output of the graph.
 func TestInPlace(t *testing.T) {
 	vec := tensor.Shape{4, 256} // 4 KiB of float32s
 	type built struct {
@@ -56,6 +57,14 @@ func TestInPlace(t *testing.T) {
 			b := op.Neg(a)
 			g.Output("b", b)
 			return built{diff: [][2]*trace.Tensor{{a, b}}}
+		}},
+		{"output over a dying value", func(g *trace.Graph) built {
+			a := op.Exp(g.Input("x", tensor.Float32, vec))
+			b := op.Neg(a) // a dies here: the output b takes its bytes
+			g.Output("b", b)
+			c := op.ReLU(b) // but b, an output, is not overwritten in turn
+			g.Output("s", op.Sum(c, false))
+			return built{same: [][2]*trace.Tensor{{a, b}}, diff: [][2]*trace.Tensor{{b, c}}}
 		}},
 		{"other dtype", func(g *trace.Graph) built {
 			a := op.Exp(g.Input("x", tensor.Float32, vec))

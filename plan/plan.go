@@ -167,7 +167,9 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 // at that op (PyTorch's in-place ops, chosen by the planner where they are
 // safe): the two are never live together, so the step's peak drops by the
 // output's size wherever such an op runs at the peak. Only activations are
-// reused; inputs, constants and graph outputs are never overwritten.
+// reused; inputs, constants and graph outputs are never overwritten (an
+// output may take the bytes of an activation that dies where it is made:
+// a gradient rounded as it leaves the step).
 func (p *Plan) inPlace(g *trace.Graph) {
 	outputs := map[*Buffer]bool{}
 	for _, t := range g.Outputs {
@@ -189,7 +191,7 @@ func (p *Plan) inPlace(g *trace.Graph) {
 		}
 		out := n.Outputs[0]
 		ob, ok := p.Of[out]
-		if !ok || trace.Root(out) != out || outputs[ob] {
+		if !ok || trace.Root(out) != out {
 			continue
 		}
 		metas := make([]trace.Meta, len(n.Inputs))
@@ -217,6 +219,7 @@ func (p *Plan) inPlace(g *trace.Graph) {
 			}
 			ib.End = ob.End
 			merged[ob] = ib
+			outputs[ib] = outputs[ob] // never overwritten in turn
 			break
 		}
 	}

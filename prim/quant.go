@@ -307,7 +307,10 @@ func (o *Round) Cost(in, out []trace.Meta) Cost {
 	return c
 }
 
-func (o *Round) InPlaceInputs(in []trace.Meta) []int { return nil }
+// InPlaceInputs: a value rounded where it dies (a gradient leaving the
+// step rounded) is rounded in its own bytes; a parameter, never an arena
+// value, keeps its master (plan.Make overwrites activations only).
+func (o *Round) InPlaceInputs(in []trace.Meta) []int { return []int{0} }
 
 func (o *Round) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, 1); err != nil {

@@ -116,51 +116,107 @@ func computedReady(n *trace.Node) int {
 // from kilobytes: made where autograd makes them, they are held through
 // the peak of the backward pass (where nearly every saved activation is
 // still alive); made at the end, they come when the activations are gone.
-// size is the bytes a value takes (the arena's rounding). It returns nil
-// when no node moves.
+// A node whose outputs only such nodes read moves with them, as one chain
+// judged by its bytes: under the bf16 modes a weight gradient reaches the
+// step's output through its rounding (a prim.Round, the gradient's only
+// reader), and alone neither node would gain by moving. size is the bytes
+// a value takes (the arena's rounding). It returns nil when no node moves.
 func Defer(g *trace.Graph, order []*trace.Node, size func(t *trace.Tensor) int64) []*trace.Node {
 	outputs := map[*trace.Tensor]bool{}
 	for _, t := range g.Outputs {
 		outputs[trace.Root(t)] = true
 	}
 	last := map[*trace.Tensor]int{}
-	read := map[*trace.Tensor]bool{}
+	readers := map[*trace.Tensor][]int{}
+	at := map[*trace.Node]int{}
 	for i, n := range order {
+		at[n] = i
 		for _, in := range n.Inputs {
 			r := trace.Root(in)
 			last[r] = i
-			read[r] = true
+			readers[r] = append(readers[r], i)
 		}
+	}
+	// freed is the inputs of order[i] whose last reader it is (state and
+	// constants, never freed, and step outputs excepted); inside says
+	// which of them to leave out.
+	freed := func(i int, inside func(p int) bool) int64 {
+		var b int64
+		seen := map[*trace.Tensor]bool{}
+		for _, x := range order[i].Inputs {
+			r := trace.Root(x)
+			if seen[r] || r.Node.Kind == trace.KindState || r.Node.Kind == trace.KindConst || outputs[r] || last[r] != i {
+				continue
+			}
+			seen[r] = true
+			if p, ok := at[r.Node]; !ok || !inside(p) {
+				b += size(r)
+			}
+		}
+		return b
+	}
+	none := func(int) bool { return false }
+	// Chains are found from the end: a node joins the chain of the nodes
+	// that read its outputs, which must all be movable, and only where it
+	// makes more bytes than it frees, as a node that moves alone must.
+	// chain[i] < 0: order[i] stays where it is.
+	chain := make([]int, len(order))
+	find := func(i int) int {
+		for chain[i] != i {
+			chain[i] = chain[chain[i]]
+			i = chain[i]
+		}
+		return i
+	}
+	for i := len(order) - 1; i >= 0; i-- {
+		chain[i] = -1
+		n := order[i]
+		_, effect := n.Op.(trace.Effecter)
+		_, alias := n.Op.(trace.Aliaser)
+		if n.Kind != trace.KindOp || n.Phase != trace.Backward || len(n.Outputs) == 0 || effect || alias {
+			continue
+		}
+		ok := true
+		var join []int
+		var made int64
+		for _, o := range n.Outputs {
+			rs := readers[o]
+			if trace.Root(o) != o || outputs[o] == (len(rs) > 0) {
+				ok = false // read and an output, or neither
+				break
+			}
+			for _, j := range rs {
+				ok = ok && chain[j] >= 0
+				join = append(join, j)
+			}
+			made += size(o)
+		}
+		if !ok || len(join) > 0 && made <= freed(i, none) {
+			continue
+		}
+		chain[i] = i
+		for _, j := range join {
+			chain[find(j)] = i
+		}
+	}
+	// A chain moves when the step outputs it makes outweigh the inputs
+	// from outside it whose last reader is in it.
+	gain := map[int]int64{}
+	for i, n := range order {
+		if chain[i] < 0 {
+			continue
+		}
+		c := find(i)
+		for _, o := range n.Outputs {
+			if outputs[o] {
+				gain[c] += size(o)
+			}
+		}
+		gain[c] -= freed(i, func(p int) bool { return chain[p] >= 0 && find(p) == c })
 	}
 	var moved, kept []*trace.Node
 	for i, n := range order {
-		if n.Kind != trace.KindOp || n.Phase != trace.Backward || len(n.Outputs) == 0 {
-			kept = append(kept, n)
-			continue
-		}
-		_, effect := n.Op.(trace.Effecter)
-		_, alias := n.Op.(trace.Aliaser)
-		sink := !effect && !alias
-		var out, in int64
-		for _, o := range n.Outputs {
-			if read[o] || !outputs[o] || trace.Root(o) != o {
-				sink = false
-				break
-			}
-			out += size(o)
-		}
-		if sink {
-			seen := map[*trace.Tensor]bool{}
-			for _, x := range n.Inputs {
-				r := trace.Root(x)
-				if seen[r] || r.Node.Kind == trace.KindState || r.Node.Kind == trace.KindConst || outputs[r] || last[r] != i {
-					continue
-				}
-				seen[r] = true
-				in += size(r)
-			}
-		}
-		if sink && out > in {
+		if chain[i] >= 0 && gain[find(i)] > 0 {
 			moved = append(moved, n)
 		} else {
 			kept = append(kept, n)

@@ -118,9 +118,17 @@ func TestUpdateRunsAfterEveryReaderOfItsState(t *testing.T) {
 // gradient, say) from two 1 KiB values while a 32 KiB forward value is
 // still alive, read by a later backward node.
 func deferGraph(t *testing.T) (*trace.Graph, *trace.Node) {
+	g, dw, _ := deferGraphRounded(t, false)
+	return g, dw
+}
+
+// deferGraphRounded is deferGraph, with the weight gradient, when round,
+// reaching the step output through a prim.Round (as under the bf16 modes),
+// returned as the third node.
+func deferGraphRounded(t *testing.T, round bool) (*trace.Graph, *trace.Node, *trace.Node) {
 	t.Helper()
 	g := trace.New()
-	var dw *trace.Node
+	var dw, r *trace.Node
 	err := trace.Capture(func() {
 		x := g.Input("x", tensor.Float32, tensor.Shape{8192})
 		u := g.Input("u", tensor.Float32, tensor.Shape{256, 1})
@@ -130,13 +138,53 @@ func deferGraph(t *testing.T) (*trace.Graph, *trace.Node) {
 		u2, v2 := op.Tanh(u), op.Tanh(v)
 		w := op.MatMulT(u2, v2, false, false)
 		dw = w.Node
+		if round {
+			w = prim.Apply1(&prim.Round{To: tensor.BFloat16}, w)
+			r = w.Node
+		}
 		g.Output("grad:w", w)
 		g.Output("c", op.Sum(op.Tanh(big), false))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g, dw
+	return g, dw, r
+}
+
+// A node whose output only a deferrable node reads (a weight gradient
+// that its rounding reads) moves with it, as a chain, where neither would
+// gain alone; the nodes before it that free as much as they make (the
+// tanh of a 1 KiB input) stay.
+func TestDeferMovesChains(t *testing.T) {
+	g, dw, r := deferGraphRounded(t, true)
+	order := schedule.Order(g)
+	later := schedule.Defer(g, order, func(t *trace.Tensor) int64 { return plan.Round(t.Meta.Bytes()) })
+	n := len(later)
+	if n != len(order) || later[n-2] != dw || later[n-1] != r {
+		t.Fatalf("deferred order %v, want %s and %s last", later, dw.Label(), r.Label())
+	}
+	var rest []*trace.Node
+	for _, x := range order {
+		if x != dw && x != r {
+			rest = append(rest, x)
+		}
+	}
+	for i, x := range later[:n-2] {
+		if x != rest[i] {
+			t.Fatalf("node %d: %s, want %s in trace order", i, x.Label(), rest[i].Label())
+		}
+	}
+	a, err := plan.Make(g, order, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plan.Make(g, later, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.PeakBytes >= a.PeakBytes {
+		t.Fatalf("peak %d deferred, %d in trace order", b.PeakBytes, a.PeakBytes)
+	}
 }
 
 // Defer moves a node that only makes a step output, larger than the

@@ -65,11 +65,12 @@ type Config struct {
 	// Predict), ReleaseMemory or Close, which copies them into gradient
 	// buffers of the store.
 	//
-	// The arena applies to steps of one micro-batch in fp32 on one process
-	// (no Parallel); other steps keep gradient buffers whatever this says:
-	// accumulation adds micro-batches' gradients into them, and under the
-	// bf16 and fp16 modes gradients are rounded as they reach them
-	// (ArenaApplies). OptimizerInBackward, where it applies, comes first.
+	// The arena applies to steps of one micro-batch on one process (no
+	// Parallel), in every precision (under the bf16 and fp16 modes each
+	// gradient leaves the step rounded, as it would be rounded into its
+	// buffer); other steps keep gradient buffers whatever this says:
+	// accumulation adds micro-batches' gradients into them (ArenaApplies).
+	// OptimizerInBackward, where it applies, comes first.
 	// (Left out of JSON when false.)
 	GradientBuffers bool `json:",omitempty"`
 	// Outputs keeps the model's outputs of every step for Trainer.Outputs
@@ -104,11 +105,11 @@ func (c Config) compress() transform.CompressPolicy {
 
 // ArenaApplies reports whether a step of microBatches micro-batches
 // under c keeps its gradients in the arena: not GradientBuffers, one
-// micro-batch, fp32, one process. (OptimizerInBackward, where it
+// micro-batch, one process. (OptimizerInBackward, where it
 // applies, still comes first: Trainer.GradientsInArena.) The one rule the
 // trainer and the budget planner both follow.
 func (c Config) ArenaApplies(microBatches int) bool {
-	return !c.GradientBuffers && microBatches == 1 && c.Accumulation <= 1 && c.Precision == transform.FP32 && c.Parallel == nil
+	return !c.GradientBuffers && microBatches == 1 && c.Accumulation <= 1 && c.Parallel == nil
 }
 
 // String names the configuration (for messages and cache keys).

@@ -182,7 +182,8 @@ func TestStepSplitsByAccumulation(t *testing.T) {
 }
 
 // SetConfig installs a GradScaler for fp16-mixed unless one is set, and
-// frees the gradient buffers when the optimizer runs in the backward pass.
+// frees the gradient buffers when the optimizer runs in the backward pass
+// or the gradients live in the arena.
 // The default configuration holds none (gradients in the arena).
 func TestSetConfig(t *testing.T) {
 	if b := cnnTrainer(t).Device.Alloc.Stats().ByCategory[device.Gradient]; b != 0 {
@@ -208,8 +209,14 @@ func TestSetConfig(t *testing.T) {
 	if err := tr.SetConfig(train.Config{Precision: transform.FP16Mixed, OptimizerInBackward: true}); err != nil {
 		t.Fatal(err)
 	}
-	if tr.Scaler == nil || grads() == 0 {
-		t.Fatalf("fp16-mixed: scaler %v, %d gradient bytes (in-backward does not apply with a scaler)", tr.Scaler, grads())
+	if tr.Scaler == nil || grads() != 0 || !tr.GradientsInArena(1) {
+		t.Fatalf("fp16-mixed: scaler %v, %d gradient bytes: want the arena's gradients (in-backward does not apply with a scaler)", tr.Scaler, grads())
+	}
+	if err := tr.SetConfig(train.Config{Precision: transform.FP16Mixed, OptimizerInBackward: true, GradientBuffers: true}); err != nil {
+		t.Fatal(err)
+	}
+	if grads() == 0 {
+		t.Fatal("fp16-mixed with GradientBuffers: no gradient buffers")
 	}
 	var ib *train.InBackwardError
 	if err := tr.CheckOptimizerInBackward(1); !errors.As(err, &ib) || ib.Reason != train.Scaling {

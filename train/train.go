@@ -836,11 +836,10 @@ func (t *Trainer) keepGrads() {
 // (optim.ParamStepper and optim.Preparer: SGD, Adam, AdamW), a single
 // micro-batch (accumulation needs every micro-batch's gradient), no
 // ClipNorm (it needs the global norm of all gradients), no GradScaler (it
-// must see every gradient before deciding to skip the step), fp32
-// precision (under the bf16 modes the usual step rounds some gradients as
-// they reach the float32 gradient buffers, which the precision transform
-// does not do for an update yet) and no RunOptions.CheckFinite (it could
-// stop a step after some updates).
+// must see every gradient before deciding to skip the step, so not
+// fp16-mixed) and no RunOptions.CheckFinite (it could stop a step after
+// some updates). Under the bf16 modes the update reads each gradient
+// rounded as the usual step rounds it into its buffer.
 func (t *Trainer) CheckOptimizerInBackward(microBatches int) error {
 	return t.checkInBackward(t.cfg, microBatches)
 }
@@ -862,8 +861,6 @@ func (t *Trainer) checkInBackward(cfg Config, microBatches int) error {
 		e.Reason = Scaling
 	case t.RunOptions != nil && t.RunOptions.CheckFinite:
 		e.Reason = CheckingFinite
-	case cfg.Precision != transform.FP32:
-		e.Reason = LowPrecision
 	default:
 		return nil
 	}
@@ -880,7 +877,6 @@ const (
 	Clipping                                    // ClipNorm needs every gradient first
 	Scaling                                     // a GradScaler needs every gradient first
 	CheckingFinite                              // RunOptions.CheckFinite could stop mid-update
-	LowPrecision                                // not fp32
 )
 
 // InBackwardError says why the optimizer cannot run in the backward pass.
@@ -907,8 +903,6 @@ func (e *InBackwardError) Detail() string {
 		return "a GradScaler must check all gradients before any update"
 	case CheckingFinite:
 		return "CheckFinite may stop a step after some updates"
-	case LowPrecision:
-		return fmt.Sprintf("not with %v precision", e.Precision)
 	}
 	return fmt.Sprintf("reason %d", e.Reason)
 }

@@ -385,7 +385,19 @@ func (a *autocast) run() {
 		}
 	}
 	for i, t := range a.g.Outputs {
-		a.out.Output(a.g.OutputNames[i], a.mapped[t])
+		o := a.mapped[t]
+		// An output that a real run holds in the low type (a parameter's
+		// gradient kept in the arena: train's gradsInArena) leaves the step
+		// rounded, as AccumulateRounded rounds it into a gradient buffer.
+		if isF32(o) && a.logical[o] && !a.low[o] {
+			if r := a.roundedCopy(o, t.Node); r != nil {
+				o = r
+			} else {
+				n := t.Node
+				at(a.out, n.Module, n.Phase, func() { o = prim.Apply1(&prim.Round{To: a.lo}, o) })
+			}
+		}
+		a.out.Output(a.g.OutputNames[i], o)
 	}
 }
 
@@ -633,13 +645,21 @@ func (a *autocast) productParams(n *trace.Node, ins []*trace.Tensor) {
 
 // effect records side-effect node n: a gradient
 // that a real run holds in the low type reaches a parameter's float32
-// gradient rounded (prim.AccumulateRounded), with no rounded copy.
+// gradient rounded (prim.AccumulateRounded), with no rounded copy, and an
+// optimizer update in the backward pass (prim.OptimizerStep) reads it
+// rounded.
 func (a *autocast) effect(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
-	if acc, ok := n.Op.(*prim.Accumulate); ok && isF32(ins[1]) && a.logical[ins[1]] && !a.low[ins[1]] {
+	lowGrad := len(ins) > 1 && isF32(ins[1]) && a.logical[ins[1]] && !a.low[ins[1]]
+	if acc, ok := n.Op.(*prim.Accumulate); ok && lowGrad {
 		at(a.out, n.Module, n.Phase, func() {
 			a.out.Apply(&prim.AccumulateRounded{To: a.lo, Add: acc.Add}, ins...)
 		})
 		return nil
+	}
+	if _, ok := n.Op.(*prim.OptimizerStep); ok && lowGrad {
+		// The update in the backward pass reads the gradient as a
+		// gradient buffer would hold it.
+		ins[1] = a.round(ins[1], n)
 	}
 	return a.clone(n, ins)
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // gradBuffersHelp is the help of train's and plan's --gradient-buffers.
-const gradBuffersHelp = "keep every gradient in a buffer held for the whole step (the old step) instead of in the step's arena from the backward pass that produces it to the optimizer step, the default where a step is one fp32 micro-batch on one process (PyTorch's zero_grad(set_to_none=True); same results, less memory); with --budget the planner then counts gradient buffers"
+const gradBuffersHelp = "keep every gradient in a buffer held for the whole step (the old step) instead of in the step's arena from the backward pass that produces it to the optimizer step, the default where a step is one micro-batch on one process (PyTorch's zero_grad(set_to_none=True); same results, less memory); with --budget the planner then counts gradient buffers"
 
 // printGradients says where a step of microBatches micro-batches keeps
 // its gradients under tr's configuration (the optimizer in the backward

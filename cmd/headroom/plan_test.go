@@ -148,7 +148,8 @@ func TestPlanOptimizerInBackward(t *testing.T) {
 		{"budget without the flag", slices.Concat(base, []string{"--budget", b}), nil, nil, "is too small", false},
 		{"budget that needs accumulation", slices.Concat(flagged, []string{"--batch", "64", "--budget", fmt.Sprint(usual)}), []string{"not in the backward pass: the plan accumulates"}, nil, "", false},
 		{"no budget", flagged, []string{"optimizer in the backward pass", "total peak"}, nil, "", true},
-		{"no budget, bf16-mixed", slices.Concat(flagged, []string{"--precision", "bf16-mixed"}), []string{"precision bf16-mixed"}, []string{"--optimizer-in-backward does not apply", "bf16-mixed"}, "", false},
+		{"no budget, bf16-mixed", slices.Concat(flagged, []string{"--precision", "bf16-mixed"}), []string{"precision bf16-mixed", "optimizer in the backward pass"}, nil, "", true},
+		{"no budget, fp16-mixed", slices.Concat(flagged, []string{"--precision", "fp16-mixed"}), []string{"precision fp16-mixed"}, []string{"--optimizer-in-backward does not apply", "GradScaler"}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

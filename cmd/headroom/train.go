@@ -46,7 +46,7 @@ type trainFlags struct {
 	accum       int
 	inBack      bool
 	// gradBuffers keeps gradient buffers for the whole step; by default
-	// a step of one fp32 micro-batch keeps its gradients in the arena.
+	// a step of one micro-batch keeps its gradients in the arena.
 	gradBuffers bool
 	snapshot    string
 	watch       watchFlags // --live, --profile (live.go)
@@ -149,7 +149,7 @@ Flags:
 	fs.BoolVar(&f.summary, "memory-summary", false, "print the allocator's memory summary at the end of each epoch")
 	fs.StringVar(&f.precision, "precision", "fp32", precisionHelp+"; fp16-mixed trains with dynamic loss scaling")
 	fs.StringVar(&f.compress, "compress", "none", compressHelp)
-	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch, fp32 and no loss scaling (with --budget the planner uses it for plans that have them)")
+	fs.BoolVar(&f.inBack, "optimizer-in-backward", false, "update each parameter as soon as its gradient is final and free the gradient (gradients never all in memory at once; same results); needs one micro-batch and no loss scaling (not fp16-mixed) (with --budget the planner uses it for plans that have them)")
 	fs.BoolVar(&f.gradBuffers, "gradient-buffers", false, gradBuffersHelp)
 	f.sched.define(fs)
 	f.progress.define(fs)
