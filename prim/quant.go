@@ -160,11 +160,11 @@ func (o *PackMask) Traits() Traits {
 	return Traits{Autocast: AutocastPromote, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
 }
 
-// Cost: it packs bit by bit.
+// Cost: memory-bound, as an elementwise op (the cpu kernel compares 8
+// lanes at once and stores their signs as a byte; its portable loop has
+// no branch per element, about 1.3 ns an element a thread).
 func (o *PackMask) Cost(in, out []trace.Meta) Cost {
-	c := elementwiseCost(in, out)
-	c.Convert = 1.7
-	return c
+	return elementwiseCost(in, out)
 }
 
 func (o *PackMask) InPlaceInputs(in []trace.Meta) []int { return nil }
@@ -209,10 +209,9 @@ func (o *ReLUBackwardMask) Traits() Traits {
 	return Traits{Autocast: AutocastExact, Fusion: FuseNone, Stats: StatsNone, Recompute: RecomputeExpensive, Kernel: KernelRequired}
 }
 
+// Cost: memory-bound, as PackMask's.
 func (o *ReLUBackwardMask) Cost(in, out []trace.Meta) Cost {
-	c := elementwiseCost(in, out)
-	c.Convert = 1.2
-	return c
+	return elementwiseCost(in, out)
 }
 
 // InPlaceInputs: the incoming gradient (each element is read before the

@@ -290,3 +290,29 @@ func Add(a, b, y []float32) int {
 	addAVX2(&a[0], &b[0], &y[0], n)
 	return n
 }
+
+// PackMask sets bit k of mask[b] where x[8b+k] > 0, or is a NaN unless
+// strict (ReLU's saved mask; LeakyReLU's is strict), for a prefix of x (a
+// multiple of 8) and returns its length.
+func PackMask(x []float32, mask []byte, strict bool) int {
+	n := min(len(x), 8*len(mask)) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	packMaskAVX2(&x[0], &mask[0], n, strict)
+	return n
+}
+
+// MaskBackward sets y[i] = gy[i] where bit i of mask is set, else +0
+// (ReLU's backward from its mask), or with leaky y[i] = gy[i]*1 where it
+// is set, else gy[i]*c, for a prefix of gy (a multiple of 8) and returns
+// its length.
+func MaskBackward(gy, y []float32, mask []byte, c float32, leaky bool) int {
+	n := min(len(gy), 8*len(mask)) &^ 7
+	if !enabled || n == 0 {
+		return 0
+	}
+	_ = y[n-1]
+	maskBackwardAVX2(&gy[0], &y[0], &mask[0], n, c, leaky)
+	return n
+}

@@ -79,3 +79,9 @@ func normColsAVX2(sw, sb *float64, dy, x *float32, n int, c *[2]float64)
 
 //go:noescape
 func maxAVX2(x *float32, n int, out *[8]float32)
+
+//go:noescape
+func packMaskAVX2(x *float32, mask *byte, n int, strict bool)
+
+//go:noescape
+func maskBackwardAVX2(gy, y *float32, mask *byte, n int, c float32, leaky bool)

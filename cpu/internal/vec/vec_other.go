@@ -40,3 +40,8 @@ func maxAVX2(x *float32, n int, out *[8]float32) { panic("vec: no assembly") }
 
 func lnGradAVX2(gy, w, x, y *float32, n int, c *[4]float32)              { panic("vec: no assembly") }
 func lnRowSumsAVX2(gy, w, x *float32, n int, m float64, out *[4]float64) { panic("vec: no assembly") }
+
+func packMaskAVX2(x *float32, mask *byte, n int, strict bool) { panic("vec: no assembly") }
+func maskBackwardAVX2(gy, y *float32, mask *byte, n int, c float32, leaky bool) {
+	panic("vec: no assembly")
+}
