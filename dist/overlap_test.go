@@ -15,6 +15,7 @@ import (
 	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 	"github.com/headroom-ml/headroom/train"
+	"github.com/headroom-ml/headroom/transform"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -117,5 +118,50 @@ func TestOverlapRefused(t *testing.T) {
 			t.Errorf("%+v %v: err = %v", tc.o, tc.cfg, err)
 		}
 		s.Release()
+	}
+}
+
+// Under bf16-mixed too the overlapped all-reduce (the optimizer in the
+// backward pass, reading each gradient rounded as a gradient buffer would
+// hold it) leaves the weights of the step that all-reduces after the
+// backward pass, bit for bit, and hands buckets over during it.
+func TestOverlapBF16MatchesAfterBackward(t *testing.T) {
+	batches := data(3)
+	const n = 2
+	run := func(overlap bool) []map[string][]float32 {
+		return onRanks(t, n, func(ctx context.Context, c comm.Comm) (map[string][]float32, error) {
+			dev := device.CPU()
+			s := nn.NewStore()
+			m := zoo.NewMLP(s.Root(), widths...)
+			if err := s.Materialize(dev, int64(1+c.Rank())); err != nil {
+				return nil, err
+			}
+			defer s.Release()
+			tr, dp, err := dist.NewTrainer(ctx, c, dev, s, m, zoo.CrossEntropyLoss, newOpt(t, "adam"), train.Config{Precision: transform.BF16Mixed}, dist.Options{BucketBytes: 1000, Overlap: overlap})
+			if err != nil {
+				return nil, err
+			}
+			defer dp.Close()
+			defer tr.Close()
+			for _, b := range batches {
+				part, err := dist.ShardBatch(b, c.Rank(), n)
+				if err != nil {
+					return nil, err
+				}
+				if _, err := tr.Step(ctx, part.X, part.Y); err != nil {
+					return nil, err
+				}
+			}
+			if _, early := dp.Overlapped(); overlap && early == 0 {
+				t.Errorf("rank %d: no bucket handed over during the backward pass", c.Rank())
+			}
+			return params(s), nil
+		})
+	}
+	want, got := run(false), run(true)
+	for r := range n {
+		if !same(got[r], want[r]) {
+			t.Errorf("rank %d: weights differ from the step without overlap by %.3g", r, relDiff(got[r], want[r]))
+		}
 	}
 }
