@@ -102,14 +102,22 @@ func TestResidentMemoryFallsAfterEpoch(t *testing.T) {
 		}
 	}
 	during := settledRSS(t)
+	arena := tr.Arena().Size()
 	tr.ReleaseMemory()
 	after := settledRSS(t)
 	st := dev.Alloc.Stats()
 	kept := st.ByCategory[device.Parameter] + st.ByCategory[device.OptimizerState]
 	want := start + kept
-	t.Logf("RSS at start %d MiB, training %d MiB, after release %d MiB; parameters+optimizer state %d MiB", start>>20, during>>20, after>>20, kept>>20)
-	if float64(after) > 1.1*float64(want) {
-		t.Fatalf("resident memory %d after release, want within 10%% of %d", after, want)
+	t.Logf("RSS at start %d MiB, training %d MiB, after release %d MiB; parameters+optimizer state %d MiB, arena %d MiB", start>>20, during>>20, after>>20, kept>>20, arena>>20)
+	// The runtime's own resident bytes vary by a few MiB from run to run
+	// (measured 2 or 6 MiB over, alone; 4 in the full suite): 10%, or
+	// 8 MiB where that is more.
+	if slack := max(int64(0.1*float64(want)), 8<<20); after > want+slack {
+		t.Fatalf("resident memory %d after release, want within %d of %d", after, slack, want)
+	}
+	// And the arena's bytes, written in every step, went back.
+	if during-after < arena*9/10 {
+		t.Fatalf("resident memory fell by %d at release, the arena is %d", during-after, arena)
 	}
 	if after >= during {
 		t.Fatalf("resident memory did not fall: %d during, %d after", during, after)
