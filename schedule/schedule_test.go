@@ -174,6 +174,13 @@ func TestDeferMovesChains(t *testing.T) {
 			t.Fatalf("node %d: %s, want %s in trace order", i, x.Label(), rest[i].Label())
 		}
 	}
+	peaksLower(t, g, order, later)
+}
+
+// peaksLower returns the plan of the deferred order later, which must
+// peak lower than that of order.
+func peaksLower(t *testing.T, g *trace.Graph, order, later []*trace.Node) *plan.Plan {
+	t.Helper()
 	a, err := plan.Make(g, order, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +192,7 @@ func TestDeferMovesChains(t *testing.T) {
 	if b.PeakBytes >= a.PeakBytes {
 		t.Fatalf("peak %d deferred, %d in trace order", b.PeakBytes, a.PeakBytes)
 	}
+	return b
 }
 
 // Defer moves a node that only makes a step output, larger than the
@@ -197,17 +205,7 @@ func TestDeferMovesLargeOutputsLate(t *testing.T) {
 	if len(later) != len(order) || later[len(later)-1] != dw {
 		t.Fatalf("deferred order %v, want %s last", later, dw.Label())
 	}
-	a, err := plan.Make(g, order, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := plan.Make(g, later, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.PeakBytes >= a.PeakBytes {
-		t.Fatalf("peak %d deferred, %d in trace order", b.PeakBytes, a.PeakBytes)
-	}
+	b := peaksLower(t, g, order, later)
 	p, err := exec.Compile(g, device.Meta())
 	if err != nil {
 		t.Fatal(err)

@@ -148,40 +148,18 @@ func TestArenaGradientsLowPrecision(t *testing.T) {
 
 // sameAsUsual checks that the trainer with arena gradients (losses la,
 // gradients ga after the last step) matches the one with gradient buffers
-// (lu, gu) bit for bit: losses, parameters, gradients, optimizer state
-// and loss scale; and that it holds no gradient buffer.
+// (lu, gu) bit for bit (sameTraining, and the gradients) and holds no
+// gradient buffer.
 func sameAsUsual(t *testing.T, usual, arena *train.Trainer, lu, la []float64, gu, ga [][]float32) {
 	t.Helper()
 	if st := arena.Device.Alloc.Stats(); st.ByCategory[device.Gradient] != 0 || arena.Splits != 0 {
 		t.Fatalf("%d bytes of gradient buffers held, %d splits", st.ByCategory[device.Gradient], arena.Splits)
 	}
-	for i := range lu {
-		if lu[i] != la[i] {
-			t.Errorf("step %d: loss %v with arena gradients, %v usual", i, la[i], lu[i])
-		}
-	}
+	sameTraining(t, "with arena gradients", usual, arena, lu, la)
 	for i, p := range usual.Store.Trainable() {
-		q := arena.Store.Trainable()[i]
-		if k, ok := sameBits(q.Value.F32(), p.Value.F32()); !ok {
-			t.Errorf("%s differs at %d: %v with arena gradients, %v usual", p.Name, k, q.Value.F32()[k], p.Value.F32()[k])
-		}
 		if k, ok := sameBits(ga[i], gu[i]); !ok {
 			t.Errorf("gradient of %s differs at %d: %v with arena gradients, %v usual", p.Name, k, ga[i][k], gu[i][k])
 		}
-	}
-	su, sa := usual.Opt.State(), arena.Opt.State()
-	if len(su) != len(sa) || len(su) == 0 {
-		t.Fatalf("optimizer state for %d parameters with arena gradients, %d usual", len(sa), len(su))
-	}
-	for name, bufs := range su {
-		for k, v := range bufs {
-			if i, ok := sameBits(sa[name][k], v); !ok {
-				t.Errorf("%s %s differs at %d", name, k, i)
-			}
-		}
-	}
-	if (usual.Scaler == nil) != (arena.Scaler == nil) || usual.Scaler != nil && arena.Scaler.Scale != usual.Scaler.Scale {
-		t.Errorf("loss scaler %v with arena gradients, %v usual", arena.Scaler, usual.Scaler)
 	}
 }
 

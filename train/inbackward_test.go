@@ -222,36 +222,50 @@ func TestOptimizerInBackwardLowPrecision(t *testing.T) {
 }
 
 // sameInBackward checks that the trainer that ran the optimizer in the
-// backward pass (losses lf) matches the usual one (lu) bit for bit.
+// backward pass (losses lf) matches the usual one (lu) bit for bit and
+// holds no gradient buffer.
 func sameInBackward(t *testing.T, usual, fused *train.Trainer, lu, lf []float64) {
 	t.Helper()
 	if fused.Splits != 0 || fused.CheckOptimizerInBackward(1) != nil {
 		t.Fatalf("the in-backward step did not apply: %v", fused.CheckOptimizerInBackward(1))
 	}
-	for i := range lu {
-		if lu[i] != lf[i] {
-			t.Errorf("step %d: loss %v in backward, %v usual", i, lf[i], lu[i])
-		}
-	}
-	for i, p := range usual.Store.Trainable() {
-		q := fused.Store.Trainable()[i]
-		if k, ok := sameBits(q.Value.F32(), p.Value.F32()); !ok {
-			t.Errorf("%s differs at %d: %v in backward, %v usual", p.Name, k, q.Value.F32()[k], p.Value.F32()[k])
-		}
-		if q.Grad != nil {
+	sameTraining(t, "in backward", usual, fused, lu, lf)
+	for _, p := range fused.Store.Trainable() {
+		if p.Grad != nil {
 			t.Errorf("%s: a gradient buffer is held in backward mode", p.Name)
 		}
 	}
-	su, sf := usual.Opt.State(), fused.Opt.State()
-	if len(su) != len(sf) || len(su) == 0 {
-		t.Fatalf("optimizer state for %d parameters in backward, %d usual", len(sf), len(su))
+}
+
+// sameTraining checks that trainer b (losses lb, trained the way what
+// says) matches the usual trainer a (la) bit for bit: losses, parameters,
+// optimizer state and loss scale.
+func sameTraining(t *testing.T, what string, a, b *train.Trainer, la, lb []float64) {
+	t.Helper()
+	for i := range la {
+		if la[i] != lb[i] {
+			t.Errorf("step %d: loss %v %s, %v usual", i, lb[i], what, la[i])
+		}
 	}
-	for name, bufs := range su {
+	for i, p := range a.Store.Trainable() {
+		q := b.Store.Trainable()[i]
+		if k, ok := sameBits(q.Value.F32(), p.Value.F32()); !ok {
+			t.Errorf("%s differs at %d: %v %s, %v usual", p.Name, k, q.Value.F32()[k], what, p.Value.F32()[k])
+		}
+	}
+	sa, sb := a.Opt.State(), b.Opt.State()
+	if len(sa) != len(sb) || len(sa) == 0 {
+		t.Fatalf("optimizer state for %d parameters %s, %d usual", len(sb), what, len(sa))
+	}
+	for name, bufs := range sa {
 		for k, v := range bufs {
-			if i, ok := sameBits(sf[name][k], v); !ok {
+			if i, ok := sameBits(sb[name][k], v); !ok {
 				t.Errorf("%s %s differs at %d", name, k, i)
 			}
 		}
+	}
+	if (a.Scaler == nil) != (b.Scaler == nil) || a.Scaler != nil && b.Scaler.Scale != a.Scaler.Scale {
+		t.Errorf("loss scaler %v %s, %v usual", b.Scaler, what, a.Scaler)
 	}
 }
 
