@@ -551,3 +551,33 @@ func setPrecision(t *testing.T, tr *train.Trainer, p transform.Precision) {
 		t.Fatal(err)
 	}
 }
+
+// Under bf16-mixed the update in the backward pass frees each gradient as
+// the fp32 one does: the rounding the update reads runs where the gradient
+// is made, not after the backward pass, so the planned peak holds no more
+// activations than the step with gradient buffers and saves nearly all
+// the gradients' bytes.
+func TestOptimizerInBackwardLowPrecisionFreesGradients(t *testing.T) {
+	spec, _ := zoo.Lookup("resnet18-64")
+	opt, _ := optim.NewAdam(optim.AdamDefaults())
+	tr, err := train.SetupConfig(device.Meta(), 1, testkit.Build(spec), opt, train.Config{Precision: transform.BF16Mixed, GradientBuffers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	x, y := spec.Example(8)
+	buf, _, err := tr.PlanConfig(train.Config{Precision: transform.BF16Mixed, GradientBuffers: true}, x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, _, err := tr.PlanConfig(train.Config{Precision: transform.BF16Mixed, OptimizerInBackward: true}, x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, grads := tr.Store.ParamBytes()
+	t.Logf("activations %d with the update in the backward pass, %d with gradient buffers (%d of gradients); totals %d, %d", ib.Activations, buf.Activations, grads, ib.Total(), buf.Total())
+	if ib.Activations > buf.Activations || float64(buf.Total()-ib.Total()) < 0.9*float64(grads) {
+		t.Errorf("in backward: activations %d (buffers' step %d), total %d against %d: saves %d of %d gradient bytes",
+			ib.Activations, buf.Activations, ib.Total(), buf.Total(), buf.Total()-ib.Total(), grads)
+	}
+}

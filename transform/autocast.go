@@ -265,6 +265,26 @@ func (a *autocast) round(t *trace.Tensor, n *trace.Node) *trace.Tensor {
 	return r
 }
 
+// roundGrad returns gradient t (of out, made by n of g) rounded to the low
+// type, as it leaves the step or reaches an update in the backward pass:
+// the rounded copy some reader made, else a prim.Round, which the planner
+// runs in t's own bytes where t dies there (no 16-bit intermediate, unlike
+// round's cast pair, whose 16-bit half is for Compress to store).
+func (a *autocast) roundGrad(t *trace.Tensor, n *trace.Node) *trace.Tensor {
+	if r := a.roundedCopy(t, n); r != nil {
+		return r
+	}
+	var r *trace.Tensor
+	at(a.out, n.Module, n.Phase, func() {
+		r = prim.Apply1(&prim.Round{To: a.lo}, t)
+		r.Node.Recompute = n.Recompute
+	})
+	a.st.Rounded++
+	a.rounded[roundKey{t, inner(n)}] = r
+	a.low[r], a.logical[r] = true, true
+	return r
+}
+
 // roundedCopy is the rounded copy of t that consumer n may read, if one
 // was made: the forward's copy serves the backward, except for parameters.
 func (a *autocast) roundedCopy(t *trace.Tensor, n *trace.Node) *trace.Tensor {
@@ -331,6 +351,16 @@ func (a *autocast) findFused() {
 
 func (a *autocast) run() {
 	a.findFused()
+	// stepGrads are the gradients an update in the backward pass reads
+	// (prim.OptimizerStep's input 1): rounded where they are made (below),
+	// not where the update is recorded (after every backward node), so
+	// that the float32 gradient dies at once rather than at the step's end.
+	stepGrads := map[*trace.Tensor]bool{}
+	for _, n := range a.g.Nodes {
+		if _, ok := n.Op.(*prim.OptimizerStep); ok && isEffect(n) && len(n.Inputs) > 1 {
+			stepGrads[n.Inputs[1]] = true
+		}
+	}
 	for _, n := range a.g.Nodes {
 		ins := make([]*trace.Tensor, len(n.Inputs))
 		for i, in := range n.Inputs {
@@ -382,6 +412,9 @@ func (a *autocast) run() {
 		}
 		for i, o := range n.Outputs {
 			a.mapped[o] = outs[i]
+			if m := outs[i]; stepGrads[o] && isF32(m) && a.logical[m] && !a.low[m] {
+				a.roundGrad(m, n) // the update finds it (roundedCopy)
+			}
 		}
 	}
 	for i, t := range a.g.Outputs {
@@ -390,12 +423,7 @@ func (a *autocast) run() {
 		// gradient kept in the arena: train's gradsInArena) leaves the step
 		// rounded, as AccumulateRounded rounds it into a gradient buffer.
 		if isF32(o) && a.logical[o] && !a.low[o] {
-			if r := a.roundedCopy(o, t.Node); r != nil {
-				o = r
-			} else {
-				n := t.Node
-				at(a.out, n.Module, n.Phase, func() { o = prim.Apply1(&prim.Round{To: a.lo}, o) })
-			}
+			o = a.roundGrad(o, t.Node)
 		}
 		a.out.Output(a.g.OutputNames[i], o)
 	}
