@@ -58,10 +58,13 @@ type Problem struct {
 	// OptimizerInBackward lets the planner update parameters in the
 	// backward pass and free each gradient as it is consumed
 	// (train.Config.OptimizerInBackward): every plan with one micro-batch
-	// then runs that way (but in fp16-mixed, whose GradScaler must see
-	// every gradient first), since it gives the same results, is no
-	// slower and needs less memory; plans that accumulate micro-batches
-	// keep gradient buffers. It needs an
+	// (but in fp16-mixed, whose GradScaler must see every gradient first)
+	// then runs that way, since it gives the same results and is no
+	// slower, unless its gradients in the arena (where GradientBuffers
+	// allows them) peak lower: those wait for the step's end, where a
+	// ResNet's backward peak is past, while the update in the backward
+	// pass takes each weight gradient where autograd makes it. Plans that
+	// accumulate micro-batches keep gradient buffers. It needs an
 	// optimizer that updates one parameter at a time (SGD, Adam, AdamW);
 	// with another it changes nothing.
 	OptimizerInBackward bool
@@ -180,9 +183,9 @@ type Result struct {
 	// not searched because their cheapest possible step was already slower
 	// than a plan that fits.
 	Pruned int
-	// notInBackward says why Best keeps gradient buffers although
-	// Problem.OptimizerInBackward allowed otherwise ("" when not asked, or
-	// when Best runs the optimizer in the backward pass).
+	// notInBackward says why Best runs the optimizer after the backward
+	// pass although Problem.OptimizerInBackward allowed otherwise ("" when
+	// not asked, or when Best runs it in the backward pass).
 	notInBackward string
 	// notArena says why Best keeps gradient buffers although
 	// Problem.GradientBuffers did not ask for them ("" when it did, or
@@ -343,6 +346,8 @@ func (f *fitter) finish(res *Result) (*Result, error) {
 			res.notInBackward = f.inBackErr.Detail()
 		case b.Accumulation > 1:
 			res.notInBackward = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
+		case b.ArenaGradients:
+			res.notInBackward = "with the gradients in the arena the step peaks lower"
 		default:
 			res.notInBackward = fmt.Sprintf("not with %v precision (its GradScaler must check all gradients before any update)", b.Precision)
 		}

@@ -182,15 +182,35 @@ func (f *fitter) eval(s setting, m int, pol Policy, prefix, stride int, minBytes
 // pass, else gradients in the arena, as allowed) only if noBuffers
 // allows it and it applies: one micro-batch (and for the optimizer in
 // the backward pass no GradScaler: not fp16-mixed).
+// Where both the update in the backward pass and gradients in the arena
+// apply, it plans both and keeps the one that peaks lower (they take the
+// same time): updating in the backward pass frees each gradient at once,
+// but computes it where autograd does, while the arena's weight
+// gradients can wait for the end of the step (schedule.Defer), which on a
+// ResNet whose peak is early in the backward pass peaks lower.
 func (f *fitter) plan(s setting, m int, pol Policy, prefix, stride int, minBytes int64, noBuffers bool) (Choice, error) {
+	k := 1 + (f.p.Batch-1)/m
+	one := noBuffers && k == 1 && !s.prec.NeedsScaler() // as train's CheckOptimizerInBackward
+	c, err := f.planAs(s, m, pol, prefix, stride, minBytes, noBuffers, one && f.inBack)
+	if err != nil || !c.InBackward || !f.arena {
+		return c, err
+	}
+	a, err := f.planAs(s, m, pol, prefix, stride, minBytes, noBuffers, false)
+	if err != nil || a.Memory.Total() >= c.Memory.Total() {
+		return c, err
+	}
+	return a, nil
+}
+
+// planAs is plan with the update in the backward pass as inBack says.
+func (f *fitter) planAs(s setting, m int, pol Policy, prefix, stride int, minBytes int64, noBuffers, inBack bool) (Choice, error) {
 	// The trainer splits a batch into k near-equal micro-batches
 	// (train.Split); the largest has ceil(N/k) samples, at most m.
 	// (written so that no sum overflows, whatever the batch)
 	k := 1 + (f.p.Batch-1)/m
 	m = 1 + (f.p.Batch-1)/k
-	one := noBuffers && k == 1 && !s.prec.NeedsScaler() // as train's CheckOptimizerInBackward
 	c := Choice{MicroBatch: m, Accumulation: k, Policy: pol, Precision: s.prec, Compression: s.comp, Compress: s.withMin(minBytes),
-		InBackward: one && f.inBack, Outputs: f.p.Outputs}
+		InBackward: inBack, Outputs: f.p.Outputs}
 	c.ArenaGradients = noBuffers && !c.InBackward && train.Config{GradientBuffers: !f.arena, Precision: s.prec}.ArenaApplies(k)
 	switch pol {
 	case RecomputeSelective:

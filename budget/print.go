@@ -67,6 +67,8 @@ func (r *Result) Print(w io.Writer, budget int64) {
 	switch {
 	case b.InBackward:
 		fmt.Fprintf(w, "  optimizer: in the backward pass (each parameter updated once its gradient is final; gradients freed as consumed, no gradient buffers)\n")
+	case r.notInBackward != "" && b.ArenaGradients:
+		fmt.Fprintf(w, "  optimizer: after the backward pass (not in the backward pass: %s)\n", r.notInBackward)
 	case r.notInBackward != "":
 		fmt.Fprintf(w, "  optimizer: after the backward pass, with gradient buffers (not in the backward pass: %s)\n", r.notInBackward)
 	}

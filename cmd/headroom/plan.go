@@ -55,7 +55,7 @@ func planMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snapshot := fs.String("memory-snapshot", "", "also write the planned allocation timeline of one step as a memory snapshot (.json, or .pickle for PyTorch's memory_viz), the format train --memory-snapshot records, for headroom viz")
 	data := planDataFlags(fs)
 	gradBufs := fs.Bool("gradient-buffers", false, gradBuffersHelp)
-	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch and no loss scaling (not fp16-mixed): with --budget the planner uses it wherever that holds")
+	inBack := fs.Bool("optimizer-in-backward", false, "update each parameter in the backward pass as soon as its gradient is final and free the gradient (no gradient buffers; same results); only with one micro-batch and no loss scaling (not fp16-mixed): with --budget the planner uses it wherever that holds and it peaks lower than gradients in the arena")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: headroom plan [flags]
 

@@ -198,7 +198,7 @@ func TestTrainBudgetOptimizerInBackward(t *testing.T) {
 	}
 	var out, log bytes.Buffer
 	f := trainFlags{model: "cnn", epochs: 1, batch: batch, lr: 1e-3, optimizer: "adam", device: "cpu", seed: 1, limit: 32,
-		budget: fmt.Sprint(usual - 1), precision: "fp32", compress: "none", recompute: "none", inBack: true}
+		budget: fmt.Sprint(usual - 1), precision: "fp32", compress: "none", recompute: "none", inBack: true, gradBuffers: true}
 	if err := trainFashion(context.Background(), f, &out, &log); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), log.String())
 	}
