@@ -686,8 +686,9 @@ func (a *autocast) effect(n *trace.Node, ins []*trace.Tensor) []*trace.Tensor {
 	}
 	if _, ok := n.Op.(*prim.OptimizerStep); ok && lowGrad {
 		// The update in the backward pass reads the gradient as a
-		// gradient buffer would hold it.
-		ins[1] = a.round(ins[1], n)
+		// gradient buffer would hold it (run rounds it where it is made;
+		// this is for a gradient that reached the update otherwise).
+		ins[1] = a.roundGrad(ins[1], n)
 	}
 	return a.clone(n, ins)
 }
