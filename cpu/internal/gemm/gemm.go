@@ -198,7 +198,8 @@ var (
 	pools64 bufPools[float64]
 )
 
-type bufPools[T float] struct{ a, b sync.Pool }
+// bufPools pools the packing buffers and blocked runs of one element type.
+type bufPools[T float] struct{ a, b, runs, slices sync.Pool }
 
 func getBuf[T float](p *sync.Pool, n int) *[]T {
 	if v, ok := p.Get().(*[]T); ok && cap(*v) >= n {
@@ -264,15 +265,41 @@ func gemmCore[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool,
 		threads = 1
 	}
 	if slices := columnSlices(threads, n); slices > 1 && (forceSlices || slicesPay(threads, m, n, k)) {
-		w := roundUp(ceilDiv(n, slices), kern.nr)
-		pool.For(slices, 1, func(lo, hi int) {
-			for s := lo; s < hi; s++ {
-				blocked(kern, pools, pool, 1, s*w, min(n, (s+1)*w), transA, transB, m, k, alpha, a, lda, b, ldb, packB, h, beta, c, ldc)
-			}
-		})
+		sr, _ := pools.slices.Get().(*slicesRun[T])
+		if sr == nil {
+			sr = new(slicesRun[T])
+			sr.fn = sr.run
+		}
+		*sr = slicesRun[T]{kern: kern, pools: pools, pool: pool, w: roundUp(ceilDiv(n, slices), kern.nr), n: n, transA: transA, transB: transB,
+			m: m, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, packB: packB, h: h, beta: beta, c: c, ldc: ldc, fn: sr.fn}
+		pool.For(slices, 1, sr.fn)
+		*sr = slicesRun[T]{fn: sr.fn}
+		pools.slices.Put(sr)
 		return
 	}
 	blocked(kern, pools, pool, threads, 0, n, transA, transB, m, k, alpha, a, lda, b, ldb, packB, h, beta, c, ldc)
+}
+
+// slicesRun is a product run as column slices, one blocked product a
+// slice; pooled with its loop bound once, as blockedRun.
+type slicesRun[T float] struct {
+	kern           *kernel[T]
+	pools          *bufPools[T]
+	pool           *parallel.Pool
+	w, n, m, k     int
+	transA, transB bool
+	alpha, beta    T
+	a, b, c        []T
+	lda, ldb, ldc  int
+	packB          Packer[T]
+	h              *halves
+	fn             func(lo, hi int)
+}
+
+func (r *slicesRun[T]) run(lo, hi int) {
+	for s := lo; s < hi; s++ {
+		blocked(r.kern, r.pools, r.pool, 1, s*r.w, min(r.n, (s+1)*r.w), r.transA, r.transB, r.m, r.k, r.alpha, r.a, r.lda, r.b, r.ldb, r.packB, r.h, r.beta, r.c, r.ldc)
+	}
 }
 
 // trivial checks A's and C's strides and lengths (A's length is alen,
@@ -384,116 +411,168 @@ func blocked[T float](kern *kernel[T], pools *bufPools[T], pool *parallel.Pool, 
 	}
 	bbuf := getBuf[T](&pools.b, min(kGroup*kc, k)*nc)
 	defer pools.b.Put(bbuf)
-	bAll := *bbuf
+
+	r := getRun(pools)
+	defer r.put(pools)
+	*r = blockedRun[T]{kern: kern, pools: pools, transA: transA, transB: transB, m: m, k: k, kc: kc, nc: nc, mc: mc,
+		alpha: alpha, beta: beta, a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, packB: packB, h: h, bAll: *bbuf,
+		packFn: r.packFn, computeFn: r.computeFn}
 
 	for jc := jLo; jc < jHi; jc += nc {
-		ncur := min(nc, jHi-jc)
-		nPanels := ceilDiv(ncur, nr)
+		r.jc = jc
+		r.ncur = min(nc, jHi-jc)
+		r.nPanels = ceilDiv(r.ncur, nr)
 		// When M alone gives too few blocks, split the N panels too.
-		nSplit := 1
+		r.nSplit = 1
 		if mBlocks < threads {
-			nSplit = min(nPanels, ceilDiv(threads, mBlocks))
+			r.nSplit = min(r.nPanels, ceilDiv(threads, mBlocks))
 		}
 		// Pack B by panels when transposed (a panel then reads nr
 		// contiguous rows of B), else by rows of B (reading whole rows
 		// keeps the hardware prefetcher busy; a panel would read kc short
 		// pieces one row stride apart).
-		byRows := packB.Pack == nil && !transB || packB.Pack != nil && packB.ByRows
+		r.byRows = packB.Pack == nil && !transB || packB.Pack != nil && packB.ByRows
 		for g0 := 0; g0 < kBlocks; g0 += kGroup {
-			g1 := min(kBlocks, g0+kGroup)
+			r.g0, r.g1 = g0, min(kBlocks, g0+kGroup)
 			// Packing units: block g's units are [(g-g0)*unitsPer, +packN),
 			// packN = its rows or panels; the rest of its range is empty.
-			unitsPer := nPanels
-			if byRows {
-				unitsPer = kc
+			r.unitsPer = r.nPanels
+			if r.byRows {
+				r.unitsPer = kc
 			}
-			packBlock := func(g, lo, hi int) {
-				pc := g * kc
-				kcur := min(kc, k-pc)
-				if byRows {
-					hi = min(hi, kcur)
-				}
-				if lo >= hi {
-					return
-				}
-				bp := bAll[(g-g0)*kc*nc:]
-				if h != nil && h.b.Type != Float32 {
-					h.packB(any(kern).(*kernel[float32]), transB, ldb, pc, kcur, jc, ncur, lo, hi, any(bp).([]float32))
-					return
-				}
-				if packB.Pack != nil {
-					if packB.ByRows {
-						packB.Pack(bp, pc, kcur, jc, ncur, lo, hi, 0, nPanels, nr)
-					} else {
-						packB.Pack(bp, pc, kcur, jc, ncur, 0, kcur, lo, hi, nr)
-					}
-					return
-				}
-				if !transB {
-					packBRows(b, ldb, pc+lo, hi-lo, lo, kcur, jc, ncur, nr, bp)
-					return
-				}
-				for jp := lo; jp < hi; jp++ {
-					j0 := jp * nr
-					packBT(b, ldb, pc, kcur, jc+j0, min(nr, ncur-j0), nr, bp[jp*nr*kcur:(jp+1)*nr*kcur], kern.packBT)
-				}
-			}
-			pack := func(lo, hi int) {
-				for u := lo; u < hi; {
-					g := g0 + u/unitsPer
-					end := min(hi, (u/unitsPer+1)*unitsPer)
-					packBlock(g, u%unitsPer, u%unitsPer+end-u)
-					u = end
-				}
-			}
-			compute := func(lo, hi int) {
-				extra := 0
-				if h != nil {
-					extra = max(mr*kc, mc) // rows of a 16-bit A converted
-				}
-				abuf := getBuf[T](&pools.a, mc*kc+mr*nr+extra)
-				ap := *abuf
-				tmp := ap[mc*kc : mc*kc+mr*nr]
-				for t := lo; t < hi; t++ {
-					ib, jb := t/nSplit, t%nSplit
-					ic := ib * mc
-					mcur := min(mc, m-ic)
-					mPanels := ceilDiv(mcur, mr)
-					jpLo := jb * nPanels / nSplit
-					jpHi := (jb + 1) * nPanels / nSplit
-					for g := g0; g < g1; g++ {
-						pc := g * kc
-						kcur := min(kc, k-pc)
-						betaCur := beta
-						if pc > 0 {
-							betaCur = 1
-						}
-						if h != nil && h.a.Type != Float32 {
-							h.packA(any(kern).(*kernel[float32]), transA, lda, pc, kcur, ic, mcur, any(ap).([]float32), any(ap[mc*kc+mr*nr:]).([]float32))
-						} else if transA {
-							// Stored A rows are contiguous in i: read them whole.
-							packATRows(a, lda, pc, kcur, ic, mcur, mr, ap)
-						} else {
-							for ip := 0; ip < mPanels; ip++ {
-								i0 := ip * mr
-								packA(a, lda, ic+i0, min(mr, mcur-i0), pc, kcur, mr, ap[ip*mr*kcur:(ip+1)*mr*kcur])
-							}
-						}
-						macroKernel(kern, mcur, ncur, kcur, ap, bAll[(g-g0)*kc*nc:], jpLo, jpHi, alpha, betaCur, c, ic*ldc+jc, ldc, tmp)
-					}
-				}
-				pools.a.Put(abuf)
-			}
-			packUnits := (g1 - g0) * unitsPer
+			packUnits := (r.g1 - g0) * r.unitsPer
 			if threads > 1 {
-				pool.For(packUnits, max(1, 4096/(ncur+kc)), pack)
-				pool.For(mBlocks*nSplit, 1, compute)
+				pool.For(packUnits, max(1, 4096/(r.ncur+kc)), r.packFn)
+				pool.For(mBlocks*r.nSplit, 1, r.computeFn)
 			} else {
-				pack(0, packUnits)
-				compute(0, mBlocks*nSplit)
+				r.pack(0, packUnits)
+				r.compute(0, mBlocks*r.nSplit)
 			}
 		}
 	}
+}
+
+// blockedRun is the state of one blocked product that its packing and
+// compute loops share. It is pooled, with its loops bound once as method
+// values (packFn, computeFn): closures made a call would be garbage, and
+// a training step makes tens of thousands of small products (Winograd's
+// tile products), which made most of the Go heap's garbage in a step.
+type blockedRun[T float] struct {
+	kern                                *kernel[T]
+	pools                               *bufPools[T]
+	transA, transB, byRows              bool
+	m, k, kc, nc, mc                    int
+	jc, ncur, nPanels, nSplit, unitsPer int
+	g0, g1                              int
+	alpha, beta                         T
+	a, b, c, bAll                       []T
+	lda, ldb, ldc                       int
+	packB                               Packer[T]
+	h                                   *halves
+	packFn, computeFn                   func(lo, hi int)
+}
+
+func getRun[T float](pools *bufPools[T]) *blockedRun[T] {
+	if r, ok := pools.runs.Get().(*blockedRun[T]); ok {
+		return r
+	}
+	r := new(blockedRun[T])
+	r.packFn, r.computeFn = r.pack, r.compute
+	return r
+}
+
+// put returns r to the pool without the slices it referenced, so that a
+// pooled run keeps no operand alive.
+func (r *blockedRun[T]) put(pools *bufPools[T]) {
+	*r = blockedRun[T]{packFn: r.packFn, computeFn: r.computeFn}
+	pools.runs.Put(r)
+}
+
+// packBlock packs units [lo, hi) (rows or panels) of K block g of B.
+func (r *blockedRun[T]) packBlock(g, lo, hi int) {
+	kern, kc, nc, k, nr := r.kern, r.kc, r.nc, r.k, r.kern.nr
+	pc := g * kc
+	kcur := min(kc, k-pc)
+	if r.byRows {
+		hi = min(hi, kcur)
+	}
+	if lo >= hi {
+		return
+	}
+	bp := r.bAll[(g-r.g0)*kc*nc:]
+	if h := r.h; h != nil && h.b.Type != Float32 {
+		h.packB(any(kern).(*kernel[float32]), r.transB, r.ldb, pc, kcur, r.jc, r.ncur, lo, hi, any(bp).([]float32))
+		return
+	}
+	if packB := r.packB; packB.Pack != nil {
+		if packB.ByRows {
+			packB.Pack(bp, pc, kcur, r.jc, r.ncur, lo, hi, 0, r.nPanels, nr)
+		} else {
+			packB.Pack(bp, pc, kcur, r.jc, r.ncur, 0, kcur, lo, hi, nr)
+		}
+		return
+	}
+	if !r.transB {
+		packBRows(r.b, r.ldb, pc+lo, hi-lo, lo, kcur, r.jc, r.ncur, nr, bp)
+		return
+	}
+	for jp := lo; jp < hi; jp++ {
+		j0 := jp * nr
+		packBT(r.b, r.ldb, pc, kcur, r.jc+j0, min(nr, r.ncur-j0), nr, bp[jp*nr*kcur:(jp+1)*nr*kcur], kern.packBT)
+	}
+}
+
+// pack packs units [lo, hi) of the current group's K blocks.
+func (r *blockedRun[T]) pack(lo, hi int) {
+	for u := lo; u < hi; {
+		g := r.g0 + u/r.unitsPer
+		end := min(hi, (u/r.unitsPer+1)*r.unitsPer)
+		r.packBlock(g, u%r.unitsPer, u%r.unitsPer+end-u)
+		u = end
+	}
+}
+
+// compute runs work units [lo, hi) (M blocks by N splits) through the
+// current group's K blocks.
+func (r *blockedRun[T]) compute(lo, hi int) {
+	kern, mr, nr, mc, kc, nc, k, m := r.kern, r.kern.mr, r.kern.nr, r.mc, r.kc, r.nc, r.k, r.m
+	h := r.h
+	extra := 0
+	if h != nil {
+		extra = max(mr*kc, mc) // rows of a 16-bit A converted
+	}
+	abuf := getBuf[T](&r.pools.a, mc*kc+mr*nr+extra)
+	ap := *abuf
+	tmp := ap[mc*kc : mc*kc+mr*nr]
+	for t := lo; t < hi; t++ {
+		ib, jb := t/r.nSplit, t%r.nSplit
+		ic := ib * mc
+		mcur := min(mc, m-ic)
+		mPanels := ceilDiv(mcur, mr)
+		jpLo := jb * r.nPanels / r.nSplit
+		jpHi := (jb + 1) * r.nPanels / r.nSplit
+		for g := r.g0; g < r.g1; g++ {
+			pc := g * kc
+			kcur := min(kc, k-pc)
+			betaCur := r.beta
+			if pc > 0 {
+				betaCur = 1
+			}
+			if h != nil && h.a.Type != Float32 {
+				h.packA(any(kern).(*kernel[float32]), r.transA, r.lda, pc, kcur, ic, mcur, any(ap).([]float32), any(ap[mc*kc+mr*nr:]).([]float32))
+			} else if r.transA {
+				// Stored A rows are contiguous in i: read them whole.
+				packATRows(r.a, r.lda, pc, kcur, ic, mcur, mr, ap)
+			} else {
+				for ip := 0; ip < mPanels; ip++ {
+					i0 := ip * mr
+					packA(r.a, r.lda, ic+i0, min(mr, mcur-i0), pc, kcur, mr, ap[ip*mr*kcur:(ip+1)*mr*kcur])
+				}
+			}
+			macroKernel(kern, mcur, r.ncur, kcur, ap, r.bAll[(g-r.g0)*kc*nc:], jpLo, jpHi, r.alpha, betaCur, r.c, ic*r.ldc+r.jc, r.ldc, tmp)
+		}
+	}
+	r.pools.a.Put(abuf)
 }
 
 // macroKernel multiplies the packed mcur×kcur block ap by the B panels
