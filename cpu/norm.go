@@ -141,6 +141,53 @@ func sumDot64[T Float](g, x []T, m float64) (sg, sd float64) {
 	return a0 + a1, d0 + d1
 }
 
+// bnPlanes calls f(off, planes, c) over the planes of channels [c0, c1) of
+// an [N, C, S] tensor: planes planes of channel c from offset off, stride
+// C*S, after zero(c) for each channel (if not nil). Planes smaller than
+// bnPlaneMajor go a channel at a time, all N planes in one call: the
+// vector passes over 4×4 and 8×8 planes were mostly call and reduction
+// (2-4× faster so; 16×16 1.2-1.5×; Zen 4, 2 threads); larger ones an
+// image at a time, in memory order (slightly faster at 32×32).
+func bnPlanes(N, C, S, c0, c1 int, f func(off, planes, c int), zero func(c int)) {
+	for c := c0; c < c1 && zero != nil; c++ {
+		zero(c)
+	}
+	if S < bnPlaneMajor {
+		for c := c0; c < c1; c++ {
+			f(c*S, N, c)
+		}
+		return
+	}
+	for i := 0; i < N; i++ {
+		for c := c0; c < c1; c++ {
+			f((i*C+c)*S, 1, c)
+		}
+	}
+}
+
+// bnPlaneMajor is the plane size from which bnPlanes goes image by image.
+var bnPlaneMajor = 1024
+
+// sumDotPlanes64 is sumDot64 summed over planes planes of size elements,
+// stride elements apart in g and x (a batch norm channel's planes): one
+// vector pass over all of them, the planes' tails after it.
+func sumDotPlanes64[T Float](g, x []T, size, stride, planes int, m float64) (sg, sd float64) {
+	done := 0
+	if g32, ok := any(g).([]float32); ok {
+		sg, sd, done = vec.SumDotPlanes(g32, any(x).([]float32), size, stride, planes, m)
+	}
+	if done == size {
+		return sg, sd
+	}
+	for i := 0; i < planes; i++ {
+		off := i * stride
+		a, d := sumDot64(g[off+done:off+size], x[off+done:off+size], m)
+		sg += a
+		sd += d
+	}
+	return sg, sd
+}
+
 // normRows splits a shape into rows and the size of its last dims
 // dimensions.
 func normRows(s tensor.Shape, dims int) (rows, m int) {
@@ -206,23 +253,16 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 	// is read again from the core's own cache.
 	cnt := float64(N * S)
 	stats := func(c0, c1 int) {
-		for c := c0; c < c1; c++ {
-			mean[c], inv[c] = 0, 0
-		}
 		// One pass for the sum and the sum of squares, in float64:
 		// Σ(x-m)² = Σx² - m·Σx loses to cancellation only the bits
 		// below float64's 2⁻⁵³·(1+m²/var) of it, far below the
 		// float32 statistics' rounding for any activation (a second
 		// pass over x for Σ(x-m)² cost a quarter of the kernel).
-		for i := 0; i < N; i++ {
-			for c := c0; c < c1; c++ {
-				off := (i*C + c) * S
-				xs := x[off : off+S]
-				s, q := sumDot64(xs, xs, 0)
-				mean[c] += s
-				inv[c] += q
-			}
-		}
+		bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
+			s, q := sumDotPlanes64(x[off:], x[off:], S, C*S, planes, 0)
+			mean[c] += s
+			inv[c] += q
+		}, func(c int) { mean[c], inv[c] = 0, 0 })
 		for c := c0; c < c1; c++ {
 			s := mean[c]
 			mean[c] = s / cnt
@@ -240,30 +280,37 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 		if o.Training {
 			stats(c0, c1)
 		}
-		for i := 0; i < N; i++ {
-			for c := c0; c < c1; c++ {
-				// y = x*alpha + beta with alpha = invstd*weight and beta =
-				// bias - mean*alpha, in T, as PyTorch's
-				// batch_norm_cpu_transform_input computes it.
-				alpha, beta := T(inv[c]), T(0)
-				if w != nil {
-					alpha *= w[c]
-				}
-				if b != nil {
-					beta = b[c]
-				}
-				beta -= T(mean[c]) * alpha
-				off := (i*C + c) * S
-				ys, xs := y[off:off+S], x[off:off+S]
-				if x32, ok := any(xs).([]float32); ok {
-					done := vec.Affine(x32, any(ys).([]float32), float32(alpha), float32(beta))
-					xs, ys = xs[done:], ys[done:]
-				}
+		for c := c0; c < c1; c++ {
+			// y = x*alpha + beta with alpha = invstd*weight and beta =
+			// bias - mean*alpha, in T, as PyTorch's
+			// batch_norm_cpu_transform_input computes it (kept in
+			// mean and inv, exactly: T values).
+			alpha, beta := T(inv[c]), T(0)
+			if w != nil {
+				alpha *= w[c]
+			}
+			if b != nil {
+				beta = b[c]
+			}
+			beta -= T(mean[c]) * alpha
+			mean[c], inv[c] = float64(alpha), float64(beta)
+		}
+		bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
+			alpha, beta := T(mean[c]), T(inv[c])
+			done := 0
+			if x32, ok := any(x).([]float32); ok {
+				done = vec.AffinePlanes(x32[off:], any(y).([]float32)[off:], S, C*S, planes, float32(alpha), float32(beta))
+			}
+			for i := 0; i < planes && done < S; i++ {
+				o := off + i*C*S
+				ys, xs := y[o+done:o+S], x[o+done:o+S]
 				for j, v := range xs {
 					ys[j] = v*alpha + beta
 				}
 			}
-			if epi != nil {
+		}, nil)
+		if epi != nil {
+			for i := 0; i < N; i++ {
 				// Channels [c0, c1) of image i are contiguous.
 				epi((i*C+c0)*S, (i*C+c1)*S)
 			}
@@ -288,17 +335,11 @@ func batchNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 	needSums := o.Training || gw != nil || gb != nil
 	pool.For(C, normGrain(N*S), func(c0, c1 int) {
 		if needSums {
-			for c := c0; c < c1; c++ {
-				sg[c], sgx[c] = 0, 0
-			}
-			for i := 0; i < N; i++ {
-				for c := c0; c < c1; c++ {
-					off := (i*C + c) * S
-					a, d := sumDot64(gy[off:off+S], x[off:off+S], float64(meanT[c]))
-					sg[c] += a
-					sgx[c] += d
-				}
-			}
+			bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
+				a, d := sumDotPlanes64(gy[off:], x[off:], S, C*S, planes, float64(meanT[c]))
+				sg[c] += a
+				sgx[c] += d
+			}, func(c int) { sg[c], sgx[c] = 0, 0 })
 			for c := c0; c < c1; c++ {
 				if gw != nil {
 					gw[c] = T(sgx[c] * float64(invT[c]))
@@ -308,37 +349,40 @@ func batchNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 				}
 			}
 		}
-		for i := 0; i < N; i++ {
-			for c := c0; c < c1; c++ {
-				off := (i*C + c) * S
-				inv, m := float64(invT[c]), meanT[c]
-				scale := invT[c]
-				if w != nil {
-					scale *= w[c]
-				}
-				gs, gxs := gy[off:off+S], gx[off:off+S]
-				if !o.Training {
-					for j, g := range gs {
+		bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
+			inv, m := float64(invT[c]), meanT[c]
+			scale := invT[c]
+			if w != nil {
+				scale *= w[c]
+			}
+			if !o.Training {
+				for i := 0; i < planes; i++ {
+					o := off + i*C*S
+					gxs := gx[o : o+S]
+					for j, g := range gy[o : o+S] {
 						gxs[j] = g * scale
 					}
-					continue
 				}
-				// gx = w*invstd*(gy - mean(gy) - xhat*mean(gy*xhat)), the
-				// sums in float64, the rest in T as in PyTorch's
-				// batch_norm_backward_cpu_template.
-				gmean := T(sg[c] / cnt)
-				k := T(sgx[c] * inv * inv / cnt)
-				xs := x[off : off+S]
-				xs = xs[:len(gs)]
-				if g32, ok := any(gs).([]float32); ok {
-					done := vec.NormGrad(g32, any(xs).([]float32), any(gxs).([]float32), float32(gmean), float32(m), float32(k), float32(scale))
-					gs, xs, gxs = gs[done:], xs[done:], gxs[done:]
-				}
+				return
+			}
+			// gx = w*invstd*(gy - mean(gy) - xhat*mean(gy*xhat)), the
+			// sums in float64, the rest in T as in PyTorch's
+			// batch_norm_backward_cpu_template.
+			gmean := T(sg[c] / cnt)
+			k := T(sgx[c] * inv * inv / cnt)
+			done := 0
+			if g32, ok := any(gy).([]float32); ok {
+				done = vec.NormGradPlanes(g32[off:], any(x).([]float32)[off:], any(gx).([]float32)[off:], S, C*S, planes,
+					float32(gmean), float32(m), float32(k), float32(scale))
+			}
+			for i := 0; i < planes && done < S; i++ {
+				o := off + i*C*S
+				gs, xs, gxs := gy[o+done:o+S], x[o+done:o+S], gx[o+done:o+S]
 				for j, g := range gs {
 					gxs[j] = (g - gmean - (xs[j]-m)*k) * scale
 				}
 			}
-		}
+		}, nil)
 	})
 	return nil
 }

@@ -168,7 +168,7 @@ func SumX(x []float32) (float64, int) {
 		return 0, 0
 	}
 	var out [2]float64
-	sumsAVX2(nil, &x[0], n, 0, &out, 0)
+	sumsAVX2(nil, &x[0], n, 1, 0, 0, &out, 0)
 	return out[0], n
 }
 
@@ -180,7 +180,7 @@ func SumSqDev(x []float32, m float64) (float64, int) {
 		return 0, 0
 	}
 	var out [2]float64
-	sumsAVX2(nil, &x[0], n, m, &out, 1)
+	sumsAVX2(nil, &x[0], n, 1, 0, m, &out, 1)
 	return out[0], n
 }
 
@@ -193,7 +193,7 @@ func SumDot(g, x []float32, m float64) (sg, sd float64, n int) {
 	}
 	_ = x[n-1]
 	var out [2]float64
-	sumsAVX2(&g[0], &x[0], n, m, &out, 2)
+	sumsAVX2(&g[0], &x[0], n, 1, 0, m, &out, 2)
 	return out[0], out[1], n
 }
 
@@ -206,7 +206,7 @@ func Affine(x, y []float32, a, b float32) int {
 	}
 	_ = y[n-1]
 	c := [4]float32{a, b}
-	normAVX2(nil, &x[0], &y[0], n, &c, 0)
+	normAVX2(nil, &x[0], &y[0], n, 1, 0, &c, 0)
 	return n
 }
 
@@ -233,7 +233,61 @@ func NormGrad(g, x, y []float32, gm, m, k, s float32) int {
 	}
 	_, _ = g[n-1], y[n-1]
 	c := [4]float32{gm, m, k, s}
-	normAVX2(&g[0], &x[0], &y[0], n, &c, 1)
+	normAVX2(&g[0], &x[0], &y[0], n, 1, 0, &c, 1)
+	return n
+}
+
+// planesLen checks that planes planes of n elements, stride elements
+// apart, lie within a slice of length l.
+func planesLen(l, n, stride, planes int) {
+	if planes > 0 && n > 0 && (planes-1)*stride+n > l {
+		panic("vec: planes past the end of a slice")
+	}
+}
+
+// SumDotPlanes is SumDot over the same prefix (n, returned: size rounded
+// down to 16) of each of planes planes of size elements, stride elements
+// apart in g and x, summed together: one call, and one reduction of the
+// accumulators, for a batch norm channel's planes (4×4 and 8×8 planes
+// paid for a call and a reduction every 16 or 64 elements).
+func SumDotPlanes(g, x []float32, size, stride, planes int, m float64) (sg, sd float64, n int) {
+	n = size &^ 15
+	if !enabled || n == 0 || planes <= 0 {
+		return 0, 0, 0
+	}
+	planesLen(len(g), n, stride, planes)
+	planesLen(len(x), n, stride, planes)
+	var out [2]float64
+	sumsAVX2(&g[0], &x[0], n, planes, stride, m, &out, 2)
+	return out[0], out[1], n
+}
+
+// AffinePlanes is Affine over the same prefix (returned: size rounded
+// down to 8) of each of planes planes stride elements apart in x and y.
+func AffinePlanes(x, y []float32, size, stride, planes int, a, b float32) int {
+	n := size &^ 7
+	if !enabled || n == 0 || planes <= 0 {
+		return 0
+	}
+	planesLen(len(x), n, stride, planes)
+	planesLen(len(y), n, stride, planes)
+	c := [4]float32{a, b}
+	normAVX2(nil, &x[0], &y[0], n, planes, stride, &c, 0)
+	return n
+}
+
+// NormGradPlanes is NormGrad over the same prefix (returned: size rounded
+// down to 8) of each of planes planes stride elements apart in g, x and y.
+func NormGradPlanes(g, x, y []float32, size, stride, planes int, gm, m, k, s float32) int {
+	n := size &^ 7
+	if !enabled || n == 0 || planes <= 0 {
+		return 0
+	}
+	planesLen(len(g), n, stride, planes)
+	planesLen(len(x), n, stride, planes)
+	planesLen(len(y), n, stride, planes)
+	c := [4]float32{gm, m, k, s}
+	normAVX2(&g[0], &x[0], &y[0], n, planes, stride, &c, 1)
 	return n
 }
 
@@ -276,7 +330,7 @@ func ScoreGrad(p, g, y []float32, d, s float32) int {
 	}
 	_, _ = g[n-1], y[n-1]
 	c := [4]float32{d, s}
-	normAVX2(&g[0], &p[0], &y[0], n, &c, 2)
+	normAVX2(&g[0], &p[0], &y[0], n, 1, 0, &c, 2)
 	return n
 }
 

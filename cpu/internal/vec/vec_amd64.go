@@ -45,13 +45,13 @@ func leakyAVX2(dy, x, y *float32, n int, c float32)
 // Σdy*(x-m); all in float64.
 //
 //go:noescape
-func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int)
+func sumsAVX2(dy, x *float32, n, planes, stride int, m float64, out *[2]float64, mode int)
 
 // normAVX2: mode 0, y = x*c[0] + c[1]; mode 1, y = (dy - c[0] - (x-c[1])*c[2]) * c[3];
 // mode 2, y = x * (dy - c[0]) * c[1].
 //
 //go:noescape
-func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
+func normAVX2(dy, x, y *float32, n, planes, stride int, c *[4]float32, mode int)
 
 //go:noescape
 func lnAffineAVX2(x, w, b, y *float32, n int, c *[2]float32)

@@ -360,17 +360,21 @@ ldone:
 	VZEROUPPER
 	RET
 
-// func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int)
-// Float64 sums over n (a multiple of 16) elements, four lanes per
-// accumulator: mode 0 Σx; mode 1 Σ(x-m)²; mode 2 Σdy and Σdy*(x-m).
-TEXT ·sumsAVX2(SB), NOSPLIT, $0-48
+// func sumsAVX2(dy, x *float32, n, planes, stride int, m float64, out *[2]float64, mode int)
+// Float64 sums over n (a multiple of 16) elements of each of planes planes
+// stride elements apart, four lanes per accumulator, reduced once at the
+// end: mode 0 Σx; mode 1 Σ(x-m)²; mode 2 Σdy and Σdy*(x-m).
+TEXT ·sumsAVX2(SB), NOSPLIT, $0-64
 	MOVQ dy+0(FP), DX
 	MOVQ x+8(FP), SI
-	MOVQ n+16(FP), CX
-	VBROADCASTSD m+24(FP), Y15
-	MOVQ out+32(FP), DI
-	MOVQ mode+40(FP), AX
-	SHRQ $4, CX
+	MOVQ n+16(FP), BX
+	MOVQ planes+24(FP), R8
+	MOVQ stride+32(FP), R9
+	VBROADCASTSD m+40(FP), Y15
+	MOVQ out+48(FP), DI
+	MOVQ mode+56(FP), AX
+	SHLQ $2, R9
+	SHRQ $4, BX
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
 	VXORPD Y2, Y2, Y2
@@ -379,28 +383,36 @@ TEXT ·sumsAVX2(SB), NOSPLIT, $0-48
 	VXORPD Y5, Y5, Y5
 	VXORPD Y6, Y6, Y6
 	VXORPD Y7, Y7, Y7
+	TESTQ BX, BX
+	JZ    sreduce
+	TESTQ R8, R8
+	JZ    sreduce
+splane:
+	MOVQ SI, R10
+	MOVQ DX, R11
+	MOVQ BX, CX
 	CMPQ AX, $1
 	JEQ  smode1
 	CMPQ AX, $2
 	JEQ  smode2
 smode0:
-	VCVTPS2PD 0(SI), Y8
-	VCVTPS2PD 16(SI), Y9
-	VCVTPS2PD 32(SI), Y10
-	VCVTPS2PD 48(SI), Y11
+	VCVTPS2PD 0(R10), Y8
+	VCVTPS2PD 16(R10), Y9
+	VCVTPS2PD 32(R10), Y10
+	VCVTPS2PD 48(R10), Y11
 	VADDPD Y8, Y0, Y0
 	VADDPD Y9, Y1, Y1
 	VADDPD Y10, Y2, Y2
 	VADDPD Y11, Y3, Y3
-	ADDQ $64, SI
+	ADDQ $64, R10
 	DECQ CX
 	JNZ  smode0
-	JMP  sreduce
+	JMP  snext
 smode1:
-	VCVTPS2PD 0(SI), Y8
-	VCVTPS2PD 16(SI), Y9
-	VCVTPS2PD 32(SI), Y10
-	VCVTPS2PD 48(SI), Y11
+	VCVTPS2PD 0(R10), Y8
+	VCVTPS2PD 16(R10), Y9
+	VCVTPS2PD 32(R10), Y10
+	VCVTPS2PD 48(R10), Y11
 	VSUBPD Y15, Y8, Y8
 	VSUBPD Y15, Y9, Y9
 	VSUBPD Y15, Y10, Y10
@@ -409,35 +421,40 @@ smode1:
 	VFMADD231PD Y9, Y9, Y1
 	VFMADD231PD Y10, Y10, Y2
 	VFMADD231PD Y11, Y11, Y3
-	ADDQ $64, SI
+	ADDQ $64, R10
 	DECQ CX
 	JNZ  smode1
-	JMP  sreduce
+	JMP  snext
 smode2:
-	VCVTPS2PD 0(DX), Y8
-	VCVTPS2PD 16(DX), Y9
-	VCVTPS2PD 32(DX), Y10
-	VCVTPS2PD 48(DX), Y11
+	VCVTPS2PD 0(R11), Y8
+	VCVTPS2PD 16(R11), Y9
+	VCVTPS2PD 32(R11), Y10
+	VCVTPS2PD 48(R11), Y11
 	VADDPD Y8, Y0, Y0
 	VADDPD Y9, Y1, Y1
 	VADDPD Y10, Y2, Y2
 	VADDPD Y11, Y3, Y3
-	VCVTPS2PD 0(SI), Y12
+	VCVTPS2PD 0(R10), Y12
 	VSUBPD Y15, Y12, Y12
 	VFMADD231PD Y12, Y8, Y4
-	VCVTPS2PD 16(SI), Y12
+	VCVTPS2PD 16(R10), Y12
 	VSUBPD Y15, Y12, Y12
 	VFMADD231PD Y12, Y9, Y5
-	VCVTPS2PD 32(SI), Y12
+	VCVTPS2PD 32(R10), Y12
 	VSUBPD Y15, Y12, Y12
 	VFMADD231PD Y12, Y10, Y6
-	VCVTPS2PD 48(SI), Y12
+	VCVTPS2PD 48(R10), Y12
 	VSUBPD Y15, Y12, Y12
 	VFMADD231PD Y12, Y11, Y7
-	ADDQ $64, DX
-	ADDQ $64, SI
+	ADDQ $64, R11
+	ADDQ $64, R10
 	DECQ CX
 	JNZ  smode2
+snext:
+	ADDQ R9, SI
+	ADDQ R9, DX
+	DECQ R8
+	JNZ  splane
 sreduce:
 	VADDPD Y1, Y0, Y0
 	VADDPD Y3, Y2, Y2
@@ -456,62 +473,79 @@ sreduce:
 	VZEROUPPER
 	RET
 
-// func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int)
-// mode 0: y = x*c0 + c1; mode 1: y = (dy - c0 - (x-c1)*c2) * c3; mode 2:
-// y = x * (dy - c0) * c1; n a multiple of 8. Separate multiplies and
-// adds, as the scalar code rounds.
-TEXT ·normAVX2(SB), NOSPLIT, $0-48
+// func normAVX2(dy, x, y *float32, n, planes, stride int, c *[4]float32, mode int)
+// Over n (a multiple of 8) elements of each of planes planes stride
+// elements apart: mode 0: y = x*c0 + c1; mode 1: y = (dy - c0 - (x-c1)*c2)
+// * c3; mode 2: y = x * (dy - c0) * c1. Separate multiplies and adds, as
+// the scalar code rounds.
+TEXT ·normAVX2(SB), NOSPLIT, $0-64
 	MOVQ dy+0(FP), DX
 	MOVQ x+8(FP), SI
 	MOVQ y+16(FP), DI
-	MOVQ n+24(FP), CX
-	MOVQ c+32(FP), AX
-	MOVQ mode+40(FP), BX
+	MOVQ n+24(FP), R12
+	MOVQ planes+32(FP), R8
+	MOVQ stride+40(FP), R9
+	MOVQ c+48(FP), AX
+	MOVQ mode+56(FP), BX
 	VBROADCASTSS 0(AX), Y12
 	VBROADCASTSS 4(AX), Y13
 	VBROADCASTSS 8(AX), Y14
 	VBROADCASTSS 12(AX), Y15
-	SHRQ $3, CX
+	SHLQ $2, R9
+	SHRQ $3, R12
 	JZ   ndone
+	TESTQ R8, R8
+	JZ   ndone
+nplane:
+	MOVQ DX, R10
+	MOVQ SI, R11
+	MOVQ DI, R13
+	MOVQ R12, CX
 	CMPQ BX, $2
 	JEQ  nmsub
 	TESTQ BX, BX
 	JNZ  ngrad
 naff:
-	VMULPS (SI), Y12, Y0
+	VMULPS (R11), Y12, Y0
 	VADDPS Y13, Y0, Y0
-	VMOVUPS Y0, (DI)
-	ADDQ $32, SI
-	ADDQ $32, DI
+	VMOVUPS Y0, (R13)
+	ADDQ $32, R11
+	ADDQ $32, R13
 	DECQ CX
 	JNZ  naff
-	JMP  ndone
+	JMP  nnext
 ngrad:
-	VMOVUPS (SI), Y0
+	VMOVUPS (R11), Y0
 	VSUBPS Y13, Y0, Y0
 	VMULPS Y14, Y0, Y0
-	VMOVUPS (DX), Y1
+	VMOVUPS (R10), Y1
 	VSUBPS Y12, Y1, Y1
 	VSUBPS Y0, Y1, Y1
 	VMULPS Y15, Y1, Y1
-	VMOVUPS Y1, (DI)
-	ADDQ $32, DX
-	ADDQ $32, SI
-	ADDQ $32, DI
+	VMOVUPS Y1, (R13)
+	ADDQ $32, R10
+	ADDQ $32, R11
+	ADDQ $32, R13
 	DECQ CX
 	JNZ  ngrad
-	JMP  ndone
+	JMP  nnext
 nmsub:
-	VMOVUPS (DX), Y0
+	VMOVUPS (R10), Y0
 	VSUBPS Y12, Y0, Y0
-	VMULPS (SI), Y0, Y0
+	VMULPS (R11), Y0, Y0
 	VMULPS Y13, Y0, Y0
-	VMOVUPS Y0, (DI)
-	ADDQ $32, DX
-	ADDQ $32, SI
-	ADDQ $32, DI
+	VMOVUPS Y0, (R13)
+	ADDQ $32, R10
+	ADDQ $32, R11
+	ADDQ $32, R13
 	DECQ CX
 	JNZ  nmsub
+nnext:
+	ADDQ R9, DX
+	ADDQ R9, SI
+	ADDQ R9, DI
+	DECQ R8
+	JNZ  nplane
 ndone:
 	VZEROUPPER
 	RET

@@ -18,12 +18,16 @@ func adamAVX2(v, grad, m, s *float32, n int, c *AdamConsts) { panic("vec: no ass
 
 func expAffineAVX2(x, y *float32, n int, ab *[2]float32) { panic("vec: no assembly") }
 
-func reluAVX2(x, y *float32, n int)                                        { panic("vec: no assembly") }
-func reluBackwardAVX2(dy, s, y *float32, n int)                            { panic("vec: no assembly") }
-func leakyAVX2(dy, x, y *float32, n int, c float32)                        { panic("vec: no assembly") }
-func sumsAVX2(dy, x *float32, n int, m float64, out *[2]float64, mode int) { panic("vec: no assembly") }
+func reluAVX2(x, y *float32, n int)                 { panic("vec: no assembly") }
+func reluBackwardAVX2(dy, s, y *float32, n int)     { panic("vec: no assembly") }
+func leakyAVX2(dy, x, y *float32, n int, c float32) { panic("vec: no assembly") }
+func sumsAVX2(dy, x *float32, n, planes, stride int, m float64, out *[2]float64, mode int) {
+	panic("vec: no assembly")
+}
 
-func normAVX2(dy, x, y *float32, n int, c *[4]float32, mode int) { panic("vec: no assembly") }
+func normAVX2(dy, x, y *float32, n, planes, stride int, c *[4]float32, mode int) {
+	panic("vec: no assembly")
+}
 
 func addAVX2(a, b, y *float32, n int) { panic("vec: no assembly") }
 

@@ -434,3 +434,70 @@ func TestLayerNormBackwardLoops(t *testing.T) {
 		}
 	}
 }
+
+// The plane forms are their one-plane forms over each plane: the same
+// prefix, the same values for the element-wise passes, and sums within
+// float64 rounding of the per-plane sums (the order of additions
+// differs), on planes whose sizes are and are not multiples of the
+// vectors, strides longer than the planes, and slices that end where the
+// last plane does.
+func TestNormPlanes(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct{ size, stride, planes int }{
+		{16, 16, 1}, {16, 48, 5}, {64, 64 * 3, 8}, {20, 40, 3}, {7, 21, 4}, {256, 1024, 2}, {33, 33, 6},
+	} {
+		l := (tc.planes-1)*tc.stride + tc.size
+		g, x, y, want := make([]float32, l), make([]float32, l), make([]float32, l), make([]float32, l)
+		for i := range g {
+			g[i] = float32(r.NormFloat64())
+			x[i] = float32(1 + r.NormFloat64())
+		}
+		const m = 0.75
+		sg, sd, n := SumDotPlanes(g, x, tc.size, tc.stride, tc.planes, m)
+		if n != tc.size&^15 {
+			t.Fatalf("%+v: SumDotPlanes did %d", tc, n)
+		}
+		var wg, wd float64
+		for p := 0; p < tc.planes; p++ {
+			o := p * tc.stride
+			a, d, k := SumDot(g[o:o+n], x[o:o+n], m)
+			if k != n {
+				t.Fatalf("%+v: SumDot did %d", tc, k)
+			}
+			wg += a
+			wd += d
+		}
+		if math.Abs(sg-wg) > 1e-12*(1+math.Abs(wg)) || math.Abs(sd-wd) > 1e-12*(1+math.Abs(wd)) {
+			t.Errorf("%+v: SumDotPlanes = %v, %v; per plane %v, %v", tc, sg, sd, wg, wd)
+		}
+		for _, grad := range []bool{false, true} {
+			clear(y)
+			clear(want)
+			var n int
+			if grad {
+				n = NormGradPlanes(g, x, y, tc.size, tc.stride, tc.planes, 0.1, 0.2, 0.3, 1.5)
+			} else {
+				n = AffinePlanes(x, y, tc.size, tc.stride, tc.planes, 1.25, -0.5)
+			}
+			if n != tc.size&^7 {
+				t.Fatalf("%+v: did %d", tc, n)
+			}
+			for p := 0; p < tc.planes; p++ {
+				o := p * tc.stride
+				if grad {
+					NormGrad(g[o:o+n], x[o:o+n], want[o:o+n], 0.1, 0.2, 0.3, 1.5)
+				} else {
+					Affine(x[o:o+n], want[o:o+n], 1.25, -0.5)
+				}
+			}
+			for i := range y {
+				if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%+v grad=%v: element %d = %v, want %v (elements outside the planes' prefixes untouched)", tc, grad, i, y[i], want[i])
+				}
+			}
+		}
+	}
+}
