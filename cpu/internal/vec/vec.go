@@ -6,6 +6,8 @@
 // its portable Go loop, which computes the same formulas.
 package vec
 
+import "math"
+
 // Enabled reports whether the assembly loops run on this CPU.
 func Enabled() bool { return enabled }
 
@@ -369,4 +371,30 @@ func MaskBackward(gy, y []float32, mask []byte, c float32, leaky bool) int {
 	_ = y[n-1]
 	maskBackwardAVX2(&gy[0], &y[0], &mask[0], n, c, leaky)
 	return n
+}
+
+// MaxPool3s2 is max pooling 3×3 at stride 2, padding 1, of outputs
+// [ow0, ow0+8n) of output row oh of a plane x (row length w): windows
+// inside the plane only (oh ≥ 1, ow0 ≥ 1, rows 2oh-1..2oh+1 and columns
+// up to 2(ow0+8n)-1 in the plane). Each window is scanned as PyTorch's
+// loop does (rows, then columns; a value replaces the best only if
+// greater, so the first maximum wins and -0 and +0 are equal), 8 windows
+// at a time; y and idx get each maximum and its index in the plane. It
+// reports false, with y and idx unspecified, if a value read was a NaN
+// (the loop's result then depends on where it is), or without AVX2.
+func MaxPool3s2(x []float32, w, oh, ow0, n int, y []float32, idx []int64) bool {
+	if n <= 0 {
+		return enabled
+	}
+	ih := 2*oh - 1
+	if !enabled || (ih+3)*w > math.MaxInt32 {
+		return false // no AVX2, or indices past the kernel's int32 lanes
+	}
+	last := (ih+2)*w + 2*(ow0+8*n) - 1 // the last value read
+	if oh < 1 || ow0 < 1 || 2*(ow0+8*n)-1 >= w || last >= len(x) || len(y) < 8*n || len(idx) < 8*n {
+		panic("vec: MaxPool3s2 window outside the plane")
+	}
+	c := 2*ow0 - 2
+	ib := [3]int32{int32(ih*w + c + 2), int32((ih+1)*w + c + 2), int32((ih+2)*w + c + 2)}
+	return !maxPool3s2AVX2(&x[ih*w+c], &x[(ih+1)*w+c], &x[(ih+2)*w+c], n, &y[0], &idx[0], &ib)
 }

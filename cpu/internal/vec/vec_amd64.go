@@ -85,3 +85,6 @@ func packMaskAVX2(x *float32, mask *byte, n int, strict bool)
 
 //go:noescape
 func maskBackwardAVX2(gy, y *float32, mask *byte, n int, c float32, leaky bool)
+
+//go:noescape
+func maxPool3s2AVX2(r0, r1, r2 *float32, n int, y *float32, idx *int64, ib *[3]int32) (nan bool)

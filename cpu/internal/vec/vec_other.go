@@ -49,3 +49,7 @@ func packMaskAVX2(x *float32, mask *byte, n int, strict bool) { panic("vec: no a
 func maskBackwardAVX2(gy, y *float32, mask *byte, n int, c float32, leaky bool) {
 	panic("vec: no assembly")
 }
+
+func maxPool3s2AVX2(r0, r1, r2 *float32, n int, y *float32, idx *int64, ib *[3]int32) bool {
+	panic("vec: no assembly")
+}
