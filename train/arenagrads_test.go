@@ -303,7 +303,7 @@ func cnnExample() (trace.Meta, trace.Meta) {
 // Gradients in the arena are readable after the step until the trainer
 // runs again: a prediction sets them to none, the next step makes new
 // ones, and Close copies them into gradient buffers of a store that
-// outlives the trainer.
+// outlives the trainer, within the steps' peak.
 func TestArenaGradientsAfterTheStep(t *testing.T) {
 	m := arenaModels()[0] // mlp
 	s := nn.NewStore()
@@ -349,7 +349,15 @@ func TestArenaGradientsAfterTheStep(t *testing.T) {
 	if second == nil {
 		t.Fatal("no gradients after the second step")
 	}
+	// Keeping them takes no more memory than the trainer held between
+	// steps: the optimizer state (Adam's, twice the gradients) is freed
+	// before the buffers are allocated.
+	held := s.Device().Alloc.Stats().AllocatedBytes.Current
+	s.Device().Alloc.ResetPeak()
 	tr.Close()
+	if peak := s.Device().Alloc.Stats().AllocatedBytes.Peak; peak > held {
+		t.Errorf("Close peaked at %d allocated bytes, above the %d held before it", peak, held)
+	}
 	if b := s.Device().Alloc.Stats().ByCategory[device.Gradient]; b == 0 {
 		t.Fatal("Close kept no gradient buffers")
 	}

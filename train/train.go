@@ -223,15 +223,19 @@ func (t *Trainer) inBackward(microBatches int) bool {
 // with gradient buffers; where those do not fit they are dropped.
 func (t *Trainer) Close() {
 	t.closeBackend()
+	// The optimizer's state goes first: keepGrads allocates gradient
+	// buffers while the arena holding the gradients is still reserved, and
+	// without the state's bytes (Adam: twice the gradients') that stays
+	// within the step's own peak instead of adding the gradients to it.
+	for _, b := range t.optBlks {
+		t.Device.Alloc.Free(b)
+	}
+	t.optBlks = nil
 	if !t.ownsStore {
 		t.keepGrads()
 	}
 	t.dropGradViews()
 	t.arena.Release()
-	for _, b := range t.optBlks {
-		t.Device.Alloc.Free(b)
-	}
-	t.optBlks = nil
 	if t.ownsStore {
 		t.Store.Release()
 	}
