@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 
@@ -168,22 +169,78 @@ func bnPlanes(N, C, S, c0, c1 int, f func(off, planes, c int), zero func(c int))
 // bnPlaneMajor is the plane size from which bnPlanes goes image by image.
 var bnPlaneMajor = 1024
 
-// sumDotPlanes64 is sumDot64 summed over planes planes of size elements,
-// stride elements apart in g and x (a batch norm channel's planes): one
-// vector pass over all of them, the planes' tails after it.
-func sumDotPlanes64[T Float](g, x []T, size, stride, planes int, m float64) (sg, sd float64) {
+// bnX is batch norm's input x: values of the kernel's type, or the bits of
+// bfloat16 values (a Mixed op reading a bf16 tensor in place, widened
+// exactly as it is read: the float32 kernel's results, bit for bit).
+type bnX[T Float] struct {
+	f []T
+	h []uint16
+}
+
+// bnInput is t as a bnX.
+func bnInput[T Float](t *tensor.Tensor) bnX[T] {
+	if t.DType == tensor.BFloat16 {
+		return bnX[T]{h: t.U16()}
+	}
+	return bnX[T]{f: slice[T](t)}
+}
+
+// at is element i, widened.
+func (x bnX[T]) at(i int) T {
+	if x.h != nil {
+		return T(math.Float32frombits(uint32(x.h[i]) << 16))
+	}
+	return x.f[i]
+}
+
+// from is x from element off on.
+func (x bnX[T]) from(off int) bnX[T] {
+	if x.h != nil {
+		return bnX[T]{h: x.h[off:]}
+	}
+	return bnX[T]{f: x.f[off:]}
+}
+
+// sumDotPlanes64 is sumDot64 of g (x itself where g is nil) and x summed
+// over planes planes of size elements, stride elements apart (a batch norm
+// channel's planes): one vector pass over all of them, the planes' tails
+// after it.
+func sumDotPlanes64[T Float](g []T, x bnX[T], size, stride, planes int, m float64) (sg, sd float64) {
 	done := 0
-	if g32, ok := any(g).([]float32); ok {
-		sg, sd, done = vec.SumDotPlanes(g32, any(x).([]float32), size, stride, planes, m)
+	switch g32, _ := any(g).([]float32); {
+	case x.h != nil:
+		sg, sd, done = vec.SumDotPlanesBF16(g32, x.h, size, stride, planes, m)
+	case g == nil:
+		if x32, ok := any(x.f).([]float32); ok {
+			sg, sd, done = vec.SumDotPlanes(x32, x32, size, stride, planes, m)
+		}
+	case g32 != nil:
+		sg, sd, done = vec.SumDotPlanes(g32, any(x.f).([]float32), size, stride, planes, m)
 	}
 	if done == size {
 		return sg, sd
 	}
 	for i := 0; i < planes; i++ {
 		off := i * stride
-		a, d := sumDot64(g[off+done:off+size], x[off+done:off+size], m)
-		sg += a
-		sd += d
+		if x.h == nil {
+			gs := g
+			if gs == nil {
+				gs = x.f
+			}
+			a, d := sumDot64(gs[off+done:off+size], x.f[off+done:off+size], m)
+			sg += a
+			sd += d
+			continue
+		}
+		for j := off + done; j < off+size; j++ {
+			v := float64(x.at(j))
+			gv := v
+			if g != nil {
+				gv = float64(g[j])
+			}
+			sg += gv
+			sd += gv * (v - m)
+		}
 	}
 	return sg, sd
 }
@@ -234,7 +291,10 @@ func batchNormKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*ten
 func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte, epi func(lo, hi int)) error {
 	o := n.Op.(*prim.BatchNormOp)
 	N, C, S := normNCS(in[0].Shape)
-	x, y := slice[T](in[0]), slice[T](out[0])
+	x, y := bnInput[T](in[0]), slice[T](out[0])
+	if err := bnInputType[T](in[0]); err != nil {
+		return err
+	}
 	meanOut, invOut := slice[T](out[1]), slice[T](out[2])
 	w, b, k := normAffine[T](in, 1, o.HasWeight, o.HasBias)
 	acc := normScratch(ws, 2*C)
@@ -259,7 +319,7 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 		// float32 statistics' rounding for any activation (a second
 		// pass over x for Σ(x-m)² cost a quarter of the kernel).
 		bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
-			s, q := sumDotPlanes64(x[off:], x[off:], S, C*S, planes, 0)
+			s, q := sumDotPlanes64(nil, x.from(off), S, C*S, planes, 0)
 			mean[c] += s
 			inv[c] += q
 		}, func(c int) { mean[c], inv[c] = 0, 0 })
@@ -298,14 +358,18 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 		bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
 			alpha, beta := T(mean[c]), T(inv[c])
 			done := 0
-			if x32, ok := any(x).([]float32); ok {
-				done = vec.AffinePlanes(x32[off:], any(y).([]float32)[off:], S, C*S, planes, float32(alpha), float32(beta))
+			if y32, ok := any(y).([]float32); ok {
+				if x.h != nil {
+					done = vec.AffinePlanesBF16(x.h[off:], y32[off:], S, C*S, planes, float32(alpha), float32(beta))
+				} else {
+					done = vec.AffinePlanes(any(x.f).([]float32)[off:], y32[off:], S, C*S, planes, float32(alpha), float32(beta))
+				}
 			}
 			for i := 0; i < planes && done < S; i++ {
 				o := off + i*C*S
-				ys, xs := y[o+done:o+S], x[o+done:o+S]
-				for j, v := range xs {
-					ys[j] = v*alpha + beta
+				ys := y[o+done : o+S]
+				for j := range ys {
+					ys[j] = x.at(o+done+j)*alpha + beta
 				}
 			}
 		}, nil)
@@ -319,10 +383,22 @@ func batchNorm[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Te
 	return nil
 }
 
+// bnInputType checks a batch norm kernel's x: of its own type T, or
+// bfloat16 for a float32 kernel (a Mixed op).
+func bnInputType[T Float](x *tensor.Tensor) error {
+	if _, f32 := any(T(0)).(float32); x.DType == tensor.BFloat16 && !f32 {
+		return fmt.Errorf("cpu: batch norm reads bfloat16 input only into float32")
+	}
+	return nil
+}
+
 func batchNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tensor, ws []byte) error {
 	o := n.Op.(*prim.BatchNormBackward)
 	N, C, S := normNCS(in[1].Shape)
-	gy, x := slice[T](in[0]), slice[T](in[1])
+	gy, x := slice[T](in[0]), bnInput[T](in[1])
+	if err := bnInputType[T](in[1]); err != nil {
+		return err
+	}
 	meanT, invT := slice[T](in[2]), slice[T](in[3])
 	var w []T
 	if o.HasWeight {
@@ -336,7 +412,7 @@ func batchNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 	pool.For(C, normGrain(N*S), func(c0, c1 int) {
 		if needSums {
 			bnPlanes(N, C, S, c0, c1, func(off, planes, c int) {
-				a, d := sumDotPlanes64(gy[off:], x[off:], S, C*S, planes, float64(meanT[c]))
+				a, d := sumDotPlanes64(gy[off:], x.from(off), S, C*S, planes, float64(meanT[c]))
 				sg[c] += a
 				sgx[c] += d
 			}, func(c int) { sg[c], sgx[c] = 0, 0 })
@@ -372,14 +448,20 @@ func batchNormBackwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, ou
 			k := T(sgx[c] * inv * inv / cnt)
 			done := 0
 			if g32, ok := any(gy).([]float32); ok {
-				done = vec.NormGradPlanes(g32[off:], any(x).([]float32)[off:], any(gx).([]float32)[off:], S, C*S, planes,
-					float32(gmean), float32(m), float32(k), float32(scale))
+				gx32 := any(gx).([]float32)
+				if x.h != nil {
+					done = vec.NormGradPlanesBF16(g32[off:], x.h[off:], gx32[off:], S, C*S, planes,
+						float32(gmean), float32(m), float32(k), float32(scale))
+				} else {
+					done = vec.NormGradPlanes(g32[off:], any(x.f).([]float32)[off:], gx32[off:], S, C*S, planes,
+						float32(gmean), float32(m), float32(k), float32(scale))
+				}
 			}
 			for i := 0; i < planes && done < S; i++ {
 				o := off + i*C*S
-				gs, xs, gxs := gy[o+done:o+S], x[o+done:o+S], gx[o+done:o+S]
+				gs, gxs := gy[o+done:o+S], gx[o+done:o+S]
 				for j, g := range gs {
-					gxs[j] = (g - gmean - (xs[j]-m)*k) * scale
+					gxs[j] = (g - gmean - (x.at(o+done+j)-m)*k) * scale
 				}
 			}
 		}, nil)

@@ -68,6 +68,18 @@ func normBackwardMetas(x trace.Meta, param tensor.Shape, hasWeight, hasBias bool
 	return out
 }
 
+// normMixedInput checks a normalization's input x and returns the meta the
+// op computes in: x's own, or with mixed (x read as bfloat16) float32's.
+func normMixedInput(x trace.Meta, mixed bool) (trace.Meta, error) {
+	if !mixed {
+		return x, wantFloat(x)
+	}
+	if x.DType != tensor.BFloat16 {
+		return x, fmt.Errorf("mixed: expected a bfloat16 input, got %v", x.DType)
+	}
+	return trace.Meta{DType: tensor.Float32, Shape: x.Shape}, nil
+}
+
 // normNoStatGrads rejects gradients flowing into the saved statistics
 // outputs, which the fused backward ops do not propagate.
 func normNoStatGrads(n *trace.Node, gouts []*trace.Tensor) {
@@ -87,11 +99,15 @@ func normNoStatGrads(n *trace.Node, gouts []*trace.Tensor) {
 // [C]. Outputs: y (like x), mean [C] and invstd [C] — the batch statistics
 // (biased variance) in training mode, the running mean and
 // 1/sqrt(running_var+eps) in evaluation mode — which the backward reads.
+// With Mixed, x is a bfloat16 tensor read in place of its float32 copy
+// (transform.ReadLow under bf16 autocast) and everything else is float32:
+// the same results, without the copy.
 type BatchNormOp struct {
 	Training  bool
 	Eps       float64
 	HasWeight bool
 	HasBias   bool
+	Mixed     bool
 }
 
 func (o *BatchNormOp) Name() string { return "batch_norm" }
@@ -118,8 +134,8 @@ func (o *BatchNormOp) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, want); err != nil {
 		return nil, err
 	}
-	x := in[0]
-	if err := wantFloat(x); err != nil {
+	x, err := normMixedInput(in[0], o.Mixed)
+	if err != nil {
 		return nil, err
 	}
 	if len(x.Shape) < 2 {
@@ -157,7 +173,7 @@ func (o *BatchNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 	if o.HasWeight {
 		ins = append(ins, n.Inputs[1])
 	}
-	outs := x.Graph().Apply(&BatchNormBackward{Training: o.Training, HasWeight: o.HasWeight, HasBias: o.HasBias}, ins...)
+	outs := x.Graph().Apply(&BatchNormBackward{Training: o.Training, HasWeight: o.HasWeight, HasBias: o.HasBias, Mixed: o.Mixed}, ins...)
 	// Running statistics (evaluation mode) get no gradient, as in PyTorch.
 	return normGradInputs(n, outs, o.HasWeight, o.HasBias)
 }
@@ -165,10 +181,12 @@ func (o *BatchNormOp) Grad(n *trace.Node, gouts []*trace.Tensor) []*trace.Tensor
 // BatchNormBackward is batch norm's fused backward. Inputs: gy, x, mean [C],
 // invstd [C] (BatchNormOp's outputs 1 and 2), then weight [C] if HasWeight.
 // Outputs: gx, then gweight [C] if HasWeight and gbias [C] if HasBias.
+// With Mixed, x is bfloat16 (as BatchNormOp's Mixed), the rest float32.
 type BatchNormBackward struct {
 	Training  bool
 	HasWeight bool
 	HasBias   bool
+	Mixed     bool
 }
 
 func (o *BatchNormBackward) Name() string { return "batch_norm_backward" }
@@ -189,10 +207,18 @@ func (o *BatchNormBackward) Infer(in []trace.Meta) ([]trace.Meta, error) {
 	if err := wantInputs(in, want); err != nil {
 		return nil, err
 	}
-	if err := sameDType(in); err != nil {
+	ins := in
+	if o.Mixed {
+		x, err := normMixedInput(in[1], true)
+		if err != nil {
+			return nil, err
+		}
+		ins = append([]trace.Meta{in[0], x}, in[2:]...)
+	}
+	if err := sameDType(ins); err != nil {
 		return nil, err
 	}
-	x := in[1]
+	x := ins[1]
 	if len(x.Shape) < 2 || !in[0].Shape.Equal(x.Shape) {
 		return nil, fmt.Errorf("gradient %v and input %v must be the same [N, C, *] shape", in[0].Shape, x.Shape)
 	}

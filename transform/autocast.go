@@ -778,7 +778,7 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c, lo) {
 				continue
 			}
-			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0])) {
+			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0]) || normReadsLow(c, n.Outputs[0])) {
 				continue
 			}
 			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
@@ -845,6 +845,11 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 				c.Op = op
 				node = &c
 			}
+			if op, ok := mixedNorm(n, ins); ok {
+				c := *node
+				c.Op = op
+				node = &c
+			}
 			for i, o := range out.Clone(node, ins) {
 				mapped[n.Outputs[i]] = o
 			}
@@ -904,6 +909,60 @@ func convReadsLow(c *trace.Node, t *trace.Tensor) bool {
 		return convReadsInputLow && !o.Mixed && isF32(c.Outputs[0]) && c.Inputs[0] == t && c.Inputs[1] != t && (len(c.Inputs) < 3 || c.Inputs[2] != t)
 	}
 	return false
+}
+
+// normReadsLow reports whether c is a float32 batch norm (forward or
+// backward) that reads t only as its input x, which its kernel widens as it
+// loads (cpu's bnX): the float32 copy autocast reads batch norm from (the
+// convolution's bf16 output, widened; the same saved for the backward)
+// goes, a pass over it and its bytes. A 16-bit gradient keeps its copy.
+func normReadsLow(c *trace.Node, t *trace.Tensor) bool {
+	if !normReadsInputLow || len(c.Outputs) == 0 || !isF32(c.Outputs[0]) {
+		return false
+	}
+	x := -1
+	switch o := c.Op.(type) {
+	case *prim.BatchNormOp:
+		if !o.Mixed {
+			x = 0
+		}
+	case *prim.BatchNormBackward:
+		if !o.Mixed {
+			x = 1
+		}
+	}
+	if x < 0 {
+		return false
+	}
+	for i, in := range c.Inputs {
+		if (in == t) != (i == x) {
+			return false
+		}
+	}
+	return true
+}
+
+// normReadsInputLow is off only in tests and measurements that compare
+// with batch norms reading float32 copies.
+var normReadsInputLow = true
+
+// mixedNorm is batch norm n as a Mixed op when its (mapped) x is bfloat16.
+func mixedNorm(n *trace.Node, ins []*trace.Tensor) (trace.Op, bool) {
+	switch o := n.Op.(type) {
+	case *prim.BatchNormOp:
+		if len(ins) > 0 && ins[0].DType() == tensor.BFloat16 {
+			c := *o
+			c.Mixed = true
+			return &c, true
+		}
+	case *prim.BatchNormBackward:
+		if len(ins) > 1 && ins[1].DType() == tensor.BFloat16 {
+			c := *o
+			c.Mixed = true
+			return &c, true
+		}
+	}
+	return nil, false
 }
 
 // convReadsInputLow is off only in tests and measurements that compare

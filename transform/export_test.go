@@ -72,3 +72,11 @@ func SetAttnLayout(on bool) bool {
 	attnLayout = on
 	return old
 }
+
+// SetNormReadsLow turns batch norms reading their bfloat16 input in place
+// (normReadsLow) on or off and returns the previous setting.
+func SetNormReadsLow(on bool) bool {
+	old := normReadsInputLow
+	normReadsInputLow = on
+	return old
+}

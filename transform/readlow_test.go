@@ -75,3 +75,48 @@ func TestReadLowIsExact(t *testing.T) {
 		}
 	}
 }
+
+// Batch norms reading their bfloat16 input in place (forward and backward,
+// widened as loaded) change nothing but memory and passes: a ResNet's
+// bf16-mixed step gives the loss and every gradient bit for bit, its batch
+// norms read bfloat16, casts go and the planned activations do not grow.
+func TestBatchNormReadsLowIsExact(t *testing.T) {
+	spec := mustSpec(t, "resnet18-64")
+	s := setup{precision: transform.BF16Mixed}
+	old := transform.SetNormReadsLow(false)
+	base := step(t, spec, 2, s)
+	transform.SetNormReadsLow(true)
+	got := step(t, spec, 2, s)
+	transform.SetNormReadsLow(old)
+	sameGrads(t, "resnet18-64 bf16-mixed", got, base)
+	count := func(o outcome) (mixedFwd, mixedBwd, casts int) {
+		for _, n := range o.prog.Nodes {
+			op := n.Op
+			if f, ok := op.(*prim.Fused); ok {
+				op = f.Producer // a batch norm with a fused epilogue
+			}
+			switch op := op.(type) {
+			case *prim.BatchNormOp:
+				if op.Mixed {
+					mixedFwd++
+				}
+			case *prim.BatchNormBackward:
+				if op.Mixed {
+					mixedBwd++
+				}
+			case *prim.Cast:
+				casts++
+			}
+		}
+		return
+	}
+	f, b, casts := count(got)
+	_, _, baseCasts := count(base)
+	if f == 0 || b == 0 || casts >= baseCasts {
+		t.Errorf("%d forward and %d backward batch norms read bfloat16; %d casts against %d", f, b, casts, baseCasts)
+	}
+	if got.plan.Activations > base.plan.Activations {
+		t.Errorf("activations %d with batch norms reading bfloat16, %d without", got.plan.Activations, base.plan.Activations)
+	}
+	t.Logf("%d+%d mixed batch norms, casts %d -> %d, activations %d -> %d bytes", f, b, baseCasts, casts, base.plan.Activations, got.plan.Activations)
+}

@@ -293,6 +293,51 @@ func NormGradPlanes(g, x, y []float32, size, stride, planes int, gm, m, k, s flo
 	return n
 }
 
+// SumDotPlanesBF16 is SumDotPlanes with x in bfloat16 (its values
+// widened exactly), and g = x where g is nil.
+func SumDotPlanesBF16(g []float32, x []uint16, size, stride, planes int, m float64) (sg, sd float64, n int) {
+	n = size &^ 15
+	if !enabled || n == 0 || planes <= 0 {
+		return 0, 0, 0
+	}
+	planesLen(len(x), n, stride, planes)
+	var out [2]float64
+	if g == nil {
+		sumsBF16AVX2(nil, &x[0], n, planes, stride, m, &out, 0)
+	} else {
+		planesLen(len(g), n, stride, planes)
+		sumsBF16AVX2(&g[0], &x[0], n, planes, stride, m, &out, 1)
+	}
+	return out[0], out[1], n
+}
+
+// AffinePlanesBF16 is AffinePlanes with x in bfloat16.
+func AffinePlanesBF16(x []uint16, y []float32, size, stride, planes int, a, b float32) int {
+	n := size &^ 7
+	if !enabled || n == 0 || planes <= 0 {
+		return 0
+	}
+	planesLen(len(x), n, stride, planes)
+	planesLen(len(y), n, stride, planes)
+	c := [4]float32{a, b}
+	normBF16AVX2(nil, &x[0], &y[0], n, planes, stride, &c, 0)
+	return n
+}
+
+// NormGradPlanesBF16 is NormGradPlanes with x in bfloat16.
+func NormGradPlanesBF16(g []float32, x []uint16, y []float32, size, stride, planes int, gm, m, k, s float32) int {
+	n := size &^ 7
+	if !enabled || n == 0 || planes <= 0 {
+		return 0
+	}
+	planesLen(len(g), n, stride, planes)
+	planesLen(len(x), n, stride, planes)
+	planesLen(len(y), n, stride, planes)
+	c := [4]float32{gm, m, k, s}
+	normBF16AVX2(&g[0], &x[0], &y[0], n, planes, stride, &c, 1)
+	return n
+}
+
 // LayerNormGrad sets y = (g*w - gm - (x-m)*k) * s (one rounding per
 // operation), a layer norm's input gradient, for a prefix and returns its
 // length.

@@ -88,3 +88,9 @@ func maskBackwardAVX2(gy, y *float32, mask *byte, n int, c float32, leaky bool)
 
 //go:noescape
 func maxPool3s2AVX2(r0, r1, r2 *float32, n int, y *float32, idx *int64, ib *[3]int32) (nan bool)
+
+//go:noescape
+func sumsBF16AVX2(dy *float32, x *uint16, n, planes, stride int, m float64, out *[2]float64, mode int)
+
+//go:noescape
+func normBF16AVX2(dy *float32, x *uint16, y *float32, n, planes, stride int, c *[4]float32, mode int)

@@ -550,6 +550,192 @@ ndone:
 	VZEROUPPER
 	RET
 
+// func sumsBF16AVX2(dy *float32, x *uint16, n, planes, stride int, m float64, out *[2]float64, mode int)
+// sumsAVX2 with x in bfloat16 (widened exactly as loaded): mode 0 Σx and
+// Σx*(x-m); mode 1 Σdy and Σdy*(x-m), dy float32. n a multiple of 16;
+// stride in elements of either.
+TEXT ·sumsBF16AVX2(SB), NOSPLIT, $0-64
+	MOVQ dy+0(FP), DX
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), BX
+	MOVQ planes+24(FP), R8
+	MOVQ stride+32(FP), R9
+	VBROADCASTSD m+40(FP), Y15
+	MOVQ out+48(FP), DI
+	MOVQ mode+56(FP), AX
+	MOVQ R9, R12
+	SHLQ $2, R9  // dy's stride in bytes
+	SHLQ $1, R12 // x's
+	SHRQ $4, BX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	VXORPD Y4, Y4, Y4
+	VXORPD Y5, Y5, Y5
+	VXORPD Y6, Y6, Y6
+	VXORPD Y7, Y7, Y7
+	TESTQ BX, BX
+	JZ    bsreduce
+	TESTQ R8, R8
+	JZ    bsreduce
+bsplane:
+	MOVQ SI, R10
+	MOVQ DX, R11
+	MOVQ BX, CX
+	TESTQ AX, AX
+	JNZ  bsmode1
+bsmode0:
+	VPMOVZXWD 0(R10), X8
+	VPSLLD $16, X8, X8
+	VCVTPS2PD X8, Y8
+	VADDPD Y8, Y0, Y0
+	VSUBPD Y15, Y8, Y12
+	VFMADD231PD Y12, Y8, Y4
+	VPMOVZXWD 8(R10), X8
+	VPSLLD $16, X8, X8
+	VCVTPS2PD X8, Y8
+	VADDPD Y8, Y1, Y1
+	VSUBPD Y15, Y8, Y12
+	VFMADD231PD Y12, Y8, Y5
+	VPMOVZXWD 16(R10), X8
+	VPSLLD $16, X8, X8
+	VCVTPS2PD X8, Y8
+	VADDPD Y8, Y2, Y2
+	VSUBPD Y15, Y8, Y12
+	VFMADD231PD Y12, Y8, Y6
+	VPMOVZXWD 24(R10), X8
+	VPSLLD $16, X8, X8
+	VCVTPS2PD X8, Y8
+	VADDPD Y8, Y3, Y3
+	VSUBPD Y15, Y8, Y12
+	VFMADD231PD Y12, Y8, Y7
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  bsmode0
+	JMP  bsnext
+bsmode1:
+	VCVTPS2PD 0(R11), Y8
+	VADDPD Y8, Y0, Y0
+	VPMOVZXWD 0(R10), X12
+	VPSLLD $16, X12, X12
+	VCVTPS2PD X12, Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y8, Y4
+	VCVTPS2PD 16(R11), Y8
+	VADDPD Y8, Y1, Y1
+	VPMOVZXWD 8(R10), X12
+	VPSLLD $16, X12, X12
+	VCVTPS2PD X12, Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y8, Y5
+	VCVTPS2PD 32(R11), Y8
+	VADDPD Y8, Y2, Y2
+	VPMOVZXWD 16(R10), X12
+	VPSLLD $16, X12, X12
+	VCVTPS2PD X12, Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y8, Y6
+	VCVTPS2PD 48(R11), Y8
+	VADDPD Y8, Y3, Y3
+	VPMOVZXWD 24(R10), X12
+	VPSLLD $16, X12, X12
+	VCVTPS2PD X12, Y12
+	VSUBPD Y15, Y12, Y12
+	VFMADD231PD Y12, Y8, Y7
+	ADDQ $32, R10
+	ADDQ $64, R11
+	DECQ CX
+	JNZ  bsmode1
+bsnext:
+	ADDQ R12, SI
+	ADDQ R9, DX
+	DECQ R8
+	JNZ  bsplane
+bsreduce:
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VADDPD Y5, Y4, Y4
+	VADDPD Y7, Y6, Y6
+	VADDPD Y6, Y4, Y4
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VHADDPD X0, X0, X0
+	VMOVSD X0, 0(DI)
+	VEXTRACTF128 $1, Y4, X5
+	VADDPD X5, X4, X4
+	VHADDPD X4, X4, X4
+	VMOVSD X4, 8(DI)
+	VZEROUPPER
+	RET
+
+// func normBF16AVX2(dy *float32, x *uint16, y *float32, n, planes, stride int, c *[4]float32, mode int)
+// normAVX2's modes 0 and 1 with x in bfloat16 (widened exactly as
+// loaded); n a multiple of 8; stride in elements.
+TEXT ·normBF16AVX2(SB), NOSPLIT, $0-64
+	MOVQ dy+0(FP), DX
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), R12
+	MOVQ planes+32(FP), R8
+	MOVQ stride+40(FP), R9
+	MOVQ c+48(FP), AX
+	MOVQ mode+56(FP), BX
+	VBROADCASTSS 0(AX), Y12
+	VBROADCASTSS 4(AX), Y13
+	VBROADCASTSS 8(AX), Y14
+	VBROADCASTSS 12(AX), Y15
+	MOVQ R9, AX
+	SHLQ $2, R9 // float32 strides in bytes
+	SHLQ $1, AX // x's
+	SHRQ $3, R12
+	JZ   bndone
+	TESTQ R8, R8
+	JZ   bndone
+bnplane:
+	MOVQ DX, R10
+	MOVQ SI, R11
+	MOVQ DI, R13
+	MOVQ R12, CX
+	TESTQ BX, BX
+	JNZ  bngrad
+bnaff:
+	VPMOVZXWD (R11), Y0
+	VPSLLD $16, Y0, Y0
+	VMULPS Y0, Y12, Y0
+	VADDPS Y13, Y0, Y0
+	VMOVUPS Y0, (R13)
+	ADDQ $16, R11
+	ADDQ $32, R13
+	DECQ CX
+	JNZ  bnaff
+	JMP  bnnext
+bngrad:
+	VPMOVZXWD (R11), Y0
+	VPSLLD $16, Y0, Y0
+	VSUBPS Y13, Y0, Y0
+	VMULPS Y14, Y0, Y0
+	VMOVUPS (R10), Y1
+	VSUBPS Y12, Y1, Y1
+	VSUBPS Y0, Y1, Y1
+	VMULPS Y15, Y1, Y1
+	VMOVUPS Y1, (R13)
+	ADDQ $32, R10
+	ADDQ $16, R11
+	ADDQ $32, R13
+	DECQ CX
+	JNZ  bngrad
+bnnext:
+	ADDQ R9, DX
+	ADDQ AX, SI
+	ADDQ R9, DI
+	DECQ R8
+	JNZ  bnplane
+bndone:
+	VZEROUPPER
+	RET
+
 // func lnAffineAVX2(x, w, b, y *float32, n int, c *[2]float32)
 // y = (x*c[0] + c[1])*w + b, each operation rounded, n a multiple of 8.
 TEXT ·lnAffineAVX2(SB), NOSPLIT, $0-48

@@ -501,3 +501,56 @@ func TestNormPlanes(t *testing.T) {
 		}
 	}
 }
+
+// The bfloat16 plane forms are the float32 ones on the widened values,
+// bit for bit (the same lanes and accumulators).
+func TestNormPlanesBF16(t *testing.T) {
+	if !Enabled() {
+		t.Skip("no AVX2+FMA assembly on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, tc := range []struct{ size, stride, planes int }{
+		{16, 16, 1}, {16, 48, 5}, {64, 64 * 3, 8}, {20, 40, 3}, {7, 21, 4}, {256, 1024, 2},
+	} {
+		l := (tc.planes-1)*tc.stride + tc.size
+		g, xw, y, want := make([]float32, l), make([]float32, l), make([]float32, l), make([]float32, l)
+		x := make([]uint16, l)
+		for i := range g {
+			g[i] = float32(r.NormFloat64())
+			x[i] = uint16(math.Float32bits(float32(1+r.NormFloat64())) >> 16)
+			xw[i] = math.Float32frombits(uint32(x[i]) << 16)
+		}
+		const m = 0.75
+		for _, withG := range []bool{false, true} {
+			var a, d float64
+			var n int
+			var wa, wd float64
+			if withG {
+				a, d, n = SumDotPlanesBF16(g, x, tc.size, tc.stride, tc.planes, m)
+				wa, wd, _ = SumDotPlanes(g, xw, tc.size, tc.stride, tc.planes, m)
+			} else {
+				a, d, n = SumDotPlanesBF16(nil, x, tc.size, tc.stride, tc.planes, m)
+				wa, wd, _ = SumDotPlanes(xw, xw, tc.size, tc.stride, tc.planes, m)
+			}
+			if n != tc.size&^15 || a != wa || d != wd {
+				t.Errorf("%+v g=%v: SumDotPlanesBF16 = %v, %v (%d done); float32 form %v, %v", tc, withG, a, d, n, wa, wd)
+			}
+		}
+		for _, grad := range []bool{false, true} {
+			clear(y)
+			clear(want)
+			if grad {
+				NormGradPlanesBF16(g, x, y, tc.size, tc.stride, tc.planes, 0.1, 0.2, 0.3, 1.5)
+				NormGradPlanes(g, xw, want, tc.size, tc.stride, tc.planes, 0.1, 0.2, 0.3, 1.5)
+			} else {
+				AffinePlanesBF16(x, y, tc.size, tc.stride, tc.planes, 1.25, -0.5)
+				AffinePlanes(xw, want, tc.size, tc.stride, tc.planes, 1.25, -0.5)
+			}
+			for i := range y {
+				if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%+v grad=%v: element %d = %v, want %v", tc, grad, i, y[i], want[i])
+				}
+			}
+		}
+	}
+}
