@@ -542,8 +542,9 @@ func BenchmarkConvWinoBF16(b *testing.B) {
 // convPwGeoms are pointwise convolutions for the pointwise path: channels
 // and planes not multiples of the tiles (odd C, K; 5x5 and 3x7 planes),
 // one image and several, and planes of 16, 64 and 256 positions (ResNet's
-// 1x1 layers at 4x4, 8x8 and 16x16) with chunks of images that end inside
-// the batch.
+// 1x1 layers at 4x4, 8x8 and 16x16), chunks of images that end inside
+// the batch (32x31: 3 images a chunk) and planes of more positions than
+// a K block of the weight gradient.
 var convPwGeoms = []struct{ n, c, h, w, k int }{
 	{1, 7, 5, 5, 9},
 	{3, 33, 3, 7, 26},
@@ -552,6 +553,7 @@ var convPwGeoms = []struct{ n, c, h, w, k int }{
 	{5, 31, 16, 16, 64},
 	{1, 300, 4, 4, 600},
 	{9, 24, 16, 24, 17},
+	{5, 20, 32, 31, 12},
 }
 
 // The pointwise path (convPwBF16) runs the three mixed convolutions of
