@@ -90,10 +90,7 @@ func (t BF16Tile) MulBatch(pool *parallel.Pool, transA bool, m, n, k int, a []ui
 	for b0 := 0; b0 < batch; b0 += ipc {
 		nb := min(ipc, batch-b0)
 		panels := nb * ppi
-		nSplit := 1
-		if mBlocks < threads {
-			nSplit = min(panels, ceilDiv(threads, mBlocks))
-		}
+		nSplit := batchSplit(threads, mBlocks, panels)
 		for pc := 0; pc < k; pc += kc {
 			kcur := min(kc, k-pc)
 			kp := ceilDiv(kcur, 2)
@@ -211,10 +208,7 @@ func (t BF16Tile) MulSumBatch(pool *parallel.Pool, m, n, k int, batch int, a []u
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		panels := ceilDiv(ncur, nr)
-		nSplit := 1
-		if mBlocks < threads {
-			nSplit = min(panels, ceilDiv(threads, mBlocks))
-		}
+		nSplit := batchSplit(threads, mBlocks, panels)
 		for bi, bl := range blocks {
 			kp := bl.Pairs(k)
 			var beta float32
@@ -320,4 +314,17 @@ func SumBatchBlocks(k, batch int) []SumBlock {
 		}
 	}
 	return bl
+}
+
+// batchSplit is the number of column ranges each M block is split into
+// for threads: where the M blocks alone make fewer than 4 tasks a
+// thread, enough ranges for that many (pool.For hands tasks out as the
+// threads come, so that ResNet's 64 and 256 output channels, 3 and 11
+// tiles of 24 rows in 2 and 2 blocks, do not leave one thread waiting
+// for the other's extra tile), each range packing its block's A again.
+func batchSplit(threads, mBlocks, panels int) int {
+	if threads <= 1 || mBlocks >= 4*threads {
+		return 1
+	}
+	return max(1, min(panels, ceilDiv(4*threads, mBlocks)))
 }
