@@ -561,10 +561,10 @@ var convPwGeoms = []struct{ n, c, h, w, k int }{
 // bitwise the reference arithmetic of VDPBF16PS (RefDotBF16) over the
 // blocks the products sum in (the forward and input gradient each image
 // a product, K blocks of SgemmMixed; the weight gradient over
-// blas.SumBatchBlocks of the images' positions), within float32 rounding
-// of the exact convolutions, and within the mixed tests' tolerance of the
-// widened path (native off), on 1 and 2 threads, on workspaces filled
-// with NaNs.
+// blas.SumBatchBlocks of the images' positions) and within float32
+// rounding of the exact convolutions (closeTo, as the widened path, native
+// off, is held to as well), on 1 and 2 threads, on workspaces and outputs
+// filled with NaNs.
 func TestConvPwBF16(t *testing.T) {
 	if _, ok := blas.NativeBF16Tile(); !ok {
 		t.Skip("no native bf16 products on this CPU")
