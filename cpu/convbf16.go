@@ -234,6 +234,24 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 			}
 		}
 	}
+	if t, ok := blas.NativeBF16Tile(); ok && in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 && convPwBF16(n.Op, g) {
+		// Pointwise: products of the planes as they lie (convbf16_pw.go).
+		a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
+		switch n.Op.(type) {
+		case *prim.Conv2dOp:
+			var bias []float32
+			if len(in) == 3 {
+				bias = make([]float32, g.K) // K values: not worth planning
+				convWidenInto(pool, in[2], bias)
+			}
+			convPwForwardBF16(pool, t, g, a, b, bias, y)
+		case *prim.Conv2dBackwardInput:
+			convPwInputGradBF16(pool, t, g, a, b, y)
+		case *prim.Conv2dBackwardWeight:
+			convPwWeightGradBF16(pool, t, g, a, b, y)
+		}
+		return nil
+	}
 	if in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 && blas.Caps().NativeBF16 && convBF16Native(n.Op, g) {
 		a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
 		switch n.Op.(type) {

@@ -289,12 +289,12 @@ func bf16m(shape ...int) trace.Meta {
 }
 
 // BenchmarkConvBF16 measures the mixed convolutions on bf16 operands
-// (rrdbnet's shapes), native (VDPBF16PS, forced whatever the cost model
+// (rrdbnet's shapes and ResNet-152's pointwise ones), native (VDPBF16PS, forced whatever the cost model
 // says, for the kernels convBF16On enables) and widened to the float32
 // kernels (native off).
 func BenchmarkConvBF16(b *testing.B) {
 	for _, s := range convShapes {
-		if s.name[:4] != "rrdb" && s.name != "r152_l1_3x3" && s.name != "r18_l1" {
+		if s.name[:4] != "rrdb" && s.name != "r152_l1_3x3" && s.name != "r18_l1" && !(strings.HasPrefix(s.name, "r152_") && strings.Contains(s.name, "_1x1")) {
 			continue
 		}
 		opts := op.ConvOpts{Stride: [2]int{s.s, s.s}, Padding: [2]int{s.ks / 2, s.ks / 2}}
@@ -535,6 +535,146 @@ func BenchmarkConvWinoBF16(b *testing.B) {
 					benchKernel(b, k, 0)
 				})
 			}
+		}
+	}
+}
+
+// convPwGeoms are pointwise convolutions for the pointwise path: channels
+// and planes not multiples of the tiles (odd C, K; 5x5 and 3x7 planes),
+// one image and several, and planes of 16, 64 and 256 positions (ResNet's
+// 1x1 layers at 4x4, 8x8 and 16x16), chunks of images that end inside
+// the batch (32x31: 3 images a chunk) and planes of more positions than
+// a K block of the weight gradient.
+var convPwGeoms = []struct{ n, c, h, w, k int }{
+	{1, 7, 5, 5, 9},
+	{3, 33, 3, 7, 26},
+	{8, 40, 4, 4, 50},
+	{2, 64, 8, 8, 27},
+	{5, 31, 16, 16, 64},
+	{1, 300, 4, 4, 600},
+	{9, 24, 16, 24, 17},
+	{5, 20, 32, 31, 12},
+}
+
+// The pointwise path (convPwBF16) runs the three mixed convolutions of
+// bf16 operands as convMixedKernel dispatches them (bias in the forward):
+// bitwise the reference arithmetic of VDPBF16PS (RefDotBF16) over the
+// blocks the products sum in (the forward and input gradient each image
+// a product, K blocks of SgemmMixed; the weight gradient over
+// blas.SumBatchBlocks of the images' positions) and within float32
+// rounding of the exact convolutions (closeTo, as the widened path, native
+// off, is held to as well), on 1 and 2 threads, on workspaces and outputs
+// filled with NaNs.
+func TestConvPwBF16(t *testing.T) {
+	if _, ok := blas.NativeBF16Tile(); !ok {
+		t.Skip("no native bf16 products on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, s := range convPwGeoms {
+		opts := op.ConvOpts{}
+		g, err := prim.ConvGeometry(tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, 1, 1}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !convPwBF16(&prim.Conv2dOp{}, g) || !convPwBF16(&prim.Conv2dBackwardInput{}, g) || !convPwBF16(&prim.Conv2dBackwardWeight{}, g) {
+			t.Fatalf("%+v: not on the pointwise path: the test checks nothing", s)
+		}
+		P := s.h * s.w
+		x := randBF16Vals(rng, s.n*s.c*P)
+		w := randBF16Vals(rng, s.k*s.c)
+		gy := randBF16Vals(rng, s.n*s.k*P)
+		bias := randBF16Vals(rng, s.k)
+		ey, egx, egw := exactConv(g, x, w, gy)
+		// The reference: RefDotBF16 over each output's operands.
+		refY := make([]float32, len(ey))
+		refGX := make([]float32, len(egx))
+		col := func(v []uint16, off, stride, cnt int) []uint16 {
+			r := make([]uint16, cnt)
+			for i := range r {
+				r[i] = v[off+i*stride]
+			}
+			return r
+		}
+		for n := range s.n {
+			for p := range P {
+				xc := col(x, n*s.c*P+p, P, s.c)
+				gyc := col(gy, n*s.k*P+p, P, s.k)
+				for k := range s.k {
+					i := (n*s.k+k)*P + p
+					refY[i] = blas.RefDotBF16(w[k*s.c:(k+1)*s.c], xc, 1, 0, 0) + float32(bfF(bias[k]))
+					ey[i] += bfF(bias[k])
+				}
+				for c := range s.c {
+					refGX[(n*s.c+c)*P+p] = blas.RefDotBF16(col(w, c, s.c, s.k), gyc, 1, 0, 0)
+				}
+			}
+		}
+		refGW := make([]float32, len(egw))
+		for k := range s.k {
+			for c := range s.c {
+				var v float32
+				for bi, bl := range blas.SumBatchBlocks(P, s.n) {
+					var a, b []uint16
+					for img := bl.B0; img < bl.B1; img++ {
+						p0, p1 := bl.P0, bl.P1
+						a = append(a, gy[(img*s.k+k)*P+p0:(img*s.k+k)*P+p1]...)
+						b = append(b, x[(img*s.c+c)*P+p0:(img*s.c+c)*P+p1]...)
+						if (p1-p0)%2 != 0 && img+1 < bl.B1 {
+							a, b = append(a, 0), append(b, 0)
+						}
+					}
+					beta := float32(1)
+					if bi == 0 {
+						beta = 0
+					}
+					v = blas.RefDotBF16(a, b, 1, beta, v)
+				}
+				refGW[k*s.c+c] = v
+			}
+		}
+		cases := []struct {
+			name  string
+			o     trace.Op
+			in    [][]uint16
+			metas []trace.Meta
+			ref   []float32
+			exact []float64
+		}{
+			{"forward", &prim.Conv2dOp{Opts: opts, Mixed: true}, [][]uint16{x, w, bias},
+				[]trace.Meta{bf16m(s.n, s.c, s.h, s.w), bf16m(s.k, s.c, 1, 1), bf16m(s.k)}, refY, ey},
+			{"input gradient", &prim.Conv2dBackwardInput{Opts: opts, InputShape: tensor.Shape{s.n, s.c, s.h, s.w}, Mixed: true}, [][]uint16{gy, w},
+				[]trace.Meta{bf16m(s.n, s.k, s.h, s.w), bf16m(s.k, s.c, 1, 1)}, refGX, egx},
+			{"weight gradient", &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: tensor.Shape{s.k, s.c, 1, 1}, Mixed: true}, [][]uint16{gy, x},
+				[]trace.Meta{bf16m(s.n, s.k, s.h, s.w), bf16m(s.n, s.c, s.h, s.w)}, refGW, egw},
+		}
+		for _, c := range cases {
+			k := newKernelCase(t, c.o, c.metas...)
+			for i, v := range c.in {
+				copy(k.in[i].U16(), v)
+			}
+			run := func(threads int) []float32 {
+				defer parallel.SetThreads(parallel.SetThreads(threads))
+				for i := range k.ws {
+					k.ws[i] = 0xff
+				}
+				for i := range k.out[0].F32() {
+					k.out[0].F32()[i] = float32(math.NaN())
+				}
+				k.run(t)
+				return append([]float32(nil), k.out[0].F32()...)
+			}
+			what := fmt.Sprintf("%+v %s", s, c.name)
+			for _, threads := range []int{1, 2} {
+				got := run(threads)
+				if i, ok := sameF32Bits(got, c.ref); !ok {
+					t.Errorf("%s, %d threads: element %d is %g, reference %g", what, threads, i, got[i], c.ref[i])
+				}
+				closeTo(t, fmt.Sprintf("%s, %d threads", what, threads), got, c.exact)
+			}
+			was := SetNativeBF16(false)
+			wide := run(2)
+			SetNativeBF16(was)
+			closeTo(t, what+" widened", wide, c.exact)
 		}
 	}
 }

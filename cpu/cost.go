@@ -60,9 +60,9 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 // NativeLow reports whether the kernel for op o on bfloat16 operands runs
 // natively in bf16 (backend.LowCoster): products and attention do where
 // the CPU has the native kernel (the planner asks only then); a
-// convolution only where convBF16Native takes its native path, which by
-// default is the weight gradient where the rates make it cheaper than
-// float32 Winograd. The others widen their operands (or read them in
+// convolution where it is pointwise (convPwBF16: all three natively) or
+// where convBF16Native takes its native path, which by default is the
+// weight gradient where the rates make it cheaper than float32 Winograd. The others widen their operands (or read them in
 // place) and run the float32 kernels, at the float32 rate.
 func (*cpuBackend) NativeLow(o trace.Op, in, out []trace.Meta) bool {
 	if f, ok := o.(*prim.Fused); ok && f.Producer != nil && f.NProd <= len(in) {
@@ -74,7 +74,7 @@ func (*cpuBackend) NativeLow(o trace.Op, in, out []trace.Meta) bool {
 			return false
 		}
 		g, err := convOpGeom(o, in[0].Shape, in[1].Shape)
-		return err == nil && convBF16Native(o, g)
+		return err == nil && (convPwBF16(o, g) || convBF16Native(o, g))
 	}
 	return true
 }

@@ -180,7 +180,8 @@ func TestThroughputOf(t *testing.T) {
 // kernels decide (convBF16Native): matrix products natively; rrdbnet's
 // 64→32 weight gradient at batch 2 natively (no Winograd kernel for it),
 // its 64→64 one as float32 Winograd, every forward convolution in
-// float32 (their native paths are off by default), fused or not.
+// float32 (their native paths are off by default), fused or not, except
+// the pointwise ones (1x1, stride 1: all three natively, convPwBF16).
 func TestNativeLow(t *testing.T) {
 	defer func(off, force bool, on int) { winogradOff, convNativeForce, convBF16On = off, force, on }(winogradOff, convNativeForce, convBF16On)
 	winogradOff, convNativeForce, convBF16On = false, false, convBF16Bww
@@ -203,6 +204,10 @@ func TestNativeLow(t *testing.T) {
 		{"forward 64→32", fwd, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, false},
 		{"input gradient 32→64", &prim.Conv2dBackwardInput{Opts: pad1, InputShape: tensor.Shape{2, 64, 32, 32}, Mixed: true}, []trace.Meta{bf(2, 32, 32, 32), bf(32, 64, 3, 3)}, false},
 		{"fused forward 64→32", &prim.Fused{Producer: fwd, NProd: 2, NProdOut: 1}, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, false},
+		{"pointwise forward 256→64", &prim.Conv2dOp{Mixed: true}, []trace.Meta{bf(8, 256, 32, 32), bf(64, 256, 1, 1)}, true},
+		{"pointwise input gradient 64→256", &prim.Conv2dBackwardInput{InputShape: tensor.Shape{8, 256, 32, 32}, Mixed: true}, []trace.Meta{bf(8, 64, 32, 32), bf(64, 256, 1, 1)}, true},
+		{"pointwise weight gradient 256→64", &prim.Conv2dBackwardWeight{WeightShape: tensor.Shape{64, 256, 1, 1}, Mixed: true}, []trace.Meta{bf(8, 64, 32, 32), bf(8, 256, 32, 32)}, true},
+		{"1×1 stride 2 forward (not pointwise)", &prim.Conv2dOp{Opts: prim.ConvOpts{Stride: [2]int{2, 2}}.Normalized(), Mixed: true}, []trace.Meta{bf(8, 256, 32, 32), bf(512, 256, 1, 1)}, false},
 	} {
 		if got := lc.NativeLow(c.o, c.in, nil); got != c.want {
 			t.Errorf("%s: native %v, want %v", c.name, got, c.want)
