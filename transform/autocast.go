@@ -812,14 +812,45 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 		}
 		return lo
 	}
+	// narrowed[v] is a cast of float32 value v to bfloat16. A pointwise
+	// convolution's input, rounded by autocast, has one where it is saved
+	// for the backward pass in bf16 (Compress): the convolution reads that
+	// copy (exact: the value holds bf16 numbers), emitted before it.
+	narrowed := map[*trace.Tensor]*trace.Node{}
+	for _, n := range g.Nodes {
+		if c, ok := n.Op.(*prim.Cast); ok && n.Kind == trace.KindOp && c.To == tensor.BFloat16 && isF32(n.Inputs[0]) && narrowed[n.Inputs[0]] == nil {
+			narrowed[n.Inputs[0]] = n
+		}
+	}
+	emitted := map[*trace.Node]bool{}
 	out := trace.New()
 	mapped := map[*trace.Tensor]*trace.Tensor{}
 	removed := 0
 	err := trace.Capture(func() {
 		for _, n := range g.Nodes {
+			if emitted[n] {
+				continue
+			}
 			ins := make([]*trace.Tensor, len(n.Inputs))
 			for i, in := range n.Inputs {
 				ins[i] = mapped[in]
+			}
+			if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && pointwiseLow(n) {
+				for i, in := range n.Inputs {
+					if widening(in.Node) && in.Node.Inputs[0].DType() == tensor.BFloat16 && isF32(ins[i]) {
+						ins[i] = mapped[in.Node.Inputs[0]]
+					}
+				}
+			}
+			if _, fwd := n.Op.(*prim.Conv2dOp); fwd && pointwiseLow(n) && !isF32(ins[1]) && narrowedInput(narrowed, n) != nil && narrowedInput(narrowed, n).Phase == n.Phase {
+				c := narrowedInput(narrowed, n)
+				if !emitted[c] {
+					for i, o := range out.Clone(c, []*trace.Tensor{mapped[c.Inputs[0]]}) {
+						mapped[c.Outputs[i]] = o
+					}
+					emitted[c] = true
+				}
+				ins[0] = mapped[c.Outputs[0]]
 			}
 			node := n
 			switch lo := widened(n); {
@@ -905,11 +936,58 @@ func convReadsLow(c *trace.Node, t *trace.Tensor) bool {
 	switch o := c.Op.(type) {
 	case *prim.Conv2dBackwardWeight:
 		return !o.Mixed && isF32(c.Outputs[0])
+	case *prim.Conv2dBackwardInput:
+		// A pointwise one reads both in bf16 (its native product).
+		return !o.Mixed && isF32(c.Outputs[0]) && pointwiseLow(c)
 	case *prim.Conv2dOp:
-		return convReadsInputLow && !o.Mixed && isF32(c.Outputs[0]) && c.Inputs[0] == t && c.Inputs[1] != t && (len(c.Inputs) < 3 || c.Inputs[2] != t)
+		if !convReadsInputLow || o.Mixed || !isF32(c.Outputs[0]) || len(c.Inputs) > 2 && c.Inputs[2] == t {
+			return false
+		}
+		in, w := c.Inputs[0] == t, c.Inputs[1] == t
+		return in && !w || w && !in && pointwiseLow(c)
 	}
 	return false
 }
+
+// narrowedInput is the cast of n's first input to bfloat16, if any.
+func narrowedInput(narrowed map[*trace.Tensor]*trace.Node, n *trace.Node) *trace.Node {
+	if len(n.Inputs) == 0 {
+		return nil
+	}
+	return narrowed[n.Inputs[0]]
+}
+
+// pointwiseLow reports whether convolution c (forward, input or weight
+// gradient) is pointwise (1×1, stride 1, unpadded, ungrouped), the
+// convolutions ReadLow hands bfloat16 operands (a weight gradient reads
+// the 16-bit value a kept widening widens): with both in bf16 their kernel multiplies the
+// images' planes as they lie, natively where the CPU has bf16 products
+// (cpu's convbf16_pw.go: ResNet-152's 1×1 layers about twice as fast as
+// the float32 kernels, Zen 4), and otherwise widens them (the float32
+// convolution of the same values).
+func pointwiseLow(c *trace.Node) bool {
+	if !convPointwiseLow || len(c.Inputs) < 2 {
+		return false
+	}
+	var opts prim.ConvOpts
+	var w tensor.Shape
+	switch o := c.Op.(type) {
+	case *prim.Conv2dOp:
+		opts, w = o.Opts, c.Inputs[1].Shape()
+	case *prim.Conv2dBackwardInput:
+		opts, w = o.Opts, c.Inputs[1].Shape()
+	case *prim.Conv2dBackwardWeight:
+		opts, w = o.Opts, o.WeightShape
+	default:
+		return false
+	}
+	n := opts.Normalized()
+	return len(w) == 4 && w[2] == 1 && w[3] == 1 && n.Stride == [2]int{1, 1} && n.Padding == [2]int{} && n.Groups == 1
+}
+
+// convPointwiseLow is off only in tests and measurements that compare with
+// pointwise convolutions reading float32 operands.
+var convPointwiseLow = true
 
 // normReadsLow reports whether c is a float32 batch norm (forward or
 // backward) that reads t only as its input x, which its kernel widens as it

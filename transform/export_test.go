@@ -80,3 +80,11 @@ func SetNormReadsLow(on bool) bool {
 	normReadsInputLow = on
 	return old
 }
+
+// SetConvPointwiseLow turns pointwise convolutions reading bfloat16
+// operands (pointwiseLow) on or off and returns the previous setting.
+func SetConvPointwiseLow(on bool) bool {
+	old := convPointwiseLow
+	convPointwiseLow = on
+	return old
+}
