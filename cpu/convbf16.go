@@ -234,40 +234,40 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 			}
 		}
 	}
-	if t, ok := blas.NativeBF16Tile(); ok && in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 && convPwBF16(n.Op, g) {
-		// Pointwise: products of the planes as they lie (convbf16_pw.go).
-		a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
-		switch n.Op.(type) {
-		case *prim.Conv2dOp:
-			var bias []float32
-			if len(in) == 3 {
-				bias = make([]float32, g.K) // K values: not worth planning
-				convWidenInto(pool, in[2], bias)
+	if in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 {
+		t, tile := blas.NativeBF16Tile()
+		pw := tile && convPwBF16(n.Op, g)
+		if pw || blas.Caps().NativeBF16 && convBF16Native(n.Op, g) {
+			// Pointwise: products of the planes as they lie
+			// (convbf16_pw.go); else through a bf16 im2col matrix.
+			a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
+			switch n.Op.(type) {
+			case *prim.Conv2dOp:
+				var bias []float32
+				if len(in) == 3 {
+					bias = make([]float32, g.K) // K values: not worth planning
+					convWidenInto(pool, in[2], bias)
+				}
+				if pw {
+					convPwForwardBF16(pool, t, g, a, b, bias, y)
+				} else {
+					convForwardBF16(pool, g, a, b, bias, y, ws)
+				}
+			case *prim.Conv2dBackwardInput:
+				if pw {
+					convPwInputGradBF16(pool, t, g, a, b, y)
+				} else {
+					convInputGradBF16(pool, g, a, b, y, ws)
+				}
+			case *prim.Conv2dBackwardWeight:
+				if pw {
+					convPwWeightGradBF16(pool, t, g, a, b, y)
+				} else {
+					convWeightGradBF16(pool, g, a, b, y, ws)
+				}
 			}
-			convPwForwardBF16(pool, t, g, a, b, bias, y)
-		case *prim.Conv2dBackwardInput:
-			convPwInputGradBF16(pool, t, g, a, b, y)
-		case *prim.Conv2dBackwardWeight:
-			convPwWeightGradBF16(pool, t, g, a, b, y)
+			return nil
 		}
-		return nil
-	}
-	if in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 && blas.Caps().NativeBF16 && convBF16Native(n.Op, g) {
-		a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
-		switch n.Op.(type) {
-		case *prim.Conv2dOp:
-			var bias []float32
-			if len(in) == 3 {
-				bias = make([]float32, g.K) // K values: not worth planning
-				convWidenInto(pool, in[2], bias)
-			}
-			convForwardBF16(pool, g, a, b, bias, y, ws)
-		case *prim.Conv2dBackwardInput:
-			convInputGradBF16(pool, g, a, b, y, ws)
-		case *prim.Conv2dBackwardWeight:
-			convWeightGradBF16(pool, g, a, b, y, ws)
-		}
-		return nil
 	}
 	if convWinoBF16(pool, n, g, in, out, ws) {
 		return nil

@@ -13,6 +13,40 @@ DATA maxpoolLanes<>+24(SB)/4, $12
 DATA maxpoolLanes<>+28(SB)/4, $14
 GLOBL maxpoolLanes<>(SB), RODATA|NOPTR, $32
 
+// MAXPOOL_ROW loads the three window columns of 8 outputs from input row
+// pointer p (column 2*ow0-2) into Y4 (x[2ow-1]), Y5 (x[2ow]) and Y6
+// (x[2ow+1]), or-ing unordered lanes into Y14, and their plane indices,
+// from ib (that of x[2*ow0]), into Y8, Y7 and Y9.
+#define MAXPOOL_ROW(p, ib) \
+	VMOVUPS 0(p), Y0; \
+	VMOVUPS 32(p), Y1; \
+	VMOVUPS 8(p), Y2; \
+	VMOVUPS 40(p), Y3; \
+	VSHUFPS $0xDD, Y1, Y0, Y4; \
+	VPERMPD $0xD8, Y4, Y4; \
+	VSHUFPS $0x88, Y3, Y2, Y5; \
+	VPERMPD $0xD8, Y5, Y5; \
+	VSHUFPS $0xDD, Y3, Y2, Y6; \
+	VPERMPD $0xD8, Y6, Y6; \
+	VCMPPS $3, Y4, Y4, Y10; \
+	VORPS Y10, Y14, Y14; \
+	VCMPPS $3, Y5, Y5, Y10; \
+	VORPS Y10, Y14, Y14; \
+	VCMPPS $3, Y6, Y6, Y10; \
+	VORPS Y10, Y14, Y14; \
+	VMOVD ib, X7; \
+	VPBROADCASTD X7, Y7; \
+	VPADDD Y15, Y7, Y7; \
+	VPADDD Y11, Y7, Y8; \
+	VPSUBD Y11, Y7, Y9
+
+// MAXPOOL_TAKE replaces the best (Y13, its index Y12) by v (index iv) in
+// the lanes where v is greater (ordered: -0 and +0 equal, NaN never).
+#define MAXPOOL_TAKE(v, iv) \
+	VCMPPS $0x1E, Y13, v, Y10; \
+	VBLENDVPS Y10, v, Y13, Y13; \
+	VBLENDVPS Y10, iv, Y12, Y12
+
 // func maxPool3s2AVX2(r0, r1, r2 *float32, n int, y *float32, idx *int64, ib *[3]int32) (nan bool)
 // Max pooling 3x3 at stride 2 of n groups of 8 outputs of one output row:
 // rk points at column 2*ow0-2 of the window's input row k, ib[k] is the
@@ -38,98 +72,19 @@ TEXT ·maxPool3s2AVX2(SB), NOSPLIT, $0-57
 	TESTQ CX, CX
 	JZ   mpdone
 mploop:
-	// row 0
-	VMOVUPS 0(SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 8(SI), Y2
-	VMOVUPS 40(SI), Y3
-	VSHUFPS $0xDD, Y1, Y0, Y4
-	VPERMPD $0xD8, Y4, Y4     // x[2ow-1]
-	VSHUFPS $0x88, Y3, Y2, Y5
-	VPERMPD $0xD8, Y5, Y5     // x[2ow]
-	VSHUFPS $0xDD, Y3, Y2, Y6
-	VPERMPD $0xD8, Y6, Y6     // x[2ow+1]
-	VCMPPS $3, Y4, Y4, Y10
-	VORPS  Y10, Y14, Y14
-	VCMPPS $3, Y5, Y5, Y10
-	VORPS  Y10, Y14, Y14
-	VCMPPS $3, Y6, Y6, Y10
-	VORPS  Y10, Y14, Y14
-	VMOVD R8, X7
-	VPBROADCASTD X7, Y7
-	VPADDD Y15, Y7, Y7        // index of x[2ow]
-	VPADDD Y11, Y7, Y8        // of x[2ow-1]
-	VPSUBD Y11, Y7, Y9        // of x[2ow+1]
+	MAXPOOL_ROW(SI, R8)
 	VMOVAPS Y4, Y13
 	VMOVDQA Y8, Y12
-	VCMPPS $0x1E, Y13, Y5, Y10 // Y5 > best
-	VBLENDVPS Y10, Y5, Y13, Y13
-	VBLENDVPS Y10, Y7, Y12, Y12
-	VCMPPS $0x1E, Y13, Y6, Y10 // Y6 > best
-	VBLENDVPS Y10, Y6, Y13, Y13
-	VBLENDVPS Y10, Y9, Y12, Y12
-	// row 1
-	VMOVUPS 0(DI), Y0
-	VMOVUPS 32(DI), Y1
-	VMOVUPS 8(DI), Y2
-	VMOVUPS 40(DI), Y3
-	VSHUFPS $0xDD, Y1, Y0, Y4
-	VPERMPD $0xD8, Y4, Y4     // x[2ow-1]
-	VSHUFPS $0x88, Y3, Y2, Y5
-	VPERMPD $0xD8, Y5, Y5     // x[2ow]
-	VSHUFPS $0xDD, Y3, Y2, Y6
-	VPERMPD $0xD8, Y6, Y6     // x[2ow+1]
-	VCMPPS $3, Y4, Y4, Y10
-	VORPS  Y10, Y14, Y14
-	VCMPPS $3, Y5, Y5, Y10
-	VORPS  Y10, Y14, Y14
-	VCMPPS $3, Y6, Y6, Y10
-	VORPS  Y10, Y14, Y14
-	VMOVD R9, X7
-	VPBROADCASTD X7, Y7
-	VPADDD Y15, Y7, Y7        // index of x[2ow]
-	VPADDD Y11, Y7, Y8        // of x[2ow-1]
-	VPSUBD Y11, Y7, Y9        // of x[2ow+1]
-	VCMPPS $0x1E, Y13, Y4, Y10 // Y4 > best
-	VBLENDVPS Y10, Y4, Y13, Y13
-	VBLENDVPS Y10, Y8, Y12, Y12
-	VCMPPS $0x1E, Y13, Y5, Y10 // Y5 > best
-	VBLENDVPS Y10, Y5, Y13, Y13
-	VBLENDVPS Y10, Y7, Y12, Y12
-	VCMPPS $0x1E, Y13, Y6, Y10 // Y6 > best
-	VBLENDVPS Y10, Y6, Y13, Y13
-	VBLENDVPS Y10, Y9, Y12, Y12
-	// row 2
-	VMOVUPS 0(R11), Y0
-	VMOVUPS 32(R11), Y1
-	VMOVUPS 8(R11), Y2
-	VMOVUPS 40(R11), Y3
-	VSHUFPS $0xDD, Y1, Y0, Y4
-	VPERMPD $0xD8, Y4, Y4     // x[2ow-1]
-	VSHUFPS $0x88, Y3, Y2, Y5
-	VPERMPD $0xD8, Y5, Y5     // x[2ow]
-	VSHUFPS $0xDD, Y3, Y2, Y6
-	VPERMPD $0xD8, Y6, Y6     // x[2ow+1]
-	VCMPPS $3, Y4, Y4, Y10
-	VORPS  Y10, Y14, Y14
-	VCMPPS $3, Y5, Y5, Y10
-	VORPS  Y10, Y14, Y14
-	VCMPPS $3, Y6, Y6, Y10
-	VORPS  Y10, Y14, Y14
-	VMOVD R10, X7
-	VPBROADCASTD X7, Y7
-	VPADDD Y15, Y7, Y7        // index of x[2ow]
-	VPADDD Y11, Y7, Y8        // of x[2ow-1]
-	VPSUBD Y11, Y7, Y9        // of x[2ow+1]
-	VCMPPS $0x1E, Y13, Y4, Y10 // Y4 > best
-	VBLENDVPS Y10, Y4, Y13, Y13
-	VBLENDVPS Y10, Y8, Y12, Y12
-	VCMPPS $0x1E, Y13, Y5, Y10 // Y5 > best
-	VBLENDVPS Y10, Y5, Y13, Y13
-	VBLENDVPS Y10, Y7, Y12, Y12
-	VCMPPS $0x1E, Y13, Y6, Y10 // Y6 > best
-	VBLENDVPS Y10, Y6, Y13, Y13
-	VBLENDVPS Y10, Y9, Y12, Y12
+	MAXPOOL_TAKE(Y5, Y7)
+	MAXPOOL_TAKE(Y6, Y9)
+	MAXPOOL_ROW(DI, R9)
+	MAXPOOL_TAKE(Y4, Y8)
+	MAXPOOL_TAKE(Y5, Y7)
+	MAXPOOL_TAKE(Y6, Y9)
+	MAXPOOL_ROW(R11, R10)
+	MAXPOOL_TAKE(Y4, Y8)
+	MAXPOOL_TAKE(Y5, Y7)
+	MAXPOOL_TAKE(Y6, Y9)
 	VMOVUPS Y13, (DX)
 	VPMOVSXDQ X12, Y0
 	VMOVDQU Y0, (BX)

@@ -360,6 +360,24 @@ ldone:
 	VZEROUPPER
 	RET
 
+// SUMS_REDUCE adds sumsAVX2's accumulators Y0-Y3 and Y4-Y7 into the
+// two float64s at DI.
+#define SUMS_REDUCE \
+	VADDPD Y1, Y0, Y0; \
+	VADDPD Y3, Y2, Y2; \
+	VADDPD Y2, Y0, Y0; \
+	VADDPD Y5, Y4, Y4; \
+	VADDPD Y7, Y6, Y6; \
+	VADDPD Y6, Y4, Y4; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPD X1, X0, X0; \
+	VHADDPD X0, X0, X0; \
+	VMOVSD X0, 0(DI); \
+	VEXTRACTF128 $1, Y4, X5; \
+	VADDPD X5, X4, X4; \
+	VHADDPD X4, X4, X4; \
+	VMOVSD X4, 8(DI)
+
 // func sumsAVX2(dy, x *float32, n, planes, stride int, m float64, out *[2]float64, mode int)
 // Float64 sums over n (a multiple of 16) elements of each of planes planes
 // stride elements apart, four lanes per accumulator, reduced once at the
@@ -456,20 +474,7 @@ snext:
 	DECQ R8
 	JNZ  splane
 sreduce:
-	VADDPD Y1, Y0, Y0
-	VADDPD Y3, Y2, Y2
-	VADDPD Y2, Y0, Y0
-	VADDPD Y5, Y4, Y4
-	VADDPD Y7, Y6, Y6
-	VADDPD Y6, Y4, Y4
-	VEXTRACTF128 $1, Y0, X1
-	VADDPD X1, X0, X0
-	VHADDPD X0, X0, X0
-	VMOVSD X0, 0(DI)
-	VEXTRACTF128 $1, Y4, X5
-	VADDPD X5, X4, X4
-	VHADDPD X4, X4, X4
-	VMOVSD X4, 8(DI)
+	SUMS_REDUCE
 	VZEROUPPER
 	RET
 
@@ -653,20 +658,7 @@ bsnext:
 	DECQ R8
 	JNZ  bsplane
 bsreduce:
-	VADDPD Y1, Y0, Y0
-	VADDPD Y3, Y2, Y2
-	VADDPD Y2, Y0, Y0
-	VADDPD Y5, Y4, Y4
-	VADDPD Y7, Y6, Y6
-	VADDPD Y6, Y4, Y4
-	VEXTRACTF128 $1, Y0, X1
-	VADDPD X1, X0, X0
-	VHADDPD X0, X0, X0
-	VMOVSD X0, 0(DI)
-	VEXTRACTF128 $1, Y4, X5
-	VADDPD X5, X4, X4
-	VHADDPD X4, X4, X4
-	VMOVSD X4, 8(DI)
+	SUMS_REDUCE
 	VZEROUPPER
 	RET
 
