@@ -57,17 +57,7 @@ func (t BF16Tile) MulBatch(pool *parallel.Pool, transA bool, m, n, k int, a []ui
 	kpc := kc / 2
 
 	// M blocks as sgemmBF16Rows makes them: even shares for the threads.
-	tiles := ceilDiv(m, mr)
-	mBlocks := ceilDiv(m, bf16MC)
-	if threads > 1 {
-		mBlocks = roundUp(mBlocks, threads)
-	}
-	mBlocks = min(mBlocks, tiles)
-	mc := ceilDiv(tiles, mBlocks) * mr
-	block := func(ib int) (ic, mcur int) {
-		t0, t1 := ib*tiles/mBlocks, (ib+1)*tiles/mBlocks
-		return t0 * mr, min(m, t1*mr) - t0*mr
-	}
+	mBlocks, mc, block := batchMBlocks(m, mr, threads)
 	// A row-major (its rows copied) where the kernel has that form and A
 	// is not transposed, as sgemmBF16Rows packs it; else pair-major
 	// panels, astride dwords a row apart.
@@ -182,17 +172,7 @@ func (t BF16Tile) MulSumBatch(pool *parallel.Pool, m, n, k int, batch int, a []u
 	}
 	nc := min(bf16NC, roundUp(n, nr))
 
-	tiles := ceilDiv(m, mr)
-	mBlocks := ceilDiv(m, bf16MC)
-	if threads > 1 {
-		mBlocks = roundUp(mBlocks, threads)
-	}
-	mBlocks = min(mBlocks, tiles)
-	mc := ceilDiv(tiles, mBlocks) * mr
-	block := func(ib int) (ic, mcur int) {
-		t0, t1 := ib*tiles/mBlocks, (ib+1)*tiles/mBlocks
-		return t0 * mr, min(m, t1*mr) - t0*mr
-	}
+	mBlocks, mc, block := batchMBlocks(m, mr, threads)
 	// A's rows copied (row-major) where the kernel has that form, else
 	// pair-major panels.
 	rowsA := kern.rows != nil
@@ -327,4 +307,21 @@ func batchSplit(threads, mBlocks, panels int) int {
 		return 1
 	}
 	return max(1, min(panels, ceilDiv(4*threads, mBlocks)))
+}
+
+// batchMBlocks splits m rows of mr-row tiles into blocks as sgemmBF16Rows
+// does (even shares for the threads): their count, the largest's rows, and
+// block ib's first row and rows.
+func batchMBlocks(m, mr, threads int) (mBlocks, mc int, block func(ib int) (ic, mcur int)) {
+	tiles := ceilDiv(m, mr)
+	mBlocks = ceilDiv(m, bf16MC)
+	if threads > 1 {
+		mBlocks = roundUp(mBlocks, threads)
+	}
+	mBlocks = min(mBlocks, tiles)
+	mc = ceilDiv(tiles, mBlocks) * mr
+	return mBlocks, mc, func(ib int) (ic, mcur int) {
+		t0, t1 := ib*tiles/mBlocks, (ib+1)*tiles/mBlocks
+		return t0 * mr, min(m, t1*mr) - t0*mr
+	}
 }
