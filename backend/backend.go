@@ -74,6 +74,16 @@ type LowCoster interface {
 	NativeLow(o trace.Op, in, out []trace.Meta) bool
 }
 
+// LowRunner is implemented by backends that can say, for this machine,
+// whether the kernel for op o with bfloat16 operands in (out its outputs)
+// multiplies natively in bf16: LowCoster's answer where the machine has
+// native bf16 products, else false. transform.ReadLow hands an op 16-bit
+// operands it would otherwise read as float32 copies only where it does
+// (elsewhere the kernel would widen them again, a pass for nothing).
+type LowRunner interface {
+	RunsLow(o trace.Op, in, out []trace.Meta) bool
+}
+
 // NonFinite finds the first NaN or infinity of a tensor.
 type NonFinite func(t *tensor.Tensor) (index int, value float64, bad bool)
 

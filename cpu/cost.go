@@ -79,6 +79,12 @@ func (*cpuBackend) NativeLow(o trace.Op, in, out []trace.Meta) bool {
 	return true
 }
 
+// RunsLow is NativeLow where the CPU's native bf16 kernel is on
+// (backend.LowRunner).
+func (b *cpuBackend) RunsLow(o trace.Op, in, out []trace.Meta) bool {
+	return blas.Caps().NativeBF16 && b.NativeLow(o, in, out)
+}
+
 // convNativeCheaper reports whether the native bf16 kernel of conv op o
 // (the declared arithmetic) is expected to be faster for geometry g than
 // the float32 Winograd kernel on the operands' widened values (bf16

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/headroom-ml/headroom/autodiff"
+	"github.com/headroom-ml/headroom/backend"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/exec"
 	"github.com/headroom-ml/headroom/nn"
@@ -332,7 +333,11 @@ func (t *Trainer) program(cfg Config, disc bool, a, b trace.Meta) (*exec.Program
 	if err != nil {
 		return nil, err
 	}
-	g, _, err = transform.Run(g, transform.Options{Recompute: cfg.Step.Recompute.Policy(), Precision: cfg.Step.Precision, Backward: true})
+	o := transform.Options{Recompute: cfg.Step.Recompute.Policy(), Precision: cfg.Step.Precision, Backward: true}
+	if lr, ok := t.Device.Backend.(backend.LowRunner); ok {
+		o.RunsLow = lr.RunsLow
+	}
+	g, _, err = transform.Run(g, o)
 	if err != nil {
 		return nil, err
 	}

@@ -473,6 +473,9 @@ func (t *Trainer) lower(g *trace.Graph, o transform.Options) (*Compiled, error) 
 	}
 	reports := []transform.PassReport{{Name: "autodiff", NodesBefore: forward, NodesAfter: len(g.Nodes), Skipped: !o.Backward,
 		Detail: fmt.Sprintf("%d backward and update nodes", len(g.Nodes)-forward)}}
+	if lr, ok := t.backend.(backend.LowRunner); ok && o.RunsLow == nil {
+		o.RunsLow = lr.RunsLow
+	}
 	g, passes, err := transform.Run(g, o)
 	if err != nil {
 		return nil, err

@@ -721,7 +721,7 @@ func ApplyPrecision(g *trace.Graph, p Precision, c CompressPolicy) (*trace.Graph
 	if g, _, err = Compress(g, c); err != nil || p == FP32 || !readLow {
 		return g, err
 	}
-	g, _, err = readLowFor(g, p)
+	g, _, err = readLowFor(g, p, nil)
 	return g, err
 }
 
@@ -746,7 +746,11 @@ var foldOnly = false
 // transient float32 copies (what a native bf16 kernel does not need) go.
 // It first drops casts to the 16-bit type of values that are casts from
 // it (foldCasts). It returns how many casts it removed.
-func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
+func ReadLow(g *trace.Graph) (*trace.Graph, int, error) { return readLowWith(g, nil) }
+
+// readLowWith is ReadLow with the backend's backend.LowRunner (nil: none),
+// which says where pointwise convolutions get bfloat16 operands.
+func readLowWith(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bool) (*trace.Graph, int, error) {
 	g, folded, err := foldCasts(g)
 	if err != nil {
 		return nil, 0, err
@@ -754,12 +758,13 @@ func ReadLow(g *trace.Graph) (*trace.Graph, int, error) {
 	if foldOnly {
 		return g, folded, nil
 	}
-	out, removed, err := readLow16(g)
+	out, removed, err := readLow16(g, runsLow)
 	return out, folded + removed, err
 }
 
 // readLow16 is ReadLow after foldCasts.
-func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
+func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bool) (*trace.Graph, int, error) {
+	pointwise := func(c *trace.Node) bool { return pointwiseLow(c, runsLow) }
 	cons := g.Consumers()
 	outputs := map[*trace.Tensor]bool{}
 	for _, t := range g.Outputs {
@@ -778,7 +783,7 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c, lo) {
 				continue
 			}
-			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0]) || normReadsLow(c, n.Outputs[0])) {
+			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0], pointwise) || normReadsLow(c, n.Outputs[0])) {
 				continue
 			}
 			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
@@ -835,14 +840,14 @@ func readLow16(g *trace.Graph) (*trace.Graph, int, error) {
 			for i, in := range n.Inputs {
 				ins[i] = mapped[in]
 			}
-			if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && pointwiseLow(n) {
+			if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && pointwise(n) {
 				for i, in := range n.Inputs {
 					if widening(in.Node) && in.Node.Inputs[0].DType() == tensor.BFloat16 && isF32(ins[i]) {
 						ins[i] = mapped[in.Node.Inputs[0]]
 					}
 				}
 			}
-			if _, fwd := n.Op.(*prim.Conv2dOp); fwd && pointwiseLow(n) && !isF32(ins[1]) && narrowedInput(narrowed, n) != nil && narrowedInput(narrowed, n).Phase == n.Phase {
+			if _, fwd := n.Op.(*prim.Conv2dOp); fwd && pointwise(n) && !isF32(ins[1]) && narrowedInput(narrowed, n) != nil && narrowedInput(narrowed, n).Phase == n.Phase {
 				c := narrowedInput(narrowed, n)
 				if !emitted[c] {
 					for i, o := range out.Clone(c, []*trace.Tensor{mapped[c.Inputs[0]]}) {
@@ -932,19 +937,19 @@ func readsBF16(c *trace.Node, v *trace.Tensor) bool {
 // concatenation then writes only its 16-bit values). The input-gradient
 // convolution keeps its float32 copy: its operand is a gradient, float32
 // here.
-func convReadsLow(c *trace.Node, t *trace.Tensor) bool {
+func convReadsLow(c *trace.Node, t *trace.Tensor, pointwise func(*trace.Node) bool) bool {
 	switch o := c.Op.(type) {
 	case *prim.Conv2dBackwardWeight:
 		return !o.Mixed && isF32(c.Outputs[0])
 	case *prim.Conv2dBackwardInput:
 		// A pointwise one reads both in bf16 (its native product).
-		return !o.Mixed && isF32(c.Outputs[0]) && pointwiseLow(c)
+		return !o.Mixed && isF32(c.Outputs[0]) && pointwise != nil && pointwise(c)
 	case *prim.Conv2dOp:
 		if !convReadsInputLow || o.Mixed || !isF32(c.Outputs[0]) || len(c.Inputs) > 2 && c.Inputs[2] == t {
 			return false
 		}
 		in, w := c.Inputs[0] == t, c.Inputs[1] == t
-		return in && !w || w && !in && pointwiseLow(c)
+		return in && !w || w && !in && pointwise != nil && pointwise(c)
 	}
 	return false
 }
@@ -965,29 +970,53 @@ func narrowedInput(narrowed map[*trace.Tensor]*trace.Node, n *trace.Node) *trace
 // (cpu's convbf16_pw.go: ResNet-152's 1×1 layers about twice as fast as
 // the float32 kernels, Zen 4), and otherwise widens them (the float32
 // convolution of the same values).
-func pointwiseLow(c *trace.Node) bool {
-	if !convPointwiseLow || len(c.Inputs) < 2 {
+func pointwiseLow(c *trace.Node, runsLow func(o trace.Op, in, out []trace.Meta) bool) bool {
+	if convPointwiseLow == pwOff || len(c.Inputs) < 2 || len(c.Outputs) == 0 {
 		return false
 	}
 	var opts prim.ConvOpts
 	var w tensor.Shape
+	var mixed trace.Op
 	switch o := c.Op.(type) {
 	case *prim.Conv2dOp:
 		opts, w = o.Opts, c.Inputs[1].Shape()
+		m := *o
+		m.Mixed, mixed = true, &m
 	case *prim.Conv2dBackwardInput:
 		opts, w = o.Opts, c.Inputs[1].Shape()
+		m := *o
+		m.Mixed, mixed = true, &m
 	case *prim.Conv2dBackwardWeight:
 		opts, w = o.Opts, o.WeightShape
+		m := *o
+		m.Mixed, mixed = true, &m
 	default:
 		return false
 	}
 	n := opts.Normalized()
-	return len(w) == 4 && w[2] == 1 && w[3] == 1 && n.Stride == [2]int{1, 1} && n.Padding == [2]int{} && n.Groups == 1
+	if len(w) != 4 || w[2] != 1 || w[3] != 1 || n.Stride != [2]int{1, 1} || n.Padding != [2]int{} || n.Groups != 1 {
+		return false
+	}
+	if convPointwiseLow == pwOn {
+		return true
+	}
+	if runsLow == nil {
+		return false
+	}
+	in := []trace.Meta{{DType: tensor.BFloat16, Shape: c.Inputs[0].Shape()}, {DType: tensor.BFloat16, Shape: c.Inputs[1].Shape()}}
+	return runsLow(mixed, in, []trace.Meta{c.Outputs[0].Meta})
 }
 
-// convPointwiseLow is off only in tests and measurements that compare with
-// pointwise convolutions reading float32 operands.
-var convPointwiseLow = true
+// convPointwiseLow is pwAuto (pointwise convolutions read bf16 where the
+// backend multiplies them natively); tests set pwOff, or pwOn to hand them
+// bf16 operands whatever the kernel (which then widens them).
+var convPointwiseLow = pwAuto
+
+const (
+	pwAuto = iota
+	pwOff
+	pwOn
+)
 
 // normReadsLow reports whether c is a float32 batch norm (forward or
 // backward) that reads t only as its input x, which its kernel widens as it

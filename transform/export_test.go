@@ -81,10 +81,17 @@ func SetNormReadsLow(on bool) bool {
 	return old
 }
 
-// SetConvPointwiseLow turns pointwise convolutions reading bfloat16
-// operands (pointwiseLow) on or off and returns the previous setting.
-func SetConvPointwiseLow(on bool) bool {
-	old := convPointwiseLow
-	convPointwiseLow = on
+// SetConvPointwiseLow sets whether pointwise convolutions read bfloat16
+// operands (pointwiseLow): "auto" (where the backend multiplies them
+// natively), "off" or "on" (whatever the kernel); it returns the previous
+// setting.
+func SetConvPointwiseLow(mode string) string {
+	names := map[int]string{pwAuto: "auto", pwOff: "off", pwOn: "on"}
+	old := names[convPointwiseLow]
+	for k, v := range names {
+		if v == mode {
+			convPointwiseLow = k
+		}
+	}
 	return old
 }

@@ -275,7 +275,7 @@ func widenAfterCat(g *trace.Graph) (*trace.Graph, int, error) {
 			if c, ok := r.Op.(*prim.Cast); ok && r.Kind == trace.KindOp && c.To == lo {
 				continue
 			}
-			if !convReadsLow(r, n.Outputs[0]) {
+			if !convReadsLow(r, n.Outputs[0], nil) {
 				inPlace = false
 			}
 		}

@@ -15,6 +15,10 @@ type Options struct {
 	Precision Precision
 	Compress  CompressPolicy
 	Backward  bool
+	// RunsLow is the backend's backend.LowRunner, if it has one: under
+	// bf16 autocast ReadLow hands pointwise convolutions bfloat16
+	// operands where it says their kernels multiply them natively.
+	RunsLow func(o trace.Op, in, out []trace.Meta) bool
 }
 
 // PassReport says what one pass did to the graph.
@@ -150,7 +154,7 @@ func readLowPass(g *trace.Graph, o Options, _ *PassState, r *PassReport) (*trace
 		r.Skipped = true
 		return g, nil
 	}
-	out, n, err := readLowFor(g, o.Precision)
+	out, n, err := readLowFor(g, o.Precision, o.RunsLow)
 	r.NodesAffected = n
 	r.Detail = fmt.Sprintf("%d float32 copies of 16-bit values dropped", n)
 	return out, err

@@ -11,8 +11,8 @@ var splitLow = true
 
 // readLowFor is ReadLow for a step in precision p: under bf16-true
 // followed by readLowShared.
-func readLowFor(g *trace.Graph, p Precision) (*trace.Graph, int, error) {
-	g, n, err := ReadLow(g)
+func readLowFor(g *trace.Graph, p Precision, runsLow func(o trace.Op, in, out []trace.Meta) bool) (*trace.Graph, int, error) {
+	g, n, err := readLowWith(g, runsLow)
 	if err != nil || p != BF16True || !splitLow || foldOnly {
 		return g, n, err
 	}
