@@ -847,8 +847,7 @@ func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bo
 					}
 				}
 			}
-			if _, fwd := n.Op.(*prim.Conv2dOp); fwd && pointwise(n) && !isF32(ins[1]) && narrowedInput(narrowed, n) != nil && narrowedInput(narrowed, n).Phase == n.Phase {
-				c := narrowedInput(narrowed, n)
+			if c := narrowedInput(narrowed, n); c != nil && c.Phase == n.Phase && !isF32(ins[1]) && pointwise(n) {
 				if !emitted[c] {
 					for i, o := range out.Clone(c, []*trace.Tensor{mapped[c.Inputs[0]]}) {
 						mapped[c.Outputs[i]] = o
@@ -954,9 +953,10 @@ func convReadsLow(c *trace.Node, t *trace.Tensor, pointwise func(*trace.Node) bo
 	return false
 }
 
-// narrowedInput is the cast of n's first input to bfloat16, if any.
+// narrowedInput is the cast to bfloat16 of forward convolution n's input,
+// if any.
 func narrowedInput(narrowed map[*trace.Tensor]*trace.Node, n *trace.Node) *trace.Node {
-	if len(n.Inputs) == 0 {
+	if _, fwd := n.Op.(*prim.Conv2dOp); !fwd || len(n.Inputs) == 0 {
 		return nil
 	}
 	return narrowed[n.Inputs[0]]
