@@ -59,8 +59,8 @@ var Pipeline = []Pass{
 	{"recompute", recomputePass},
 	{"autocast", autocastPass},
 	{"compress", compressPass},
-	{"slicecat", sliceCatPass},
 	{"readlow", readLowPass},
+	{"slicecat", sliceCatPass},
 	{"fuse", fusePass},
 }
 

@@ -98,7 +98,7 @@ type keptModel struct {
 
 type keptValue struct {
 	v     *trace.Tensor
-	cats  []*trace.Node // concatenations v is a direct input of
+	cats  []*trace.Node // concatenations v is a direct input of, or whose inputs hold v's (v a concatenation)
 	slice bool          // SliceFromCat may read v from one of cats
 }
 
@@ -146,7 +146,17 @@ func newKeptModel(g *trace.Graph, p Policy, marked []bool, c CompressPolicy) *ke
 				continue
 			}
 			kv := keptValue{v: v, slice: sliceCat && n.Kind == trace.KindOp && trace.Root(v) == v}
-			for _, c := range cats[v] {
+			held := cats[v]
+			if _, ok := n.Op.(*prim.CatOp); ok && len(n.Inputs) > 0 && v.Index == 0 {
+				// A concatenation is read back from a wider one holding
+				// its inputs as a run (a DenseNet block's).
+				for _, c := range cats[n.Inputs[0]] {
+					if _, ok := catRun(catLike{n: n, cat: n}, catLike{n: c, cat: c}); ok && c != n {
+						held = append(held, c)
+					}
+				}
+			}
+			for _, c := range held {
 				if cat := c.Outputs[0]; !outputs[cat] && trace.Root(cat) == cat {
 					kv.cats = append(kv.cats, c)
 					varies = varies || marked[c.ID]

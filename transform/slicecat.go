@@ -2,8 +2,10 @@ package transform
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/tensor"
 	"github.com/headroom-ml/headroom/trace"
 )
 
@@ -56,22 +58,78 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 		start, end int
 	}
 	src := map[*trace.Tensor]source{}
+	// The saved concatenations the backward pass reads as they are, and
+	// the 16-bit copies Compress stores of concatenations (a cast commutes
+	// with concatenation and slicing: a slice of the copy is bit for bit
+	// the copy of the slice). lowOf[v][d] is the saved cast of v to d.
+	lowOf := map[*trace.Tensor]map[tensor.DType]*trace.Tensor{}
+	var cats []catLike
 	for _, n := range g.Nodes {
-		c, ok := n.Op.(*prim.CatOp)
-		if !ok || n.Kind != trace.KindOp || !savedProducer(n) {
+		if n.Kind != trace.KindOp || !savedProducer(n) {
 			continue
 		}
-		cat := n.Outputs[0]
-		last, saved := lastBack[cat]
-		if !saved || outputs[cat] || trace.Root(cat) != cat {
+		c := catLike{n: n, cat: n}
+		if cast, ok := n.Op.(*prim.Cast); ok {
+			v := n.Inputs[0]
+			if lowOf[v] == nil {
+				lowOf[v] = map[tensor.DType]*trace.Tensor{}
+			}
+			lowOf[v][cast.To] = n.Outputs[0]
+			c = catLike{n: n, cat: v.Node, cast: true, to: cast.To}
+		}
+		if !isCatNode(c.cat) || c.cast && n.Inputs[0] != c.cat.Outputs[0] {
 			continue
 		}
+		v := n.Outputs[0]
+		if _, saved := lastBack[v]; saved && !outputs[v] && trace.Root(v) == v {
+			cats = append(cats, c)
+		}
+	}
+	// A concatenation whose inputs are a run of another's (a DenseNet
+	// block's: cat(x, x1) inside cat(x, x1, x2) inside ...) is itself read
+	// back from the widest that holds it, so that a block keeps one
+	// concatenation rather than all of them (ESRGAN's RDB: 192 channels
+	// kept instead of 96+128+160+192).
+	for _, a := range cats {
+		var best source
+		for _, b := range cats {
+			if b.n == a.n {
+				continue
+			}
+			start, ok := catRun(a, b)
+			if !ok || catHeld(b, cats) {
+				continue
+			}
+			axis := catAxis(a.cat)
+			v := b.n.Outputs[0]
+			s := source{cat: v, slice: prim.SliceOp{Axis: axis, Start: start, End: start + a.n.Outputs[0].Shape()[axis], Step: 1}, last: lastBack[v]}
+			if best.cat == nil || s.last.ID > best.last.ID {
+				best = s
+			}
+		}
+		if best.cat != nil {
+			src[a.n.Outputs[0]] = best
+		}
+	}
+	for _, c := range cats {
+		axis := catAxis(c.cat)
+		v := c.n.Outputs[0]
+		last := lastBack[v]
 		off := 0
-		for _, y := range n.Inputs {
-			w := y.Shape()[c.Axis]
-			s := source{cat: cat, slice: prim.SliceOp{Axis: c.Axis, Start: off, End: off + w, Step: 1}, last: last}
+		for _, x := range c.cat.Inputs {
+			w := x.Shape()[axis]
+			s := source{cat: v, slice: prim.SliceOp{Axis: axis, Start: off, End: off + w, Step: 1}, last: last}
 			off += w
+			y := x
+			if c.cast {
+				if y = lowOf[x][c.to]; y == nil {
+					continue
+				}
+			}
 			if _, read := lastBack[y]; !read || outputs[y] || trace.Root(y) != y || y.Node.Kind != trace.KindOp {
+				continue
+			}
+			if _, isCat := src[y]; isCat && (isCatNode(y.Node) || c.cast && isCatNode(y.Node.Inputs[0].Node)) {
 				continue
 			}
 			if old, ok := src[y]; !ok || s.last.ID > old.last.ID {
@@ -119,9 +177,22 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 		for _, n := range g.Nodes {
 			for _, y := range anchor[n] {
 				s := src[y]
+				from := mapped[s.cat]
+				if cs, ok := src[s.cat]; ok {
+					// s.cat is itself read back from a wider
+					// concatenation: from its slice where that is made
+					// already, else from the wider one directly.
+					if c := sliced[s.cat]; c != nil {
+						from = c
+					} else {
+						from = mapped[cs.cat]
+						s.slice.Start += cs.slice.Start
+						s.slice.End += cs.slice.Start
+					}
+				}
 				at(out, y.Node.Module, trace.Backward, func() {
 					op := s.slice
-					sliced[y] = prim.Apply1(&op, mapped[s.cat])
+					sliced[y] = prim.Apply1(&op, from)
 				})
 				st.Values++
 				st.Bytes += roundBytes(y.Meta.Bytes())
@@ -146,6 +217,65 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 		}
 	})
 	return out, st, err
+}
+
+// catLike is a saved concatenation, or a saved cast of one.
+type catLike struct {
+	n    *trace.Node // the saved node
+	cat  *trace.Node // the concatenation: n, or the cast's input's node
+	cast bool        // n casts cat's output to to
+	to   tensor.DType
+}
+
+// catRun reports whether a's concatenated values are a run of b's (their
+// inputs, on the same axis, cast alike), and where a's values start in b.
+func catRun(a, b catLike) (start int, ok bool) {
+	axis := catAxis(b.cat)
+	ia, ib := a.cat.Inputs, b.cat.Inputs
+	if catAxis(a.cat) != axis || len(ia) > len(ib) || a.cast != b.cast || a.to != b.to {
+		return 0, false
+	}
+	for i := 0; i+len(ia) <= len(ib); i++ {
+		if ib[i] == ia[0] && slices.Equal(ib[i:i+len(ia)], ia) {
+			return start, true
+		}
+		start += ib[i].Shape()[axis]
+	}
+	return 0, false
+}
+
+// catHeld reports whether b's values are themselves a run of another of
+// cats (so that a concatenation is read back only from the widest).
+func catHeld(b catLike, cats []catLike) bool {
+	for _, c := range cats {
+		if c.n != b.n && len(c.cat.Inputs) > len(b.cat.Inputs) {
+			if _, ok := catRun(b, c); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isCatNode reports whether n is a concatenation (prim.CatOp, or
+// prim.CatWiden, whose output 0 is the concatenation).
+func isCatNode(n *trace.Node) bool {
+	if n.Kind != trace.KindOp {
+		return false
+	}
+	switch n.Op.(type) {
+	case *prim.CatOp, *prim.CatWiden:
+		return true
+	}
+	return false
+}
+
+// catAxis is concatenation n's axis.
+func catAxis(n *trace.Node) int {
+	if w, ok := n.Op.(*prim.CatWiden); ok {
+		return w.Axis
+	}
+	return n.Op.(*prim.CatOp).Axis
 }
 
 // sliceCat turns SliceFromCat on (tests compare with it off).

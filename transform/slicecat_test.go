@@ -6,6 +6,7 @@ import (
 
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/nn"
+	"github.com/headroom-ml/headroom/op"
 	"github.com/headroom-ml/headroom/optim"
 	"github.com/headroom-ml/headroom/plan"
 	"github.com/headroom-ml/headroom/prim"
@@ -57,34 +58,46 @@ func arenaPlan(t *testing.T, spec zoo.Spec, batch int) *plan.Plan {
 // (step checks it).
 func TestSliceFromCatIsExact(t *testing.T) {
 	spec := tinyRRDB()
+	for _, prec := range []transform.Precision{transform.FP32, transform.BF16Mixed} {
+		func() {
+			defer transform.SetSliceCat(transform.SetSliceCat(false))
+			base := step(t, spec, 2, setup{precision: prec})
+			transform.SetSliceCat(true)
+			got := step(t, spec, 2, setup{precision: prec})
+			sameGrads(t, fmt.Sprintf("slicecat %v", prec), got, base)
+			// Per dense block, x (the block's input) and x1..x4 (LeakyReLU
+			// outputs) are read back from the narrowest concatenation
+			// holding them, and the three narrower concatenations
+			// (cat(x, x1) ... cat(x, x1, x2, x3)) from the widest; conv_first's
+			// output is the RRDB's input, x of its first dense block. Under
+			// bf16-mixed the same, from the bfloat16 concatenations (the
+			// pass runs after ReadLow).
+			if n := countOps(got.prog, "slice"); n != 24 {
+				t.Errorf("%v: %d slices, want 24 (5 values and 3 concatenations per dense block)", prec, n)
+			}
+			if n := countOps(base.prog, "slice"); n != 0 {
+				t.Errorf("%v: %d slices without the pass", prec, n)
+			}
+			if got.plan.Activations >= base.plan.Activations {
+				t.Errorf("%v: activation peak %d, without the pass %d", prec, got.plan.Activations, base.plan.Activations)
+			}
+			t.Logf("%v: activation peak %d -> %d bytes", prec, base.plan.Activations, got.plan.Activations)
+		}()
+	}
+	// With masks the LeakyReLU outputs are bits and only the block inputs
+	// are sliced; still exact.
 	defer transform.SetSliceCat(transform.SetSliceCat(false))
 	base := step(t, spec, 2, setup{})
 	transform.SetSliceCat(true)
-	got := step(t, spec, 2, setup{})
-	sameGrads(t, "slicecat", got, base)
-	// Per dense block, x (the block's input) and x1..x4 (LeakyReLU
-	// outputs) are read back from the narrowest concatenation holding them;
-	// conv_first's output is the RRDB's input, x of its first dense block.
-	if n := countOps(got.prog, "slice"); n != 15 {
-		t.Errorf("%d slices, want 15 (5 per dense block)", n)
-	}
-	if n := countOps(base.prog, "slice"); n != 0 {
-		t.Errorf("%d slices without the pass", n)
-	}
-	if got.plan.Activations >= base.plan.Activations {
-		t.Errorf("activation peak %d, without the pass %d", got.plan.Activations, base.plan.Activations)
-	}
-	t.Logf("activation peak %d -> %d bytes", base.plan.Activations, got.plan.Activations)
-	// With masks the LeakyReLU outputs are bits and only the block inputs
-	// are sliced; still exact.
 	masked := step(t, spec, 2, setup{compress: transform.Compression{Masks: true}})
 	sameGrads(t, "slicecat+masks", masked, base)
 }
 
 // When the backward pass begins, no input of a saved concatenation is kept
-// on its own: what a dense block keeps is its concatenations, each input
-// once per concatenation that holds it, and nothing more. Without the pass
-// every LeakyReLU output and block input is kept again beside them.
+// on its own, nor any concatenation but the widest of each dense block:
+// what a dense block keeps is cat(x, x1, x2, x3, x4), and nothing more.
+// Without the pass every LeakyReLU output and block input is kept again
+// beside all four concatenations.
 func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		func() {
@@ -108,17 +121,23 @@ func TestSliceFromCatKeepsOnlyConcatenations(t *testing.T) {
 					}
 				}
 			}
-			kept := 0
+			kept, cats := 0, 0
 			for _, b := range p.Buffers {
-				if b.Value != nil && catIn[b.Value] && b.Start < start && b.End >= start {
+				if b.Value == nil || b.Start >= start || b.End < start {
+					continue
+				}
+				if catIn[b.Value] {
 					kept++
+				}
+				if _, ok := b.Node.Op.(*prim.CatOp); ok {
+					cats++
 				}
 			}
 			switch {
-			case on && kept != 0:
-				t.Errorf("%d concatenation inputs live into the backward pass, want 0", kept)
-			case !on && kept < 15:
-				t.Errorf("without the pass %d concatenation inputs live into the backward pass, want at least 15 (the test no longer sees what the pass removes)", kept)
+			case on && (kept != 0 || cats != 3):
+				t.Errorf("%d concatenation inputs and %d concatenations live into the backward pass, want 0 and 3 (one a dense block)", kept, cats)
+			case !on && (kept < 15 || cats != 12):
+				t.Errorf("without the pass %d concatenation inputs and %d concatenations live into the backward pass, want at least 15 and 12 (the test no longer sees what the pass removes)", kept, cats)
 			}
 		}()
 	}
@@ -262,5 +281,46 @@ func TestSplitAddsOrder(t *testing.T) {
 	}
 	if len(sa.Inputs) != 3 || sa.Inputs[1].Node.Name != a.Node.Name || sa.Inputs[2].Node.Name != b.Node.Name {
 		t.Fatalf("inputs %v, want x, a, b", sa.Inputs)
+	}
+}
+
+// innerCat is a block whose narrower concatenation is an inner run of the
+// wider one's inputs (cat(b, c) inside cat(a, b, c)), with inputs of
+// different widths, so that reading it back needs its offset.
+type innerCat struct {
+	a, b, c, n1, n2 *nn.Conv2d
+}
+
+func (m *innerCat) Forward(x *trace.Tensor) *trace.Tensor {
+	a, b, c := op.LeakyReLU(m.a.Forward(x), 0.2), op.LeakyReLU(m.b.Forward(x), 0.2), op.LeakyReLU(m.c.Forward(x), 0.2)
+	return op.Add(m.n1.Forward(op.Cat(1, b, c)), m.n2.Forward(op.Cat(1, a, b, c)))
+}
+
+// A concatenation read back from a wider one at an offset: bit for bit
+// the step without the pass, from a slice starting past the first input.
+func TestSliceFromCatInnerRun(t *testing.T) {
+	pad := op.ConvOpts{Padding: [2]int{1, 1}}
+	spec := zoo.Spec{Name: "inner-cat", Loss: zoo.L1Loss,
+		New: func(b nn.Builder) train.Model {
+			return &innerCat{a: nn.NewConv2d(b.Sub("a"), 3, 2, 3, pad, true), b: nn.NewConv2d(b.Sub("b"), 3, 3, 3, pad, true),
+				c: nn.NewConv2d(b.Sub("c"), 3, 1, 3, pad, true), n1: nn.NewConv2d(b.Sub("n1"), 4, 2, 3, pad, true),
+				n2: nn.NewConv2d(b.Sub("n2"), 6, 2, 3, pad, true)}
+		},
+		Example: func(n int) (trace.Meta, trace.Meta) {
+			return trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 3, 6, 5}}, trace.Meta{DType: tensor.Float32, Shape: tensor.Shape{n, 2, 6, 5}}
+		}}
+	defer transform.SetSliceCat(transform.SetSliceCat(false))
+	base := step(t, spec, 2, setup{})
+	transform.SetSliceCat(true)
+	got := step(t, spec, 2, setup{})
+	sameGrads(t, "slicecat inner run", got, base)
+	var starts []int
+	for _, n := range got.prog.Nodes {
+		if s, ok := n.Op.(*prim.SliceOp); ok && n.Inputs[0].Shape()[1] == 6 && n.Outputs[0].Shape()[1] == 4 {
+			starts = append(starts, s.Start)
+		}
+	}
+	if len(starts) != 1 || starts[0] != 2 {
+		t.Errorf("slices of cat(a, b, c) as cat(b, c) start at %v, want [2]", starts)
 	}
 }
