@@ -80,5 +80,5 @@ func convPwInputGradBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, 
 // convPwWeightGradBF16 is the pointwise weight gradient W̄ = Σ ȳ·xᵀ.
 func convPwWeightGradBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, gy, x []uint16, gw []float32) {
 	P := g.H * g.W
-	t.MulSumBatch(pool, g.K, g.C, P, g.N, gy, P, g.K*P, x, P, g.C*P, gw, g.C)
+	t.MulSumBatch(pool, g.K, g.C, P, g.N, gy, P, g.K*P, x, P, g.C*P, gw, g.C, false)
 }
