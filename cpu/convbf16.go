@@ -83,19 +83,19 @@ func convBF16PathOf(op trace.Op, g prim.ConvGeom) convBF16Path {
 	}
 	switch op.(type) {
 	case *prim.Conv2dOp:
-		if convBF16On&convBF16Fwd != 0 {
+		if convBF16On&convBF16Fwd != 0 && !convPaddingBound(g) {
 			return convPathCol
 		}
 	case *prim.Conv2dBackwardInput:
 		if convBF16On&convBF16Bwi != 0 {
-			if _, flip := convInputGeom(g); flip && g.SH == 1 && g.SW == 1 {
+			if convColFlip(g) {
 				return convPathFlip
 			}
 			return convPathCol
 		}
 	case *prim.Conv2dBackwardWeight:
 		if convBF16On&convBF16Bww != 0 {
-			if convWgradTiled(g) {
+			if convWgradTiled(g) && g.OH*g.OW >= convWgradKC {
 				return convPathTiled
 			}
 			return convPathCol
@@ -126,18 +126,11 @@ const (
 	convBF16Bww
 )
 
-// convBF16On selects them: the weight gradient only, by measurement
-// (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
-// im2col and packing cost more than the float32 Winograd kernels they
-// would replace), and of those only where the cost model expects it to
-// beat float32 Winograd (convNativeCheaper). Kept so where the AMX
-// kernel runs, though the rates alone would take the forward and input
-// gradient natively there: their products take a transposed A (the
-// im2col matrix), which the AMX driver repacks into rows at about 0.23
-// ns a value (AVX-512 transposes, Zen 4), against a few hundredths of a
-// ns of AMX arithmetic a value at rrdbnet's 32-64 output channels;
-// unmeasured on AMX hardware, $HEADROOM_CONV_BF16=fwd,bwi,bww tries them.
-var convBF16On = convBF16Bww
+// convBF16On selects them: all three, each where convBF16PathOf's
+// geometry rules (from TestConvColPerfReport's measurements, Zen 4)
+// expect it to beat the float32 kernels; $HEADROOM_CONV_BF16=fwd,bwi,bww
+// (internal/env.ConvBF16) narrows the choice for measurements.
+var convBF16On = convBF16Fwd | convBF16Bwi | convBF16Bww
 
 func init() {
 	// $HEADROOM_CONV_BF16 (internal/env.ConvBF16) overrides the choice,
@@ -413,39 +406,92 @@ func convWidenInto(pool *parallel.Pool, t *tensor.Tensor, dst []float32) {
 	})
 }
 
-// im2colBF16 writes the im2col matrix of output rows [u0, u1) (row u is
-// output row u%OH of image u/OH) of x into col: row (c, kh, kw), column
-// (u-u0)*OW+ow, row stride (u1-u0)*OW; zero in the padding. Groups 1.
-func im2colBF16(pool *parallel.Pool, g prim.ConvGeom, x []uint16, u0, u1 int, col []uint16) {
-	cols := (u1 - u0) * g.OW
+// im2colBF16 writes the im2col matrices of images [n0, n0+cnt) of x
+// side by side into col: row (c, kh, kw), column i*OH*OW+oh*OW+ow for
+// image n0+i, row stride cnt*OH*OW; zero in the padding. Groups 1.
+func im2colBF16(pool *parallel.Pool, g prim.ConvGeom, x []uint16, n0, cnt int, col []uint16) {
+	P := g.OH * g.OW
+	cols := cnt * P
 	khw := g.KH * g.KW
-	kk := g.C * khw
 	plane := g.H * g.W
-	pool.For(kk, max(1, 8192/cols), func(r0, r1 int) {
+	// Stride 1 with rows as long as the input's: a tap's values are one
+	// run of x, shifted, but for the columns its rows would wrap into.
+	run := g.SH == 1 && g.SW == 1 && g.OW == g.W
+	// Short or strided rows: each tap's source offsets listed once (-1 in
+	// the padding), so that a value costs a load, not a row's bounds
+	// (ResNet-18's 2x2 and 4x4 planes, its stride-2 layers).
+	var offs []int32
+	if !run && (g.OW < 16 || g.SW != 1) && khw*P <= 1<<14 {
+		offs = make([]int32, khw*P)
+		for t := range khw {
+			kh, kw := t/g.KW, t%g.KW
+			for oh := range g.OH {
+				for ow := range g.OW {
+					ih, iw := oh*g.SH-g.PH+kh*g.DH, ow*g.SW-g.PW+kw*g.DW
+					o := int32(-1)
+					if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
+						o = int32(ih*g.W + iw)
+					}
+					offs[t*P+oh*g.OW+ow] = o
+				}
+			}
+		}
+	}
+	pool.For(g.C*khw, max(1, 8192/cols), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			c, t := r/khw, r%khw
 			kh, kw := t/g.KW, t%g.KW
 			ohLo, ohHi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)
 			owLo, owHi := convRange(g.W, g.OW, g.SW, g.PW, kw*g.DW)
-			dst := col[r*cols : (r+1)*cols]
-			iw0 := owLo*g.SW - g.PW + kw*g.DW
-			for u := u0; u < u1; u++ {
-				img, oh := u/g.OH, u%g.OH
-				d := dst[(u-u0)*g.OW : (u-u0+1)*g.OW]
-				if oh < ohLo || oh >= ohHi || owLo >= owHi {
+			ih0, iw0 := ohLo*g.SH-g.PH+kh*g.DH, owLo*g.SW-g.PW+kw*g.DW
+			for i := range cnt {
+				d := col[r*cols+i*P : r*cols+(i+1)*P]
+				xc := x[((n0+i)*g.C+c)*plane : ((n0+i)*g.C+c+1)*plane]
+				if offs != nil {
+					for q, o := range offs[t*P : (t+1)*P] {
+						var v uint16
+						if o >= 0 {
+							v = xc[o]
+						}
+						d[q] = v
+					}
+					continue
+				}
+				if ohLo >= ohHi || owLo >= owHi {
 					clear(d)
 					continue
 				}
-				ih := oh*g.SH - g.PH + kh*g.DH
-				row := x[(img*g.C+c)*plane+ih*g.W : (img*g.C+c)*plane+(ih+1)*g.W]
-				clear(d[:owLo])
-				clear(d[owHi:])
-				if g.SW == 1 {
-					copy(d[owLo:owHi], row[iw0:])
+				clear(d[:ohLo*g.OW])
+				clear(d[ohHi*g.OW:])
+				if run {
+					lo, hi := ohLo*g.OW+owLo, (ohHi-1)*g.OW+owHi
+					copy(d[lo:hi], xc[ih0*g.W+iw0:])
+					for oh := ohLo; oh < ohHi; oh++ {
+						for q := oh * g.OW; q < oh*g.OW+owLo; q++ {
+							d[q] = 0
+						}
+						for q := oh*g.OW + owHi; q < (oh+1)*g.OW; q++ {
+							d[q] = 0
+						}
+					}
 					continue
 				}
-				for q, iw := owLo, iw0; q < owHi; q, iw = q+1, iw+g.SW {
-					d[q] = row[iw]
+				for oh, ih := ohLo, ih0; oh < ohHi; oh, ih = oh+1, ih+g.SH {
+					dr := d[oh*g.OW : (oh+1)*g.OW]
+					row := xc[ih*g.W : (ih+1)*g.W]
+					for q := 0; q < owLo; q++ {
+						dr[q] = 0
+					}
+					for q := owHi; q < g.OW; q++ {
+						dr[q] = 0
+					}
+					if g.SW == 1 {
+						copy(dr[owLo:owHi], row[iw0:])
+						continue
+					}
+					for q, iw := owLo, iw0; q < owHi; q, iw = q+1, iw+g.SW {
+						dr[q] = row[iw]
+					}
 				}
 			}
 		}

@@ -26,13 +26,60 @@ import (
 
 // convColGroupBytes is about how many bytes a group's im2col matrix (or
 // the input gradient's float32 Wᵀ·Ȳ) takes: a few images of a large plane,
-// many of a small one.
-var convColGroupBytes = 1 << 20
+// many of a small one. Each group packs the weight again, which for
+// ResNet-18's last layers (2.4-4.7 MB of bf16 weight, 2x2 planes) cost
+// more than keeping the im2col matrix in cache saved: 4 MB groups ran
+// them 1.1-1.4x faster than 1 MB ones, 16 MB little faster again
+// (TestConvColPerfReport, Zen 4).
+var convColGroupBytes = 4 << 20
 
 // convColGroup is the number of images of a group of g when each takes
 // per bytes of workspace.
 func convColGroup(g prim.ConvGeom, per int) int {
 	return max(1, min(g.N, convColGroupBytes/max(1, per)))
+}
+
+// Where the im2col path runs (convBF16PathOf), by geometry: measured
+// against the float32 kernels on the widened values (TestConvColPerfReport,
+// ResNet-18 at 64x64, batch 32, and rrdbnet, 2 Zen 4 threads on a shared
+// machine, medians of 11 interleaved rounds): it wins where the float32
+// kernel is an implicit GEMM of the same arithmetic (strided layers 1.1-1.6x,
+// the 1x1 stride-2 shortcut 1.7-2.4x, the 7x7 stem 1.05-1.3x), and loses
+// to float32 Winograd, which does a quarter of the products (ResNet-18's
+// 16x16 to 4x4 stride-1 layers, rrdbnet: 0.4-0.9x; convNativeCheaper
+// keeps those), and, forward only, to the float32 tap-pair kernel where
+// padding is most of the products (convPaddingBound).
+
+// convPaddingBound reports whether most of g's (output position, tap)
+// pairs fall in the padding on a plane small enough for the float32
+// tap-pair kernel (convTapsPlan), which skips them: there the native
+// forward, which multiplies them all, is slower (ResNet-18's 2x2 layer,
+// 16 valid pairs of 36: 7.8 ms against 6.1). Its input gradient gains
+// less from the skipped pairs (col2im 5.5 ms against 7.1).
+func convPaddingBound(g prim.ConvGeom) bool {
+	if g.OH*g.OW > 64 {
+		return false
+	}
+	var rows, cols int
+	for kh := range g.KH {
+		lo, hi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)
+		rows += hi - lo
+	}
+	for kw := range g.KW {
+		lo, hi := convRange(g.W, g.OW, g.SW, g.PW, kw*g.DW)
+		cols += hi - lo
+	}
+	return 2*rows*cols < g.OH*g.OW*g.KH*g.KW
+}
+
+// convColFlip reports whether the native input gradient of g runs as the
+// forward of ȳ with the flipped weight rather than by col2im: stride 1,
+// on planes of at least 256 positions (ResNet-18's 16x16: 9.8 ms against
+// 10.4, rrdbnet's 32x32 1.7-1.9x faster); on smaller ones col2im's
+// float32 scatter is the cheaper (8x8 about even, 4x4 1.2x, 2x2 2x).
+func convColFlip(g prim.ConvGeom) bool {
+	_, flip := convInputGeom(g)
+	return flip && g.SH == 1 && g.SW == 1 && g.OH*g.OW >= 256
 }
 
 // convColNR is the tile kernel's panel width (16 where there is none:
@@ -80,7 +127,7 @@ func convForwardBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, x, w
 		cnt := min(nb, g.N-n0)
 		cols := cnt * P
 		col := colBuf[:kk*cols]
-		im2colBF16(pool, g, x, n0*g.OH, (n0+cnt)*g.OH, col)
+		im2colBF16(pool, g, x, n0, cnt, col)
 		if joined {
 			t.MulBatch(pool, false, g.K, cols, kk, w, kk, 1, col, cols, 0, prod, cols, 0)
 			scatterChunk(pool, y, g.K, P, n0, cnt, prod[:g.K*cols])
@@ -174,7 +221,7 @@ func convWgradColBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, gy,
 		cnt := min(nb, g.N-n0)
 		cols := cnt * P
 		col := colBuf[:kk*cols]
-		im2colBF16(pool, g, x, n0*g.OH, (n0+cnt)*g.OH, col)
+		im2colBF16(pool, g, x, n0, cnt, col)
 		// B_n = col(x[n]) [kk, P] at column i*P, row stride cols.
 		t.MulSumBatch(pool, g.K, kk, P, cnt, gy[n0*g.K*P:], P, g.K*P, col, cols, P, gw, kk, n0 > 0)
 	}
