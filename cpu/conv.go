@@ -660,12 +660,29 @@ func convForwardKernel[T Float](pool *parallel.Pool, n *trace.Node, in, out []*t
 
 // gatherChunk copies rows of images [n0, n0+cnt) of t ([N, K, P]) side by
 // side into dst ([K, cnt*P]).
-func gatherChunk[T Float](pool *parallel.Pool, t []T, K, P, n0, cnt int, dst []T) {
+func gatherChunk[T any](pool *parallel.Pool, t []T, K, P, n0, cnt int, dst []T) {
+	chunkRows(pool, t, K, P, n0, cnt, dst, true)
+}
+
+// scatterChunk is gatherChunk's inverse: src's rows into images [n0,
+// n0+cnt) of t.
+func scatterChunk[T any](pool *parallel.Pool, t []T, K, P, n0, cnt int, src []T) {
+	chunkRows(pool, t, K, P, n0, cnt, src, false)
+}
+
+// chunkRows copies between images [n0, n0+cnt) of t and chunk ([K,
+// cnt*P]): into chunk where gather, else out of it.
+func chunkRows[T any](pool *parallel.Pool, t []T, K, P, n0, cnt int, chunk []T, gather bool) {
 	cols := cnt * P
 	pool.For(K, max(1, 16384/cols), func(k0, k1 int) {
 		for k := k0; k < k1; k++ {
 			for i := 0; i < cnt; i++ {
-				copy(dst[k*cols+i*P:][:P], t[((n0+i)*K+k)*P:][:P])
+				c, img := chunk[k*cols+i*P:][:P], t[((n0+i)*K+k)*P:][:P]
+				if gather {
+					copy(c, img)
+				} else {
+					copy(img, c)
+				}
 			}
 		}
 	})

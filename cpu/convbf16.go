@@ -20,30 +20,16 @@ import (
 // bfloat16 or float16, a float32 output.
 //
 // Where the CPU multiplies bf16 natively (Caps().NativeBF16) and both
-// operands are bfloat16, the product runs on the VDPBF16PS driver
-// (blas.SgemmMixed) over an explicit bf16 im2col matrix of a chunk of
-// output rows in the workspace (2 bytes a value: half the float32
-// im2col's traffic), oriented so that the long dimension (output
-// positions for the forward, C*KH*KW for the weight gradient) is the
-// product's M, which the driver splits evenly across threads:
-//
-//	forward       yᵀ  = col(x)ᵀ · Wᵀ            [positions, K]
-//	input grad    x̄ᵀ  = col(ȳ)ᵀ · W̃ᵀ            (stride 1, as the forward)
-//	weight grad   W̄ᵀ  = col(x) · ȳᵀ              [C*KH*KW, K], summed over chunks
-//
-// and transposed into place. Every other case widens the 16-bit operands
-// into the workspace and runs the float32 kernels: bitwise the
+// operands are bfloat16, the products run on the VDPBF16PS tile kernel
+// (blas.BF16Tile): pointwise convolutions on the planes as they lie
+// (convbf16_pw.go), others over a bf16 im2col matrix (convbf16_col.go),
+// the weight gradient of stride-1 convolutions also tiled straight from
+// the padded image (convWgradTiledBF16); which of them runs is
+// convBF16PathOf's choice, by geometry. Every other case widens the
+// 16-bit operands into the workspace and runs the float32 kernels
+// (convWinoBF16 reads the bf16 ones in place where it can): bitwise the
 // convolution of the widened values, as the float32 copies that ReadLow
 // dropped would have given.
-
-// convBF16Cols is the number of output positions per chunk of the native
-// path: whole output rows, about this many.
-const convBF16Cols = 2048
-
-// convBF16Rows is the number of output rows (across images) per chunk.
-func convBF16Rows(g prim.ConvGeom) int {
-	return max(1, min(g.N*g.OH, convBF16Cols/max(1, g.OW)))
-}
 
 // convMixed reports whether a conv node with these inputs is mixed (some
 // operand 16-bit).
@@ -66,31 +52,67 @@ func convMixedNode(n *trace.Node) bool {
 	return false
 }
 
-// convBF16Native reports whether op, with both operands bfloat16, runs
-// natively for geometry g on this CPU (by the geometry alone; the
-// workspace covers it whether or not the kernel is on).
-func convBF16Native(op trace.Op, g prim.ConvGeom) bool {
+// convBF16Path is the kernel a mixed convolution with both operands
+// bfloat16 (not pointwise) runs on.
+type convBF16Path int
+
+const (
+	convPathWiden convBF16Path = iota // float32 kernels on the widened values
+	convPathTiled                     // the tiled weight gradient
+	convPathCol                       // products over bf16 im2col (convbf16_col.go)
+	convPathFlip                      // the input gradient as that forward of ȳ (stride 1)
+)
+
+// convBF16PathOf is the path op takes for geometry g with both operands
+// bfloat16, where the native kernel is on: by the geometry and the
+// machine alone, so that the workspace planned for it covers it.
+func convBF16PathOf(op trace.Op, g prim.ConvGeom) convBF16Path {
 	if g.Groups != 1 || g.N == 0 {
-		return false
+		return convPathWiden
+	}
+	if convPathHook != nil {
+		if p, ok := convPathHook(op, g); ok {
+			return p
+		}
 	}
 	// Where the float32 Winograd kernel is expected to be faster, it runs
 	// on the widened values (convNativeCheaper), unless a benchmark
 	// forces the native kernel.
 	if !convNativeForce && !convNativeCheaper(op, g) {
-		return false
+		return convPathWiden
 	}
 	switch op.(type) {
 	case *prim.Conv2dOp:
-		return convBF16On&convBF16Fwd != 0
+		if convBF16On&convBF16Fwd != 0 && !convPaddingBound(g) {
+			return convPathCol
+		}
 	case *prim.Conv2dBackwardInput:
-		_, flip := convInputGeom(g)
-		return convBF16On&convBF16Bwi != 0 && g.SH == 1 && g.SW == 1 && flip
+		if convBF16On&convBF16Bwi != 0 {
+			if convColFlip(g) {
+				return convPathFlip
+			}
+			return convPathCol
+		}
 	case *prim.Conv2dBackwardWeight:
-		// Tiled only: through an explicit im2col matrix the native
-		// product was slower than the float32 kernels (rrdbnet's layers).
-		return convBF16On&convBF16Bww != 0 && convWgradTiled(g)
+		if convBF16On&convBF16Bww != 0 {
+			if convWgradTiled(g) && g.OH*g.OW >= convWgradKC {
+				return convPathTiled
+			}
+			return convPathCol
+		}
 	}
-	return false
+	return convPathWiden
+}
+
+// convPathHook, where set, chooses the path first (tests and
+// measurements; ok false leaves it to convBF16PathOf).
+var convPathHook func(op trace.Op, g prim.ConvGeom) (p convBF16Path, ok bool)
+
+// convBF16Native reports whether op, with both operands bfloat16, runs
+// natively for geometry g on this CPU (by the geometry alone; the
+// workspace covers it whether or not the kernel is on).
+func convBF16Native(op trace.Op, g prim.ConvGeom) bool {
+	return convBF16PathOf(op, g) != convPathWiden
 }
 
 // convNativeForce takes the native kernels wherever they apply, whatever
@@ -104,18 +126,11 @@ const (
 	convBF16Bww
 )
 
-// convBF16On selects them: the weight gradient only, by measurement
-// (rrdbnet's layers on Zen 4: the forward and input gradient's explicit
-// im2col and packing cost more than the float32 Winograd kernels they
-// would replace), and of those only where the cost model expects it to
-// beat float32 Winograd (convNativeCheaper). Kept so where the AMX
-// kernel runs, though the rates alone would take the forward and input
-// gradient natively there: their products take a transposed A (the
-// im2col matrix), which the AMX driver repacks into rows at about 0.23
-// ns a value (AVX-512 transposes, Zen 4), against a few hundredths of a
-// ns of AMX arithmetic a value at rrdbnet's 32-64 output channels;
-// unmeasured on AMX hardware, $HEADROOM_CONV_BF16=fwd,bwi,bww tries them.
-var convBF16On = convBF16Bww
+// convBF16On selects them: all three, each where convBF16PathOf's
+// geometry rules (from TestConvColPerfReport's measurements, Zen 4)
+// expect it to beat the float32 kernels; $HEADROOM_CONV_BF16=fwd,bwi,bww
+// (internal/env.ConvBF16) narrows the choice for measurements.
+var convBF16On = convBF16Fwd | convBF16Bwi | convBF16Bww
 
 func init() {
 	// $HEADROOM_CONV_BF16 (internal/env.ConvBF16) overrides the choice,
@@ -144,29 +159,23 @@ func init() {
 // align64 rounds a byte count up to 64.
 func align64(n int) int { return (n + 63) &^ 63 }
 
-// convBF16ForwardBytes is the workspace of convForwardBF16 for g: a
-// chunk's im2col matrix (bf16) and its product (float32).
-func convBF16ForwardBytes(g prim.ConvGeom) int {
-	cols := convBF16Rows(g) * g.OW
-	kk := g.C * g.KH * g.KW
-	return align64(2*kk*cols) + 4*cols*g.K
-}
-
 // convBF16Bytes is the workspace of the native path of op for g.
 func convBF16Bytes(op trace.Op, g prim.ConvGeom) int {
-	kk := g.C * g.KH * g.KW
-	switch op.(type) {
-	case *prim.Conv2dOp:
-		return convBF16ForwardBytes(g)
-	case *prim.Conv2dBackwardInput:
+	switch convBF16PathOf(op, g) {
+	case convPathTiled:
+		return convWgradTiledBytes(g)
+	case convPathFlip:
 		gt, _ := convInputGeom(g)
-		return align64(2*g.K*kk) + convBF16ForwardBytes(gt)
-	case *prim.Conv2dBackwardWeight:
-		if convWgradTiled(g) {
-			return convWgradTiledBytes(g)
+		return align64(2*g.K*g.ColRows()) + convColForwardBytes(gt)
+	case convPathCol:
+		switch op.(type) {
+		case *prim.Conv2dOp:
+			return convColForwardBytes(g)
+		case *prim.Conv2dBackwardInput:
+			return convInputColBytes(g)
+		case *prim.Conv2dBackwardWeight:
+			return convWgradColBytes(g)
 		}
-		cols := convBF16Rows(g) * g.OW
-		return align64(2*kk*cols) + align64(2*g.K*cols) + 4*kk*g.K
 	}
 	return 0
 }
@@ -183,16 +192,14 @@ func convMixedWorkspace(n *trace.Node) int64 {
 	}
 	d0, d1 := n.Inputs[0].DType(), n.Inputs[1].DType()
 	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
-	if err != nil || !convBF16Native(n.Op, g) {
+	if err != nil {
 		return int64(ws)
 	}
 	switch {
 	case d0 == tensor.BFloat16 && d1 == tensor.BFloat16:
 		ws = max(ws, convBF16Bytes(n.Op, g))
-	case d0 == tensor.Float32 && d1 == tensor.BFloat16 && convWgradTiled(g):
-		if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok {
-			ws = max(ws, convWgradTiledBytes(g))
-		}
+	case d0 == tensor.Float32 && d1 == tensor.BFloat16 && convBF16PathOf(n.Op, g) == convPathTiled:
+		ws = max(ws, convWgradTiledBytes(g))
 	}
 	return int64(ws)
 }
@@ -225,46 +232,44 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 	if err != nil {
 		return err
 	}
-	if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && in[0].DType == tensor.Float32 && in[1].DType == tensor.BFloat16 {
-		// ȳ widened by other readers' cast: native if its values are
-		// bf16 numbers (the cast's), packed from their high halves.
-		if t, ok := blas.NativeBF16Tile(); ok && convBF16Native(n.Op, g) && convWgradTiled(g) {
-			if convWgradTiledBF16(pool, t, g, nil, in[0].F32(), in[1].U16(), out[0].F32(), ws) {
-				return nil
-			}
+	t, tile := blas.NativeBF16Tile()
+	if tile && in[0].DType == tensor.Float32 && in[1].DType == tensor.BFloat16 && convBF16PathOf(n.Op, g) == convPathTiled {
+		// The weight gradient of ȳ widened by other readers' cast:
+		// native if its values are bf16 numbers (the cast's), packed
+		// from their high halves.
+		if convWgradTiledBF16(pool, t, g, nil, in[0].F32(), in[1].U16(), out[0].F32(), ws) {
+			return nil
 		}
 	}
-	if in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 {
-		t, tile := blas.NativeBF16Tile()
-		pw := tile && convPwBF16(n.Op, g)
-		if pw || blas.Caps().NativeBF16 && convBF16Native(n.Op, g) {
-			// Pointwise: products of the planes as they lie
-			// (convbf16_pw.go); else through a bf16 im2col matrix.
-			a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
+	if tile && in[0].DType == tensor.BFloat16 && in[1].DType == tensor.BFloat16 {
+		a, b, y := in[0].U16(), in[1].U16(), out[0].F32()
+		if convPwBF16(n.Op, g) {
+			// Pointwise: products of the planes as they lie.
 			switch n.Op.(type) {
 			case *prim.Conv2dOp:
-				var bias []float32
-				if len(in) == 3 {
-					bias = make([]float32, g.K) // K values: not worth planning
-					convWidenInto(pool, in[2], bias)
-				}
-				if pw {
-					convPwForwardBF16(pool, t, g, a, b, bias, y)
-				} else {
-					convForwardBF16(pool, g, a, b, bias, y, ws)
-				}
+				convPwForwardBF16(pool, t, g, a, b, convBias(pool, in), y)
 			case *prim.Conv2dBackwardInput:
-				if pw {
-					convPwInputGradBF16(pool, t, g, a, b, y)
-				} else {
-					convInputGradBF16(pool, g, a, b, y, ws)
-				}
+				convPwInputGradBF16(pool, t, g, a, b, y)
 			case *prim.Conv2dBackwardWeight:
-				if pw {
-					convPwWeightGradBF16(pool, t, g, a, b, y)
-				} else {
-					convWeightGradBF16(pool, g, a, b, y, ws)
-				}
+				convPwWeightGradBF16(pool, t, g, a, b, y)
+			}
+			return nil
+		}
+		switch convBF16PathOf(n.Op, g) {
+		case convPathTiled:
+			convWgradTiledBF16(pool, t, g, a, nil, b, y, ws)
+			return nil
+		case convPathFlip:
+			convInputGradBF16(pool, t, g, a, b, y, ws)
+			return nil
+		case convPathCol:
+			switch n.Op.(type) {
+			case *prim.Conv2dOp:
+				convForwardBF16(pool, t, g, a, b, convBias(pool, in), y, ws)
+			case *prim.Conv2dBackwardInput:
+				convInputGradColBF16(pool, t, g, a, b, y, ws)
+			case *prim.Conv2dBackwardWeight:
+				convWgradColBF16(pool, t, g, a, b, y, ws)
 			}
 			return nil
 		}
@@ -287,6 +292,16 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 		off += align64(4 * cnt)
 	}
 	return float(pool, n, wide, out, ws[:convFloatWorkspace(n)])
+}
+
+// convBias is the forward's bias widened (nil where there is none).
+func convBias(pool *parallel.Pool, in []*tensor.Tensor) []float32 {
+	if len(in) < 3 {
+		return nil
+	}
+	bias := make([]float32, in[2].Shape.NumElements()) // K values: not worth planning
+	convWidenInto(pool, in[2], bias)
+	return bias
 }
 
 // convWinoBF16 runs a mixed convolution that takes float32 Winograd on
@@ -391,83 +406,101 @@ func convWidenInto(pool *parallel.Pool, t *tensor.Tensor, dst []float32) {
 	})
 }
 
-// im2colBF16 writes the im2col matrix of output rows [u0, u1) (row u is
-// output row u%OH of image u/OH) of x into col: row (c, kh, kw), column
-// (u-u0)*OW+ow, row stride (u1-u0)*OW; zero in the padding. Groups 1.
-func im2colBF16(pool *parallel.Pool, g prim.ConvGeom, x []uint16, u0, u1 int, col []uint16) {
-	cols := (u1 - u0) * g.OW
+// im2colBF16 writes the im2col matrices of images [n0, n0+cnt) of x
+// side by side into col: row (c, kh, kw), column i*OH*OW+oh*OW+ow for
+// image n0+i, row stride cnt*OH*OW; zero in the padding. Groups 1.
+func im2colBF16(pool *parallel.Pool, g prim.ConvGeom, x []uint16, n0, cnt int, col []uint16) {
+	P := g.OH * g.OW
+	cols := cnt * P
 	khw := g.KH * g.KW
-	kk := g.C * khw
 	plane := g.H * g.W
-	pool.For(kk, max(1, 8192/cols), func(r0, r1 int) {
+	// Stride 1 with rows as long as the input's: a tap's values are one
+	// run of x, shifted, but for the columns its rows would wrap into.
+	run := g.SH == 1 && g.SW == 1 && g.OW == g.W
+	// Short or strided rows: each tap's source offsets listed once (-1 in
+	// the padding), so that a value costs a load, not a row's bounds
+	// (ResNet-18's 2x2 and 4x4 planes, its stride-2 layers).
+	var offs []int32
+	if !run && (g.OW < 16 || g.SW != 1) && khw*P <= 1<<14 {
+		offs = make([]int32, khw*P)
+		for t := range khw {
+			kh, kw := t/g.KW, t%g.KW
+			for oh := range g.OH {
+				for ow := range g.OW {
+					ih, iw := oh*g.SH-g.PH+kh*g.DH, ow*g.SW-g.PW+kw*g.DW
+					o := int32(-1)
+					if ih >= 0 && ih < g.H && iw >= 0 && iw < g.W {
+						o = int32(ih*g.W + iw)
+					}
+					offs[t*P+oh*g.OW+ow] = o
+				}
+			}
+		}
+	}
+	pool.For(g.C*khw, max(1, 8192/cols), func(r0, r1 int) {
 		for r := r0; r < r1; r++ {
 			c, t := r/khw, r%khw
 			kh, kw := t/g.KW, t%g.KW
 			ohLo, ohHi := convRange(g.H, g.OH, g.SH, g.PH, kh*g.DH)
 			owLo, owHi := convRange(g.W, g.OW, g.SW, g.PW, kw*g.DW)
-			dst := col[r*cols : (r+1)*cols]
-			iw0 := owLo*g.SW - g.PW + kw*g.DW
-			for u := u0; u < u1; u++ {
-				img, oh := u/g.OH, u%g.OH
-				d := dst[(u-u0)*g.OW : (u-u0+1)*g.OW]
-				if oh < ohLo || oh >= ohHi || owLo >= owHi {
+			ih0, iw0 := ohLo*g.SH-g.PH+kh*g.DH, owLo*g.SW-g.PW+kw*g.DW
+			for i := range cnt {
+				d := col[r*cols+i*P : r*cols+(i+1)*P]
+				xc := x[((n0+i)*g.C+c)*plane : ((n0+i)*g.C+c+1)*plane]
+				if offs != nil {
+					for q, o := range offs[t*P : (t+1)*P] {
+						var v uint16
+						if o >= 0 {
+							v = xc[o]
+						}
+						d[q] = v
+					}
+					continue
+				}
+				if ohLo >= ohHi || owLo >= owHi {
 					clear(d)
 					continue
 				}
-				ih := oh*g.SH - g.PH + kh*g.DH
-				row := x[(img*g.C+c)*plane+ih*g.W : (img*g.C+c)*plane+(ih+1)*g.W]
-				clear(d[:owLo])
-				clear(d[owHi:])
-				if g.SW == 1 {
-					copy(d[owLo:owHi], row[iw0:])
+				clear(d[:ohLo*g.OW])
+				clear(d[ohHi*g.OW:])
+				if run {
+					lo, hi := ohLo*g.OW+owLo, (ohHi-1)*g.OW+owHi
+					copy(d[lo:hi], xc[ih0*g.W+iw0:])
+					for oh := ohLo; oh < ohHi; oh++ {
+						for q := oh * g.OW; q < oh*g.OW+owLo; q++ {
+							d[q] = 0
+						}
+						for q := oh*g.OW + owHi; q < (oh+1)*g.OW; q++ {
+							d[q] = 0
+						}
+					}
 					continue
 				}
-				for q, iw := owLo, iw0; q < owHi; q, iw = q+1, iw+g.SW {
-					d[q] = row[iw]
+				for oh, ih := ohLo, ih0; oh < ohHi; oh, ih = oh+1, ih+g.SH {
+					dr := d[oh*g.OW : (oh+1)*g.OW]
+					row := xc[ih*g.W : (ih+1)*g.W]
+					for q := 0; q < owLo; q++ {
+						dr[q] = 0
+					}
+					for q := owHi; q < g.OW; q++ {
+						dr[q] = 0
+					}
+					if g.SW == 1 {
+						copy(dr[owLo:owHi], row[iw0:])
+						continue
+					}
+					for q, iw := owLo, iw0; q < owHi; q, iw = q+1, iw+g.SW {
+						dr[q] = row[iw]
+					}
 				}
 			}
 		}
 	})
 }
 
-// convForwardBF16 computes y = conv(x, w) + bias natively (Groups 1), with
-// ws of convBF16ForwardBytes(g).
-func convForwardBF16(pool *parallel.Pool, g prim.ConvGeom, x, w []uint16, bias, y []float32, ws []byte) {
-	P := g.OH * g.OW
-	kk := g.C * g.KH * g.KW
-	rows := convBF16Rows(g)
-	colBuf := convWsU16(ws, 0, kk*rows*g.OW)
-	prod := convWsF32(ws, align64(2*len(colBuf)), rows*g.OW*g.K)
-	for u0 := 0; u0 < g.N*g.OH; u0 += rows {
-		u1 := min(g.N*g.OH, u0+rows)
-		cols := (u1 - u0) * g.OW
-		col := colBuf[:kk*cols]
-		im2colBF16(pool, g, x, u0, u1, col)
-		// prod [cols, K] = col(x)ᵀ · Wᵀ
-		blas.SgemmMixed(true, true, cols, g.K, kk, 1, blas.BF16(col), cols, blas.BF16(w), kk, 0, prod[:cols*g.K], g.K, pool)
-		// Into y[img, k, oh, ow] (+ bias), a channel at a time.
-		pool.For(g.K, max(1, 4096/cols), func(k0, k1 int) {
-			for k := k0; k < k1; k++ {
-				var b float32
-				if bias != nil {
-					b = bias[k]
-				}
-				for u := u0; u < u1; u++ {
-					img, oh := u/g.OH, u%g.OH
-					dst := y[(img*g.K+k)*P+oh*g.OW:][:g.OW]
-					src := prod[(u-u0)*g.OW*g.K+k:]
-					for j := range dst {
-						dst[j] = src[j*g.K] + b
-					}
-				}
-			}
-		})
-	}
-}
-
 // convInputGradBF16 computes x̄ from ȳ and w natively, for stride 1 with
 // convInputGeom's flipped weight: a forward convolution of ȳ.
-func convInputGradBF16(pool *parallel.Pool, g prim.ConvGeom, gy, w []uint16, gx []float32, ws []byte) {
+func convInputGradBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, gy, w []uint16, gx []float32, ws []byte) {
 	gt, _ := convInputGeom(g)
 	khw := g.KH * g.KW
 	wt := convWsU16(ws, 0, len(w))
@@ -483,64 +516,7 @@ func convInputGradBF16(pool *parallel.Pool, g prim.ConvGeom, gy, w []uint16, gx 
 			}
 		}
 	})
-	convForwardBF16(pool, gt, gy, wt, nil, gx, ws[align64(2*len(w)):])
-}
-
-// convWeightGradBF16 computes W̄ = Σ ȳ·col(x)ᵀ natively (Groups 1): tiled
-// where convWgradTiled allows, else through an explicit im2col matrix.
-func convWeightGradBF16(pool *parallel.Pool, g prim.ConvGeom, gy, x []uint16, gw []float32, ws []byte) {
-	if t, ok := blas.NativeBF16Tile(); ok && convWgradTiled(g) {
-		convWgradTiledBF16(pool, t, g, gy, nil, x, gw, ws)
-		return
-	}
-	convWgradColBF16(pool, g, gy, x, gw, ws)
-}
-
-// convWgradColBF16 is convWeightGradBF16 through SgemmMixed, a chunk of
-// output rows at a time, into a [C*KH*KW, K] sum transposed at the end.
-func convWgradColBF16(pool *parallel.Pool, g prim.ConvGeom, gy, x []uint16, gw []float32, ws []byte) {
-	P := g.OH * g.OW
-	kk := g.C * g.KH * g.KW
-	rows := convBF16Rows(g)
-	maxCols := rows * g.OW
-	colBuf := convWsU16(ws, 0, kk*maxCols)
-	off := align64(2 * len(colBuf))
-	gyBuf := convWsU16(ws, off, g.K*maxCols)
-	off += align64(2 * len(gyBuf))
-	sum := convWsF32(ws, off, kk*g.K)
-	for u0 := 0; u0 < g.N*g.OH; u0 += rows {
-		u1 := min(g.N*g.OH, u0+rows)
-		cols := (u1 - u0) * g.OW
-		col := colBuf[:kk*cols]
-		im2colBF16(pool, g, x, u0, u1, col)
-		// ȳ's chunk [K, cols]: in place when it lies in one image.
-		src, lds := gy[(u0/g.OH*g.K)*P+u0%g.OH*g.OW:], P
-		if (u1-1)/g.OH != u0/g.OH {
-			src, lds = gyBuf[:g.K*cols], cols
-			pool.For(g.K, max(1, 8192/cols), func(k0, k1 int) {
-				for k := k0; k < k1; k++ {
-					for u := u0; u < u1; u++ {
-						img, oh := u/g.OH, u%g.OH
-						copy(src[k*cols+(u-u0)*g.OW:][:g.OW], gy[(img*g.K+k)*P+oh*g.OW:][:g.OW])
-					}
-				}
-			})
-		}
-		var beta float32
-		if u0 > 0 {
-			beta = 1
-		}
-		// sum [kk, K] (+)= col(x) · ȳᵀ
-		blas.SgemmMixed(false, true, kk, g.K, cols, 1, blas.BF16(col), cols, blas.BF16(src), lds, beta, sum, g.K, pool)
-	}
-	pool.For(g.K, max(1, 4096/kk), func(k0, k1 int) {
-		for k := k0; k < k1; k++ {
-			dst := gw[k*kk : (k+1)*kk]
-			for r := range dst {
-				dst[r] = sum[r*g.K+k]
-			}
-		}
-	})
+	convForwardBF16(pool, t, gt, gy, wt, nil, gx, ws[align64(2*len(w)):])
 }
 
 // The tiled weight gradient. W̄ᵀ [C*KH*KW, K] is a product over output

@@ -57,18 +57,7 @@ func convPwBF16(op trace.Op, g prim.ConvGeom) bool {
 func convPwForwardBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, x, w []uint16, bias, y []float32) {
 	P := g.H * g.W
 	t.MulBatch(pool, false, g.K, P, g.C, w, g.C, g.N, x, P, g.C*P, y, P, g.K*P)
-	if bias == nil {
-		return
-	}
-	pool.For(g.N*g.K, max(1, 8192/P), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			b := bias[r%g.K]
-			row := y[r*P : (r+1)*P]
-			for i := range row {
-				row[i] += b
-			}
-		}
-	})
+	convAddBias(pool, g.K, P, bias, y)
 }
 
 // convPwInputGradBF16 is the pointwise input gradient x̄ = Wᵀ·ȳ.
@@ -80,5 +69,5 @@ func convPwInputGradBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, 
 // convPwWeightGradBF16 is the pointwise weight gradient W̄ = Σ ȳ·xᵀ.
 func convPwWeightGradBF16(pool *parallel.Pool, t blas.BF16Tile, g prim.ConvGeom, gy, x []uint16, gw []float32) {
 	P := g.H * g.W
-	t.MulSumBatch(pool, g.K, g.C, P, g.N, gy, P, g.K*P, x, P, g.C*P, gw, g.C)
+	t.MulSumBatch(pool, g.K, g.C, P, g.N, gy, P, g.K*P, x, P, g.C*P, gw, g.C, false)
 }

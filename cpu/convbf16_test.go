@@ -89,26 +89,29 @@ func refConvForwardBF16(g prim.ConvGeom, x, w []uint16, bias []float32) []float3
 }
 
 // refConvWeightGradBF16 is the native weight gradient by the reference
-// arithmetic: blocks of output positions (of the tiled kernel, or chunks
-// of output rows), each summed over its positions in order and added to
-// the previous blocks' sum.
-func refConvWeightGradBF16(g prim.ConvGeom, gy, x []uint16) []float32 {
+// arithmetic: blocks of output positions (of the tiled kernel, or of the
+// im2col path's groups, refSumBlocks), each summed over its positions in
+// order and added to the previous blocks' sum.
+func refConvWeightGradBF16(g prim.ConvGeom, gy, x []uint16, tiled bool) []float32 {
 	kk := g.C * g.KH * g.KW
 	P := g.OH * g.OW
-	var blocks [][2]int // global positions n*P+p
-	if convWgradTiled(g) {
-		for n := 0; n < g.N; n++ {
-			for p0 := 0; p0 < P; p0 += convWgradKC {
-				blocks = append(blocks, [2]int{n*P + p0, n*P + min(P, p0+convWgradKC)})
+	gw := make([]float32, g.K*kk)
+	if !tiled {
+		for k := 0; k < g.K; k++ {
+			for r := 0; r < kk; r++ {
+				gw[k*kk+r] = refSumBlocks(P, g.N, convWgradColGroup(g),
+					func(n, p int) uint16 { return gy[(n*g.K+k)*P+p] },
+					func(n, p int) uint16 { return colAt(g, x, n, r, p/g.OW, p%g.OW) })
 			}
 		}
-	} else {
-		rows := convBF16Rows(g)
-		for u0 := 0; u0 < g.N*g.OH; u0 += rows {
-			blocks = append(blocks, [2]int{u0 * g.OW, min(g.N*g.OH, u0+rows) * g.OW})
+		return gw
+	}
+	var blocks [][2]int // global positions n*P+p
+	for n := 0; n < g.N; n++ {
+		for p0 := 0; p0 < P; p0 += convWgradKC {
+			blocks = append(blocks, [2]int{n*P + p0, n*P + min(P, p0+convWgradKC)})
 		}
 	}
-	gw := make([]float32, g.K*kk)
 	for bi, bl := range blocks {
 		var a, b []uint16
 		for k := 0; k < g.K; k++ {
@@ -128,6 +131,37 @@ func refConvWeightGradBF16(g prim.ConvGeom, gy, x []uint16) []float32 {
 		}
 	}
 	return gw
+}
+
+// refSumBlocks is Σ a(n, p)·b(n, p) over n images of P positions by the
+// reference arithmetic of MulSumBatch over groups of nb images, each
+// group's SumBatchBlocks accumulated onto the groups before it.
+func refSumBlocks(P, n, nb int, a, b func(n, p int) uint16) float32 {
+	var v float32
+	first := true
+	for n0 := 0; n0 < n; n0 += nb {
+		for _, bl := range blas.SumBatchBlocks(P, min(nb, n-n0)) {
+			var av, bv []uint16
+			for img := bl.B0; img < bl.B1; img++ {
+				p0, p1 := 0, P
+				if bl.B1-bl.B0 == 1 {
+					p0, p1 = bl.P0, bl.P1
+				}
+				for p := p0; p < p1; p++ {
+					av, bv = append(av, a(n0+img, p)), append(bv, b(n0+img, p))
+				}
+				if (p1-p0)%2 != 0 && img+1 < bl.B1 {
+					av, bv = append(av, 0), append(bv, 0)
+				}
+			}
+			beta := float32(1)
+			if first {
+				beta = 0
+			}
+			v, first = blas.RefDotBF16(av, bv, 1, beta, v), false
+		}
+	}
+	return v
 }
 
 // exactConv is the three convolutions in float64 by their definitions.
@@ -189,7 +223,8 @@ func closeTo(t *testing.T, what string, got []float32, want []float64) {
 // definition's im2col), and with the exact convolutions to float32
 // rounding, for 1 and 2 threads.
 func TestConvBF16Native(t *testing.T) {
-	if !Caps().NativeBF16 {
+	tile, ok := blas.NativeBF16Tile()
+	if !ok {
 		t.Skip("no native bf16 products on this CPU")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -205,13 +240,13 @@ func TestConvBF16Native(t *testing.T) {
 		ey, egx, egw := exactConv(g, x, w, gy)
 		name := fmt.Sprintf("%dx%dx%dx%d k%d %dx%d s%d p%d d%d", g.N, g.C, g.H, g.W, g.K, g.KH, g.KW, g.SH, g.PH, g.DH)
 		wantY := refConvForwardBF16(g, x, w, bias)
-		wantGW := refConvWeightGradBF16(g, gy, x)
+		wantGW := refConvWeightGradBF16(g, gy, x, false)
 		for _, threads := range []int{1, 2} {
 			pool := parallel.NewPool(threads)
 			what := fmt.Sprintf("%s, %d threads", name, threads)
 
 			y := make([]float32, len(wantY))
-			convForwardBF16(pool, g, x, w, bias, y, make([]byte, convBF16Bytes(&prim.Conv2dOp{}, g)))
+			convForwardBF16(pool, tile, g, x, w, bias, y, make([]byte, convColForwardBytes(g)))
 			if i, ok := sameF32Bits(y, wantY); !ok {
 				t.Errorf("%s: forward element %d is %g, reference %g", what, i, y[i], wantY[i])
 			}
@@ -224,12 +259,18 @@ func TestConvBF16Native(t *testing.T) {
 			}
 
 			gw := make([]float32, len(wantGW))
-			convWeightGradBF16(pool, g, gy, x, gw, make([]byte, convBF16Bytes(&prim.Conv2dBackwardWeight{}, g)))
+			convWgradColBF16(pool, tile, g, gy, x, gw, make([]byte, convWgradColBytes(g)))
 			if i, ok := sameF32Bits(gw, wantGW); !ok {
 				t.Errorf("%s: weight gradient element %d is %g, reference %g", what, i, gw[i], wantGW[i])
 			}
 			closeTo(t, what+" weight gradient", gw, egw)
-			if tile, ok := blas.NativeBF16Tile(); ok && convWgradTiled(g) {
+			if convWgradTiled(g) {
+				wantGW := refConvWeightGradBF16(g, gy, x, true)
+				clear(gw)
+				convWgradTiledBF16(pool, tile, g, gy, nil, x, gw, make([]byte, convWgradTiledBytes(g)))
+				if i, ok := sameF32Bits(gw, wantGW); !ok {
+					t.Errorf("%s: tiled weight gradient element %d is %g, reference %g", what, i, gw[i], wantGW[i])
+				}
 				// ȳ as float32 holding its bf16 values: the same sums.
 				gy32 := make([]float32, len(gy))
 				for i, h := range gy {
@@ -273,7 +314,7 @@ func TestConvBF16Native(t *testing.T) {
 				}
 				wantGX := refConvForwardBF16(gt, gy, wt, nil)
 				gx := make([]float32, len(wantGX))
-				convInputGradBF16(pool, g, gy, w, gx, make([]byte, convBF16Bytes(&prim.Conv2dBackwardInput{}, g)))
+				convInputGradBF16(pool, tile, g, gy, w, gx, make([]byte, align64(2*len(w))+convColForwardBytes(gt)))
 				if i, ok := sameF32Bits(gx, wantGX); !ok {
 					t.Errorf("%s: input gradient element %d is %g, reference %g", what, i, gx[i], wantGX[i])
 				}
@@ -386,12 +427,14 @@ func TestConvNativeCheaper(t *testing.T) {
 	}
 }
 
-// With the AMX kernel, rrdbnet-like 3×3 layers (C 64 to 192, K 32 and
-// 64) take the native kernel for the forward and input gradient (their
-// products run on AMX), and the weight gradient (its tiled kernel is
-// VDPBF16PS) keeps Winograd; without AMX all three keep Winograd, as on
-// Zen 4. And the AMX row is the one a CPU with the AMX kernel gets.
+// rrdbnet-like 3×3 layers (C 64 to 192, K 32 and 64) keep float32
+// Winograd for all three convolutions at the native kernels' rates, which
+// are the VDPBF16PS row on every CPU (the AMX kernel runs only the matrix
+// products); and the AMX row is the one a CPU with the AMX kernel gets.
 func TestConvNativeCheaperAMX(t *testing.T) {
+	if r := convNativeRates(); !strings.HasPrefix(r.Name, "avx512-bf16") {
+		t.Errorf("native convolution rates %+v: want the VDPBF16PS row", r)
+	}
 	for _, c := range []struct{ n, c, h, k int }{
 		{4, 64, 32, 32}, {4, 96, 32, 32}, {4, 128, 32, 32}, {4, 160, 32, 32}, {4, 192, 32, 64}, {4, 64, 128, 64}, {1, 64, 64, 64},
 	} {
@@ -400,12 +443,8 @@ func TestConvNativeCheaperAMX(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, o := range []trace.Op{&prim.Conv2dOp{}, &prim.Conv2dBackwardInput{}, &prim.Conv2dBackwardWeight{}} {
-			_, wgrad := o.(*prim.Conv2dBackwardWeight)
-			if got := convNativeCheaperAt(o, g, convNativeRates(o, true)); got == wgrad {
-				t.Errorf("%+v %s with AMX: native cheaper %v, want %v", c, o.Name(), got, !wgrad)
-			}
-			if convNativeCheaperAt(o, g, convNativeRates(o, false)) {
-				t.Errorf("%+v %s without AMX: native chosen over Winograd", c, o.Name())
+			if convNativeCheaperAt(o, g, convNativeRates()) {
+				t.Errorf("%+v %s: native chosen over Winograd", c, o.Name())
 			}
 		}
 	}
@@ -612,24 +651,9 @@ func TestConvPwBF16(t *testing.T) {
 		refGW := make([]float32, len(egw))
 		for k := range s.k {
 			for c := range s.c {
-				var v float32
-				for bi, bl := range blas.SumBatchBlocks(P, s.n) {
-					var a, b []uint16
-					for img := bl.B0; img < bl.B1; img++ {
-						p0, p1 := bl.P0, bl.P1
-						a = append(a, gy[(img*s.k+k)*P+p0:(img*s.k+k)*P+p1]...)
-						b = append(b, x[(img*s.c+c)*P+p0:(img*s.c+c)*P+p1]...)
-						if (p1-p0)%2 != 0 && img+1 < bl.B1 {
-							a, b = append(a, 0), append(b, 0)
-						}
-					}
-					beta := float32(1)
-					if bi == 0 {
-						beta = 0
-					}
-					v = blas.RefDotBF16(a, b, 1, beta, v)
-				}
-				refGW[k*s.c+c] = v
+				refGW[k*s.c+c] = refSumBlocks(P, s.n, s.n,
+					func(n, p int) uint16 { return gy[(n*s.k+k)*P+p] },
+					func(n, p int) uint16 { return x[(n*s.c+c)*P+p] })
 			}
 		}
 		cases := []struct {
@@ -675,6 +699,162 @@ func TestConvPwBF16(t *testing.T) {
 			wide := run(2)
 			SetNativeBF16(was)
 			closeTo(t, what+" widened", wide, c.exact)
+		}
+	}
+}
+
+// convColCases are the geometries of TestConvColBF16: strides 1 to 3,
+// paddings 0 to 3, kernels 3x3, 7x7, 1x3 and 2x2, dilation, batches 1
+// to 9, channels off multiples of 16, planes from 1x1 to 17x17 (output
+// rows odd and even, planes that fill the tile's panels and ones joined).
+var convColCases = []struct {
+	n, c, h, w, k, kh, kw, s, p, d int
+}{
+	{1, 3, 1, 1, 5, 3, 3, 1, 1, 1},
+	{2, 5, 7, 9, 6, 3, 3, 1, 1, 1},
+	{3, 17, 8, 8, 18, 3, 3, 1, 1, 1},
+	{9, 7, 4, 4, 33, 3, 3, 1, 1, 1},
+	{4, 9, 2, 2, 20, 3, 3, 1, 1, 1},
+	{5, 6, 9, 11, 7, 3, 3, 2, 1, 1},
+	{2, 11, 17, 17, 10, 3, 3, 2, 1, 1},
+	{6, 19, 4, 4, 24, 3, 3, 2, 1, 1},
+	{2, 3, 17, 15, 8, 7, 7, 2, 3, 1},
+	{3, 4, 6, 13, 5, 1, 3, 1, 0, 1},
+	{2, 5, 10, 10, 4, 3, 3, 1, 2, 2},
+	{7, 6, 5, 6, 9, 2, 2, 3, 0, 1},
+	{1, 20, 16, 16, 3, 3, 3, 1, 0, 1},
+}
+
+// The im2col paths of the native bf16 convolutions (convbf16_col.go),
+// and the tiled weight gradient, run through the kernel dispatch with
+// the path forced and the planned workspace (filled with NaNs), agree
+// bit for bit on 1 and 2 threads with the reference arithmetic over the
+// definition's im2col (RefDotBF16; col2im's order of additions for the
+// input gradient; the groups' SumBatchBlocks for the weight gradient)
+// and with the exact convolutions to float32 rounding; with groups of
+// one image's bytes and of the default.
+func TestConvColBF16(t *testing.T) {
+	if _, ok := blas.NativeBF16Tile(); !ok {
+		t.Skip("no native bf16 products on this CPU")
+	}
+	defer func(b int) { convColGroupBytes = b }(convColGroupBytes)
+	defer func() { convPathHook = nil }()
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, s := range convColCases {
+		opts := op.ConvOpts{Stride: [2]int{s.s, s.s}, Padding: [2]int{s.p, s.p}, Dilation: [2]int{s.d, s.d}}
+		xs, ws := tensor.Shape{s.n, s.c, s.h, s.w}, tensor.Shape{s.k, s.c, s.kh, s.kw}
+		g, err := prim.ConvGeometry(xs, ws, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		P, kk := g.OH*g.OW, g.ColRows()
+		x := randBF16Vals(rng, g.N*g.C*g.H*g.W)
+		w := randBF16Vals(rng, g.K*kk)
+		gy := randBF16Vals(rng, g.N*g.K*P)
+		bias := randBF16Vals(rng, g.K)
+		ey, egx, egw := exactConv(g, x, w, gy)
+		biasF := make([]float32, g.K)
+		for k, h := range bias {
+			biasF[k] = float32(bfF(h))
+		}
+		for i := range ey {
+			ey[i] += bfF(bias[i/P%g.K])
+		}
+		// The input gradient by col2im: Wᵀ·ȳ's entries by RefDotBF16,
+		// added into x̄ tap by tap from +0.
+		refGX := make([]float32, len(egx))
+		wc, gyc := make([]uint16, g.K), make([]uint16, g.K)
+		for n := range g.N {
+			for r := range kk {
+				c, kh, kw := r/(g.KH*g.KW), r%(g.KH*g.KW)/g.KW, r%g.KW
+				for k := range g.K {
+					wc[k] = w[k*kk+r]
+				}
+				for oh := range g.OH {
+					for ow := range g.OW {
+						ih, iw := oh*g.SH-g.PH+kh*g.DH, ow*g.SW-g.PW+kw*g.DW
+						if ih < 0 || ih >= g.H || iw < 0 || iw >= g.W {
+							continue
+						}
+						for k := range g.K {
+							gyc[k] = gy[(n*g.K+k)*P+oh*g.OW+ow]
+						}
+						refGX[((n*g.C+c)*g.H+ih)*g.W+iw] += blas.RefDotBF16(wc, gyc, 1, 0, 0)
+					}
+				}
+			}
+		}
+		type pathCase struct {
+			name string
+			o    trace.Op
+			path convBF16Path
+			in   [][]uint16
+			ref  func() []float32
+			ex   []float64
+		}
+		fwd := &prim.Conv2dOp{Opts: opts, Mixed: true}
+		bwi := &prim.Conv2dBackwardInput{Opts: opts, InputShape: xs, Mixed: true}
+		bww := &prim.Conv2dBackwardWeight{Opts: opts, WeightShape: ws, Mixed: true}
+		cases := []pathCase{
+			{"forward", fwd, convPathCol, [][]uint16{x, w, bias}, func() []float32 { return refConvForwardBF16(g, x, w, biasF) }, ey},
+			{"input gradient col2im", bwi, convPathCol, [][]uint16{gy, w}, func() []float32 { return refGX }, egx},
+			{"weight gradient im2col", bww, convPathCol, [][]uint16{gy, x}, func() []float32 { return refConvWeightGradBF16(g, gy, x, false) }, egw},
+		}
+		if gt, flip := convInputGeom(g); flip && g.SH == 1 && g.SW == 1 {
+			cases = append(cases, pathCase{"input gradient flipped", bwi, convPathFlip, [][]uint16{gy, w}, func() []float32 {
+				wt := make([]uint16, len(w))
+				khw := g.KH * g.KW
+				for k := range g.K {
+					for c := range g.C {
+						for i := range khw {
+							wt[(c*g.K+k)*khw+khw-1-i] = w[(k*g.C+c)*khw+i]
+						}
+					}
+				}
+				return refConvForwardBF16(gt, gy, wt, nil)
+			}, egx})
+		}
+		if convWgradTiled(g) {
+			cases = append(cases, pathCase{"weight gradient tiled", bww, convPathTiled, [][]uint16{gy, x}, func() []float32 { return refConvWeightGradBF16(g, gy, x, true) }, egw})
+		}
+		for _, groupBytes := range []int{1, 1 << 20} {
+			convColGroupBytes = groupBytes
+			for _, c := range cases {
+				convPathHook = func(trace.Op, prim.ConvGeom) (convBF16Path, bool) { return c.path, true }
+				metas := make([]trace.Meta, len(c.in))
+				metas[0] = bf16m(g.N, g.C, g.H, g.W)
+				switch c.o.(type) {
+				case *prim.Conv2dOp:
+					metas[1], metas[2] = bf16m(g.K, g.C, g.KH, g.KW), bf16m(g.K)
+				case *prim.Conv2dBackwardInput:
+					metas[0], metas[1] = bf16m(g.N, g.K, g.OH, g.OW), bf16m(g.K, g.C, g.KH, g.KW)
+				case *prim.Conv2dBackwardWeight:
+					metas[0], metas[1] = bf16m(g.N, g.K, g.OH, g.OW), bf16m(g.N, g.C, g.H, g.W)
+				}
+				k := newKernelCase(t, c.o, metas...)
+				for i, v := range c.in {
+					copy(k.in[i].U16(), v)
+				}
+				ref := c.ref()
+				what := fmt.Sprintf("%+v %s, groups of %d bytes", s, c.name, groupBytes)
+				for _, threads := range []int{1, 2} {
+					func() {
+						defer parallel.SetThreads(parallel.SetThreads(threads))
+						for i := range k.ws {
+							k.ws[i] = 0xff
+						}
+						for i := range k.out[0].F32() {
+							k.out[0].F32()[i] = float32(math.NaN())
+						}
+						k.run(t)
+					}()
+					got := k.out[0].F32()
+					if i, ok := sameF32Bits(got, ref); !ok {
+						t.Errorf("%s, %d threads: element %d is %g, reference %g", what, threads, i, got[i], ref[i])
+					}
+					closeTo(t, fmt.Sprintf("%s, %d threads", what, threads), got, c.ex)
+				}
+			}
 		}
 	}
 }

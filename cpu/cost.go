@@ -61,9 +61,10 @@ func kernelFlops(o trace.Op, in, out []trace.Meta) (float64, bool) {
 // natively in bf16 (backend.LowCoster): products and attention do where
 // the CPU has the native kernel (the planner asks only then); a
 // convolution where it is pointwise (convPwBF16: all three natively) or
-// where convBF16Native takes its native path, which by default is the
-// weight gradient where the rates make it cheaper than float32 Winograd. The others widen their operands (or read them in
-// place) and run the float32 kernels, at the float32 rate.
+// where convBF16PathOf takes a native path (convbf16_col.go: by default
+// the strided and 7x7 ones, and those float32 Winograd does not beat).
+// The others widen their operands (or read them in place) and run the
+// float32 kernels, at the float32 rate.
 func (*cpuBackend) NativeLow(o trace.Op, in, out []trace.Meta) bool {
 	if f, ok := o.(*prim.Fused); ok && f.Producer != nil && f.NProd <= len(in) {
 		o, in = f.Producer, in[:f.NProd]
@@ -90,35 +91,23 @@ func (b *cpuBackend) RunsLow(o trace.Op, in, out []trace.Meta) bool {
 // the float32 Winograd kernel on the operands' widened values (bf16
 // values are exact in float32, and Winograd's float32 sums keep
 // autocast's semantics as they keep fp32's), by the ratio of the rates of
-// the native kernel that would run o (convNativeRates). By geometry and
-// the machine alone, whatever kernels a test turns on, so that a
-// workspace sized for one choice is never run with the other. On
-// rrdbnet's layers with VDPBF16PS Winograd wins (weight gradient, CPU
-// time a call, one thread: 64→32 on 4×32×32 0.93 ms against 1.04 native,
-// 192→64 4.1 against 5.4), as the rates say; Winograd does 3.5-3.8 times
-// fewer flops there, so a native rate above about 4 times float32's
-// (AMX) takes the native kernel.
+// the native kernel (convNativeRates). By geometry and the machine alone,
+// whatever kernels a test turns on, so that a workspace sized for one
+// choice is never run with the other. On rrdbnet's layers with VDPBF16PS
+// Winograd wins (weight gradient, CPU time a call, one thread: 64→32 on
+// 4×32×32 0.93 ms against 1.04 native, 192→64 4.1 against 5.4), as the
+// rates say, and on ResNet-18's stride-1 3x3 layers from 16x16 to 4x4
+// (TestConvColPerfReport); Winograd does 3.5-4 times fewer flops there.
 func convNativeCheaper(o trace.Op, g prim.ConvGeom) bool {
-	return convNativeCheaperAt(o, g, convNativeRates(o, amxListed()))
+	return convNativeCheaperAt(o, g, convNativeRates())
 }
 
-// amxListed reports whether the AMX kernel runs on this machine (decided
-// once per process, whether or not a test turned native bf16 off).
-func amxListed() bool {
-	on, _ := blas.AMXStatus()
-	return on
-}
-
-// convNativeRates is the rates of the native kernel that conv op o runs
-// on: the AMX row where amx (the forward and input gradient run im2col
-// and SgemmMixed, on AMX where it runs), else the VDPBF16PS row (the
-// tiled weight gradient's kernel, BF16Tile, is VDPBF16PS on every CPU).
-func convNativeRates(o trace.Op, amx bool) Throughput {
-	if _, wgrad := o.(*prim.Conv2dBackwardWeight); wgrad {
-		amx = false
-	}
-	f := cpuid.Features{AVX512F: true, AVX512BW: true, AVX512VL: true, AVX512BF16: true, AMXTile: amx, AMXBF16: amx}
-	return ThroughputOf(f, Capabilities{AVX512: true, NativeBF16: true, AMX: amx})
+// convNativeRates is the rates of the native convolution kernels: the
+// VDPBF16PS row, on every CPU (they run on blas.BF16Tile, which is
+// VDPBF16PS also where the AMX kernel runs the matrix products).
+func convNativeRates() Throughput {
+	f := cpuid.Features{AVX512F: true, AVX512BW: true, AVX512VL: true, AVX512BF16: true}
+	return ThroughputOf(f, Capabilities{AVX512: true, NativeBF16: true})
 }
 
 // convNativeCheaperAt is convNativeCheaper on the native kernel's rates r.

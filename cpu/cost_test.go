@@ -177,20 +177,22 @@ func TestThroughputOf(t *testing.T) {
 }
 
 // NativeLow says which kernel runs a product on bf16 operands, as the
-// kernels decide (convBF16Native): matrix products natively; rrdbnet's
-// 64→32 weight gradient at batch 2 natively (no Winograd kernel for it),
-// its 64→64 one as float32 Winograd, every forward convolution in
-// float32 (their native paths are off by default), fused or not, except
-// the pointwise ones (1x1, stride 1: all three natively, convPwBF16).
+// kernels decide (convBF16PathOf): matrix products natively; rrdbnet's
+// 64→32 convolutions at batch 2 natively (no Winograd kernel for them),
+// fused or not, its 64→64 weight gradient as float32 Winograd; the
+// pointwise ones (1x1, stride 1: all three natively,
+// convPwBF16); ResNet-18's strided ones natively, its 2x2 layer's
+// forward in float32 (padding-bound), its gradients natively.
 func TestNativeLow(t *testing.T) {
 	defer func(off, force bool, on int) { winogradOff, convNativeForce, convBF16On = off, force, on }(winogradOff, convNativeForce, convBF16On)
-	winogradOff, convNativeForce, convBF16On = false, false, convBF16Bww
+	winogradOff, convNativeForce, convBF16On = false, false, convBF16Fwd|convBF16Bwi|convBF16Bww
 	lc, ok := Backend().(backend.LowCoster)
 	if !ok {
 		t.Fatal("the cpu backend is not a backend.LowCoster")
 	}
 	bf := func(s ...int) trace.Meta { return trace.Meta{DType: tensor.BFloat16, Shape: tensor.Shape(s)} }
 	pad1 := prim.ConvOpts{Padding: [2]int{1, 1}}.Normalized()
+	s2 := prim.ConvOpts{Stride: [2]int{2, 2}, Padding: [2]int{1, 1}}.Normalized()
 	fwd := &prim.Conv2dOp{Opts: pad1, Mixed: true}
 	for _, c := range []struct {
 		name string
@@ -201,13 +203,21 @@ func TestNativeLow(t *testing.T) {
 		{"matmul", &prim.MatMul{Mixed: true}, []trace.Meta{bf(64, 32), bf(32, 16)}, true},
 		{"weight gradient 64→32", &prim.Conv2dBackwardWeight{Opts: pad1, WeightShape: tensor.Shape{32, 64, 3, 3}, Mixed: true}, []trace.Meta{bf(2, 32, 32, 32), bf(2, 64, 32, 32)}, true},
 		{"weight gradient 64→64 (Winograd)", &prim.Conv2dBackwardWeight{Opts: pad1, WeightShape: tensor.Shape{64, 64, 3, 3}, Mixed: true}, []trace.Meta{bf(2, 64, 32, 32), bf(2, 64, 32, 32)}, false},
-		{"forward 64→32", fwd, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, false},
-		{"input gradient 32→64", &prim.Conv2dBackwardInput{Opts: pad1, InputShape: tensor.Shape{2, 64, 32, 32}, Mixed: true}, []trace.Meta{bf(2, 32, 32, 32), bf(32, 64, 3, 3)}, false},
-		{"fused forward 64→32", &prim.Fused{Producer: fwd, NProd: 2, NProdOut: 1}, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, false},
+		{"forward 64→32", fwd, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, true},
+		{"input gradient 32→64", &prim.Conv2dBackwardInput{Opts: pad1, InputShape: tensor.Shape{2, 64, 32, 32}, Mixed: true}, []trace.Meta{bf(2, 32, 32, 32), bf(32, 64, 3, 3)}, true},
+		{"fused forward 64→32", &prim.Fused{Producer: fwd, NProd: 2, NProdOut: 1}, []trace.Meta{bf(2, 64, 32, 32), bf(32, 64, 3, 3)}, true},
+		{"fused forward 64→64 (Winograd)", &prim.Fused{Producer: fwd, NProd: 2, NProdOut: 1}, []trace.Meta{bf(4, 64, 32, 32), bf(64, 64, 3, 3)}, false},
 		{"pointwise forward 256→64", &prim.Conv2dOp{Mixed: true}, []trace.Meta{bf(8, 256, 32, 32), bf(64, 256, 1, 1)}, true},
 		{"pointwise input gradient 64→256", &prim.Conv2dBackwardInput{InputShape: tensor.Shape{8, 256, 32, 32}, Mixed: true}, []trace.Meta{bf(8, 64, 32, 32), bf(64, 256, 1, 1)}, true},
 		{"pointwise weight gradient 256→64", &prim.Conv2dBackwardWeight{WeightShape: tensor.Shape{64, 256, 1, 1}, Mixed: true}, []trace.Meta{bf(8, 64, 32, 32), bf(8, 256, 32, 32)}, true},
-		{"1×1 stride 2 forward (not pointwise)", &prim.Conv2dOp{Opts: prim.ConvOpts{Stride: [2]int{2, 2}}.Normalized(), Mixed: true}, []trace.Meta{bf(8, 256, 32, 32), bf(512, 256, 1, 1)}, false},
+		{"1×1 stride 2 forward (not pointwise)", &prim.Conv2dOp{Opts: prim.ConvOpts{Stride: [2]int{2, 2}}.Normalized(), Mixed: true}, []trace.Meta{bf(8, 256, 32, 32), bf(512, 256, 1, 1)}, true},
+		{"3×3 stride 2 forward", &prim.Conv2dOp{Opts: s2, Mixed: true}, []trace.Meta{bf(32, 64, 16, 16), bf(128, 64, 3, 3)}, true},
+		{"3×3 stride 2 input gradient", &prim.Conv2dBackwardInput{Opts: s2, InputShape: tensor.Shape{32, 128, 8, 8}, Mixed: true}, []trace.Meta{bf(32, 256, 4, 4), bf(256, 128, 3, 3)}, true},
+		{"3×3 stride 2 weight gradient", &prim.Conv2dBackwardWeight{Opts: s2, WeightShape: tensor.Shape{512, 256, 3, 3}, Mixed: true}, []trace.Meta{bf(32, 512, 2, 2), bf(32, 256, 4, 4)}, true},
+		{"2×2 forward (padding-bound)", fwd, []trace.Meta{bf(32, 512, 2, 2), bf(512, 512, 3, 3)}, false},
+		{"2×2 input gradient", &prim.Conv2dBackwardInput{Opts: pad1, InputShape: tensor.Shape{32, 512, 2, 2}, Mixed: true}, []trace.Meta{bf(32, 512, 2, 2), bf(512, 512, 3, 3)}, true},
+		{"2×2 weight gradient", &prim.Conv2dBackwardWeight{Opts: pad1, WeightShape: tensor.Shape{512, 512, 3, 3}, Mixed: true}, []trace.Meta{bf(32, 512, 2, 2), bf(32, 512, 2, 2)}, true},
+		{"16×16 forward (Winograd)", fwd, []trace.Meta{bf(32, 64, 16, 16), bf(64, 64, 3, 3)}, false},
 	} {
 		if got := lc.NativeLow(c.o, c.in, nil); got != c.want {
 			t.Errorf("%s: native %v, want %v", c.name, got, c.want)

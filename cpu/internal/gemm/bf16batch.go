@@ -145,14 +145,18 @@ func (t BF16Tile) MulBatch(pool *parallel.Pool, transA bool, m, n, k int, a []ui
 // stride ldc). The sum runs over the batch's positions (b, p) in order, in
 // the blocks SumBatchBlocks gives, each summed from +0 (pairs of
 // positions, an image's odd last position paired with zero) and added to
-// the previous blocks' sum: the same for any thread count.
-func (t BF16Tile) MulSumBatch(pool *parallel.Pool, m, n, k int, batch int, a []uint16, lda, strideA int, b []uint16, ldb, strideB int, c []float32, ldc int) {
+// the previous blocks' sum: the same for any thread count. With acc the
+// first block too is added to C's values (C += Σ), so that a batch
+// summed in several calls is the concatenation of their blocks.
+func (t BF16Tile) MulSumBatch(pool *parallel.Pool, m, n, k int, batch int, a []uint16, lda, strideA int, b []uint16, ldb, strideB int, c []float32, ldc int, acc bool) {
 	if m <= 0 || n <= 0 {
 		return
 	}
 	if k <= 0 || batch <= 0 {
-		for i := range m {
-			clear(c[i*ldc : i*ldc+n])
+		if !acc {
+			for i := range m {
+				clear(c[i*ldc : i*ldc+n])
+			}
 		}
 		return
 	}
@@ -192,7 +196,7 @@ func (t BF16Tile) MulSumBatch(pool *parallel.Pool, m, n, k int, batch int, a []u
 		for bi, bl := range blocks {
 			kp := bl.Pairs(k)
 			var beta float32
-			if bi > 0 {
+			if bi > 0 || acc {
 				beta = 1
 			}
 			// segs calls f for each image's run of positions in the

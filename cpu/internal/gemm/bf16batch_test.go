@@ -81,7 +81,8 @@ func TestMulBatch(t *testing.T) {
 
 // MulSumBatch sums A_b·B_bᵀ over the batch as the reference arithmetic
 // does over SumBatchBlocks' blocks (an image's odd last position paired
-// with zero), bitwise, for each kernel, on 1 and 2 threads.
+// with zero), bitwise, for each kernel, on 1 and 2 threads; accumulated
+// onto that sum, as the blocks of the batch twice over.
 func TestMulSumBatch(t *testing.T) {
 	kerns := bf16Kernels()
 	if len(kerns) == 0 {
@@ -94,12 +95,13 @@ func TestMulSumBatch(t *testing.T) {
 		a := randBF16s(rng, s.batch*strideA, false)
 		b := randBF16s(rng, s.batch*strideB, false)
 		want := make([]float32, s.m*ldc)
+		accWant := make([]float32, s.m*ldc) // the sum added to want
 		blocks := SumBatchBlocks(s.k, s.batch)
 		var av, bv []uint16
 		for i := range s.m {
 			for j := range s.n {
 				var c float32
-				for bi, bl := range blocks {
+				for bi, bl := range append(blocks, blocks...) {
 					av, bv = av[:0], bv[:0]
 					for img := bl.B0; img < bl.B1; img++ {
 						p0, p1 := 0, s.k
@@ -120,8 +122,11 @@ func TestMulSumBatch(t *testing.T) {
 						beta = 0
 					}
 					c = RefDotBF16(av, bv, 1, beta, c)
+					if bi == len(blocks)-1 {
+						want[i*ldc+j] = c
+					}
 				}
-				want[i*ldc+j] = c
+				accWant[i*ldc+j] = c
 			}
 		}
 		for _, kern := range kerns {
@@ -135,8 +140,7 @@ func TestMulSumBatch(t *testing.T) {
 				for i := range got {
 					got[i] = -7
 				}
-				BF16Tile{kern}.MulSumBatch(pool, s.m, s.n, s.k, s.batch, a, lda, strideA, b, ldb, strideB, got, ldc)
-				pool.Close()
+				BF16Tile{kern}.MulSumBatch(pool, s.m, s.n, s.k, s.batch, a, lda, strideA, b, ldb, strideB, got, ldc, false)
 				for i := range want {
 					w := want[i]
 					if i%ldc >= s.n {
@@ -144,6 +148,21 @@ func TestMulSumBatch(t *testing.T) {
 					}
 					if !sameBits(got[i], w) {
 						t.Fatalf("%s: C[%d] = %g, want %g", name, i, got[i], w)
+					}
+				}
+				// Accumulated: the batch again, its first block added
+				// to the sum so far as the following blocks are.
+				BF16Tile{kern}.MulSumBatch(pool, s.m, s.n, s.k, s.batch, a, lda, strideA, b, ldb, strideB, got, ldc, true)
+				pool.Close()
+				for i := range want {
+					w := want[i]
+					if i%ldc >= s.n {
+						w = -7
+					} else {
+						w = accWant[i]
+					}
+					if !sameBits(got[i], w) {
+						t.Fatalf("%s accumulated: C[%d] = %g, want %g", name, i, got[i], w)
 					}
 				}
 			}
