@@ -29,7 +29,7 @@ import (
 //
 // Only mixed nodes with both operands bfloat16 come here: under bf16
 // autocast transform.ReadLow hands pointwise convolutions bf16 input and
-// weight (pointwiseLow), so in a ResNet's bf16-mixed step all of its 1x1
+// weight (convLow), so in a ResNet's bf16-mixed step all of its 1x1
 // stride-1 convolutions and their gradients run here (ResNet-152-128,
 // batch 8: the step 1.06-1.18 s -> 0.79-0.92 s).
 

@@ -749,7 +749,7 @@ var foldOnly = false
 func ReadLow(g *trace.Graph) (*trace.Graph, int, error) { return readLowWith(g, nil) }
 
 // readLowWith is ReadLow with the backend's backend.LowRunner (nil: none),
-// which says where pointwise convolutions get bfloat16 operands.
+// which says where convolutions get bfloat16 operands (convLow).
 func readLowWith(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bool) (*trace.Graph, int, error) {
 	g, folded, err := foldCasts(g)
 	if err != nil {
@@ -764,7 +764,7 @@ func readLowWith(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) 
 
 // readLow16 is ReadLow after foldCasts.
 func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bool) (*trace.Graph, int, error) {
-	pointwise := func(c *trace.Node) bool { return pointwiseLow(c, runsLow) }
+	native := func(c *trace.Node) bool { return convLow(c, runsLow) }
 	cons := g.Consumers()
 	outputs := map[*trace.Tensor]bool{}
 	for _, t := range g.Outputs {
@@ -783,7 +783,7 @@ func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bo
 			if isAlias(c) && len(c.Inputs) == 1 && !outputs[c.Outputs[0]] && onlyMatmuls(c, lo) {
 				continue
 			}
-			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0], pointwise) || normReadsLow(c, n.Outputs[0])) {
+			if lo == tensor.BFloat16 && (readsBF16(c, n.Outputs[0]) || convReadsLow(c, n.Outputs[0], native) || normReadsLow(c, n.Outputs[0])) {
 				continue
 			}
 			if mm, ok := c.Op.(*prim.MatMul); !ok || mm.Mixed || !isF32(c.Outputs[0]) {
@@ -817,7 +817,7 @@ func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bo
 		}
 		return lo
 	}
-	// narrowed[v] is a cast of float32 value v to bfloat16. A pointwise
+	// narrowed[v] is a cast of float32 value v to bfloat16. A native
 	// convolution's input, rounded by autocast, has one where it is saved
 	// for the backward pass in bf16 (Compress): the convolution reads that
 	// copy (exact: the value holds bf16 numbers), emitted before it.
@@ -840,14 +840,14 @@ func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bo
 			for i, in := range n.Inputs {
 				ins[i] = mapped[in]
 			}
-			if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && pointwise(n) {
+			if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && native(n) {
 				for i, in := range n.Inputs {
 					if widening(in.Node) && in.Node.Inputs[0].DType() == tensor.BFloat16 && isF32(ins[i]) {
 						ins[i] = mapped[in.Node.Inputs[0]]
 					}
 				}
 			}
-			if c := narrowedInput(narrowed, n); c != nil && c.Phase == n.Phase && !isF32(ins[1]) && pointwise(n) {
+			if c := narrowedInput(narrowed, n); c != nil && c.Phase == n.Phase && !isF32(ins[1]) && native(n) {
 				if !emitted[c] {
 					for i, o := range out.Clone(c, []*trace.Tensor{mapped[c.Inputs[0]]}) {
 						mapped[c.Outputs[i]] = o
@@ -933,22 +933,22 @@ func readsBF16(c *trace.Node, v *trace.Tensor) bool {
 // place costs no memory: the kernel's workspace reserves the float32
 // copy the dropped widening held at that step, and the widening's own
 // step, where both copies were live, goes (a DenseNet block's
-// concatenation then writes only its 16-bit values). The input-gradient
-// convolution keeps its float32 copy: its operand is a gradient, float32
-// here.
-func convReadsLow(c *trace.Node, t *trace.Tensor, pointwise func(*trace.Node) bool) bool {
+// concatenation then writes only its 16-bit values). An input-gradient
+// convolution reads both in bf16 where convLow says (its native
+// product); else it keeps its float32 copies.
+func convReadsLow(c *trace.Node, t *trace.Tensor, native func(*trace.Node) bool) bool {
 	switch o := c.Op.(type) {
 	case *prim.Conv2dBackwardWeight:
 		return !o.Mixed && isF32(c.Outputs[0])
 	case *prim.Conv2dBackwardInput:
-		// A pointwise one reads both in bf16 (its native product).
-		return !o.Mixed && isF32(c.Outputs[0]) && pointwise != nil && pointwise(c)
+		// A native one reads both in bf16 (convLow).
+		return !o.Mixed && isF32(c.Outputs[0]) && native != nil && native(c)
 	case *prim.Conv2dOp:
 		if !convReadsInputLow || o.Mixed || !isF32(c.Outputs[0]) || len(c.Inputs) > 2 && c.Inputs[2] == t {
 			return false
 		}
 		in, w := c.Inputs[0] == t, c.Inputs[1] == t
-		return in && !w || w && !in && pointwise != nil && pointwise(c)
+		return in && !w || w && !in && native != nil && native(c)
 	}
 	return false
 }
@@ -962,15 +962,17 @@ func narrowedInput(narrowed map[*trace.Tensor]*trace.Node, n *trace.Node) *trace
 	return narrowed[n.Inputs[0]]
 }
 
-// pointwiseLow reports whether convolution c (forward, input or weight
-// gradient) is pointwise (1×1, stride 1, unpadded, ungrouped), the
-// convolutions ReadLow hands bfloat16 operands (a weight gradient reads
-// the 16-bit value a kept widening widens): with both in bf16 their kernel multiplies the
-// images' planes as they lie, natively where the CPU has bf16 products
-// (cpu's convbf16_pw.go: ResNet-152's 1×1 layers about twice as fast as
-// the float32 kernels, Zen 4), and otherwise widens them (the float32
-// convolution of the same values).
-func pointwiseLow(c *trace.Node, runsLow func(o trace.Op, in, out []trace.Meta) bool) bool {
+// convLow reports whether convolution c (forward, input or weight
+// gradient) is one ReadLow hands bfloat16 operands (a weight gradient
+// reads the 16-bit value a kept widening widens): where the backend
+// multiplies them natively (runsLow: cpu's pointwise convolutions, whose
+// kernel multiplies the images' planes as they lie, ResNet-152's 1×1
+// layers about twice as fast as the float32 kernels on Zen 4, and the
+// others its cost model sends to native bf16 kernels). Elsewhere a
+// kernel would only widen them again. Tests force pointwise ones on
+// (convPointwiseLow pwOn), whose kernels then widen them: the float32
+// convolution of the same values.
+func convLow(c *trace.Node, runsLow func(o trace.Op, in, out []trace.Meta) bool) bool {
 	if convPointwiseLow == pwOff || len(c.Inputs) < 2 || len(c.Outputs) == 0 {
 		return false
 	}
@@ -994,7 +996,7 @@ func pointwiseLow(c *trace.Node, runsLow func(o trace.Op, in, out []trace.Meta) 
 		return false
 	}
 	n := opts.Normalized()
-	if len(w) != 4 || w[2] != 1 || w[3] != 1 || n.Stride != [2]int{1, 1} || n.Padding != [2]int{} || n.Groups != 1 {
+	if len(w) != 4 || n.Groups != 1 {
 		return false
 	}
 	if convPointwiseLow == pwOn {

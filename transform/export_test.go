@@ -82,7 +82,7 @@ func SetNormReadsLow(on bool) bool {
 }
 
 // SetConvPointwiseLow sets whether pointwise convolutions read bfloat16
-// operands (pointwiseLow): "auto" (where the backend multiplies them
+// operands (convLow): "auto" (where the backend multiplies them
 // natively), "off" or "on" (whatever the kernel); it returns the previous
 // setting.
 func SetConvPointwiseLow(mode string) string {
