@@ -174,11 +174,15 @@ func TestPlannerChoosesPrecisionAndCompression(t *testing.T) {
 				t.Fatalf("chose %s (est. %g s), slower than fp32's %s (est. %g s)", r.Best.Describe(), r.Best.Time, fallback.Best.Describe(), fallback.Best.Time)
 			}
 		}},
-		{"auto where the whole batch fits in fp32: fp32, nothing changed", autoPrecs, autoComps, 1 << 40, func(t *testing.T, r *budget.Result, err error) {
+		// Nothing is needed to fit, so nothing that costs time: one pass,
+		// nothing recomputed, and bf16-mixed only where the cost model
+		// makes it faster than fp32 (where the CPU multiplies bf16
+		// natively: this model's first convolution and its linear layer).
+		{"auto where the whole batch fits in fp32: nothing slower", autoPrecs, autoComps, 1 << 40, func(t *testing.T, r *budget.Result, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if lowered(r.Best) || r.Best.Accumulation != 1 || r.Best.Recomputed != 0 || r.Slowdown() != 1 {
+			if r.Best.Accumulation != 1 || r.Best.Recomputed != 0 || r.Slowdown() > 1 || lowered(r.Best) && r.Slowdown() >= 1 {
 				t.Fatalf("chose %s, slowdown %g", r.Best.Describe(), r.Slowdown())
 			}
 		}},

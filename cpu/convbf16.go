@@ -81,6 +81,14 @@ func convBF16PathOf(op trace.Op, g prim.ConvGeom) convBF16Path {
 	if !convNativeForce && !convNativeCheaper(op, g) {
 		return convPathWiden
 	}
+	if p := convBF16PathGeom(op, g); convColFits(op, g, p) {
+		return p
+	}
+	return convPathWiden
+}
+
+// convBF16PathGeom is convBF16PathOf's choice by the kernels' speed alone.
+func convBF16PathGeom(op trace.Op, g prim.ConvGeom) convBF16Path {
 	switch op.(type) {
 	case *prim.Conv2dOp:
 		if convBF16On&convBF16Fwd != 0 && !convPaddingBound(g) {
@@ -180,22 +188,43 @@ func convBF16Bytes(op trace.Op, g prim.ConvGeom) int {
 	return 0
 }
 
-// convMixedWorkspace is the workspace of a mixed conv node: the larger of
-// the native path's and the widening path's (the float32 kernel's
-// workspace and the widened operands).
-func convMixedWorkspace(n *trace.Node) int64 {
+// convWidenedBytes is the workspace of a mixed conv node's widened path:
+// the float32 kernel's and the widened operands.
+func convWidenedBytes(n *trace.Node) int {
 	ws := align64(int(convFloatWorkspace(n)))
 	for _, t := range n.Inputs {
 		if t.DType() != tensor.Float32 {
 			ws += align64(4 * t.Shape().NumElements())
 		}
 	}
+	return ws
+}
+
+// convBF16Runs reports whether a mixed conv node with both operands
+// bfloat16 runs natively here: pointwise or on a native path, with the
+// native kernel on (decided when the step is planned; a test that turns
+// the kernel off plans again).
+func convBF16Runs(op trace.Op, g prim.ConvGeom) bool {
+	_, tile := blas.NativeBF16Tile()
+	return tile && (convPwBF16(op, g) || convBF16PathOf(op, g) != convPathWiden)
+}
+
+// convMixedWorkspace is the workspace of a mixed conv node: the native
+// path's where it runs natively (convBF16Runs), else the larger of the
+// native path's and the widening path's (the float32 kernel's workspace
+// and the widened operands).
+func convMixedWorkspace(n *trace.Node) int64 {
+	ws := convWidenedBytes(n)
 	d0, d1 := n.Inputs[0].DType(), n.Inputs[1].DType()
 	g, err := convNodeGeom(n, n.Inputs[0].Shape(), n.Inputs[1].Shape())
 	if err != nil {
 		return int64(ws)
 	}
 	switch {
+	case d0 == tensor.BFloat16 && d1 == tensor.BFloat16 && convBF16Runs(n.Op, g):
+		// Exactly the native path's: reserving the widened operands too
+		// (a 3×3 512-channel weight: 9 MiB) made reading bf16 cost memory.
+		return int64(convBF16Bytes(n.Op, g))
 	case d0 == tensor.BFloat16 && d1 == tensor.BFloat16:
 		ws = max(ws, convBF16Bytes(n.Op, g))
 	case d0 == tensor.Float32 && d1 == tensor.BFloat16 && convBF16PathOf(n.Op, g) == convPathTiled:
@@ -279,6 +308,9 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 	}
 	// Widened: the float32 kernel on float32 copies.
 	off := align64(int(convFloatWorkspace(n)))
+	if need := convWidenedBytes(n); len(ws) < need {
+		return fmt.Errorf("cpu: %s: %d workspace bytes, the widened path needs %d: planned with the native bf16 kernels on, run with them off (plan the step again)", n.Label(), len(ws), need)
+	}
 	wide := make([]*tensor.Tensor, len(in))
 	for i, t := range in {
 		if t.DType == tensor.Float32 {

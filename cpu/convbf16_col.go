@@ -4,6 +4,7 @@ import (
 	blas "github.com/headroom-ml/headroom/cpu/internal/gemm"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/prim"
+	"github.com/headroom-ml/headroom/trace"
 )
 
 // General (not pointwise) mixed convolutions on bfloat16 operands,
@@ -33,10 +34,38 @@ import (
 // (TestConvColPerfReport, Zen 4).
 var convColGroupBytes = 4 << 20
 
+// convColCap is the most workspace the im2col paths take for g: the
+// float32 copy of its larger activation operand that the widened path
+// would make, at most convColGroupBytes. An image's im2col matrix is
+// about KH*KW times its plane, so at small batches and stride 1 (a
+// 3x3 convolution of fewer than 5 images) one image alone would take
+// more: those widen (convColFits), and reading bf16 natively never holds
+// more than widening would.
+func convColCap(g prim.ConvGeom) int {
+	return min(convColGroupBytes, 4*g.N*max(g.C*g.H*g.W, g.K*g.OH*g.OW))
+}
+
 // convColGroup is the number of images of a group of g when each takes
 // per bytes of workspace.
 func convColGroup(g prim.ConvGeom, per int) int {
-	return max(1, min(g.N, convColGroupBytes/max(1, per)))
+	return max(1, min(g.N, convColCap(g)/max(1, per)))
+}
+
+// convColFits reports whether one image of g's im2col path p for op fits
+// convColCap.
+func convColFits(op trace.Op, g prim.ConvGeom, p convBF16Path) bool {
+	P, kk := g.OH*g.OW, g.ColRows()
+	switch {
+	case p == convPathFlip:
+		gt, _ := convInputGeom(g)
+		return 2*gt.ColRows()*gt.OH*gt.OW <= convColCap(gt)
+	case p != convPathCol:
+		return true
+	}
+	if _, bwi := op.(*prim.Conv2dBackwardInput); bwi {
+		return 4*kk*P <= convColCap(g)
+	}
+	return 2*kk*P <= convColCap(g)
 }
 
 // Where the im2col path runs (convBF16PathOf), by geometry: measured

@@ -695,7 +695,9 @@ func TestConvPwBF16(t *testing.T) {
 				}
 				closeTo(t, fmt.Sprintf("%s, %d threads", what, threads), got, c.exact)
 			}
+			// Widened: planned (its workspace) with the native kernel off.
 			was := SetNativeBF16(false)
+			k.ws = make([]byte, Workspace(k.n))
 			wide := run(2)
 			SetNativeBF16(was)
 			closeTo(t, what+" widened", wide, c.exact)
@@ -866,5 +868,22 @@ func TestConvColBF16(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A step planned with the native bf16 kernels on and run with them off
+// fails with an error naming the node rather than overrunning its
+// workspace: the native path reserves no float32 copies of the operands,
+// which the widened one needs.
+func TestConvNativeOffAfterPlanning(t *testing.T) {
+	if _, ok := blas.NativeBF16Tile(); !ok {
+		t.Skip("no native bf16 products on this CPU")
+	}
+	k := newKernelCase(t, &prim.Conv2dOp{Opts: prim.ConvOpts{}.Normalized(), Mixed: true}, bf16m(2, 16, 4, 4), bf16m(8, 16, 1, 1))
+	k.run(t) // as planned
+	defer SetNativeBF16(SetNativeBF16(false))
+	err := Run(k.n, k.in, k.out, k.ws)
+	if err == nil || !strings.Contains(err.Error(), "plan the step again") || !strings.Contains(err.Error(), "conv2d") {
+		t.Fatalf("run with the native kernels off after planning with them on: %v", err)
 	}
 }

@@ -840,13 +840,6 @@ func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bo
 			for i, in := range n.Inputs {
 				ins[i] = mapped[in]
 			}
-			if _, ok := n.Op.(*prim.Conv2dBackwardWeight); ok && native(n) {
-				for i, in := range n.Inputs {
-					if widening(in.Node) && in.Node.Inputs[0].DType() == tensor.BFloat16 && isF32(ins[i]) {
-						ins[i] = mapped[in.Node.Inputs[0]]
-					}
-				}
-			}
 			if c := narrowedInput(narrowed, n); c != nil && c.Phase == n.Phase && !isF32(ins[1]) && native(n) {
 				if !emitted[c] {
 					for i, o := range out.Clone(c, []*trace.Tensor{mapped[c.Inputs[0]]}) {
@@ -855,6 +848,25 @@ func readLow16(g *trace.Graph, runsLow func(o trace.Op, in, out []trace.Meta) bo
 					emitted[c] = true
 				}
 				ins[0] = mapped[c.Outputs[0]]
+			}
+			if isConv(n) && native(n) {
+				for i, in := range n.Inputs[:2] {
+					switch {
+					case !isF32(ins[i]):
+					case widening(in.Node) && in.Node.Inputs[0].DType() == tensor.BFloat16:
+						// The bf16 value a widening that other readers
+						// keep widens.
+						ins[i] = mapped[in.Node.Inputs[0]]
+					default:
+						// A float32 operand holding bf16 numbers (autocast
+						// rounded it, or it is a recomputed max pooling of
+						// rounded values): its bf16 copy, exact, so that
+						// the kernel is the native one whatever the graph
+						// kept (recomputation stays bit for bit).
+						at(out, n.Module, n.Phase, func() { ins[i] = prim.To(ins[i], tensor.BFloat16) })
+						ins[i].Node.Recompute = n.Recompute
+					}
+				}
 			}
 			node := n
 			switch lo := widened(n); {
@@ -953,6 +965,15 @@ func convReadsLow(c *trace.Node, t *trace.Tensor, native func(*trace.Node) bool)
 	return false
 }
 
+// isConv reports whether n is a convolution or one of its gradients.
+func isConv(n *trace.Node) bool {
+	switch n.Op.(type) {
+	case *prim.Conv2dOp, *prim.Conv2dBackwardInput, *prim.Conv2dBackwardWeight:
+		return n.Kind == trace.KindOp
+	}
+	return false
+}
+
 // narrowedInput is the cast to bfloat16 of forward convolution n's input,
 // if any.
 func narrowedInput(narrowed map[*trace.Tensor]*trace.Node, n *trace.Node) *trace.Node {
@@ -999,7 +1020,10 @@ func convLow(c *trace.Node, runsLow func(o trace.Op, in, out []trace.Meta) bool)
 	if len(w) != 4 || n.Groups != 1 {
 		return false
 	}
-	if convPointwiseLow == pwOn {
+	switch convPointwiseLow {
+	case pwOn:
+		return w[2] == 1 && w[3] == 1 && n.Stride == [2]int{1, 1} && n.Padding == [2]int{}
+	case pwAll:
 		return true
 	}
 	if runsLow == nil {
@@ -1009,15 +1033,17 @@ func convLow(c *trace.Node, runsLow func(o trace.Op, in, out []trace.Meta) bool)
 	return runsLow(mixed, in, []trace.Meta{c.Outputs[0].Meta})
 }
 
-// convPointwiseLow is pwAuto (pointwise convolutions read bf16 where the
-// backend multiplies them natively); tests set pwOff, or pwOn to hand them
-// bf16 operands whatever the kernel (which then widens them).
+// convPointwiseLow is pwAuto (convolutions read bf16 where the backend
+// multiplies them natively, convLow); tests set pwOff, or pwOn (pointwise
+// ones) or pwAll (every one) to hand them bf16 operands whatever the
+// kernel (which then widens them).
 var convPointwiseLow = pwAuto
 
 const (
 	pwAuto = iota
 	pwOff
 	pwOn
+	pwAll
 )
 
 // normReadsLow reports whether c is a float32 batch norm (forward or

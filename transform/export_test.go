@@ -81,12 +81,12 @@ func SetNormReadsLow(on bool) bool {
 	return old
 }
 
-// SetConvPointwiseLow sets whether pointwise convolutions read bfloat16
-// operands (convLow): "auto" (where the backend multiplies them
-// natively), "off" or "on" (whatever the kernel); it returns the previous
-// setting.
+// SetConvPointwiseLow sets which convolutions read bfloat16 operands
+// (convLow): "auto" (where the backend multiplies them natively), "off",
+// "on" (pointwise ones, whatever the kernel) or "all" (every one); it
+// returns the previous setting.
 func SetConvPointwiseLow(mode string) string {
-	names := map[int]string{pwAuto: "auto", pwOff: "off", pwOn: "on"}
+	names := map[int]string{pwAuto: "auto", pwOff: "off", pwOn: "on", pwAll: "all"}
 	old := names[convPointwiseLow]
 	for k, v := range names {
 		if v == mode {

@@ -12,6 +12,9 @@ var splitLow = true
 // readLowFor is ReadLow for a step in precision p: under bf16-true
 // followed by readLowShared.
 func readLowFor(g *trace.Graph, p Precision, runsLow func(o trace.Op, in, out []trace.Meta) bool) (*trace.Graph, int, error) {
+	if p != BF16Mixed && p != BF16True {
+		runsLow = nil // native bf16 products only for bfloat16 values
+	}
 	g, n, err := readLowWith(g, runsLow)
 	if err != nil || p != BF16True || !splitLow || foldOnly {
 		return g, n, err
