@@ -677,14 +677,7 @@ func TestConvPwBF16(t *testing.T) {
 				copy(k.in[i].U16(), v)
 			}
 			run := func(threads int) []float32 {
-				defer parallel.SetThreads(parallel.SetThreads(threads))
-				for i := range k.ws {
-					k.ws[i] = 0xff
-				}
-				for i := range k.out[0].F32() {
-					k.out[0].F32()[i] = float32(math.NaN())
-				}
-				k.run(t)
+				k.runPoisoned(t, threads)
 				return append([]float32(nil), k.out[0].F32()...)
 			}
 			what := fmt.Sprintf("%+v %s", s, c.name)
@@ -850,16 +843,7 @@ func TestConvColBF16(t *testing.T) {
 				ref := c.ref()
 				what := fmt.Sprintf("%+v %s, groups of %d bytes", s, c.name, groupBytes)
 				for _, threads := range []int{1, 2} {
-					func() {
-						defer parallel.SetThreads(parallel.SetThreads(threads))
-						for i := range k.ws {
-							k.ws[i] = 0xff
-						}
-						for i := range k.out[0].F32() {
-							k.out[0].F32()[i] = float32(math.NaN())
-						}
-						k.run(t)
-					}()
+					k.runPoisoned(t, threads)
 					got := k.out[0].F32()
 					if i, ok := sameF32Bits(got, ref); !ok {
 						t.Errorf("%s, %d threads: element %d is %g, reference %g", what, threads, i, got[i], ref[i])
@@ -886,4 +870,19 @@ func TestConvNativeOffAfterPlanning(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "plan the step again") || !strings.Contains(err.Error(), "conv2d") {
 		t.Fatalf("run with the native kernels off after planning with them on: %v", err)
 	}
+}
+
+// runPoisoned runs k on threads threads with its workspace filled with
+// 0xff bytes (NaNs as float32) and its float32 output with NaNs, so that
+// a kernel reading what it did not write, or leaving an element
+// unwritten, shows.
+func (k *kernelCase) runPoisoned(tb testing.TB, threads int) {
+	defer parallel.SetThreads(parallel.SetThreads(threads))
+	for i := range k.ws {
+		k.ws[i] = 0xff
+	}
+	for i := range k.out[0].F32() {
+		k.out[0].F32()[i] = float32(math.NaN())
+	}
+	k.run(tb)
 }
