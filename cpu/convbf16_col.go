@@ -34,21 +34,24 @@ import (
 // (TestConvColPerfReport, Zen 4).
 var convColGroupBytes = 4 << 20
 
-// convColCap is the most workspace the im2col paths take for g: the
-// float32 copy of its larger activation operand that the widened path
-// would make, at most convColGroupBytes. An image's im2col matrix is
-// about KH*KW times its plane, so at small batches and stride 1 (a
-// 3x3 convolution of fewer than 5 images) one image alone would take
-// more: those widen (convColFits), and reading bf16 natively never holds
-// more than widening would.
+// convColCap is the most workspace one image of the im2col paths may take
+// for g: the float32 copy of its larger activation operand that the
+// widened path would make. An image's im2col matrix is about KH*KW times
+// its plane, so at small batches and stride 1 (a 3x3 convolution of fewer
+// than 5 images) one image alone would take more, a workspace larger than
+// the activations the bf16 values save in a small model: those widen
+// (convColFits). Groups still take up to convColGroupBytes: fewer images
+// a group cost more than the bytes saved (the weight gradient of
+// ResNet-18's 2x2 layer adds each group's sum into its 9 MB of float32:
+// 7-image groups ran it 1.6-2.4x slower than one group of 32).
 func convColCap(g prim.ConvGeom) int {
-	return min(convColGroupBytes, 4*g.N*max(g.C*g.H*g.W, g.K*g.OH*g.OW))
+	return 4 * g.N * max(g.C*g.H*g.W, g.K*g.OH*g.OW)
 }
 
 // convColGroup is the number of images of a group of g when each takes
 // per bytes of workspace.
 func convColGroup(g prim.ConvGeom, per int) int {
-	return max(1, min(g.N, convColCap(g)/max(1, per)))
+	return max(1, min(g.N, convColGroupBytes/max(1, per)))
 }
 
 // convColFits reports whether one image of g's im2col path p for op fits
