@@ -262,7 +262,11 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 		return err
 	}
 	t, tile := blas.NativeBF16Tile()
-	if tile && in[0].DType == tensor.Float32 && in[1].DType == tensor.BFloat16 && convBF16PathOf(n.Op, g) == convPathTiled {
+	path := convPathWiden
+	if tile {
+		path = convBF16PathOf(n.Op, g)
+	}
+	if in[0].DType == tensor.Float32 && in[1].DType == tensor.BFloat16 && path == convPathTiled {
 		// The weight gradient of ȳ widened by other readers' cast:
 		// native if its values are bf16 numbers (the cast's), packed
 		// from their high halves.
@@ -284,7 +288,7 @@ func convMixedKernel(pool *parallel.Pool, n *trace.Node, in, out []*tensor.Tenso
 			}
 			return nil
 		}
-		switch convBF16PathOf(n.Op, g) {
+		switch path {
 		case convPathTiled:
 			convWgradTiledBF16(pool, t, g, a, nil, b, y, ws)
 			return nil
@@ -454,7 +458,9 @@ func im2colBF16(pool *parallel.Pool, g prim.ConvGeom, x []uint16, n0, cnt int, c
 	// (ResNet-18's 2x2 and 4x4 planes, its stride-2 layers).
 	var offs []int32
 	if !run && (g.OW < 16 || g.SW != 1) && khw*P <= 1<<14 {
-		offs = make([]int32, khw*P)
+		buf := getInt32s(khw * P) // pooled: a call a convolution a step
+		defer convGatherPool.Put(buf)
+		offs = *buf
 		for t := range khw {
 			kh, kw := t/g.KW, t%g.KW
 			for oh := range g.OH {
