@@ -308,8 +308,14 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 				device.FormatBytes(lp.mem.Staging()), device.FormatBytes(lp.reserved), depth, device.FormatBytes(lp.heap()), device.FormatBytes(lp.cost()), device.FormatBytes(b-lp.cost()))
 			b -= lp.cost()
 			defer limitHeap(lp.heap())()
-		} else if res, err = budget.Fit(ctx, prob); err != nil {
-			return err
+		} else {
+			if res, err = budget.Fit(ctx, prob); err != nil {
+				return err
+			}
+			// The synthetic data's batches and the step's own Go objects
+			// are the overhead the budget does not cover; without a
+			// limit the collector lets their garbage double the heap.
+			defer limitHeap(0)()
 		}
 		res.Print(out, b)
 		if md != nil {
