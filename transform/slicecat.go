@@ -25,9 +25,14 @@ type SliceCatStats struct {
 // gradients; now only the concatenations are kept. A slice copies the
 // bytes the concatenation copied, so every value is bit for bit the same.
 //
-// Only concatenations the backward pass reads as they are (not compressed,
-// recomputed or offloaded: Compress and Rematerialize give those readers
-// another value) serve, so no value is kept longer in full precision than
+// Where Compress stores a concatenation as a 16-bit copy or as int8 codes
+// (per channel, the concatenation's axis), the narrower ones' stored
+// copies are read back from the widest's the same way: a cast, and a
+// per-channel quantization, commute with slicing, bit for bit (the copies
+// no longer read are then dead, and Fuse drops them). Otherwise only
+// concatenations the backward pass reads as they are (not recomputed or
+// offloaded: Rematerialize and Compress give those readers another value)
+// serve, so no value is kept longer in full precision than
 // it would be anyway; of several, the one read last in the backward pass,
 // whose life the slice extends least. Run it after Compress.
 func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
@@ -63,25 +68,38 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 	// with concatenation and slicing: a slice of the copy is bit for bit
 	// the copy of the slice). lowOf[v][d] is the saved cast of v to d.
 	lowOf := map[*trace.Tensor]map[tensor.DType]*trace.Tensor{}
+	// Likewise the int8 codes and scales Compress stores: per channel, so
+	// where the channels are the concatenation's axis the codes of a run
+	// of channels are a slice of the whole's codes, and its scales a
+	// slice of the whole's scales, bit for bit. quantOf[v] is v's saved
+	// prim.Quantize.
+	quantOf := map[*trace.Tensor]*trace.Node{}
 	var cats []catLike
 	for _, n := range g.Nodes {
 		if n.Kind != trace.KindOp || !savedProducer(n) {
 			continue
 		}
 		c := catLike{n: n, cat: n}
-		if cast, ok := n.Op.(*prim.Cast); ok {
+		switch op := n.Op.(type) {
+		case *prim.Cast:
 			v := n.Inputs[0]
 			if lowOf[v] == nil {
 				lowOf[v] = map[tensor.DType]*trace.Tensor{}
 			}
-			lowOf[v][cast.To] = n.Outputs[0]
-			c = catLike{n: n, cat: v.Node, cast: true, to: cast.To}
+			lowOf[v][op.To] = n.Outputs[0]
+			c = catLike{n: n, cat: v.Node, cast: true, to: op.To}
+		case *prim.Quantize:
+			v := n.Inputs[0]
+			quantOf[v] = n
+			c = catLike{n: n, cat: v.Node, quant: true}
+			if op.Axis < 0 || !isCatNode(v.Node) || catAxis(v.Node) != op.Axis {
+				continue
+			}
 		}
-		if !isCatNode(c.cat) || c.cast && n.Inputs[0] != c.cat.Outputs[0] {
+		if !isCatNode(c.cat) || c.n != c.cat && n.Inputs[0] != c.cat.Outputs[0] {
 			continue
 		}
-		v := n.Outputs[0]
-		if _, saved := lastBack[v]; saved && !outputs[v] && trace.Root(v) == v {
+		if savedAll(c.saved(), lastBack, outputs) {
 			cats = append(cats, c)
 		}
 	}
@@ -91,8 +109,9 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 	// concatenation rather than all of them (ESRGAN's RDB: 192 channels
 	// kept instead of 96+128+160+192).
 	for _, a := range cats {
-		var best source
-		for _, b := range cats {
+		var best *catLike
+		bestStart := 0
+		for i, b := range cats {
 			if b.n == a.n {
 				continue
 			}
@@ -100,40 +119,52 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 			if !ok || catHeld(b, cats) {
 				continue
 			}
-			axis := catAxis(a.cat)
-			v := b.n.Outputs[0]
-			s := source{cat: v, slice: prim.SliceOp{Axis: axis, Start: start, End: start + a.n.Outputs[0].Shape()[axis], Step: 1}, last: lastBack[v]}
-			if best.cat == nil || s.last.ID > best.last.ID {
-				best = s
+			if best == nil || lastBack[b.n.Outputs[0]].ID > lastBack[best.n.Outputs[0]].ID {
+				best, bestStart = &cats[i], start
 			}
 		}
-		if best.cat != nil {
-			src[a.n.Outputs[0]] = best
+		if best == nil {
+			continue
+		}
+		axis := catAxis(a.cat)
+		w := a.cat.Outputs[0].Shape()[axis]
+		for k, y := range a.saved() {
+			v := best.n.Outputs[k]
+			src[y] = source{cat: v, slice: a.sliceOf(k, axis, bestStart, w), last: lastBack[v]}
 		}
 	}
 	for _, c := range cats {
 		axis := catAxis(c.cat)
-		v := c.n.Outputs[0]
-		last := lastBack[v]
 		off := 0
 		for _, x := range c.cat.Inputs {
 			w := x.Shape()[axis]
-			s := source{cat: v, slice: prim.SliceOp{Axis: axis, Start: off, End: off + w, Step: 1}, last: last}
+			start := off
 			off += w
-			y := x
-			if c.cast {
-				if y = lowOf[x][c.to]; y == nil {
+			var ys []*trace.Tensor
+			switch {
+			case c.cast:
+				if y := lowOf[x][c.to]; y != nil {
+					ys = []*trace.Tensor{y}
+				}
+			case c.quant:
+				if q := quantOf[x]; q != nil && q.Op.(*prim.Quantize).Axis == axis {
+					ys = q.Outputs
+				}
+			default:
+				ys = []*trace.Tensor{x}
+			}
+			if len(ys) == 0 || !savedAll(ys, lastBack, outputs) || ys[0].Node.Kind != trace.KindOp {
+				continue
+			}
+			for k, y := range ys {
+				if _, isCat := src[y]; isCat && catLikeNode(y.Node) {
 					continue
 				}
-			}
-			if _, read := lastBack[y]; !read || outputs[y] || trace.Root(y) != y || y.Node.Kind != trace.KindOp {
-				continue
-			}
-			if _, isCat := src[y]; isCat && (isCatNode(y.Node) || c.cast && isCatNode(y.Node.Inputs[0].Node)) {
-				continue
-			}
-			if old, ok := src[y]; !ok || s.last.ID > old.last.ID {
-				src[y] = s
+				v := c.n.Outputs[k]
+				s := source{cat: v, slice: c.sliceOf(k, axis, start, w), last: lastBack[v]}
+				if old, ok := src[y]; !ok || s.last.ID > old.last.ID {
+					src[y] = s
+				}
 			}
 		}
 	}
@@ -219,20 +250,65 @@ func SliceFromCat(g *trace.Graph) (*trace.Graph, SliceCatStats, error) {
 	return out, st, err
 }
 
-// catLike is a saved concatenation, or a saved cast of one.
+// catLike is a saved concatenation, or a saved cast or int8 quantization
+// of one.
 type catLike struct {
-	n    *trace.Node // the saved node
-	cat  *trace.Node // the concatenation: n, or the cast's input's node
-	cast bool        // n casts cat's output to to
-	to   tensor.DType
+	n     *trace.Node // the saved node
+	cat   *trace.Node // the concatenation: n, or the cast's or quantization's input's node
+	cast  bool        // n casts cat's output to to
+	to    tensor.DType
+	quant bool // n quantizes cat's output to int8, channels on the concatenation's axis
+}
+
+// saved is what the backward pass reads of c: its value, or the codes and
+// scales of its quantization.
+func (c catLike) saved() []*trace.Tensor {
+	if c.quant {
+		return c.n.Outputs
+	}
+	return c.n.Outputs[:1]
+}
+
+// sliceOf is the slice of c's saved output k holding the w channels from
+// start on axis (the scales, one per channel, on their only axis).
+func (c catLike) sliceOf(k, axis, start, w int) prim.SliceOp {
+	if k == 1 && c.quant {
+		axis = 0
+	}
+	return prim.SliceOp{Axis: axis, Start: start, End: start + w, Step: 1}
+}
+
+// savedAll reports whether every one of vs is a saved value the backward
+// pass reads as it is (not a step output, not a view).
+func savedAll(vs []*trace.Tensor, lastBack map[*trace.Tensor]*trace.Node, outputs map[*trace.Tensor]bool) bool {
+	for _, v := range vs {
+		if _, saved := lastBack[v]; !saved || outputs[v] || trace.Root(v) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// catLikeNode reports whether n is a concatenation or a cast or
+// quantization of one.
+func catLikeNode(n *trace.Node) bool {
+	if isCatNode(n) {
+		return true
+	}
+	switch n.Op.(type) {
+	case *prim.Cast, *prim.Quantize:
+		return isCatNode(n.Inputs[0].Node)
+	}
+	return false
 }
 
 // catRun reports whether a's concatenated values are a run of b's (their
-// inputs, on the same axis, cast alike), and where a's values start in b.
+// inputs, on the same axis, cast or quantized alike), and where a's values
+// start in b.
 func catRun(a, b catLike) (start int, ok bool) {
 	axis := catAxis(b.cat)
 	ia, ib := a.cat.Inputs, b.cat.Inputs
-	if catAxis(a.cat) != axis || len(ia) > len(ib) || a.cast != b.cast || a.to != b.to {
+	if catAxis(a.cat) != axis || len(ia) > len(ib) || a.cast != b.cast || a.to != b.to || a.quant != b.quant {
 		return 0, false
 	}
 	for i := 0; i+len(ia) <= len(ib); i++ {

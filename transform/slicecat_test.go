@@ -91,6 +91,48 @@ func TestSliceFromCatIsExact(t *testing.T) {
 	transform.SetSliceCat(true)
 	masked := step(t, spec, 2, setup{compress: transform.Compression{Masks: true}})
 	sameGrads(t, "slicecat+masks", masked, base)
+
+	// Stored compressed: a bfloat16 copy commutes with slicing, and so do
+	// int8 codes and their scales, which are per channel (the
+	// concatenation's axis). Each narrower concatenation's stored copy is
+	// read back from the widest's, and no longer made: loss and gradients
+	// bit for bit as with the pass off.
+	for _, f := range []transform.Format{transform.BF16, transform.Int8} {
+		c := setup{compress: transform.Compression{To: f, Masks: true}}
+		transform.SetSliceCat(false)
+		base := step(t, spec, 2, c)
+		transform.SetSliceCat(true)
+		got := step(t, spec, 2, c)
+		sameGrads(t, fmt.Sprintf("slicecat+%v", f), got, base)
+		// 3 narrower concatenations a block; int8's codes and scales
+		// each a slice; the block inputs (stored as the concatenations
+		// are) too.
+		want := 3 * 3
+		if f == transform.Int8 {
+			want *= 2
+		}
+		stored := 0
+		for _, n := range got.prog.Nodes {
+			switch n.Op.(type) {
+			case *prim.Quantize, *prim.Cast:
+				if n.Phase == trace.Forward && n.Inputs[0].Node.Kind == trace.KindOp {
+					if _, cat := n.Inputs[0].Node.Op.(*prim.CatOp); cat {
+						stored++
+					}
+				}
+			}
+		}
+		if n := countOps(got.prog, "slice"); n < want {
+			t.Errorf("%v: %d slices, want at least %d (the narrower concatenations' stored copies)", f, n, want)
+		}
+		if stored != 3 {
+			t.Errorf("%v: %d concatenations stored, want 3 (the widest of each dense block)", f, stored)
+		}
+		if got.plan.Activations >= base.plan.Activations {
+			t.Errorf("%v: activation peak %d, without the pass %d", f, got.plan.Activations, base.plan.Activations)
+		}
+		t.Logf("stored %v: activation peak %d -> %d bytes", f, base.plan.Activations, got.plan.Activations)
+	}
 }
 
 // When the backward pass begins, no input of a saved concatenation is kept
