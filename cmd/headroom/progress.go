@@ -18,7 +18,7 @@ type progressFlags struct {
 }
 
 func (p *progressFlags) define(fs *flag.FlagSet) {
-	fs.StringVar(&p.mode, "progress", "auto", "how training shows its progress on stderr: bar (redrawn in place), plain (one line at a time, for logs), none, or auto (bar when stderr is a terminal, else plain)")
+	fs.StringVar(&p.mode, "progress", "auto", "how training, and an evaluation longer than 2s, show their progress on stderr: bar (redrawn in place), plain (one line at a time, for logs), none, or auto (bar when stderr is a terminal, else plain)")
 	fs.DurationVar(&p.every, "progress-every", 0, "time between progress updates (default: 200ms for the bar, 10s for plain lines); the first step and the end of each epoch are always shown")
 }
 
