@@ -202,22 +202,55 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 		return ganTable(ctx, out, f, vggSD, lq, gt)
 	}
 	cfg := gan.Config{Weights: gan.ESRGANWeights(), Step: step}
+	devName := "cpu"
+	var heap int64 // the Go heap's planned bytes under --budget: the data's
 	if budgetBytes > 0 {
+		if heap, err = f.dataHeap(lq, gt); err != nil {
+			return err
+		}
+		capacity := max(budgetBytes-heap, 0)
 		meta, err := f.build(device.Meta(), cfg, vggSD)
 		if err != nil {
 			return err
 		}
-		choice, opts, err := meta.Fit(budgetBytes, lq, gt, ganCost())
+		choice, opts, err := meta.Fit(capacity, lq, gt, ganCost())
 		meta.Close()
-		printOptions(out, opts, budgetBytes)
+		printOptions(out, opts, capacity)
 		if err != nil {
-			return err
+			return fmt.Errorf("gan: --budget %s, less the data's %s on the heap: %w", device.FormatBytes(budgetBytes), device.FormatBytes(heap), err)
+		}
+		// The plan's total is what is allocated; the device maps
+		// segments around it. The fastest option whose dry run (a step
+		// on a meta device capped as the run will be) fits is the one.
+		var reserved int64
+		for _, o := range opts {
+			if o.Plan.Total() > capacity {
+				continue
+			}
+			c := cfg
+			c.Step = o.Step
+			if reserved, err = f.dryRun(ctx, c, vggSD, capacity, lq, gt); err == nil {
+				choice = o
+				break
+			}
+			if !errors.Is(err, device.ErrOutOfMemory) {
+				return err
+			}
+			fmt.Fprintf(out, "%v, %v: planned %s, but with the allocator's segments it needs more than the %s of device memory\n", o.Step.Precision, o.Step.Recompute,
+				device.FormatBytes(o.Plan.Total()), device.FormatBytes(capacity))
+		}
+		if err != nil {
+			return fmt.Errorf("gan: --budget %s: %w", device.FormatBytes(budgetBytes), err)
 		}
 		cfg.Step = choice.Step
-		fmt.Fprintf(out, "chosen: %v, %v (planned peak %s of %s)\n", choice.Step.Precision, choice.Step.Recompute,
-			device.FormatBytes(choice.Plan.Total()), device.FormatBytes(budgetBytes))
+		fmt.Fprintf(out, "chosen: %v, %v (planned peak %s, device memory %s with the allocator's segments, of %s; data %s on the heap)\n", choice.Step.Precision, choice.Step.Recompute,
+			device.FormatBytes(choice.Plan.Total()), device.FormatBytes(reserved), device.FormatBytes(capacity), device.FormatBytes(heap))
+		devName = fmt.Sprintf("cpu:mem=%d", capacity)
 	}
-	dev := device.CPU()
+	dev, err := device.New(devName)
+	if err != nil {
+		return err
+	}
 	if f.planOnly {
 		dev = device.Meta()
 	}
@@ -226,6 +259,10 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer tr.Close()
+	vggSD = nil // copied to the device
+	if budgetBytes > 0 {
+		defer limitHeap(heap)()
+	}
 	p, err := tr.Plan(lq, gt)
 	if err != nil {
 		return err
@@ -244,7 +281,60 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "measured peak %s (planned %s), mean iteration %.1fs\n", device.FormatBytes(m.peak), device.FormatBytes(p.Total()), m.seconds)
+	newProcProbe(dev).printProcess(out)
+	if budgetBytes > 0 {
+		reportPeak(out, budgetBytes)
+	}
 	return nil
+}
+
+// dryRun builds the networks under cfg on a meta device capped at
+// capacity and runs one iteration there (shapes only): what a real
+// device capped alike allocates, segments included. It returns the
+// device memory the iteration reserved.
+func (f ganFlags) dryRun(ctx context.Context, cfg gan.Config, vggSD map[string]*tensor.Tensor, capacity int64, lq, gt trace.Meta) (int64, error) {
+	dev := device.Meta()
+	if err := dev.Alloc.SetCapacity(capacity); err != nil {
+		return 0, err
+	}
+	tr, err := f.build(dev, cfg, vggSD)
+	if err != nil {
+		return 0, err
+	}
+	defer tr.Close()
+	if _, err := tr.Step(ctx, &tensor.Tensor{DType: lq.DType, Shape: lq.Shape}, &tensor.Tensor{DType: gt.DType, Shape: gt.Shape}); err != nil {
+		return 0, err
+	}
+	return dev.Alloc.Stats().ReservedBytes.Peak, nil
+}
+
+// dataHeap is what the data keeps on the Go heap while training, planned
+// into --budget: with --data the loader's buffers (dataset.PlanMemory; its
+// batches are on the heap, not staged on the device), and each iteration's
+// pair of input tensors, one in use and the last one's not yet collected.
+func (f ganFlags) dataHeap(lq, gt trace.Meta) (int64, error) {
+	pair := 2 * (lq.Bytes() + gt.Bytes())
+	if f.data == "" {
+		return pair + gt.Bytes(), nil // and the random image
+	}
+	src, err := dataset.OpenImageFolder(f.data, 3)
+	if err != nil {
+		return 0, err
+	}
+	m, err := dataset.PlanMemory(enlarged{src, f.repeat}, f.loaderConfig())
+	if err != nil {
+		return 0, fmt.Errorf("gan: --data %s: %w", f.data, err)
+	}
+	return pair + m.Total(), nil
+}
+
+// loaderConfig is the data loader's configuration for --data.
+func (f ganFlags) loaderConfig() dataset.Config {
+	return dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), DropLast: true,
+		Workers: f.workers, Transforms: []dataset.Transform{
+			dataset.RandomCrop{Height: f.crop, Width: f.crop},
+			dataset.HorizontalFlip{}, dataset.VerticalFlip{}, dataset.Transpose{},
+		}}
 }
 
 func parseGANRecompute(s string) (train.Recompute, error) {
@@ -391,11 +481,7 @@ func (f ganFlags) batches(lqm, gtm trace.Meta) (func(context.Context) (*tensor.T
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := dataset.NewLoader(enlarged{src, f.repeat}, dataset.Config{BatchSize: f.batch, Shuffle: true, Seed: uint64(f.seed), DropLast: true,
-		Workers: f.workers, Transforms: []dataset.Transform{
-			dataset.RandomCrop{Height: f.crop, Width: f.crop},
-			dataset.HorizontalFlip{}, dataset.VerticalFlip{}, dataset.Transpose{},
-		}})
+	l, err := dataset.NewLoader(enlarged{src, f.repeat}, f.loaderConfig())
 	if err != nil {
 		return nil, nil, err
 	}
