@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -222,30 +223,37 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 		// The plan's total is what is allocated; the device maps
 		// segments around it. The fastest option whose dry run (a step
 		// on a meta device capped as the run will be) fits is the one.
-		var reserved int64
+		// The compiled steps' Go objects (three networks' graphs: some
+		// 15 MiB) come out of the budget too, or the heap limit below
+		// leaves the collector no room (it ran 1200 times in 4 iterations,
+		// each 1.5x slower).
+		var reserved, progHeap int64
 		for _, o := range opts {
 			if o.Plan.Total() > capacity {
 				continue
 			}
 			c := cfg
 			c.Step = o.Step
-			if reserved, err = f.dryRun(ctx, c, vggSD, capacity, lq, gt); err == nil {
+			if reserved, progHeap, err = f.dryRun(ctx, c, vggSD, capacity, lq, gt); err == nil && reserved+progHeap <= capacity {
 				choice = o
 				break
 			}
-			if !errors.Is(err, device.ErrOutOfMemory) {
+			if err == nil {
+				err = fmt.Errorf("%w: %s of device memory and %s of compiled steps on the heap", errNoFit, device.FormatBytes(reserved), device.FormatBytes(progHeap))
+			} else if !errors.Is(err, device.ErrOutOfMemory) {
 				return err
 			}
-			fmt.Fprintf(out, "%v, %v: planned %s, but with the allocator's segments it needs more than the %s of device memory\n", o.Step.Precision, o.Step.Recompute,
+			fmt.Fprintf(out, "%v, %v: planned %s, but with the allocator's segments and the compiled steps it needs more than %s\n", o.Step.Precision, o.Step.Recompute,
 				device.FormatBytes(o.Plan.Total()), device.FormatBytes(capacity))
 		}
 		if err != nil {
 			return fmt.Errorf("gan: --budget %s: %w", device.FormatBytes(budgetBytes), err)
 		}
 		cfg.Step = choice.Step
-		fmt.Fprintf(out, "chosen: %v, %v (planned peak %s, device memory %s with the allocator's segments, of %s; data %s on the heap)\n", choice.Step.Precision, choice.Step.Recompute,
-			device.FormatBytes(choice.Plan.Total()), device.FormatBytes(reserved), device.FormatBytes(capacity), device.FormatBytes(heap))
-		devName = fmt.Sprintf("cpu:mem=%d", capacity)
+		fmt.Fprintf(out, "chosen: %v, %v (planned peak %s, device memory %s with the allocator's segments; compiled steps %s and data %s on the heap; budget %s)\n", choice.Step.Precision, choice.Step.Recompute,
+			device.FormatBytes(choice.Plan.Total()), device.FormatBytes(reserved), device.FormatBytes(progHeap), device.FormatBytes(heap), device.FormatBytes(budgetBytes))
+		heap += progHeap
+		devName = fmt.Sprintf("cpu:mem=%d", capacity-progHeap)
 	}
 	dev, err := device.New(devName)
 	if err != nil {
@@ -288,24 +296,38 @@ func ganMain(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
+// errNoFit is matched by errors.Is when the planned option does not
+// fit the budget with what the plan leaves out.
+var errNoFit = errors.New("does not fit")
+
 // dryRun builds the networks under cfg on a meta device capped at
 // capacity and runs one iteration there (shapes only): what a real
 // device capped alike allocates, segments included. It returns the
-// device memory the iteration reserved.
-func (f ganFlags) dryRun(ctx context.Context, cfg gan.Config, vggSD map[string]*tensor.Tensor, capacity int64, lq, gt trace.Meta) (int64, error) {
+// device memory the iteration reserved and the Go heap its compiled
+// steps keep (live after a collection, as the real run's are).
+func (f ganFlags) dryRun(ctx context.Context, cfg gan.Config, vggSD map[string]*tensor.Tensor, capacity int64, lq, gt trace.Meta) (reserved, heap int64, err error) {
 	dev := device.Meta()
 	if err := dev.Alloc.SetCapacity(capacity); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	before := liveHeap()
 	tr, err := f.build(dev, cfg, vggSD)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer tr.Close()
 	if _, err := tr.Step(ctx, &tensor.Tensor{DType: lq.DType, Shape: lq.Shape}, &tensor.Tensor{DType: gt.DType, Shape: gt.Shape}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return dev.Alloc.Stats().ReservedBytes.Peak, nil
+	return dev.Alloc.Stats().ReservedBytes.Peak, max(liveHeap()-before, 0), nil
+}
+
+// liveHeap is the Go heap's live bytes, after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
 
 // dataHeap is what the data keeps on the Go heap while training, planned
