@@ -267,7 +267,18 @@ func TestTensorParallelTrains(t *testing.T) {
 				}
 				d := maxRel(p, want)
 				worst = max(worst, d)
-				if d > 1e-5 {
+				// Adam divides each gradient by its own running
+				// magnitude, so an element whose gradient nearly
+				// cancels carries its float32 rounding (a different
+				// summation order on 2 ranks) into the update
+				// magnified: 5e-6 on the AVX kernels, 1.7e-5 on the
+				// portable ones (HEADROOM_MAX_ISA=none). A sharding
+				// or gathering error is of order 1.
+				tol := 1e-5
+				if tc.name == "adam" {
+					tol = 1e-4
+				}
+				if d > tol {
 					t.Errorf("%s after 3 steps: differs from one device's by %.3g", name, d)
 				}
 			}
