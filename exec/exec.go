@@ -445,7 +445,10 @@ func (p *Program) Run(ctx context.Context, arena *Arena, states States, inputs m
 			}
 			var ws []byte
 			if b := p.Plan.Workspace[i]; b != nil {
-				ws = mem[b.Offset : b.Offset+b.Bytes]
+				// Capped at its length: a kernel that reslices its
+				// workspace past what it declared panics here instead
+				// of writing over the next buffer in the arena.
+				ws = mem[b.Offset : b.Offset+b.Bytes : b.Offset+b.Bytes]
 			}
 			start := time.Now()
 			var err error

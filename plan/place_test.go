@@ -60,3 +60,33 @@ func TestPlaceMatchesSortedConflicts(t *testing.T) {
 		}
 	}
 }
+
+// trainingBuffers is a step-shaped placement problem: n buffers over a
+// forward and backward pass of steps nodes, half of them saved activations
+// (made in the forward pass, freed at the mirror step of the backward
+// pass) and half temporaries living a few steps, in the largest-first
+// order of Make's first attempt.
+func trainingBuffers(n, steps int) []*Buffer {
+	r := rand.New(rand.NewSource(1))
+	bufs := make([]*Buffer, n)
+	for i := range bufs {
+		s := r.Intn(steps)
+		e := s + 1 + r.Intn(4)
+		if i%2 == 0 {
+			s = r.Intn(steps / 2)
+			e = steps - 1 - s + r.Intn(3)
+		}
+		bufs[i] = &Buffer{ID: i, Start: s, End: min(e, steps-1), Size: int64(Align * (1 + r.Intn(2048)))}
+	}
+	sort.SliceStable(bufs, func(i, j int) bool { return bufs[i].Size > bufs[j].Size })
+	return bufs
+}
+
+// BenchmarkPlace is one placement of an RRDBNet-sized step (4000
+// buffers); the budget planner runs hundreds of them.
+func BenchmarkPlace(b *testing.B) {
+	bufs := trainingBuffers(4000, 6000)
+	for b.Loop() {
+		place(bufs)
+	}
+}
