@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/headroom-ml/headroom/device"
-	"github.com/headroom-ml/headroom/nn"
-	"github.com/headroom-ml/headroom/train"
 	"github.com/headroom-ml/headroom/zoo"
 )
 
@@ -28,18 +26,7 @@ func TestEvaluateShowsProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := evalSet{"test", synthSource{synth}, 0, 40}
-	s := nn.NewStore()
-	m := spec.New(s.Root())
-	dev := device.CPU()
-	if err := s.Materialize(dev, 1); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Release()
-	tr, err := train.NewConfig(dev, s, m, spec.Loss, nil, train.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	tr := evalTrainer(t, spec, device.CPU())
 	want, err := evaluate(context.Background(), tr, set, 8, nil)
 	if err != nil {
 		t.Fatal(err)

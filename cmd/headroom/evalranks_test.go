@@ -197,18 +197,8 @@ func TestEvaluateHalvesAlone(t *testing.T) {
 	const batch = 8192
 	set := evalSet{"test", synthSource{synth}, 0, 2 * batch}
 	eval := func(keep int) (evalResult, int64, error) {
-		s := nn.NewStore()
-		m := spec.New(s.Root())
 		dev := device.CPU()
-		if err := s.Materialize(dev, 1); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Release()
-		tr, err := train.NewConfig(dev, s, m, spec.Loss, nil, train.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tr.Close()
+		tr := evalTrainer(t, spec, dev)
 		if keep > 0 {
 			if err := squeeze(tr, dev, set, batch, keep); err != nil {
 				t.Fatal(err)
@@ -231,4 +221,23 @@ func TestEvaluateHalvesAlone(t *testing.T) {
 	if got.n != want.n || got.correct != want.correct || math.Abs(got.loss-want.loss) > 1e-6*math.Abs(want.loss) {
 		t.Errorf("in halves %+v, whole batches %+v", got, want)
 	}
+}
+
+// evalTrainer is spec's model, initialized with seed 1 on dev, in a
+// trainer without an optimizer (evaluation only), released at the end of
+// the test.
+func evalTrainer(t *testing.T, spec zoo.Spec, dev *device.Device) *train.Trainer {
+	t.Helper()
+	s := nn.NewStore()
+	m := spec.New(s.Root())
+	if err := s.Materialize(dev, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Release)
+	tr, err := train.NewConfig(dev, s, m, spec.Loss, nil, train.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
 }
