@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -320,14 +319,6 @@ func (f ganFlags) dryRun(ctx context.Context, cfg gan.Config, vggSD map[string]*
 		return 0, 0, err
 	}
 	return dev.Alloc.Stats().ReservedBytes.Peak, max(liveHeap()-before, 0), nil
-}
-
-// liveHeap is the Go heap's live bytes, after a collection.
-func liveHeap() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 // dataHeap is what the data keeps on the Go heap while training, planned

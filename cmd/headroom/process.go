@@ -3,10 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 
+	"github.com/headroom-ml/headroom/budget"
 	"github.com/headroom-ml/headroom/device"
 	"github.com/headroom-ml/headroom/internal/bench"
+	"github.com/headroom-ml/headroom/train"
 )
 
 // processOverhead is the resident memory of the process that no budget
@@ -55,3 +58,33 @@ func limitHeap(loaderHeap int64) (restore func()) {
 // in the process's RSS and not in the Go runtime's memory: `headroom
 // version`, runtime included, peaks at 11.5 MiB.
 const binaryResident = 8 << 20
+
+// stepHeap is the Go heap that c's compiled training step keeps (its
+// graphs, plan and compiled nodes), measured by compiling it on the meta
+// device: live bytes after a collection, before and after.
+func stepHeap(prob budget.Problem, c budget.Choice) (int64, error) {
+	before := liveHeap()
+	opt, err := prob.NewOptimizer()
+	if err != nil {
+		return 0, err
+	}
+	cfg := c.Config()
+	tr, err := train.SetupConfig(device.Meta(), 1, prob.Build, opt, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer tr.Close()
+	x, y := prob.Example(c.MicroBatch)
+	if _, _, err := tr.PlanConfig(cfg, x, y); err != nil {
+		return 0, err
+	}
+	return max(liveHeap()-before, 0), nil
+}
+
+// liveHeap is the Go heap's live bytes, after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}

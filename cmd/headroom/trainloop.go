@@ -307,17 +307,26 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 			fmt.Fprintf(out, "data loader staging %s of the budget (%s of device segments at prefetch depth %d), shuffle and scratch %s: %s in all; the step is planned in the remaining %s\n",
 				device.FormatBytes(lp.mem.Staging()), device.FormatBytes(lp.reserved), depth, device.FormatBytes(lp.heap()), device.FormatBytes(lp.cost()), device.FormatBytes(b-lp.cost()))
 			b -= lp.cost()
-			defer limitHeap(lp.heap())()
-		} else {
-			if res, err = budget.Fit(ctx, prob); err != nil {
-				return err
-			}
-			// The synthetic data's batches and the step's own Go objects
-			// are the overhead the budget does not cover; without a
-			// limit the collector lets their garbage double the heap.
-			defer limitHeap(0)()
+		} else if res, err = budget.Fit(ctx, prob); err != nil {
+			return err
 		}
+		// The compiled step's Go objects (its graphs and plan: 10 MiB
+		// for RRDBNet) come out of the device's share where the plan
+		// leaves room for them, so that the heap limit below leaves the
+		// collector room above them; without a limit the collector lets
+		// the step's garbage double the heap.
+		progHeap, err := stepHeap(prob, res.Best)
+		if err != nil {
+			return fmt.Errorf("train: --budget: %w", err)
+		}
+		if res.Best.Reserved+progHeap > res.Best.Capacity {
+			progHeap = 0 // the step's segments need it: the heap makes do
+		}
+		defer limitHeap(lp.heap() + progHeap)()
 		res.Print(out, b)
+		if progHeap > 0 {
+			fmt.Fprintf(out, "  %-22s %12s   (the compiled step's Go objects, on the heap; the device is capped at %s)\n", "compiled step", device.FormatBytes(progHeap), device.FormatBytes(res.Best.Capacity-progHeap))
+		}
 		if md != nil {
 			lp.row(out)
 		}
@@ -329,7 +338,7 @@ func trainRank(ctx context.Context, f trainFlags, out, log io.Writer) error {
 		if !strings.Contains(f.device, "mem=") {
 			// The budget, or the tighter capacity the plan fits, and the
 			// loader's staging segments.
-			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity+lp.reserved)
+			f.device = fmt.Sprintf("%s:mem=%d", f.device, res.Best.Capacity-progHeap+lp.reserved)
 		}
 	}
 	dev, err := device.New(f.device)
