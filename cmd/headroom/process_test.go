@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -173,5 +174,31 @@ func TestProcessPeakWithinBudget(t *testing.T) {
 				t.Errorf("the run does not report its peak against the budget:\n%s", out)
 			}
 		})
+	}
+}
+
+// Under --budget the compiled step's Go objects come out of the device's
+// share where the plan leaves room for them: the device is capped at the
+// budget less them, and the heap limit's share grows by as much, so the
+// collector has room above a large graph's live objects.
+func TestTrainBudgetCompiledStep(t *testing.T) {
+	out := trainArgs(t, "--model", "resnet18-64", "--budget", "256MiB", "--steps", "1", "--limit", "16", "--batch-size", "8", "--progress", "none")
+	m := regexp.MustCompile(`compiled step +(\S+ \S+) +\(the compiled step's Go objects, on the heap; the device is capped at (\S+ \S+)\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no compiled step line:\n%s", out)
+	}
+	heap, err := device.ParseBytes(strings.ReplaceAll(m[1], " ", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := device.ParseBytes(strings.ReplaceAll(m[2], " ", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heap <= 0 || heap > 32<<20 || math.Abs(float64(heap+capped-256<<20)) > 0.02*(1<<20) {
+		t.Errorf("compiled step %s, device capped at %s: not the 256 MiB budget", m[1], m[2])
+	}
+	if !strings.Contains(out, "device cpu:mem="+m[2]) {
+		t.Errorf("the run's device is not capped at %s:\n%s", m[2], out)
 	}
 }
