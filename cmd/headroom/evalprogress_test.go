@@ -27,7 +27,7 @@ func TestEvaluateShowsProgress(t *testing.T) {
 	}
 	set := evalSet{"test", synthSource{synth}, 0, 40}
 	tr := evalTrainer(t, spec, device.CPU())
-	want, err := evaluate(context.Background(), tr, set, 8, nil)
+	want, err := evaluate(context.Background(), tr, set, 8, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

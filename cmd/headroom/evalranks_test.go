@@ -99,7 +99,7 @@ func evalOnRanks(t *testing.T, model string, zero, tensor, ranks int, set evalSe
 			}
 		}
 		r := c.Rank()
-		res[r], errs[r] = evaluate(ctx, tr, set, batch, d.evalComm())
+		res[r], errs[r] = evaluate(ctx, tr, set, batch, d.evalComm(), nil)
 		if r == 1 {
 			ooms = dev.Alloc.Stats().NumOOMs
 		}
@@ -204,7 +204,7 @@ func TestEvaluateHalvesAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res, err := evaluate(context.Background(), tr, set, batch, nil)
+		res, err := evaluate(context.Background(), tr, set, batch, nil, nil)
 		return res, dev.Alloc.Stats().NumOOMs, err
 	}
 	want, _, err := eval(0)

@@ -763,7 +763,7 @@ func (e evalResult) format(name string) string {
 	return s
 }
 
-// evaluate is evaluate with the run's progress: an evaluation that takes
+// runner.evaluate is evaluate with the run's progress: an evaluation that takes
 // longer than evalQuiet (RRDBNet's 256 generated test samples: half a
 // minute on 2 cores) shows how far it is, as training steps do.
 func (r *runner) evaluate(ctx context.Context, tr *train.Trainer, e evalSet) (evalResult, error) {
@@ -776,7 +776,7 @@ func (r *runner) evaluate(ctx context.Context, tr *train.Trainer, e evalSet) (ev
 			r.prog.note(noted)
 		}
 	}
-	res, err := evaluateWith(ctx, tr, e, r.evalBatch, r.f.dist.evalComm(), note)
+	res, err := evaluate(ctx, tr, e, r.evalBatch, r.f.dist.evalComm(), note)
 	if noted != "" {
 		r.prog.endNote(noted) // the last batch's line, unless shown
 	}
@@ -791,14 +791,9 @@ const evalQuiet = 2 * time.Second
 // again, as training steps are (train.Trainer.runResilient): evaluation
 // runs under the same capacity as training. With c (evalComm: forward
 // passes collective over its ranks) the ranks agree first whether the
-// batch fits on every one of them and split it all alike.
-func evaluate(ctx context.Context, tr *train.Trainer, e evalSet, batch int, c comm.Comm) (evalResult, error) {
-	return evaluateWith(ctx, tr, e, batch, c, nil)
-}
-
-// evaluateWith is evaluate calling note (when not nil) with the number of
-// samples scored after each batch.
-func evaluateWith(ctx context.Context, tr *train.Trainer, e evalSet, batch int, c comm.Comm, note func(done int)) (evalResult, error) {
+// batch fits on every one of them and split it all alike. note, when not
+// nil, is called with the number of samples scored after each batch.
+func evaluate(ctx context.Context, tr *train.Trainer, e evalSet, batch int, c comm.Comm, note func(done int)) (evalResult, error) {
 	var acc evalResult
 	var lossSum float64
 	var weight float64
