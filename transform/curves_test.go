@@ -12,6 +12,7 @@ import (
 
 	"github.com/headroom-ml/headroom/dataset"
 	"github.com/headroom-ml/headroom/device"
+	"github.com/headroom-ml/headroom/internal/cpuid"
 	"github.com/headroom-ml/headroom/internal/parallel"
 	"github.com/headroom-ml/headroom/nn"
 	"github.com/headroom-ml/headroom/optim"
@@ -468,6 +469,12 @@ func memoryTable(t testing.TB) string {
 // rest of that file needs hours of training; this part is exact and cheap).
 // HEADROOM_UPDATE_DOC=1 rewrites it.
 func TestPrecisionDocMemoryTable(t *testing.T) {
+	if !cpuid.X86.AVX2FMA() {
+		// Plans include the kernels' workspaces, and the portable
+		// kernels' differ (by 0.1 MiB on rrdbnet): the table is the
+		// AVX2 and AVX-512 kernels' plans, which agree.
+		t.Skip("docs/precision.md's memory table is of the plans for the AVX2 kernels; this build runs the portable ones (-tags purego, a CPU without AVX2 and FMA, or HEADROOM_MAX_ISA=none)")
+	}
 	const path = "../docs/precision.md"
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -97,9 +97,11 @@ func TestGANStepParity(t *testing.T) {
 		}
 	}
 	// The generator's gradient is ill-conditioned in float32 (the
-	// perceptual L1's signs; see gan_ref.py): it is checked to within
-	// PyTorch's own float32 error against float64, and never looser than
-	// 20x gradTol.
+	// perceptual L1's signs; see gan_ref.py): it is checked to within twice
+	// PyTorch's own float32 error against float64 — an engine as accurate
+	// as PyTorch's float32 but summing in another order is that far from
+	// the true gradient, and so up to twice that from PyTorch's (the
+	// portable kernels measure 1.07x) — and never looser than 20x gradTol.
 	f, err := safetensors.ReadFile(filepath.Join("testdata", "gan_step.safetensors"))
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +112,7 @@ func TestGANStepParity(t *testing.T) {
 	if err := json.Unmarshal([]byte(f.Metadata["case"]), &cond); err != nil {
 		t.Fatal(err)
 	}
-	gTol := min(max(gradTol, cond.Err), 20*gradTol)
+	gTol := min(max(gradTol, 2*cond.Err), 20*gradTol)
 	rg := ganRef(rc, "g")
 	for _, p := range gs.Trainable() {
 		rg.compare(t, e, "grad", p.Name, p.Grad, gTol)

@@ -4,6 +4,10 @@
 // The packages a knob configures call these accessors; nothing else in the
 // module calls os.Getenv for a HEADROOM_ variable (test-only switches
 // aside).
+//
+// Most knobs are read at start-up, before `go test` begins to record the
+// environment a test reads, so its cache does not key on them: run tests
+// with -count=1 after setting one.
 package env
 
 import (

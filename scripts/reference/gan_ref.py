@@ -2,9 +2,10 @@
 """Reference data for ESRGAN's GAN training (zoo/gan_*_test.go), produced by
 PyTorch 1.13 and torchvision. Run with Debian's interpreter:
 
-    /usr/bin/python3 scripts/reference/gan_ref.py
+    /usr/bin/python3 scripts/reference/gan_ref.py [file ...]
 
-It writes into zoo/testdata/:
+It writes into zoo/testdata/ (only the named files, by their names below
+without extension, when any are given):
 
   gan_architectures.json   state_dict keys (dtype, shape, in order) and
                            parameter counts of BasicSR's
@@ -16,7 +17,11 @@ It writes into zoo/testdata/:
   vgg19_conv54.safetensors one training step of the perceptual feature
                            extractor (ImageNet normalization, vgg19
                            features to conv5_4 before its ReLU) on 32x32
-                           inputs, L1 loss against a target
+                           inputs, L1 loss against a target; the input is
+                           the first hash draw with no ReLU input and no
+                           output within 4x float32's error of its kink
+                           (zoo_ref.kinks): at one, an engine summing in
+                           another order moved gradients by 1%
   gan_losses.safetensors   the relativistic GAN losses of the generator and
                            the discriminator, and the perceptual loss, with
                            the gradients of their inputs
@@ -208,19 +213,33 @@ def gan_step():
 def main():
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
-    zoo_ref.write_architectures(os.path.join(OUT, "gan_architectures.json"), architectures())
+    want = set(sys.argv[1:])
+    known = {"gan_architectures", "vggdisc", "vgg19_conv54", "gan_losses", "gan_step"}
+    if want - known:
+        raise SystemExit(f"unknown files {sorted(want - known)}; known: {sorted(known)}")
 
-    x = uniform01("input", (2, 3, 128, 128))
-    y = zoo_ref.hash_input("target", (2, 1))
-    zoo_ref.one_step("vggdisc", lambda: VGGStyleDiscriminator(**D_CFG), x, y, F.l1_loss,
-                     dict(model="vggdisc", config=D_CFG), full_max=4096)
+    def wanted(name):
+        return not want or name in want
 
-    x = uniform01("input", (1, 3, 32, 32))
-    y = zoo_ref.hash_input("target", (1, 512, 2, 2))
-    zoo_ref.one_step("vgg19_conv54", VGG19Conv54, x, y, F.l1_loss, dict(model="vgg19_conv54"), full_max=4096)
+    if wanted("gan_architectures"):
+        zoo_ref.write_architectures(os.path.join(OUT, "gan_architectures.json"), architectures())
 
-    losses()
-    gan_step()
+    if wanted("vggdisc"):
+        x = uniform01("input", (2, 3, 128, 128))
+        y = zoo_ref.hash_input("target", (2, 1))
+        zoo_ref.one_step("vggdisc", lambda: VGGStyleDiscriminator(**D_CFG), x, y, F.l1_loss,
+                         dict(model="vggdisc", config=D_CFG), full_max=4096)
+
+    if wanted("vgg19_conv54"):
+        y = zoo_ref.hash_input("target", (1, 512, 2, 2))
+        x, name = zoo_ref.kink_free_input(VGG19Conv54, (1, 3, 32, 32), y, uniform01, l1=True)
+        zoo_ref.one_step("vgg19_conv54", VGG19Conv54, x, y, F.l1_loss,
+                         dict(model="vgg19_conv54", input=name), full_max=4096)
+
+    if wanted("gan_losses"):
+        losses()
+    if wanted("gan_step"):
+        gan_step()
 
 
 if __name__ == "__main__":

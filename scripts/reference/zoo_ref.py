@@ -224,6 +224,51 @@ def hash_labels(name, shape, classes):
     return torch.from_numpy(k.reshape(shape))
 
 
+def kinks(make, x, y, margin=4.0, l1=False):
+    """How many ReLU inputs (and, for an L1 loss, outputs against the
+    target) lie within float32 rounding of their kink.
+
+    Such an element has no determined sign: a correct engine that sums in
+    another order may let its gradient through where PyTorch blocked it, or
+    the reverse, and on a small input one element's contribution moves every
+    earlier layer's gradient by percents. The float64 model gives the values
+    and, against the float32 one, each layer's float32 error; an element
+    within `margin` times that error of zero counts."""
+
+    def run(dt):
+        torch.manual_seed(0)
+        m = make()
+        hash_init(m)
+        m = m.to(dt).train()
+        zs = []
+        hs = [mod.register_forward_pre_hook(lambda mod, inp: zs.append(inp[0].double().clone()))
+              for mod in m.modules() if isinstance(mod, nn.ReLU)]
+        with torch.no_grad():
+            out = m(x.to(dt)).double()
+        for h in hs:
+            h.remove()
+        if l1:
+            zs.append(out - y.double())
+        return zs
+
+    n = 0
+    for z32, z64 in zip(run(torch.float32), run(torch.float64)):
+        err = float((z32 - z64).abs().max())
+        n += int((z64.abs() <= margin * err).sum())
+    return n
+
+
+def kink_free_input(make, shape, y, make_input, l1=False):
+    """The first of make_input(name) for name = input, input.1, input.2, ...
+    with no element at a kink (see kinks); returns it and its name."""
+    for i in range(200):
+        name = "input" if i == 0 else f"input.{i}"
+        x = make_input(name, shape)
+        if kinks(make, x, y, l1=l1) == 0:
+            return x, name
+    raise SystemExit("no kink-free input in 200 draws")
+
+
 def one_step(case, make, x, y, loss_fn, meta, full_max=FULL_MAX):
     tensors = {"x": x, "y": y}
     names = []
