@@ -78,15 +78,16 @@ func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Progr
 		return nil, fmt.Errorf("%w (device %s)", ErrNoBackend, dev)
 	}
 	order := schedule.Order(g)
+	loops, _ := be.(plan.Loops) // the backend's threads pack the arena
 	// A second order, with the nodes that only make step outputs moved
 	// to the end (schedule.Defer), is kept when its plan peaks lower.
 	var p *plan.Plan
 	if later := schedule.Defer(g, order, func(t *trace.Tensor) int64 { return plan.Round(t.Meta.Bytes()) }); later != nil {
-		a, err := plan.Make(g, order, be.Workspace)
+		a, err := plan.MakeOn(g, order, be.Workspace, loops)
 		if err != nil {
 			return nil, err
 		}
-		b, err := plan.Make(g, later, be.Workspace)
+		b, err := plan.MakeOn(g, later, be.Workspace, loops)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +121,7 @@ func CompileWith(g *trace.Graph, dev *device.Device, be backend.Backend) (*Progr
 	}
 	if p == nil {
 		var err error
-		if p, err = plan.Make(g, order, be.Workspace); err != nil {
+		if p, err = plan.MakeOn(g, order, be.Workspace, loops); err != nil {
 			return nil, err
 		}
 	}

@@ -2,8 +2,12 @@ package plan
 
 import (
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
+
+	"github.com/headroom-ml/headroom/internal/parallel"
+	"github.com/headroom-ml/headroom/trace"
 )
 
 // placeBySort is place as first written: the conflicting buffers of each
@@ -50,12 +54,13 @@ func TestPlaceMatchesSortedConflicts(t *testing.T) {
 			c := *a[i]
 			b[i] = &c
 		}
-		if x, y := placeBySort(a), place(b); x != y {
+		offs := make([]int64, n)
+		if x, y := placeBySort(a), place(b, offs); x != y {
 			t.Fatalf("trial %d: arena %d, want %d", trial, y, x)
 		}
 		for i := range a {
-			if a[i].Offset != b[i].Offset {
-				t.Fatalf("trial %d: buffer %d at %d, want %d", trial, i, b[i].Offset, a[i].Offset)
+			if a[i].Offset != offs[i] {
+				t.Fatalf("trial %d: buffer %d at %d, want %d", trial, i, offs[i], a[i].Offset)
 			}
 		}
 	}
@@ -86,7 +91,47 @@ func trainingBuffers(n, steps int) []*Buffer {
 // buffers); the budget planner runs hundreds of them.
 func BenchmarkPlace(b *testing.B) {
 	bufs := trainingBuffers(4000, 6000)
+	offs := make([]int64, len(bufs))
 	for b.Loop() {
-		place(bufs)
+		place(bufs, offs)
+	}
+}
+
+// The orders are placed a batch of threads at a time; the plan must be the
+// one a single thread makes, on a problem loose enough that the jittered
+// orders run too.
+func TestAssignOffsetsIndependentOfThreads(t *testing.T) {
+	for _, n := range []int{7, 300, 2000} {
+		r := rand.New(rand.NewSource(int64(n)))
+		steps := n / 3
+		bufs := make([]*Buffer, n)
+		for i := range bufs {
+			s := r.Intn(steps)
+			bufs[i] = &Buffer{ID: i, Start: s, End: min(steps-1, s+r.Intn(1+r.Intn(steps))), Size: int64(Align * (1 + r.Intn(1+r.Intn(256))))}
+		}
+		var want []int64
+		for _, threads := range []int{1, 2, 3, 8} {
+			p := &Plan{Order: make([]*trace.Node, steps), Buffers: bufs}
+			pool := parallel.NewPool(threads)
+			p.assignOffsets(pool)
+			pool.Close()
+			got := make([]int64, len(p.Buffers))
+			for _, b := range p.Buffers {
+				got[b.ID] = b.Offset
+			}
+			if lb := p.peakLowerBound(); p.ArenaBytes < lb {
+				t.Fatalf("%d buffers: arena %d below the live peak %d", n, p.ArenaBytes, lb)
+			}
+			if threads == 1 {
+				want = got
+				if n > 7 && p.ArenaBytes <= p.peakLowerBound()*101/100 {
+					t.Fatalf("%d buffers: arena %d within 1%% of the live peak %d: the jittered orders do not run", n, p.ArenaBytes, p.peakLowerBound())
+				}
+				continue
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d buffers: offsets with %d threads differ from one thread's", n, threads)
+			}
+		}
 	}
 }

@@ -76,8 +76,23 @@ type InPlacer interface {
 // WorkspaceFunc reports the scratch bytes a node's kernel needs (0 if none).
 type WorkspaceFunc func(n *trace.Node) int64
 
-// Make plans order (from schedule.Order). Graph outputs stay live to the end.
+// Loops runs independent work in parallel: the thread pool of the backend
+// the plan is for (the cpu backend's For and Threads), so that planning a
+// trainer's step uses that trainer's threads.
+type Loops interface {
+	For(n, grain int, fn func(lo, hi int))
+	Threads() int
+}
+
+// Make plans order (from schedule.Order) on one thread. Graph outputs stay
+// live to the end.
 func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) {
+	return MakeOn(g, order, ws, nil)
+}
+
+// MakeOn is Make with the packing's independent tries run on loops (nil:
+// one thread). The plan is the same for any number of threads.
+func MakeOn(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc, loops Loops) (*Plan, error) {
 	p := &Plan{Order: order, Step: map[*trace.Node]int{}, Of: map[*trace.Tensor]*Buffer{}, Workspace: make([]*Buffer, len(order))}
 	for i, n := range order {
 		p.Step[n] = i
@@ -159,7 +174,7 @@ func Make(g *trace.Graph, order []*trace.Node, ws WorkspaceFunc) (*Plan, error) 
 			p.PeakBytes, p.PeakStep = v, s
 		}
 	}
-	p.assignOffsets()
+	p.assignOffsets(loops)
 	return p, nil
 }
 
@@ -243,7 +258,7 @@ func (p *Plan) inPlace(g *trace.Graph) {
 // tightest packing. Each order places buffers one by one at the best-fitting
 // gap among placed buffers whose lifetimes overlap: by size (TFLite's greedy
 // by size), by size times lifetime, and by start step.
-func (p *Plan) assignOffsets() {
+func (p *Plan) assignOffsets(loops Loops) {
 	orders := []func(a, b *Buffer) bool{
 		func(a, b *Buffer) bool { return a.Size > b.Size },
 		func(a, b *Buffer) bool {
@@ -274,47 +289,101 @@ func (p *Plan) assignOffsets() {
 			return a.Size > b.Size
 		},
 	}
+	// The orders are independent placements: they run a thread each, a
+	// batch at a time, and their results are taken in order with the
+	// sequential rules (keep the smallest, stop at the lower bound), so
+	// the plan does not depend on the number of threads.
+	lb := p.peakLowerBound()
+	threads := 1
+	forEach := func(n int, fn func(i int)) {
+		for i := range n {
+			fn(i)
+		}
+	}
+	if loops != nil {
+		threads = max(1, loops.Threads())
+		forEach = func(n int, fn func(i int)) {
+			loops.For(n, 1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					fn(i)
+				}
+			})
+		}
+	}
 	best := int64(-1)
 	var bestOffsets []int64
-	for _, less := range orders {
-		bufs := append([]*Buffer(nil), p.Buffers...)
-		sort.SliceStable(bufs, func(i, j int) bool {
-			if less(bufs[i], bufs[j]) {
-				return true
-			}
-			if less(bufs[j], bufs[i]) {
+	// try places each order of a batch and offers the results in order to
+	// take, which returns false to stop.
+	try := func(batch []func() []*Buffer, take func(size int64, offs []int64) bool) bool {
+		sizes := make([]int64, len(batch))
+		offs := make([][]int64, len(batch))
+		forEach(len(batch), func(i int) {
+			offs[i] = make([]int64, len(p.Buffers))
+			sizes[i] = place(batch[i](), offs[i])
+		})
+		for i := range batch {
+			if !take(sizes[i], offs[i]) {
 				return false
 			}
-			return bufs[i].ID < bufs[j].ID
-		})
-		size := place(bufs)
-		if best < 0 || size < best {
-			best = size
-			bestOffsets = make([]int64, len(p.Buffers))
-			for _, b := range p.Buffers {
-				bestOffsets[b.ID] = b.Offset
-			}
 		}
-		if best == p.peakLowerBound() {
-			break // cannot do better than the peak of live bytes
+		return true
+	}
+	sorted := func(less func(a, b *Buffer) bool) func() []*Buffer {
+		return func() []*Buffer {
+			bufs := append([]*Buffer(nil), p.Buffers...)
+			sort.SliceStable(bufs, func(i, j int) bool {
+				if less(bufs[i], bufs[j]) {
+					return true
+				}
+				if less(bufs[j], bufs[i]) {
+					return false
+				}
+				return bufs[i].ID < bufs[j].ID
+			})
+			return bufs
+		}
+	}
+	for i := 0; i < len(orders); i += threads {
+		var batch []func() []*Buffer
+		for _, less := range orders[i:min(i+threads, len(orders))] {
+			batch = append(batch, sorted(less))
+		}
+		if !try(batch, func(size int64, offs []int64) bool {
+			if best < 0 || size < best {
+				best, bestOffsets = size, offs
+			}
+			return best != lb // cannot do better than the peak of live bytes
+		}) {
+			break
 		}
 	}
 	// Still loose: try orders near "by size" with seeded random jitter
-	// (deterministic), a cheap local search that often closes the gap.
+	// (deterministic: the keys are drawn in sequence), a cheap local
+	// search that often closes the gap.
 	r := rand.New(rand.NewSource(1))
-	for try := 0; try < 48 && best > p.peakLowerBound()*101/100 && len(p.Buffers) <= 4000; try++ {
-		bufs := append([]*Buffer(nil), p.Buffers...)
-		keys := make([]float64, len(p.Buffers))
-		for _, b := range bufs {
-			keys[b.ID] = float64(b.Size) * (1 + 0.5*r.Float64())
-		}
-		sort.SliceStable(bufs, func(i, j int) bool { return keys[bufs[i].ID] > keys[bufs[j].ID] })
-		if size := place(bufs); size < best {
-			best = size
+	loose := func() bool { return best > lb*101/100 && len(p.Buffers) <= 4000 }
+	for t := 0; t < 48 && loose(); t += threads {
+		var batch []func() []*Buffer
+		for range min(threads, 48-t) {
+			keys := make([]float64, len(p.Buffers))
 			for _, b := range p.Buffers {
-				bestOffsets[b.ID] = b.Offset
+				keys[b.ID] = float64(b.Size) * (1 + 0.5*r.Float64())
 			}
+			batch = append(batch, func() []*Buffer {
+				bufs := append([]*Buffer(nil), p.Buffers...)
+				sort.SliceStable(bufs, func(i, j int) bool { return keys[bufs[i].ID] > keys[bufs[j].ID] })
+				return bufs
+			})
 		}
+		try(batch, func(size int64, offs []int64) bool {
+			if !loose() {
+				return false
+			}
+			if size < best {
+				best, bestOffsets = size, offs
+			}
+			return true
+		})
 	}
 	for _, b := range p.Buffers {
 		b.Offset = bestOffsets[b.ID]
@@ -337,41 +406,49 @@ func (p *Plan) peakLowerBound() int64 {
 	return peak
 }
 
-// place assigns offsets in the given order and returns the arena size.
-// Placed buffers are kept sorted by offset, so the ones whose lifetimes
-// overlap b's come out in offset order without a sort per buffer (the
-// planner calls place thousands of times while searching budgets). Sizes
-// are at least Align, so overlapping buffers never share an offset and the
-// order is the one a sort would give.
-func place(bufs []*Buffer) int64 {
-	placed := make([]*Buffer, 0, len(bufs))
+// place assigns offsets in the given order into offs (by buffer ID) and
+// returns the arena size. Placed buffers are kept sorted by offset, so the
+// ones whose lifetimes overlap b's come out in offset order without a sort
+// per buffer (the planner calls place hundreds of times while searching
+// budgets), as a dense array of lifetimes and extents: the scan over them
+// is the planner's hottest loop. Sizes are at least Align, so overlapping
+// buffers never share an offset and the order is the one a sort would
+// give.
+func place(bufs []*Buffer, offs []int64) int64 {
+	type slot struct {
+		start, end int32
+		off, size  int64
+	}
+	placed := make([]slot, 0, len(bufs))
 	var size int64
 	for _, b := range bufs {
+		start, end := int32(b.Start), int32(b.End)
 		off := int64(0)
 		best := int64(-1)
 		bestGap := int64(-1)
-		for _, o := range placed {
-			if o.Start > b.End || b.Start > o.End {
+		for i := range placed {
+			o := &placed[i]
+			if o.start > end || start > o.end {
 				continue
 			}
-			if o.Offset >= off+b.Size {
+			if o.off >= off+b.Size {
 				// A gap before o fits; prefer the tightest gap (best fit).
-				gap := o.Offset - off
+				gap := o.off - off
 				if bestGap < 0 || gap < bestGap {
 					best, bestGap = off, gap
 				}
 			}
-			off = max(off, o.Offset+o.Size)
+			off = max(off, o.off+o.size)
 		}
 		if best < 0 {
 			best = off
 		}
-		b.Offset = best
-		size = max(size, b.Offset+b.Size)
-		i := sort.Search(len(placed), func(i int) bool { return placed[i].Offset > b.Offset })
-		placed = append(placed, nil)
+		offs[b.ID] = best
+		size = max(size, best+b.Size)
+		i := sort.Search(len(placed), func(i int) bool { return placed[i].off > best })
+		placed = append(placed, slot{})
 		copy(placed[i+1:], placed[i:])
-		placed[i] = b
+		placed[i] = slot{start, end, best, b.Size}
 	}
 	return size
 }
