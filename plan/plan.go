@@ -407,29 +407,45 @@ func (p *Plan) peakLowerBound() int64 {
 }
 
 // place assigns offsets in the given order into offs (by buffer ID) and
-// returns the arena size. Placed buffers are kept sorted by offset, so the
-// ones whose lifetimes overlap b's come out in offset order without a sort
-// per buffer (the planner calls place hundreds of times while searching
-// budgets), as a dense array of lifetimes and extents: the scan over them
-// is the planner's hottest loop. Sizes are at least Align, so overlapping
-// buffers never share an offset and the order is the one a sort would
-// give.
+// returns the arena size. Each buffer goes at the tightest gap (best fit)
+// among the placed buffers whose lifetimes overlap its own, visited in
+// offset order. Those are kept sorted by offset twice: all of them, and
+// for each block of steps the ones live in it, so that a buffer within one
+// block scans the buffers live there rather than every placed one. The
+// planner calls place hundreds of times while searching budgets; RRDBNet's
+// step has 4325 buffers over 3589 steps, 265 live at a step on average
+// and 80% within one block: that placement takes 0.65 of the time of a
+// scan of all. Sizes are at least Align, so overlapping buffers never
+// share an offset and the order is the one a sort would give.
 func place(bufs []*Buffer, offs []int64) int64 {
 	type slot struct {
 		start, end int32
 		off, size  int64
 	}
-	placed := make([]slot, 0, len(bufs))
+	steps := 0
+	for _, b := range bufs {
+		steps = max(steps, b.End+1)
+	}
+	// Blocks of 1<<shift steps, about 16 of them: longer blocks hold more
+	// buffers to scan, shorter ones make more buffers span several (a full
+	// scan) and long-lived buffers be inserted into more lists.
+	shift := 0
+	for steps>>shift > 16 {
+		shift++
+	}
+	all := make([]slot, 0, len(bufs))    // placed buffers, in placement order
+	sorted := make([]slot, 0, len(bufs)) // the same, by offset, dense for the full scans
+	blocks := make([][]int32, steps>>shift+1)
 	var size int64
 	for _, b := range bufs {
 		start, end := int32(b.Start), int32(b.End)
+		bs, be := b.Start>>shift, b.End>>shift
 		off := int64(0)
 		best := int64(-1)
 		bestGap := int64(-1)
-		for i := range placed {
-			o := &placed[i]
+		visit := func(o *slot) {
 			if o.start > end || start > o.end {
-				continue
+				return
 			}
 			if o.off >= off+b.Size {
 				// A gap before o fits; prefer the tightest gap (best fit).
@@ -440,15 +456,35 @@ func place(bufs []*Buffer, offs []int64) int64 {
 			}
 			off = max(off, o.off+o.size)
 		}
+		if bs == be {
+			for _, j := range blocks[bs] {
+				visit(&all[j])
+			}
+		} else {
+			for i := range sorted {
+				visit(&sorted[i])
+			}
+		}
 		if best < 0 {
 			best = off
 		}
 		offs[b.ID] = best
 		size = max(size, best+b.Size)
-		i := sort.Search(len(placed), func(i int) bool { return placed[i].off > best })
-		placed = append(placed, slot{})
-		copy(placed[i+1:], placed[i:])
-		placed[i] = slot{start, end, best, b.Size}
+		o := slot{start, end, best, b.Size}
+		idx := int32(len(all))
+		all = append(all, o)
+		i := sort.Search(len(sorted), func(i int) bool { return sorted[i].off > best })
+		sorted = append(sorted, slot{})
+		copy(sorted[i+1:], sorted[i:])
+		sorted[i] = o
+		for k := bs; k <= be; k++ {
+			list := blocks[k]
+			i := sort.Search(len(list), func(i int) bool { return all[list[i]].off > best })
+			list = append(list, 0)
+			copy(list[i+1:], list[i:])
+			list[i] = idx
+			blocks[k] = list
+		}
 	}
 	return size
 }
