@@ -7,6 +7,7 @@ package plan
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 
 	"github.com/headroom-ml/headroom/trace"
@@ -473,17 +474,10 @@ func place(bufs []*Buffer, offs []int64) int64 {
 		o := slot{start, end, best, b.Size}
 		idx := int32(len(all))
 		all = append(all, o)
-		i := sort.Search(len(sorted), func(i int) bool { return sorted[i].off > best })
-		sorted = append(sorted, slot{})
-		copy(sorted[i+1:], sorted[i:])
-		sorted[i] = o
+		sorted = slices.Insert(sorted, sort.Search(len(sorted), func(i int) bool { return sorted[i].off > best }), o)
 		for k := bs; k <= be; k++ {
 			list := blocks[k]
-			i := sort.Search(len(list), func(i int) bool { return all[list[i]].off > best })
-			list = append(list, 0)
-			copy(list[i+1:], list[i:])
-			list[i] = idx
-			blocks[k] = list
+			blocks[k] = slices.Insert(list, sort.Search(len(list), func(i int) bool { return all[list[i]].off > best }), idx)
 		}
 	}
 	return size
